@@ -1,0 +1,755 @@
+//! Transformer model shapes: presets and Hugging Face `config.json` import.
+//!
+//! Every preset is stored as the architecture fields of the model's public `config.json`
+//! (`planner/models/*.json`) and read by the same importer a user's file goes through, so the
+//! presets and the importer cannot drift apart.
+
+use std::path::Path;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::dtype::DType;
+use crate::error::{Error, Result, one_line};
+
+/// Model families kvplan models; each fixes the layer layout used for parameter counting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    /// Meta OPT: learned positions, LayerNorm with bias, biased projections, 2-matrix ReLU FFN.
+    Opt,
+    /// Llama 2/3: RMSNorm, no biases, gated SiLU FFN (3 matrices), GQA in Llama 3.
+    Llama,
+    /// Mistral: Llama layout with sliding-window attention.
+    Mistral,
+    /// Qwen2: Llama layout with biases on the Q, K, V projections.
+    Qwen2,
+    /// Gemma 2: four RMSNorms per layer, head_dim independent of hidden, tied embeddings.
+    Gemma2,
+    /// Falcon: parallel attention/MLP, multi-query (7B) or grouped KV, 2-matrix GELU FFN.
+    Falcon,
+}
+
+impl Family {
+    /// The Hugging Face `model_type` values this family reads.
+    pub const MODEL_TYPES: &'static [&'static str] = &[
+        "opt",
+        "llama",
+        "mistral",
+        "qwen2",
+        "gemma2",
+        "falcon",
+        "RefinedWeb",
+        "RefinedWebModel",
+    ];
+
+    fn from_model_type(t: &str) -> Option<Self> {
+        Some(match t {
+            "opt" => Family::Opt,
+            "llama" => Family::Llama,
+            "mistral" => Family::Mistral,
+            "qwen2" => Family::Qwen2,
+            "gemma2" => Family::Gemma2,
+            "falcon" | "RefinedWeb" | "RefinedWebModel" => Family::Falcon,
+            _ => return None,
+        })
+    }
+}
+
+/// The architecture numbers of a decoder-only transformer, as the planner uses them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelSpec {
+    /// Preset name, or the file it came from.
+    pub name: String,
+    /// Layer layout.
+    pub family: Family,
+    /// Decoder layers `L`.
+    pub num_layers: u32,
+    /// Hidden size `h` (the residual stream width).
+    pub hidden: u32,
+    /// Query heads `H`.
+    pub num_heads: u32,
+    /// Key/value heads `Hkv` (`< H` for GQA, 1 for multi-query).
+    pub num_kv_heads: u32,
+    /// Head dimension `d` (usually `h / H`; Gemma 2 sets it separately).
+    pub head_dim: u32,
+    /// FFN inner width.
+    pub ffn_dim: u32,
+    /// Vocabulary size.
+    pub vocab: u32,
+    /// Maximum context the model was trained for (`max_position_embeddings`).
+    pub max_position: u32,
+    /// Input embedding and LM head share one matrix.
+    pub tied_embeddings: bool,
+    /// Serving dtype of weights, activations and KV cache.
+    pub dtype: DType,
+    /// Gated FFN (three matrices: gate, up, down) rather than two.
+    pub gated_ffn: bool,
+    /// Bias vectors on the Q, K, V projections.
+    pub qkv_bias: bool,
+    /// Bias vectors on the attention output projection and the FFN matrices.
+    pub proj_bias: bool,
+    /// LayerNorm (weight and bias) rather than RMSNorm (weight only).
+    pub layer_norm_bias: bool,
+    /// Norm layers per decoder layer.
+    pub norms_per_layer: u32,
+    /// Rows of a learned position-embedding table (0 for rotary models).
+    pub learned_positions: u32,
+    /// Projection between a narrower embedding and the hidden size (OPT-350m style), else 0.
+    pub embed_proj_dim: u32,
+}
+
+/// Published parameter counts used to check the shape arithmetic.
+///
+/// Sources: OPT paper (Zhang et al. 2022) Table 1 for OPT; the Hugging Face model pages'
+/// safetensors parameter counts for the others; Falcon paper (Almazrouei et al. 2023) for Falcon.
+pub const PUBLISHED_PARAMS: &[(&str, f64)] = &[
+    ("opt-125m", 125e6),
+    ("opt-1.3b", 1.3e9),
+    ("opt-6.7b", 6.7e9),
+    ("opt-13b", 13e9),
+    ("opt-30b", 30e9),
+    ("llama-2-7b", 6.74e9),
+    ("llama-2-13b", 13.0e9),
+    ("llama-3-8b", 8.03e9),
+    ("llama-3.1-8b", 8.03e9),
+    ("llama-3-70b", 70.6e9),
+    ("mistral-7b", 7.24e9),
+    ("qwen2-7b", 7.62e9),
+    ("gemma-2-9b", 9.24e9),
+    ("falcon-7b", 7.0e9),
+    ("yarn-llama-2-7b", 6.74e9),
+];
+
+macro_rules! presets {
+    ($($name:literal),* $(,)?) => {
+        &[$(($name, include_str!(concat!("../models/", $name, ".json")))),*]
+    };
+}
+
+/// `(name, config.json text)` of every preset, in the order `kvplan models` lists them.
+pub const PRESETS: &[(&str, &str)] = presets![
+    "opt-125m",
+    "opt-1.3b",
+    "opt-6.7b",
+    "opt-13b",
+    "opt-30b",
+    "llama-2-7b",
+    "llama-2-13b",
+    "llama-3-8b",
+    "llama-3.1-8b",
+    "llama-3-70b",
+    "mistral-7b",
+    "qwen2-7b",
+    "gemma-2-9b",
+    "falcon-7b",
+    "yarn-llama-2-7b",
+];
+
+/// Per-layer weight bytes split the way the KVPR fine-grained pipeline loads them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct LayerWeights {
+    /// `W_K`, `W_V` (and their biases): what recomputation needs first.
+    pub kv_proj: u64,
+    /// `W_Q`, `W_O` (and biases) and the attention norm.
+    pub q_o_proj: u64,
+    /// FFN matrices, biases and the FFN norm.
+    pub ffn: u64,
+}
+
+impl LayerWeights {
+    /// Sum of the three parts.
+    pub fn total(&self) -> u64 {
+        self.kv_proj + self.q_o_proj + self.ffn
+    }
+}
+
+impl ModelSpec {
+    /// Names of the embedded presets.
+    pub fn preset_names() -> Vec<String> {
+        PRESETS.iter().map(|(n, _)| n.to_string()).collect()
+    }
+
+    /// A preset by name (`opt-6.7b`, `llama-3-8b`, ...).
+    pub fn preset(name: &str) -> Result<Self> {
+        let (n, text) = PRESETS
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .ok_or_else(|| Error::UnknownModel {
+                name: name.to_string(),
+                known: Self::preset_names(),
+            })?;
+        Self::from_hf_config_str(text, n, &format!("preset {n}"))
+    }
+
+    /// A preset name, or else a path to a Hugging Face `config.json`.
+    pub fn resolve(name_or_path: &str) -> Result<Self> {
+        let looks_like_path = name_or_path.contains('/')
+            || name_or_path.contains('\\')
+            || name_or_path.ends_with(".json");
+        if !looks_like_path && let Ok(spec) = Self::preset(name_or_path) {
+            return Ok(spec);
+        }
+        let path = Path::new(name_or_path);
+        if path.is_file() {
+            return Self::from_hf_config_file(path);
+        }
+        if looks_like_path {
+            return Err(Error::Io {
+                path: path.to_path_buf(),
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
+            });
+        }
+        Err(Error::UnknownModel {
+            name: name_or_path.to_string(),
+            known: Self::preset_names(),
+        })
+    }
+
+    /// Reads a Hugging Face `config.json` file.
+    pub fn from_hf_config_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let origin = path.display().to_string();
+        Self::from_hf_config_str(&text, &origin, &origin)
+    }
+
+    /// Parses the text of a Hugging Face `config.json`. `name` becomes [`ModelSpec::name`];
+    /// `origin` prefixes error messages.
+    pub fn from_hf_config_str(text: &str, name: &str, origin: &str) -> Result<Self> {
+        let value: Value = serde_json::from_str(text).map_err(|e| Error::Parse {
+            origin: origin.to_string(),
+            message: one_line(&e.to_string()),
+        })?;
+        let Value::Object(map) = value else {
+            return Err(Error::Parse {
+                origin: origin.to_string(),
+                message: "expected a JSON object at the top level".into(),
+            });
+        };
+        let cfg = Cfg { map: &map, origin };
+        let model_type = cfg.string("model_type", "the architecture, e.g. \"llama\"")?;
+        let family =
+            Family::from_model_type(&model_type).ok_or_else(|| Error::UnsupportedArchitecture {
+                origin: origin.to_string(),
+                model_type: model_type.clone(),
+                supported: Family::MODEL_TYPES[..6]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect(),
+            })?;
+        let spec = match family {
+            Family::Opt => opt(&cfg, name)?,
+            Family::Llama | Family::Mistral | Family::Qwen2 | Family::Gemma2 => {
+                llama_like(&cfg, name, family)?
+            }
+            Family::Falcon => falcon(&cfg, name)?,
+        };
+        spec.validate(origin)?;
+        Ok(spec)
+    }
+
+    fn validate(&self, origin: &str) -> Result<()> {
+        let checks = [
+            ("num_hidden_layers", self.num_layers),
+            ("hidden_size", self.hidden),
+            ("num_attention_heads", self.num_heads),
+            ("num_key_value_heads", self.num_kv_heads),
+            ("head_dim", self.head_dim),
+            ("ffn size", self.ffn_dim),
+            ("vocab_size", self.vocab),
+        ];
+        for (field, v) in checks {
+            if v == 0 {
+                return Err(Error::invalid(
+                    format!("{origin}: {field}"),
+                    v,
+                    "must be at least 1",
+                ));
+            }
+        }
+        for (field, v) in [
+            ("num_hidden_layers", self.num_layers),
+            ("num_attention_heads", self.num_heads),
+            ("head_dim", self.head_dim),
+        ] {
+            if v >= u32::from(u16::MAX) {
+                return Err(Error::invalid(
+                    format!("{origin}: {field}"),
+                    v,
+                    "must be below 65535",
+                ));
+            }
+        }
+        if self.num_heads % self.num_kv_heads != 0 {
+            return Err(Error::invalid(
+                format!("{origin}: num_key_value_heads"),
+                self.num_kv_heads,
+                format!("must divide num_attention_heads ({})", self.num_heads),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Returns a copy served in another dtype.
+    pub fn with_dtype(mut self, dtype: DType) -> Self {
+        self.dtype = dtype;
+        self
+    }
+
+    /// Bytes per element of the serving dtype.
+    pub fn dtype_bytes(&self) -> u64 {
+        self.dtype.bytes()
+    }
+
+    /// Width of the query projection output, `H * d`.
+    pub fn q_dim(&self) -> u64 {
+        u64::from(self.num_heads) * u64::from(self.head_dim)
+    }
+
+    /// Width of one of K or V, `Hkv * d`.
+    pub fn kv_dim(&self) -> u64 {
+        u64::from(self.num_kv_heads) * u64::from(self.head_dim)
+    }
+
+    /// Query heads per KV head (`g`; 1 for MHA).
+    pub fn gqa_group(&self) -> u32 {
+        self.num_heads / self.num_kv_heads
+    }
+
+    /// K and V bytes of one token in one layer: `2 * Hkv * d * p`.
+    pub fn kv_bytes_per_token_layer(&self) -> u64 {
+        2 * self.kv_dim() * self.dtype_bytes()
+    }
+
+    /// K and V bytes of one token across all layers.
+    pub fn kv_bytes_per_token(&self) -> u64 {
+        self.kv_bytes_per_token_layer() * u64::from(self.num_layers)
+    }
+
+    /// Activation (layer input) bytes of one token in one layer: `h * p`.
+    pub fn act_bytes_per_token_layer(&self) -> u64 {
+        u64::from(self.hidden) * self.dtype_bytes()
+    }
+
+    /// Parameters of one decoder layer, split as [`LayerWeights`] (in elements).
+    fn layer_param_parts(&self) -> (u64, u64, u64) {
+        let h = u64::from(self.hidden);
+        let q = self.q_dim();
+        let kv = self.kv_dim();
+        let ffn = u64::from(self.ffn_dim);
+        let norm = if self.layer_norm_bias { 2 * h } else { h };
+        let norms = u64::from(self.norms_per_layer) * norm;
+        // Attention-side norms go with the Q/O group, FFN-side norms with the FFN.
+        let attn_norms = norms - norms / 2;
+        let ffn_norms = norms / 2;
+        let kv_proj = 2 * h * kv + if self.qkv_bias { 2 * kv } else { 0 };
+        let q_o = h * q
+            + q * h
+            + if self.qkv_bias { q } else { 0 }
+            + if self.proj_bias { h } else { 0 }
+            + attn_norms;
+        let mats = if self.gated_ffn { 3 } else { 2 };
+        let ffn_p = mats * h * ffn + if self.proj_bias { ffn + h } else { 0 } + ffn_norms;
+        (kv_proj, q_o, ffn_p)
+    }
+
+    /// Parameters of one decoder layer.
+    pub fn layer_params(&self) -> u64 {
+        let (a, b, c) = self.layer_param_parts();
+        a + b + c
+    }
+
+    /// Parameters outside the decoder layers: embeddings, position table, final norm, LM head.
+    pub fn embedding_params(&self) -> u64 {
+        let h = u64::from(self.hidden);
+        let v = u64::from(self.vocab);
+        let e = if self.embed_proj_dim > 0 {
+            u64::from(self.embed_proj_dim)
+        } else {
+            h
+        };
+        let embed = v * e;
+        let lm_head = if self.tied_embeddings { 0 } else { v * e };
+        let proj = if self.embed_proj_dim > 0 && self.embed_proj_dim != self.hidden {
+            2 * h * e
+        } else {
+            0
+        };
+        let pos = u64::from(self.learned_positions) * h;
+        let final_norm = if self.layer_norm_bias { 2 * h } else { h };
+        embed + lm_head + proj + pos + final_norm
+    }
+
+    /// Total parameter count from the shapes.
+    pub fn params(&self) -> u64 {
+        self.layer_params() * u64::from(self.num_layers) + self.embedding_params()
+    }
+
+    /// Bytes of all weights in the serving dtype.
+    pub fn weight_bytes(&self) -> u64 {
+        self.params() * self.dtype_bytes()
+    }
+
+    /// Bytes of one decoder layer's weights, split for the fine-grained load order.
+    pub fn layer_weights(&self) -> LayerWeights {
+        let p = self.dtype_bytes();
+        let (a, b, c) = self.layer_param_parts();
+        LayerWeights {
+            kv_proj: a * p,
+            q_o_proj: b * p,
+            ffn: c * p,
+        }
+    }
+
+    /// Bytes of the weights that stay on the GPU when layers are offloaded (embeddings, LM head).
+    pub fn embedding_bytes(&self) -> u64 {
+        self.embedding_params() * self.dtype_bytes()
+    }
+
+    /// Width of the first FFN GEMM's output (`2 * ffn` for gated FFNs: gate and up fused).
+    pub fn ffn_up_width(&self) -> u64 {
+        u64::from(self.ffn_dim) * if self.gated_ffn { 2 } else { 1 }
+    }
+}
+
+struct Cfg<'a> {
+    map: &'a Map<String, Value>,
+    origin: &'a str,
+}
+
+impl Cfg<'_> {
+    fn get(&self, keys: &[&str]) -> Option<&Value> {
+        keys.iter()
+            .find_map(|k| self.map.get(*k).filter(|v| !v.is_null()))
+    }
+
+    fn missing(&self, field: &str, hint: &str) -> Error {
+        Error::MissingField {
+            origin: self.origin.to_string(),
+            field: field.to_string(),
+            hint: Some(hint.to_string()),
+        }
+    }
+
+    fn string(&self, field: &str, hint: &str) -> Result<String> {
+        match self.get(&[field]) {
+            Some(Value::String(s)) => Ok(s.clone()),
+            Some(other) => Err(self.wrong_type(field, "a string", other)),
+            None => Err(self.missing(field, hint)),
+        }
+    }
+
+    fn wrong_type(&self, field: &str, expected: &str, got: &Value) -> Error {
+        Error::Parse {
+            origin: self.origin.to_string(),
+            message: format!("field `{field}` must be {expected}, got {got}"),
+        }
+    }
+
+    fn opt_u32(&self, keys: &[&str]) -> Result<Option<u32>> {
+        let Some(v) = self.get(keys) else {
+            return Ok(None);
+        };
+        match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
+            Some(n) => Ok(Some(n)),
+            None => Err(self.wrong_type(keys[0], "a non-negative integer", v)),
+        }
+    }
+
+    fn u32(&self, keys: &[&str], hint: &str) -> Result<u32> {
+        self.opt_u32(keys)?
+            .ok_or_else(|| self.missing(keys[0], hint))
+    }
+
+    fn bool_or(&self, key: &str, default: bool) -> Result<bool> {
+        match self.get(&[key]) {
+            None => Ok(default),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(other) => Err(self.wrong_type(key, "true or false", other)),
+        }
+    }
+
+    /// Serving dtype from `torch_dtype`, following vLLM's `--dtype auto`: fp16 and bf16 are
+    /// kept; fp32 checkpoints are served in half precision (bf16 for Gemma 2, whose activations
+    /// overflow fp16; fp16 otherwise). Absent → fp16.
+    fn dtype(&self, family: Family) -> Result<DType> {
+        let Some(v) = self.get(&["torch_dtype", "dtype"]) else {
+            return Ok(DType::Fp16);
+        };
+        let s = v
+            .as_str()
+            .ok_or_else(|| self.wrong_type("torch_dtype", "a string", v))?;
+        let d = DType::parse(s).ok_or_else(|| {
+            Error::invalid(
+                format!("{}: torch_dtype", self.origin),
+                s,
+                "expected float16, bfloat16 or float32",
+            )
+        })?;
+        Ok(match (d, family) {
+            (DType::Fp32, Family::Gemma2) => DType::Bf16,
+            (DType::Fp32, _) => DType::Fp16,
+            (d, _) => d,
+        })
+    }
+}
+
+fn opt(c: &Cfg, name: &str) -> Result<ModelSpec> {
+    let hidden = c.u32(&["hidden_size"], "the model width, e.g. 4096")?;
+    let heads = c.u32(&["num_attention_heads"], "query heads")?;
+    let head_dim = if heads > 0 { hidden / heads } else { 0 };
+    let embed_proj = c.opt_u32(&["word_embed_proj_dim"])?.unwrap_or(hidden);
+    let max_pos = c.u32(&["max_position_embeddings"], "e.g. 2048")?;
+    let bias = c.bool_or("enable_bias", true)?;
+    Ok(ModelSpec {
+        name: name.to_string(),
+        family: Family::Opt,
+        num_layers: c.u32(&["num_hidden_layers"], "decoder layers")?,
+        hidden,
+        num_heads: heads,
+        num_kv_heads: heads,
+        head_dim,
+        ffn_dim: c.u32(&["ffn_dim"], "the FFN inner width, e.g. 16384")?,
+        vocab: c.u32(&["vocab_size"], "e.g. 50272")?,
+        max_position: max_pos,
+        tied_embeddings: c.bool_or("tie_word_embeddings", true)?,
+        dtype: c.dtype(Family::Opt)?,
+        gated_ffn: false,
+        qkv_bias: bias,
+        proj_bias: bias,
+        layer_norm_bias: true,
+        norms_per_layer: 2,
+        // OPT's learned position table has two extra rows (its padding offset).
+        learned_positions: max_pos + 2,
+        embed_proj_dim: if embed_proj == hidden { 0 } else { embed_proj },
+    })
+}
+
+fn llama_like(c: &Cfg, name: &str, family: Family) -> Result<ModelSpec> {
+    let hidden = c.u32(&["hidden_size"], "the model width, e.g. 4096")?;
+    let heads = c.u32(&["num_attention_heads"], "query heads")?;
+    let kv_heads = c.opt_u32(&["num_key_value_heads"])?.unwrap_or(heads);
+    let head_dim = match c.opt_u32(&["head_dim"])? {
+        Some(d) => d,
+        None if family == Family::Gemma2 => {
+            return Err(c.missing("head_dim", "Gemma 2 sets it explicitly, e.g. 256"));
+        }
+        None if heads > 0 => hidden / heads,
+        None => 0,
+    };
+    let (qkv_bias, proj_bias) = match family {
+        Family::Qwen2 => (true, false),
+        Family::Llama => (
+            c.bool_or("attention_bias", false)?,
+            c.bool_or("mlp_bias", false)?,
+        ),
+        _ => (false, false),
+    };
+    Ok(ModelSpec {
+        name: name.to_string(),
+        family,
+        num_layers: c.u32(&["num_hidden_layers"], "decoder layers")?,
+        hidden,
+        num_heads: heads,
+        num_kv_heads: kv_heads,
+        head_dim,
+        ffn_dim: c.u32(&["intermediate_size"], "the FFN inner width, e.g. 14336")?,
+        vocab: c.u32(&["vocab_size"], "e.g. 128256")?,
+        max_position: c.u32(&["max_position_embeddings"], "e.g. 8192")?,
+        tied_embeddings: c.bool_or("tie_word_embeddings", family == Family::Gemma2)?,
+        dtype: c.dtype(family)?,
+        gated_ffn: true,
+        qkv_bias,
+        proj_bias,
+        layer_norm_bias: false,
+        norms_per_layer: if family == Family::Gemma2 { 4 } else { 2 },
+        learned_positions: 0,
+        embed_proj_dim: 0,
+    })
+}
+
+fn falcon(c: &Cfg, name: &str) -> Result<ModelSpec> {
+    let hidden = c.u32(&["hidden_size", "n_embd"], "the model width, e.g. 4544")?;
+    let heads = c.u32(&["num_attention_heads", "n_head"], "query heads")?;
+    let new_arch = c.bool_or("new_decoder_architecture", false)?;
+    let kv_heads = if new_arch {
+        c.u32(
+            &["num_kv_heads", "n_head_kv"],
+            "KV heads of the new decoder architecture",
+        )?
+    } else if c.bool_or("multi_query", true)? {
+        1
+    } else {
+        heads
+    };
+    let parallel = c.bool_or("parallel_attn", true)?;
+    let bias = c.bool_or("bias", false)?;
+    let ffn = c.opt_u32(&["ffn_hidden_size"])?.unwrap_or(4 * hidden);
+    let norms = if new_arch || !parallel { 2 } else { 1 };
+    Ok(ModelSpec {
+        name: name.to_string(),
+        family: Family::Falcon,
+        num_layers: c.u32(&["num_hidden_layers", "n_layer"], "decoder layers")?,
+        hidden,
+        num_heads: heads,
+        num_kv_heads: kv_heads,
+        head_dim: c
+            .opt_u32(&["head_dim"])?
+            .unwrap_or(if heads > 0 { hidden / heads } else { 0 }),
+        ffn_dim: ffn,
+        vocab: c.u32(&["vocab_size"], "e.g. 65024")?,
+        max_position: c.opt_u32(&["max_position_embeddings"])?.unwrap_or(2048),
+        tied_embeddings: c.bool_or("tie_word_embeddings", true)?,
+        dtype: c.dtype(Family::Falcon)?,
+        gated_ffn: false,
+        qkv_bias: bias,
+        proj_bias: bias,
+        layer_norm_bias: true,
+        norms_per_layer: norms,
+        learned_positions: 0,
+        embed_proj_dim: 0,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One test per preset: the shape arithmetic lands within 2% of the published count.
+    macro_rules! param_tests {
+        ($($fn:ident => $name:literal),* $(,)?) => {$(
+            #[test]
+            fn $fn() {
+                let spec = ModelSpec::preset($name).unwrap();
+                let published = PUBLISHED_PARAMS.iter().find(|(n, _)| *n == $name).unwrap().1;
+                let got = spec.params() as f64;
+                let rel = (got - published).abs() / published;
+                assert!(rel <= 0.02, "{}: {got:.4e} params vs published {published:.4e} ({:.2}% off)", $name, rel * 100.0);
+            }
+        )*};
+    }
+
+    param_tests! {
+        params_opt_125m => "opt-125m",
+        params_opt_1_3b => "opt-1.3b",
+        params_opt_6_7b => "opt-6.7b",
+        params_opt_13b => "opt-13b",
+        params_opt_30b => "opt-30b",
+        params_llama_2_7b => "llama-2-7b",
+        params_llama_2_13b => "llama-2-13b",
+        params_llama_3_8b => "llama-3-8b",
+        params_llama_3_1_8b => "llama-3.1-8b",
+        params_llama_3_70b => "llama-3-70b",
+        params_mistral_7b => "mistral-7b",
+        params_qwen2_7b => "qwen2-7b",
+        params_gemma_2_9b => "gemma-2-9b",
+        params_falcon_7b => "falcon-7b",
+        params_yarn_llama_2_7b => "yarn-llama-2-7b",
+    }
+
+    #[test]
+    fn every_preset_has_a_published_count() {
+        for (name, _) in PRESETS {
+            assert!(
+                PUBLISHED_PARAMS.iter().any(|(n, _)| n == name),
+                "{name} lacks a published parameter count"
+            );
+        }
+    }
+
+    /// Exact counts for models whose safetensors totals are well known, as a tighter check of the
+    /// per-family layout than the 2% band.
+    #[test]
+    fn exact_counts_of_known_layouts() {
+        let exact = [
+            ("opt-6.7b", 6_658_473_984u64),
+            ("llama-2-7b", 6_738_415_616),
+            ("llama-3-8b", 8_030_261_248),
+            ("mistral-7b", 7_241_732_096),
+            ("qwen2-7b", 7_615_616_512),
+            ("gemma-2-9b", 9_241_705_984),
+        ];
+        for (name, n) in exact {
+            assert_eq!(ModelSpec::preset(name).unwrap().params(), n, "{name}");
+        }
+    }
+
+    #[test]
+    fn kv_bytes_match_methods_digest() {
+        // METHODS.md: Llama-3-8B KV per token per layer 4 KiB, per token 128 KiB.
+        let m = ModelSpec::preset("llama-3-8b").unwrap();
+        assert_eq!(m.kv_bytes_per_token_layer(), 4096);
+        assert_eq!(m.kv_bytes_per_token(), 128 * 1024);
+        assert_eq!(m.gqa_group(), 4);
+        // OPT-6.7B: 2*h*p = 16 KiB per token per layer.
+        let o = ModelSpec::preset("opt-6.7b").unwrap();
+        assert_eq!(o.kv_bytes_per_token_layer(), 2 * 4096 * 2);
+    }
+
+    #[test]
+    fn falcon_is_multi_query_and_gemma_has_wide_heads() {
+        let f = ModelSpec::preset("falcon-7b").unwrap();
+        assert_eq!((f.num_kv_heads, f.head_dim, f.ffn_dim), (1, 64, 4 * 4544));
+        let g = ModelSpec::preset("gemma-2-9b").unwrap();
+        assert_eq!((g.head_dim, g.q_dim(), g.dtype), (256, 4096, DType::Bf16));
+        assert!(g.tied_embeddings);
+    }
+
+    #[test]
+    fn unknown_preset_lists_known_names() {
+        let e = ModelSpec::resolve("opt-7b").unwrap_err().to_string();
+        assert!(
+            e.contains("unknown model 'opt-7b'") && e.contains("opt-6.7b"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn unsupported_architecture_and_missing_field() {
+        let e = ModelSpec::from_hf_config_str(r#"{"model_type":"bert"}"#, "x", "x.json")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("unsupported model_type 'bert'") && e.contains("llama"),
+            "{e}"
+        );
+        let e = ModelSpec::from_hf_config_str(
+            r#"{"model_type":"llama","hidden_size":4096,"num_attention_heads":32,"num_hidden_layers":32,"vocab_size":32000,"max_position_embeddings":4096}"#,
+            "x",
+            "x.json",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("missing field `intermediate_size`"), "{e}");
+        let e = ModelSpec::from_hf_config_str("{not json", "x", "x.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("x.json:"), "{e}");
+        let e = ModelSpec::from_hf_config_str(
+            r#"{"model_type":"llama","hidden_size":-4,"num_attention_heads":32}"#,
+            "x",
+            "x.json",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("hidden_size") && e.contains("non-negative"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn zero_sizes_are_rejected() {
+        let e = ModelSpec::from_hf_config_str(
+            r#"{"model_type":"opt","hidden_size":0,"num_attention_heads":1,"num_hidden_layers":1,"ffn_dim":4,"vocab_size":4,"max_position_embeddings":8}"#,
+            "x",
+            "x.json",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("hidden_size") && e.contains("at least 1"), "{e}");
+    }
+}
