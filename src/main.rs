@@ -1,1 +1,75 @@
-fn main() {}
+//! The `kvplan` command line: parse, load, call the planner and simulator, render.
+#![forbid(unsafe_code)]
+
+mod args;
+mod commands;
+mod error;
+mod render;
+mod scenario;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Parser;
+use clap::error::ErrorKind;
+
+use args::{Cli, Command, PlanCommand};
+use error::{CliError, EXIT_INPUT};
+
+fn run(cli: Cli) -> Result<String, CliError> {
+    match &cli.command {
+        Command::Models(a) => commands::models(a),
+        Command::Hardware(a) => commands::hardware(a),
+        Command::Plan {
+            planner: PlanCommand::Kvpr(a),
+        } => commands::plan_kvpr(a),
+        Command::Simulate(a) => commands::simulate(a),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            return match e.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+                    let _ = e.print();
+                    ExitCode::SUCCESS
+                }
+                ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                    let _ = e.print();
+                    ExitCode::from(EXIT_INPUT as u8)
+                }
+                _ => {
+                    // clap's first line names the flag and the problem; the usage block after it
+                    // is noise for a one-line error.
+                    let text = e.render().to_string();
+                    let first = text.lines().next().unwrap_or("error: invalid arguments");
+                    eprintln!("{first} (see --help)");
+                    ExitCode::from(EXIT_INPUT as u8)
+                }
+            };
+        }
+    };
+    match run(cli) {
+        Ok(out) => {
+            let mut stdout = std::io::stdout().lock();
+            match stdout
+                .write_all(out.as_bytes())
+                .and_then(|_| stdout.flush())
+            {
+                Ok(()) => ExitCode::SUCCESS,
+                // A closed pipe (`| head`) is not an error worth a message.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: cannot write output: {e}");
+                    ExitCode::from(error::EXIT_FAILURE as u8)
+                }
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {}", e.message);
+            ExitCode::from(e.code as u8)
+        }
+    }
+}

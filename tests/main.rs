@@ -1,1 +1,10 @@
+//! End-to-end tests of the `kvplan` binary and cross-crate checks: one test binary (one link
+//! step), a module per concern.
 
+mod common;
+mod contract;
+mod determinism;
+mod errors;
+mod golden;
+mod readme;
+mod validation;

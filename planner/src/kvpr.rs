@@ -67,7 +67,12 @@ pub enum Bound {
     Link,
     /// The GPU (recomputation plus the layer's kernels take longer than transfers).
     Compute,
+    /// Link and GPU within [`BALANCE_TOLERANCE`] of each other.
+    Balanced,
 }
+
+/// Relative difference under which link and compute time count as balanced.
+pub const BALANCE_TOLERANCE: f64 = 0.02;
 
 /// Why the split is what it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -86,8 +91,9 @@ pub enum Reason {
 }
 
 impl Reason {
-    /// A sentence for reports.
-    pub fn explain(self, p: &SplitProblem) -> String {
+    /// A sentence for reports about `split` of problem `p`.
+    pub fn explain(self, p: &SplitProblem, split: &Split) -> String {
+        let l = split.recompute_tokens;
         match self {
             Reason::ActivationsNotCheaper => format!(
                 "sending one token's activations ({:.1} us) costs at least as much as sending its K,V ({:.1} us), as with grouped-query or multi-query attention; recomputation cannot pay, so l = 0 (plain transfer)",
@@ -101,9 +107,15 @@ impl Reason {
                 "recomputing every cached token is still cheaper than transferring any KV, so l = s'"
                     .into()
             }
-            Reason::Balanced => {
-                "split where the activation+KV transfer and the recomputation balance".into()
-            }
+            Reason::Balanced => format!(
+                "recomputing {l} of {} cached tokens ({:.1}%) balances the link (activations + remaining KV: {:.3} ms per layer) against the GPU (recomputation + layer kernels: {:.3} ms), {:.1}% less than transferring all KV ({:.3} ms)",
+                p.seq_len,
+                100.0 * f64::from(l) / f64::from(p.seq_len.max(1)),
+                p.link_s(l) * 1e3,
+                p.compute_s(l) * 1e3,
+                100.0 * (1.0 - split.layer_s / split.transfer_only_s),
+                split.transfer_only_s * 1e3
+            ),
             Reason::Fixed => "split fixed by the user".into(),
         }
     }
@@ -182,10 +194,15 @@ impl SplitProblem {
             recompute_tokens: l,
             layer_s: self.eval(l),
             transfer_only_s: self.eval(0),
-            bound: if self.link_s(l) >= self.compute_s(l) {
-                Bound::Link
-            } else {
-                Bound::Compute
+            bound: {
+                let (link, comp) = (self.link_s(l), self.compute_s(l));
+                if (link - comp).abs() <= BALANCE_TOLERANCE * link.max(comp) {
+                    Bound::Balanced
+                } else if link > comp {
+                    Bound::Link
+                } else {
+                    Bound::Compute
+                }
             },
             reason,
         }
@@ -301,7 +318,13 @@ mod tests {
             s.recompute_tokens
         );
         assert_eq!(s.reason, Reason::Balanced);
+        assert_eq!(s.bound, Bound::Balanced);
         assert!(s.layer_s < s.transfer_only_s);
+        assert!(
+            Reason::Balanced
+                .explain(&p, &s)
+                .contains(&format!("recomputing {} of 1000", s.recompute_tokens))
+        );
     }
 
     #[test]
@@ -314,7 +337,7 @@ mod tests {
         assert_eq!(s.reason, Reason::ActivationsNotCheaper);
         assert!(
             Reason::ActivationsNotCheaper
-                .explain(&p)
+                .explain(&p, &s)
                 .contains("grouped-query")
         );
     }

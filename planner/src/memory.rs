@@ -33,7 +33,14 @@ fn breakdown(items: &[MemoryItem]) -> String {
     let mut v: Vec<&MemoryItem> = items.iter().filter(|i| i.bytes > 0).collect();
     v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.name.cmp(&b.name)));
     v.iter()
-        .map(|i| format!("{} {:.2} GiB", i.name, i.bytes as f64 / GIB))
+        .map(|i| {
+            let g = i.bytes as f64 / GIB;
+            if g >= 0.1 {
+                format!("{} {g:.2} GiB", i.name)
+            } else {
+                format!("{} {:.1} MiB", i.name, i.bytes as f64 / (1024.0 * 1024.0))
+            }
+        })
         .collect::<Vec<_>>()
         .join(", ")
 }

@@ -500,7 +500,7 @@ impl Cfg<'_> {
 fn opt(c: &Cfg, name: &str) -> Result<ModelSpec> {
     let hidden = c.u32(&["hidden_size"], "the model width, e.g. 4096")?;
     let heads = c.u32(&["num_attention_heads"], "query heads")?;
-    let head_dim = if heads > 0 { hidden / heads } else { 0 };
+    let head_dim = hidden.checked_div(heads).unwrap_or(0);
     let embed_proj = c.opt_u32(&["word_embed_proj_dim"])?.unwrap_or(hidden);
     let max_pos = c.u32(&["max_position_embeddings"], "e.g. 2048")?;
     let bias = c.bool_or("enable_bias", true)?;
@@ -598,7 +598,7 @@ fn falcon(c: &Cfg, name: &str) -> Result<ModelSpec> {
         num_kv_heads: kv_heads,
         head_dim: c
             .opt_u32(&["head_dim"])?
-            .unwrap_or(if heads > 0 { hidden / heads } else { 0 }),
+            .unwrap_or(hidden.checked_div(heads).unwrap_or(0)),
         ffn_dim: ffn,
         vocab: c.u32(&["vocab_size"], "e.g. 65024")?,
         max_position: c.opt_u32(&["max_position_embeddings"])?.unwrap_or(2048),

@@ -378,12 +378,14 @@ pub fn kvpr_splits(
         .collect()
 }
 
-/// Peak memory of a strategy.
+/// Peak memory of a strategy. `recompute_activations`: KVPR keeps layer inputs for
+/// recomputation (only when some step recomputes).
 pub fn memory_plan(
     m: &ModelSpec,
     shape: &Shape,
     strategy: Strategy,
     weights_on_gpu: bool,
+    recompute_activations: bool,
 ) -> MemoryPlan {
     let p = m.dtype_bytes();
     let b = u64::from(shape.batch);
@@ -409,7 +411,7 @@ pub fn memory_plan(
     } else {
         mem.gpu("kv cache", shape.total_batch() * len * layers * kv_tok);
     }
-    if strategy == Strategy::Kvpr {
+    if recompute_activations {
         mem.gpu(
             "recompute activation buffers (2 x 1 GPU batch)",
             2 * b * len * h * p,
@@ -471,7 +473,26 @@ pub fn plan(
         model.name,
         hw.name
     );
-    let weights_on_gpu = match (strategy, options.weights) {
+    let kvpr = strategy == Strategy::Kvpr;
+    // Splits, whether any step recomputes, and the memory that needs, for one weight placement.
+    let decide = |weights_on_gpu: bool| -> Result<(Vec<StepSplit>, bool, MemoryPlan)> {
+        let splits = if kvpr {
+            kvpr_splits(
+                cost,
+                model,
+                shape,
+                weights_on_gpu,
+                options.host_memory,
+                options.split,
+            )?
+        } else {
+            Vec::new()
+        };
+        let keeps_x = splits.iter().any(|s| s.split.recompute_tokens > 0);
+        let memory = memory_plan(model, shape, strategy, weights_on_gpu, keeps_x);
+        Ok((splits, keeps_x, memory))
+    };
+    let (weights_on_gpu, (splits, keeps_x, memory)) = match (strategy, options.weights) {
         (Strategy::GpuOnly, WeightsPlacement::Offload) => {
             return Err(Error::invalid(
                 "--weights",
@@ -479,22 +500,27 @@ pub fn plan(
                 "gpu-only keeps everything on the GPU; use --strategy kvpr or full-transfer to offload",
             ));
         }
-        (Strategy::GpuOnly, _) | (_, WeightsPlacement::Gpu) => true,
-        (_, WeightsPlacement::Offload) => false,
+        (Strategy::GpuOnly, _) | (_, WeightsPlacement::Gpu) => (true, decide(true)?),
+        (_, WeightsPlacement::Offload) => (false, decide(false)?),
         (_, WeightsPlacement::Auto) => {
-            let resident = memory_plan(model, shape, strategy, true);
-            if fits(&resident, hw) {
-                true
+            let resident = decide(true)?;
+            if fits(&resident.2, hw) {
+                (true, resident)
             } else {
                 notes.push(format!(
                     "weights ({:.1} GiB) do not fit next to the KV buffers and activations: offloaded layer by layer (--weights auto)",
                     model.weight_bytes() as f64 / (1u64 << 30) as f64
                 ));
-                false
+                (false, decide(false)?)
             }
         }
     };
-    let memory = memory_plan(model, shape, strategy, weights_on_gpu);
+    if kvpr && !keeps_x {
+        notes.push(
+            "no decode step recomputes (l = 0 throughout): KVPR is plain KV transfer here, and no activations are kept for recomputation"
+                .into(),
+        );
+    }
     let gpu_advice = match (strategy, weights_on_gpu) {
         (Strategy::GpuOnly, _) => {
             "offload the KV cache (--strategy kvpr or full-transfer), or reduce --batch / --prompt / --gen"
@@ -510,23 +536,12 @@ pub fn plan(
         gpu_advice,
         "reduce --batch, --gpu-batches, --prompt or --gen, or raise host.ram_gib in a profile file",
     )?;
-    let splits = if strategy == Strategy::Kvpr {
-        kvpr_splits(
-            cost,
-            model,
-            shape,
-            weights_on_gpu,
-            options.host_memory,
-            options.split,
-        )?
-    } else {
-        Vec::new()
-    };
     let schedule = build_schedule(
         model,
         shape,
         strategy,
         weights_on_gpu,
+        keeps_x,
         options.host_memory,
         &splits,
     );
@@ -590,6 +605,7 @@ fn build_schedule(
     shape: &Shape,
     strategy: Strategy,
     weights_on_gpu: bool,
+    keeps_x: bool,
     host: HostMemory,
     splits: &[StepSplit],
 ) -> Schedule {
@@ -782,7 +798,7 @@ fn build_schedule(
                         gt,
                         &[Some(qkv)],
                     ));
-                    if kvpr {
+                    if keeps_x {
                         last_store_x[unit] = Some(sb.push(
                             d2h_op(new * h * p, Payload::RecomputeActivation),
                             d2h,

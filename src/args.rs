@@ -1,0 +1,246 @@
+//! Command-line arguments (clap derive). Option groups shared by several commands are separate
+//! structs flattened into each command.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::scenario::{RawOffload, RawScenario, RawWorkload};
+
+const ABOUT: &str = "Plan and simulate KV-cache offload and recomputation for LLM inference";
+
+const LONG_ABOUT: &str = "\
+kvplan answers, before you spend GPU-hours, how to move and recompute the KV cache of a model
+whose cache does not fit GPU memory: it plans KVPR (recompute part of the cache from activations
+while the rest crosses PCIe), plain KV offload and all-on-GPU, runs the plans on a calibrated
+discrete-event simulator, and reports latency, throughput, utilisation and traffic.
+
+Start with:
+  kvplan simulate --model opt-6.7b --hardware a100-40g-pcie4 --compare
+  kvplan plan kvpr --model opt-6.7b --hardware a100-40g-pcie4 --batch 64 --prompt 128 --gen 32
+  kvplan models        (model presets)      kvplan hardware      (GPU profiles)";
+
+/// The command line.
+#[derive(Debug, Parser)]
+#[command(name = "kvplan", version, about = ABOUT, long_about = LONG_ABOUT)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List model presets, or show one model (preset or config.json) in detail
+    Models(ModelsArgs),
+    /// List hardware presets, or print one preset's TOML with the source of every number
+    Hardware(HardwareArgs),
+    /// Show a planner's decisions (without simulating)
+    Plan {
+        /// Which planner.
+        #[command(subcommand)]
+        planner: PlanCommand,
+    },
+    /// Simulate a generation and report latency, throughput, GPU utilisation and PCIe traffic
+    #[command(long_about = SIMULATE_LONG)]
+    Simulate(SimulateArgs),
+}
+
+const SIMULATE_LONG: &str = "\
+Simulate one batch generation (prefill, then gen-1 decode steps) with a strategy:
+  kvpr           KV cache on the host; each step recomputes a prefix of it on the GPU from
+                 activations while the rest is transferred (split from a linear program)
+  full-transfer  KV cache on the host, all of it transferred every step (FlexGen, HF Accelerate)
+  gpu-only       everything resident on the GPU (fails if it does not fit)
+
+--gpu-batches k > 1 gives FlexGen's column-by-column order (k GPU batches share one weight load
+per layer; the effective batch is batch x k). --compare runs every strategy side by side.
+
+The JSON object (--format json) has at least: strategy, decode_latency_s,
+decode_throughput_tok_s (= batch*gpu_batches*(gen-1)/decode_latency_s, as the KVPR paper reports
+it), gpu_busy_fraction (decode phase), h2d_bytes, d2h_bytes, peak_gpu_bytes, peak_host_bytes.
+
+A scenario TOML file can replace the flags (flags override it):
+  model = \"opt-6.7b\"
+  hardware = \"a100-40g-pcie4\"
+  strategy = \"kvpr\"
+  [workload]
+  batch = 64
+  prompt = 128
+  gen = 32
+  [offload]
+  weights = \"auto\"       # auto | gpu | offload
+  host_memory = \"pinned\" # pinned | pageable
+  split = \"auto\"         # auto | recomputed tokens per step";
+
+/// Planners.
+#[derive(Debug, Subcommand)]
+pub enum PlanCommand {
+    /// KVPR: the recompute/transfer split for every decode step, and why
+    Kvpr(PlanArgs),
+}
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Aligned text for people.
+    Table,
+    /// One JSON document for programs and notebooks.
+    Json,
+    /// CSV with a header row.
+    Csv,
+}
+
+/// `--format`.
+#[derive(Debug, Args)]
+pub struct OutputArgs {
+    /// Output format
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+/// The model, the hardware and an optional scenario file.
+#[derive(Debug, Args)]
+pub struct ScenarioArgs {
+    /// Scenario TOML file; flags given as well override its fields
+    #[arg(value_name = "SCENARIO")]
+    pub scenario: Option<PathBuf>,
+    /// Model preset (see `kvplan models`) or path to a Hugging Face config.json
+    #[arg(long, value_name = "NAME|PATH")]
+    pub model: Option<String>,
+    /// Hardware preset (see `kvplan hardware`) or path to a profile TOML
+    #[arg(long, value_name = "NAME|PATH")]
+    pub hardware: Option<String>,
+    /// Serving dtype, overriding the model's (fp16, bf16, fp32)
+    #[arg(long, value_name = "DTYPE")]
+    pub dtype: Option<String>,
+}
+
+/// The batch being generated.
+#[derive(Debug, Args)]
+pub struct WorkloadArgs {
+    /// Sequences per GPU batch [default: 64]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub batch: Option<i64>,
+    /// GPU batches sharing one weight load per layer (>1: column-by-column order) [default: 1]
+    #[arg(long, value_name = "K", allow_negative_numbers = true)]
+    pub gpu_batches: Option<i64>,
+    /// Prompt tokens per sequence [default: 128]
+    #[arg(long, value_name = "TOKENS", allow_negative_numbers = true)]
+    pub prompt: Option<i64>,
+    /// Tokens generated per sequence, the first by prefill [default: 32]
+    #[arg(long = "gen", value_name = "TOKENS", allow_negative_numbers = true)]
+    pub gen_len: Option<i64>,
+}
+
+/// Offload options.
+#[derive(Debug, Args)]
+pub struct OffloadArgs {
+    /// Where the weights live: auto (GPU if they fit), gpu, offload [default: auto]
+    #[arg(long, value_name = "PLACE")]
+    pub weights: Option<String>,
+    /// Host memory of the offloaded data: pinned or pageable [default: pinned]
+    #[arg(long, value_name = "KIND")]
+    pub host_memory: Option<String>,
+    /// KVPR split: auto (LP optimum per step) or a fixed number of recomputed tokens [default: auto]
+    #[arg(long, value_name = "auto|TOKENS", allow_hyphen_values = true)]
+    pub split: Option<String>,
+}
+
+/// `kvplan models`.
+#[derive(Debug, Args)]
+pub struct ModelsArgs {
+    /// A preset name or config.json path to show in detail
+    pub model: Option<String>,
+    /// Output
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `kvplan hardware`.
+#[derive(Debug, Args)]
+pub struct HardwareArgs {
+    /// A preset name or profile TOML path to show (a preset prints as commented TOML)
+    pub hardware: Option<String>,
+    /// Output
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `kvplan plan kvpr`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// Model, hardware, scenario
+    #[command(flatten)]
+    pub scenario: ScenarioArgs,
+    /// Workload
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    /// Offload options
+    #[command(flatten)]
+    pub offload: OffloadArgs,
+    /// Output
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `kvplan simulate`.
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// Model, hardware, scenario
+    #[command(flatten)]
+    pub scenario: ScenarioArgs,
+    /// Strategy: kvpr, full-transfer, gpu-only [default: kvpr]
+    #[arg(long, value_name = "NAME")]
+    pub strategy: Option<String>,
+    /// Run every strategy and print them side by side (ignores --strategy)
+    #[arg(long)]
+    pub compare: bool,
+    /// Workload
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    /// Offload options
+    #[command(flatten)]
+    pub offload: OffloadArgs,
+    /// Write the simulated timeline: Chrome trace JSON for Perfetto / chrome://tracing, or CSV
+    /// when FILE ends in .csv (one track per stream; with --compare, one process per strategy)
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+    /// Output
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+impl ScenarioArgs {
+    /// The scenario file (if any) overlaid with these flags and the given groups.
+    pub fn raw(
+        &self,
+        strategy: Option<String>,
+        workload: &WorkloadArgs,
+        offload: &OffloadArgs,
+    ) -> Result<RawScenario, crate::error::CliError> {
+        let base = match &self.scenario {
+            Some(p) => RawScenario::from_file(p)?,
+            None => RawScenario::default(),
+        };
+        let flags = RawScenario {
+            model: self.model.clone(),
+            hardware: self.hardware.clone(),
+            strategy,
+            dtype: self.dtype.clone(),
+            workload: RawWorkload {
+                batch: workload.batch,
+                gpu_batches: workload.gpu_batches,
+                prompt: workload.prompt,
+                gen_len: workload.gen_len,
+            },
+            offload: RawOffload {
+                weights: offload.weights.clone(),
+                host_memory: offload.host_memory.clone(),
+                split: offload.split.clone().map(toml::Value::String),
+            },
+        };
+        Ok(base.overlay(flags))
+    }
+}

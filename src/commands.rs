@@ -1,0 +1,722 @@
+//! The subcommands: load, call the planner and simulator, render. No modelling logic here.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use kvplan_planner::plan::{Plan, Strategy, plan};
+use kvplan_planner::report::RunReport;
+use kvplan_planner::schedule::Category;
+use kvplan_planner::timeline::{Run, write_chrome_trace, write_csv};
+use kvplan_planner::{CostModel, HardwareProfile, ModelSpec, Timeline};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::args::{Format, HardwareArgs, ModelsArgs, PlanArgs, SimulateArgs};
+use crate::error::CliError;
+use crate::render::{Table, gib, pct, secs, write_atomically};
+use crate::scenario::Scenario;
+
+/// Text for stdout.
+pub type Output = String;
+
+fn json_line<T: Serialize>(v: &T) -> Result<Output, CliError> {
+    let mut s = serde_json::to_string_pretty(v)
+        .map_err(|e| CliError::failure(format!("cannot render JSON: {e}")))?;
+    s.push('\n');
+    Ok(s)
+}
+
+fn csv_text(header: &[&str], rows: &[Vec<String>]) -> Result<Output, CliError> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let fail = |e: csv::Error| CliError::failure(format!("cannot render CSV: {e}"));
+    w.write_record(header).map_err(fail)?;
+    for r in rows {
+        w.write_record(r).map_err(fail)?;
+    }
+    let bytes = w
+        .into_inner()
+        .map_err(|e| CliError::failure(format!("cannot render CSV: {e}")))?;
+    Ok(String::from_utf8(bytes).expect("CSV of UTF-8 fields is UTF-8"))
+}
+
+// ---- models ----------------------------------------------------------------------------------
+
+#[derive(Serialize)]
+struct ModelRow<'a> {
+    #[serde(flatten)]
+    spec: &'a ModelSpec,
+    params: u64,
+    weight_bytes: u64,
+    kv_bytes_per_token: u64,
+}
+
+/// `kvplan models`.
+pub fn models(args: &ModelsArgs) -> Result<Output, CliError> {
+    let specs: Vec<ModelSpec> = match &args.model {
+        Some(m) => vec![ModelSpec::resolve(m)?],
+        None => ModelSpec::preset_names()
+            .iter()
+            .map(|n| ModelSpec::preset(n))
+            .collect::<Result<_, _>>()?,
+    };
+    let rows: Vec<ModelRow> = specs
+        .iter()
+        .map(|s| ModelRow {
+            spec: s,
+            params: s.params(),
+            weight_bytes: s.weight_bytes(),
+            kv_bytes_per_token: s.kv_bytes_per_token(),
+        })
+        .collect();
+    let header = [
+        "model", "family", "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab",
+        "dtype", "params", "weights", "kv/token",
+    ];
+    let cells = |r: &ModelRow| -> Vec<String> {
+        let s = r.spec;
+        vec![
+            s.name.clone(),
+            format!("{:?}", s.family).to_lowercase(),
+            s.num_layers.to_string(),
+            s.hidden.to_string(),
+            s.num_heads.to_string(),
+            s.num_kv_heads.to_string(),
+            s.head_dim.to_string(),
+            s.ffn_dim.to_string(),
+            s.vocab.to_string(),
+            s.dtype.to_string(),
+            format!("{:.2}B", r.params as f64 / 1e9),
+            gib(r.weight_bytes),
+            format!("{} KiB", r.kv_bytes_per_token / 1024),
+        ]
+    };
+    match args.output.format {
+        Format::Json => json_line(
+            &if args.model.is_some() {
+                serde_json::to_value(&rows[0])
+            } else {
+                serde_json::to_value(&rows)
+            }
+            .map_err(|e| CliError::failure(e.to_string()))?,
+        ),
+        Format::Csv => csv_text(&header, &rows.iter().map(cells).collect::<Vec<_>>()),
+        Format::Table => {
+            let mut t = Table::new(&header);
+            for r in &rows {
+                t.row(&cells(r));
+            }
+            let mut out = t.render();
+            if args.model.is_none() {
+                out.push_str(
+                    "\nAny Hugging Face config.json of the llama, mistral, qwen2, gemma2, opt or falcon\nfamilies works too: --model path/to/config.json\n",
+                );
+            }
+            Ok(out)
+        }
+    }
+}
+
+// ---- hardware --------------------------------------------------------------------------------
+
+/// `kvplan hardware`.
+pub fn hardware(args: &HardwareArgs) -> Result<Output, CliError> {
+    if let (Some(name), Format::Table) = (&args.hardware, args.output.format)
+        && let Ok(text) = HardwareProfile::preset_text(name)
+        && !name.ends_with(".toml")
+    {
+        // The preset file itself: every number with its source, ready to copy and edit.
+        return Ok(text.to_string());
+    }
+    let profiles: Vec<HardwareProfile> = match &args.hardware {
+        Some(h) => vec![HardwareProfile::resolve(h)?],
+        None => HardwareProfile::preset_names()
+            .iter()
+            .map(|n| HardwareProfile::preset(n))
+            .collect::<Result<_, _>>()?,
+    };
+    let header = [
+        "hardware",
+        "gpu",
+        "memory",
+        "mem GB/s",
+        "fp16 TFLOP/s",
+        "bf16 TFLOP/s",
+        "link",
+        "h2d pinned GB/s",
+        "d2h pinned GB/s",
+        "host RAM",
+    ];
+    let cells = |p: &HardwareProfile| -> Vec<String> {
+        vec![
+            p.name.clone(),
+            p.gpu.name.clone(),
+            gib(p.gpu.memory_bytes),
+            format!("{:.0}", p.gpu.mem_bandwidth / 1e9),
+            format!("{:.1}", p.gpu.peak_flops.fp16 / 1e12),
+            format!("{:.1}", p.gpu.peak_flops.bf16 / 1e12),
+            p.link.kind.clone(),
+            format!("{:.2}", p.link.h2d_pinned / 1e9),
+            format!("{:.2}", p.link.d2h_pinned / 1e9),
+            gib(p.host.ram_bytes),
+        ]
+    };
+    match args.output.format {
+        Format::Json => json_line(
+            &if args.hardware.is_some() {
+                serde_json::to_value(&profiles[0])
+            } else {
+                serde_json::to_value(&profiles)
+            }
+            .map_err(|e| CliError::failure(e.to_string()))?,
+        ),
+        Format::Csv => csv_text(&header, &profiles.iter().map(cells).collect::<Vec<_>>()),
+        Format::Table => {
+            let mut t = Table::new(&header);
+            for p in &profiles {
+                t.row(&cells(p));
+            }
+            let mut out = t.render();
+            if args.hardware.is_none() {
+                out.push_str(
+                    "\n`kvplan hardware NAME` prints a preset with the source of every number. To adapt one,\nwrite a TOML file with `base = \"NAME\"` and only the fields you change, e.g.\n  base = \"a100-40g-pcie4\"\n  [link]\n  h2d_pinned_gbps = 20.0\nand pass its path to --hardware.\n",
+                );
+            }
+            Ok(out)
+        }
+    }
+}
+
+// ---- plan kvpr -------------------------------------------------------------------------------
+
+fn describe(p: &Plan) -> String {
+    format!(
+        "{} on {}: batch {}{}, prompt {}, gen {} ({}, weights {}, {} host memory)",
+        p.model,
+        p.hardware,
+        p.shape.batch,
+        if p.shape.gpu_batches > 1 {
+            format!(" x {} GPU batches", p.shape.gpu_batches)
+        } else {
+            String::new()
+        },
+        p.shape.prompt,
+        p.shape.gen_len,
+        match p.order {
+            kvplan_planner::plan::Order::RowByRow => "row-by-row",
+            kvplan_planner::plan::Order::ColumnByColumn => "column-by-column",
+        },
+        if p.weights_on_gpu {
+            "on GPU"
+        } else {
+            "offloaded"
+        },
+        match p.host_memory {
+            kvplan_planner::schedule::HostMemory::Pinned => "pinned",
+            kvplan_planner::schedule::HostMemory::Pageable => "pageable",
+        }
+    )
+}
+
+/// `kvplan plan kvpr`.
+pub fn plan_kvpr(args: &PlanArgs) -> Result<Output, CliError> {
+    let sc = args
+        .scenario
+        .raw(Some("kvpr".into()), &args.workload, &args.offload)?
+        .resolve()?;
+    let cost = CostModel::new(&sc.hardware);
+    let p = plan(
+        &sc.model,
+        &sc.hardware,
+        &cost,
+        &sc.shape,
+        Strategy::Kvpr,
+        &sc.options,
+    )?;
+    let problem0 = kvplan_planner::plan::split_problem(
+        &cost,
+        &sc.model,
+        &sc.shape,
+        p.weights_on_gpu,
+        p.host_memory,
+        1,
+    );
+    let steps: Vec<serde_json::Value> = p
+        .splits
+        .iter()
+        .map(|s| {
+            json!({
+                "step": s.step,
+                "seq_len": s.seq_len,
+                "recompute_tokens": s.split.recompute_tokens,
+                "recompute_fraction": f64::from(s.split.recompute_tokens) / f64::from(s.seq_len.max(1)),
+                "layer_s": s.split.layer_s,
+                "transfer_only_layer_s": s.split.transfer_only_s,
+                "bound": s.split.bound,
+                "reason": s.split.reason,
+            })
+        })
+        .collect();
+    match args.output.format {
+        Format::Json => json_line(&json!({
+            "strategy": "kvpr",
+            "model": p.model,
+            "hardware": p.hardware,
+            "batch": p.shape.batch,
+            "gpu_batches": p.shape.gpu_batches,
+            "prompt": p.shape.prompt,
+            "gen": p.shape.gen_len,
+            "order": p.order,
+            "weights_on_gpu": p.weights_on_gpu,
+            "host_memory": p.host_memory,
+            "act_bytes_per_token_layer": sc.model.act_bytes_per_token_layer(),
+            "kv_bytes_per_token_layer": sc.model.kv_bytes_per_token_layer(),
+            "explanation": p.splits.first().map(|s| s.split.reason.explain(&problem0, &s.split)),
+            "memory": p.memory,
+            "peak_gpu_bytes": p.memory.gpu_bytes(),
+            "peak_host_bytes": p.memory.host_bytes(),
+            "steps": steps,
+            "notes": p.notes,
+        })),
+        Format::Csv => csv_text(
+            &[
+                "step",
+                "seq_len",
+                "recompute_tokens",
+                "recompute_fraction",
+                "layer_s",
+                "transfer_only_layer_s",
+                "bound",
+                "reason",
+            ],
+            &p.splits
+                .iter()
+                .map(|s| {
+                    vec![
+                        s.step.to_string(),
+                        s.seq_len.to_string(),
+                        s.split.recompute_tokens.to_string(),
+                        (f64::from(s.split.recompute_tokens) / f64::from(s.seq_len.max(1)))
+                            .to_string(),
+                        s.split.layer_s.to_string(),
+                        s.split.transfer_only_s.to_string(),
+                        serde_json::to_value(s.split.bound)
+                            .unwrap()
+                            .as_str()
+                            .unwrap()
+                            .to_string(),
+                        serde_json::to_value(s.split.reason)
+                            .unwrap()
+                            .as_str()
+                            .unwrap()
+                            .to_string(),
+                    ]
+                })
+                .collect::<Vec<_>>(),
+        ),
+        Format::Table => {
+            let mut out = String::new();
+            let _ = writeln!(out, "KVPR plan: {}", describe(&p));
+            let _ = writeln!(
+                out,
+                "per token and layer: activations {} B, K+V {} B (GQA group {})",
+                sc.model.act_bytes_per_token_layer(),
+                sc.model.kv_bytes_per_token_layer(),
+                sc.model.gqa_group()
+            );
+            if let Some(s) = p.splits.first() {
+                let _ = writeln!(
+                    out,
+                    "why (step 1): {}",
+                    s.split.reason.explain(&problem0, &s.split)
+                );
+            }
+            let _ = writeln!(
+                out,
+                "memory: GPU {} ({}), host {}",
+                gib(p.memory.gpu_bytes()),
+                p.memory
+                    .gpu
+                    .iter()
+                    .map(|i| format!("{} {}", i.name, gib(i.bytes)))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                gib(p.memory.host_bytes())
+            );
+            for n in &p.notes {
+                let _ = writeln!(out, "note: {n}");
+            }
+            out.push('\n');
+            let mut t = Table::new(&[
+                "step",
+                "s'",
+                "recompute l",
+                "l/s'",
+                "layer time",
+                "transfer-only",
+                "saved",
+                "bound",
+            ]);
+            for s in &p.splits {
+                let saved = 1.0 - s.split.layer_s / s.split.transfer_only_s;
+                t.row(&[
+                    s.step.to_string(),
+                    s.seq_len.to_string(),
+                    s.split.recompute_tokens.to_string(),
+                    pct(f64::from(s.split.recompute_tokens) / f64::from(s.seq_len.max(1))),
+                    secs(s.split.layer_s),
+                    secs(s.split.transfer_only_s),
+                    pct(saved),
+                    serde_json::to_value(s.split.bound)
+                        .unwrap()
+                        .as_str()
+                        .unwrap()
+                        .to_string(),
+                ]);
+            }
+            out.push_str(&t.render());
+            Ok(out)
+        }
+    }
+}
+
+// ---- simulate --------------------------------------------------------------------------------
+
+/// One line on KVPR's split across the decode steps, if the plan has splits.
+fn split_summary(p: &Plan) -> Option<String> {
+    let (first, last) = (p.splits.first()?, p.splits.last()?);
+    let frac = |s: &kvplan_planner::plan::StepSplit| {
+        pct(f64::from(s.split.recompute_tokens) / f64::from(s.seq_len.max(1)))
+    };
+    Some(format!(
+        "kvpr split: recompute {} of {} cached tokens per layer at step {} ({}) .. {} of {} at step {} ({}); `kvplan plan kvpr` shows every step and why",
+        first.split.recompute_tokens,
+        first.seq_len,
+        first.step,
+        frac(first),
+        last.split.recompute_tokens,
+        last.seq_len,
+        last.step,
+        frac(last)
+    ))
+}
+
+struct Simulated {
+    plan: Plan,
+    timeline: Timeline,
+    report: RunReport,
+}
+
+fn simulate_one(
+    sc: &Scenario,
+    cost: &CostModel,
+    strategy: Strategy,
+) -> Result<Simulated, CliError> {
+    let p = plan(
+        &sc.model,
+        &sc.hardware,
+        cost,
+        &sc.shape,
+        strategy,
+        &sc.options,
+    )?;
+    let timeline = kvplan_sim::simulate(&p.schedule, cost)?;
+    let report = RunReport::new(&p, &timeline, "simulated");
+    Ok(Simulated {
+        plan: p,
+        timeline,
+        report,
+    })
+}
+
+const CSV_FIELDS: [&str; 24] = [
+    "strategy",
+    "model",
+    "hardware",
+    "source",
+    "batch",
+    "gpu_batches",
+    "prompt",
+    "gen",
+    "weights_on_gpu",
+    "prefill_latency_s",
+    "decode_latency_s",
+    "decode_throughput_tok_s",
+    "total_latency_s",
+    "gpu_busy_fraction",
+    "gpu_idle_s",
+    "h2d_bytes",
+    "d2h_bytes",
+    "peak_gpu_bytes",
+    "peak_host_bytes",
+    "mean_recompute_fraction",
+    "load_weight_s",
+    "load_cache_s",
+    "load_activation_s",
+    "compute_s",
+];
+
+fn csv_row(r: &RunReport) -> Vec<String> {
+    let b = &r.decode_breakdown;
+    vec![
+        r.strategy.clone(),
+        r.model.clone(),
+        r.hardware.clone(),
+        r.source.clone(),
+        r.batch.to_string(),
+        r.gpu_batches.to_string(),
+        r.prompt.to_string(),
+        r.gen_len.to_string(),
+        r.weights_on_gpu.to_string(),
+        r.prefill_latency_s.to_string(),
+        r.decode_latency_s.to_string(),
+        r.decode_throughput_tok_s.to_string(),
+        r.total_latency_s.to_string(),
+        r.gpu_busy_fraction.to_string(),
+        r.gpu_idle_s.to_string(),
+        r.h2d_bytes.to_string(),
+        r.d2h_bytes.to_string(),
+        r.peak_gpu_bytes.to_string(),
+        r.peak_host_bytes.to_string(),
+        r.mean_recompute_fraction.to_string(),
+        b.load_weight_s.to_string(),
+        b.load_cache_s.to_string(),
+        b.load_activation_s.to_string(),
+        b.compute_s.to_string(),
+    ]
+}
+
+fn metric_rows(r: &RunReport) -> Vec<(&'static str, String)> {
+    let b = &r.decode_breakdown;
+    let mut v = vec![
+        ("prefill latency", secs(r.prefill_latency_s)),
+        ("decode latency", secs(r.decode_latency_s)),
+        (
+            "decode throughput",
+            format!("{:.1} tok/s", r.decode_throughput_tok_s),
+        ),
+        ("GPU busy (decode)", pct(r.gpu_busy_fraction)),
+        ("GPU idle (decode)", secs(r.gpu_idle_s)),
+        ("recomputed (mean l/s')", pct(r.mean_recompute_fraction)),
+        ("H2D traffic", gib(r.h2d_bytes)),
+        ("D2H traffic", gib(r.d2h_bytes)),
+        ("peak GPU memory", gib(r.peak_gpu_bytes)),
+        ("peak host memory", gib(r.peak_host_bytes)),
+    ];
+    for c in Category::ALL {
+        let secs_ = b.get(c);
+        if secs_ > 0.0 || matches!(c, Category::Compute) {
+            let name: &'static str = match c {
+                Category::LoadWeight => "decode load-weight",
+                Category::LoadCache => "decode load-cache",
+                Category::LoadActivation => "decode load-activation",
+                Category::Compute => "decode compute",
+                Category::StoreCache => "decode store-cache",
+                Category::StoreActivation => "decode store-activation",
+                Category::PeerTransfer => "decode peer-transfer",
+            };
+            v.push((name, secs(secs_)));
+        }
+    }
+    v.push(("schedule ops", r.ops.to_string()));
+    v
+}
+
+fn write_trace(path: &Path, runs: &[&Simulated]) -> Result<(), CliError> {
+    let runs: Vec<Run> = runs
+        .iter()
+        .map(|s| Run {
+            name: s.plan.strategy.as_str(),
+            schedule: &s.plan.schedule,
+            timeline: &s.timeline,
+        })
+        .collect();
+    let csv = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
+    write_atomically(path, "--trace", |w| {
+        if csv {
+            write_csv(&runs, w)
+        } else {
+            write_chrome_trace(&runs, w)
+        }
+    })
+}
+
+/// `kvplan simulate`.
+pub fn simulate(args: &SimulateArgs) -> Result<Output, CliError> {
+    let raw = args
+        .scenario
+        .raw(args.strategy.clone(), &args.workload, &args.offload)?;
+    let sc = raw.resolve()?;
+    let cost = CostModel::new(&sc.hardware);
+    if !args.compare {
+        let s = simulate_one(&sc, &cost, sc.strategy)?;
+        if let Some(path) = &args.trace {
+            write_trace(path, &[&s])?;
+        }
+        let r = &s.report;
+        return match args.output.format {
+            Format::Json => json_line(r),
+            Format::Csv => csv_text(&CSV_FIELDS, &[csv_row(r)]),
+            Format::Table => {
+                let mut out = String::new();
+                let _ = writeln!(out, "{} (simulated): {}", r.strategy, describe(&s.plan));
+                let mut t = Table::new(&["metric", "value"]);
+                for (k, v) in metric_rows(r) {
+                    t.row(&[k.to_string(), v]);
+                }
+                out.push_str(&t.render());
+                if let Some(line) = split_summary(&s.plan) {
+                    let _ = writeln!(out, "{line}");
+                }
+                for n in &r.notes {
+                    let _ = writeln!(out, "note: {n}");
+                }
+                if let Some(path) = &args.trace {
+                    let _ = writeln!(
+                        out,
+                        "timeline written to {} (open in https://ui.perfetto.dev)",
+                        path.display()
+                    );
+                }
+                Ok(out)
+            }
+        };
+    }
+
+    // --compare: every strategy; those that cannot run are reported, not fatal.
+    let mut done: Vec<Simulated> = Vec::new();
+    let mut skipped: Vec<(Strategy, CliError)> = Vec::new();
+    for st in Strategy::ALL {
+        // gpu-only has no placement choice: everything is resident, or it does not fit.
+        let mut sc_st = sc.clone();
+        if st == Strategy::GpuOnly {
+            sc_st.options.weights = kvplan_planner::plan::WeightsPlacement::Gpu;
+        }
+        match simulate_one(&sc_st, &cost, st) {
+            Ok(s) => done.push(s),
+            Err(e) if e.code == crate::error::EXIT_INPUT => skipped.push((st, e)),
+            Err(e) => return Err(e),
+        }
+    }
+    if done.is_empty() {
+        let msgs: Vec<String> = skipped
+            .iter()
+            .map(|(s, e)| format!("{}: {}", s.as_str(), e.message))
+            .collect();
+        return Err(CliError::input(format!(
+            "no strategy can run this scenario; {}",
+            msgs.join("; ")
+        )));
+    }
+    if let Some(path) = &args.trace {
+        write_trace(path, &done.iter().collect::<Vec<_>>())?;
+    }
+    let find = |st: Strategy| {
+        done.iter()
+            .find(|s| s.plan.strategy == st)
+            .map(|s| &s.report)
+    };
+    let vs_full = match (find(Strategy::Kvpr), find(Strategy::FullTransfer)) {
+        (Some(k), Some(f)) if f.decode_latency_s > 0.0 => Some((
+            k.decode_latency_s / f.decode_latency_s,
+            k.decode_throughput_tok_s / f.decode_throughput_tok_s,
+        )),
+        _ => None,
+    };
+    match args.output.format {
+        Format::Json => json_line(&json!({
+            "model": sc.model.name,
+            "hardware": sc.hardware.name,
+            "batch": sc.shape.batch,
+            "gpu_batches": sc.shape.gpu_batches,
+            "prompt": sc.shape.prompt,
+            "gen": sc.shape.gen_len,
+            "results": done.iter().map(|s| &s.report).collect::<Vec<_>>(),
+            "skipped": skipped.iter().map(|(s, e)| json!({"strategy": s.as_str(), "reason": e.message})).collect::<Vec<_>>(),
+            "kvpr_vs_full_transfer": vs_full.map(|(l, t)| json!({"decode_latency_ratio": l, "throughput_ratio": t})),
+        })),
+        Format::Csv => csv_text(
+            &CSV_FIELDS,
+            &done.iter().map(|s| csv_row(&s.report)).collect::<Vec<_>>(),
+        ),
+        Format::Table => {
+            let mut out = String::new();
+            let _ = writeln!(
+                out,
+                "compare (simulated): {}",
+                describe(&done[0].plan).replacen(
+                    if done[0].plan.weights_on_gpu {
+                        ", weights on GPU"
+                    } else {
+                        ", weights offloaded"
+                    },
+                    "",
+                    1
+                )
+            );
+            let mut header = vec!["metric".to_string()];
+            header.extend(done.iter().map(|s| s.report.strategy.clone()));
+            let mut t = Table::new(&header);
+            let columns: Vec<Vec<(&str, String)>> =
+                done.iter().map(|s| metric_rows(&s.report)).collect();
+            let mut names: Vec<&str> = Vec::new();
+            for c in &columns {
+                for (k, _) in c {
+                    if !names.contains(k) {
+                        names.push(k);
+                    }
+                }
+            }
+            let weights_row: Vec<String> = std::iter::once("weights".to_string())
+                .chain(done.iter().map(|s| {
+                    if s.plan.weights_on_gpu {
+                        "GPU".into()
+                    } else {
+                        "offloaded".into()
+                    }
+                }))
+                .collect();
+            t.row(&weights_row);
+            for name in names {
+                let mut row = vec![name.to_string()];
+                for c in &columns {
+                    row.push(
+                        c.iter()
+                            .find(|(k, _)| *k == name)
+                            .map(|(_, v)| v.clone())
+                            .unwrap_or_else(|| "-".into()),
+                    );
+                }
+                t.row(&row);
+            }
+            out.push_str(&t.render());
+            if let Some((l, tp)) = vs_full {
+                let _ = writeln!(
+                    out,
+                    "kvpr vs full-transfer: decode latency x{l:.3} ({} lower), throughput x{tp:.3}",
+                    pct(1.0 - l)
+                );
+            }
+            if let Some(line) = done.iter().find_map(|s| split_summary(&s.plan)) {
+                let _ = writeln!(out, "{line}");
+            }
+            for (s, e) in &skipped {
+                let _ = writeln!(out, "{}: not run: {}", s.as_str(), e.message);
+            }
+            for s in &done {
+                for n in &s.report.notes {
+                    let _ = writeln!(out, "note ({}): {n}", s.report.strategy);
+                }
+            }
+            if let Some(path) = &args.trace {
+                let _ = writeln!(
+                    out,
+                    "timelines written to {} (one process per strategy; open in https://ui.perfetto.dev)",
+                    path.display()
+                );
+            }
+            Ok(out)
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! The binary's error: a one-line message and an exit code.
+
+/// Exit code for bad input (unknown names, malformed files, impossible sizes, plans that do not
+/// fit). clap uses the same code for malformed flags.
+pub const EXIT_INPUT: i32 = 2;
+/// Exit code for failures that are not the input's fault (I/O while writing, solver failure).
+pub const EXIT_FAILURE: i32 = 1;
+
+/// An error on its way to the user.
+#[derive(Debug)]
+pub struct CliError {
+    /// Exit code.
+    pub code: i32,
+    /// One line, without the `error: ` prefix.
+    pub message: String,
+}
+
+impl CliError {
+    /// Bad input (exit code 2).
+    pub fn input(message: impl Into<String>) -> Self {
+        CliError {
+            code: EXIT_INPUT,
+            message: message.into(),
+        }
+    }
+
+    /// A failure (exit code 1).
+    pub fn failure(message: impl Into<String>) -> Self {
+        CliError {
+            code: EXIT_FAILURE,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<kvplan_planner::Error> for CliError {
+    fn from(e: kvplan_planner::Error) -> Self {
+        let code = if e.is_input_error() {
+            EXIT_INPUT
+        } else {
+            EXIT_FAILURE
+        };
+        CliError {
+            code,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<kvplan_sim::Error> for CliError {
+    fn from(e: kvplan_sim::Error) -> Self {
+        CliError::failure(format!("simulation failed: {e}"))
+    }
+}

@@ -1,0 +1,301 @@
+//! The invocations other tools rely on (issue: "these exact invocations must work").
+
+use crate::common::{TempDir, ok, root, run, run_in};
+use serde_json::Value;
+
+const REQUIRED: [&str; 8] = [
+    "strategy",
+    "decode_latency_s",
+    "decode_throughput_tok_s",
+    "gpu_busy_fraction",
+    "h2d_bytes",
+    "d2h_bytes",
+    "peak_gpu_bytes",
+    "peak_host_bytes",
+];
+
+fn check_report(v: &Value, strategy: &str, batch: f64, gen_len: f64) {
+    for f in REQUIRED {
+        assert!(v.get(f).is_some(), "missing field {f} in {v}");
+    }
+    assert_eq!(v["strategy"], strategy);
+    let lat = v["decode_latency_s"].as_f64().unwrap();
+    let tput = v["decode_throughput_tok_s"].as_f64().unwrap();
+    assert!(lat > 0.0);
+    // Throughput as the KVPR paper reports it: batch * (gen - 1) / decode latency.
+    assert!(
+        (tput - batch * (gen_len - 1.0) / lat).abs() / tput < 1e-12,
+        "{tput} vs {lat}"
+    );
+    let busy = v["gpu_busy_fraction"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&busy));
+    assert!(v["peak_gpu_bytes"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn kvpr_and_full_transfer_json_on_the_paper_setting() {
+    let base = [
+        "simulate",
+        "--model",
+        "opt-6.7b",
+        "--hardware",
+        "a100-40g-pcie4",
+        "--batch",
+        "64",
+        "--prompt",
+        "128",
+        "--gen",
+        "32",
+        "--format",
+        "json",
+    ];
+    let mut k = base.to_vec();
+    k.extend(["--strategy", "kvpr"]);
+    let kv: Value = serde_json::from_str(&ok(&run(&k))).unwrap();
+    check_report(&kv, "kvpr", 64.0, 32.0);
+    let mut f = base.to_vec();
+    f.extend(["--strategy", "full-transfer"]);
+    let ft: Value = serde_json::from_str(&ok(&run(&f))).unwrap();
+    check_report(&ft, "full-transfer", 64.0, 32.0);
+    // KVPR moves fewer bytes host->device and is faster on this MHA model.
+    assert!(kv["h2d_bytes"].as_u64() < ft["h2d_bytes"].as_u64());
+    assert!(kv["decode_latency_s"].as_f64() < ft["decode_latency_s"].as_f64());
+    // ... and keeps activations on the host for recomputation.
+    assert!(kv["peak_host_bytes"].as_u64() > ft["peak_host_bytes"].as_u64());
+}
+
+#[test]
+fn config_json_and_profile_file_with_trace() {
+    let dir = TempDir::new("contract3");
+    std::fs::copy(
+        root().join("planner/models/llama-2-7b.json"),
+        dir.path().join("config.json"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("my-profile.toml"),
+        "base = \"a100-40g-pcie4\"\n[link]\nh2d_pinned_gbps = 20.0\n",
+    )
+    .unwrap();
+    let out = run_in(
+        dir.path(),
+        &[
+            "simulate",
+            "--model",
+            "./config.json",
+            "--hardware",
+            "my-profile.toml",
+            "--strategy",
+            "kvpr",
+            "--batch",
+            "8",
+            "--prompt",
+            "512",
+            "--gen",
+            "16",
+            "--trace",
+            "out.json",
+        ],
+    );
+    let text = ok(&out);
+    assert!(
+        text.contains("kvpr (simulated): ./config.json on my-profile"),
+        "{text}"
+    );
+    let trace: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("out.json")).unwrap()).unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    // Metadata names the three streams; every op is a complete event with a duration.
+    let threads: Vec<&str> = events
+        .iter()
+        .filter(|e| e["name"] == "thread_name")
+        .map(|e| e["args"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(threads, ["gpu0.compute", "gpu0.h2d", "gpu0.d2h"]);
+    let ops: Vec<&Value> = events.iter().filter(|e| e["ph"] == "X").collect();
+    assert!(ops.len() > 1000);
+    assert!(
+        ops.iter()
+            .all(|e| e["dur"].as_f64().unwrap() >= 0.0 && e["ts"].as_f64().unwrap() >= 0.0)
+    );
+    assert!(ops.iter().any(|e| e["name"] == "recompute_kv"));
+    // Only out.json and the two inputs: no temporary file left behind.
+    assert_eq!(dir.files(), ["config.json", "my-profile.toml", "out.json"]);
+}
+
+#[test]
+fn compare_json_lists_every_strategy_and_the_ratio() {
+    let out = run(&[
+        "simulate",
+        "scenarios/opt-6.7b-a100-latency.toml",
+        "--compare",
+        "--format",
+        "json",
+    ]);
+    let v: Value = serde_json::from_str(&ok(&out)).unwrap();
+    let names: Vec<&str> = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["strategy"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["kvpr", "full-transfer", "gpu-only"]);
+    let ratio = v["kvpr_vs_full_transfer"]["decode_latency_ratio"]
+        .as_f64()
+        .unwrap();
+    let k = v["results"][0]["decode_latency_s"].as_f64().unwrap();
+    let f = v["results"][1]["decode_latency_s"].as_f64().unwrap();
+    assert!((ratio - k / f).abs() < 1e-12);
+}
+
+#[test]
+fn compare_reports_strategies_that_do_not_fit_without_failing() {
+    let out = run(&[
+        "simulate",
+        "scenarios/opt-30b-a100-throughput.toml",
+        "--compare",
+        "--gen",
+        "3",
+        "--format",
+        "json",
+    ]);
+    let v: Value = serde_json::from_str(&ok(&out)).unwrap();
+    assert_eq!(v["results"].as_array().unwrap().len(), 2);
+    assert_eq!(v["skipped"][0]["strategy"], "gpu-only");
+    assert!(
+        v["skipped"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("short by")
+    );
+    // Weights offloaded and 8 GPU batches: throughput counts all of them.
+    let r = &v["results"][0];
+    assert_eq!(r["weights_on_gpu"], false);
+    assert_eq!(r["order"], "column-by-column");
+    let tput = r["decode_throughput_tok_s"].as_f64().unwrap();
+    let lat = r["decode_latency_s"].as_f64().unwrap();
+    assert!((tput - 32.0 * 8.0 * 2.0 / lat).abs() / tput < 1e-12);
+}
+
+#[test]
+fn plan_kvpr_explains_mha_and_gqa() {
+    let mha: Value = serde_json::from_str(&ok(&run(&[
+        "plan",
+        "kvpr",
+        "--model",
+        "opt-6.7b",
+        "--hardware",
+        "a100-40g-pcie4",
+        "--gen",
+        "5",
+        "--format",
+        "json",
+    ])))
+    .unwrap();
+    let steps = mha["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 4);
+    for s in steps {
+        let l = s["recompute_tokens"].as_u64().unwrap();
+        assert!(l > 0 && l < s["seq_len"].as_u64().unwrap());
+        assert!(s["layer_s"].as_f64() < s["transfer_only_layer_s"].as_f64());
+    }
+    let gqa = ok(&run(&[
+        "plan",
+        "kvpr",
+        "--model",
+        "llama-3-8b",
+        "--hardware",
+        "a100-40g-pcie4",
+        "--gen",
+        "3",
+    ]));
+    assert!(
+        gqa.contains("grouped-query") && gqa.contains("l = 0"),
+        "{gqa}"
+    );
+    assert!(gqa.contains("note: no decode step recomputes"), "{gqa}");
+}
+
+#[test]
+fn csv_trace_and_csv_output() {
+    let dir = TempDir::new("csvtrace");
+    let trace = dir.path().join("t.csv");
+    let out = run(&[
+        "simulate",
+        "--model",
+        "opt-125m",
+        "--hardware",
+        "t4",
+        "--batch",
+        "2",
+        "--prompt",
+        "16",
+        "--gen",
+        "3",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--format",
+        "csv",
+    ]);
+    let text = ok(&out);
+    let mut rdr = csv::Reader::from_reader(text.as_bytes());
+    let header: Vec<String> = rdr.headers().unwrap().iter().map(String::from).collect();
+    assert_eq!(header[0], "strategy");
+    let records: Vec<csv::StringRecord> = rdr.records().map(Result::unwrap).collect();
+    assert_eq!(records.len(), 1);
+    let ops_col = header.iter().position(|h| h == "decode_latency_s").unwrap();
+    assert!(records[0][ops_col].parse::<f64>().unwrap() > 0.0);
+    let json: Value = serde_json::from_str(&ok(&run(&[
+        "simulate",
+        "--model",
+        "opt-125m",
+        "--hardware",
+        "t4",
+        "--batch",
+        "2",
+        "--prompt",
+        "16",
+        "--gen",
+        "3",
+        "--format",
+        "json",
+    ])))
+    .unwrap();
+    let mut t = csv::Reader::from_path(&trace).unwrap();
+    let h: Vec<String> = t.headers().unwrap().iter().map(String::from).collect();
+    assert_eq!(&h[..4], ["run", "op", "stream", "device"]);
+    let rows: Vec<csv::StringRecord> = t.records().map(Result::unwrap).collect();
+    // One row per op of the schedule, ops numbered 0.. in order.
+    assert_eq!(rows.len() as u64, json["ops"].as_u64().unwrap());
+    assert!(rows.iter().enumerate().all(|(i, r)| r[1] == i.to_string()));
+    let (start, end) = (
+        h.iter().position(|c| c == "start_s").unwrap(),
+        h.iter().position(|c| c == "end_s").unwrap(),
+    );
+    assert!(
+        rows.iter()
+            .all(|r| r[start].parse::<f64>().unwrap() <= r[end].parse::<f64>().unwrap())
+    );
+}
+
+#[test]
+fn models_and_hardware_listings() {
+    let m = ok(&run(&["models"]));
+    for name in [
+        "opt-6.7b",
+        "llama-3-70b",
+        "gemma-2-9b",
+        "falcon-7b",
+        "yarn-llama-2-7b",
+    ] {
+        assert!(m.contains(name), "{name} missing from `kvplan models`");
+    }
+    let j: Value =
+        serde_json::from_str(&ok(&run(&["models", "llama-3-8b", "--format", "json"]))).unwrap();
+    assert_eq!(j["num_kv_heads"], 8);
+    assert_eq!(j["params"], 8_030_261_248u64);
+    let h = ok(&run(&["hardware"]));
+    assert!(h.contains("a100-40g-pcie4") && h.contains("quadro-rtx-5000"));
+    let toml_text = ok(&run(&["hardware", "a100-40g-pcie4"]));
+    assert!(toml_text.contains("h2d_pinned_gbps = 24.5") && toml_text.contains("vLLM"));
+}

@@ -1,0 +1,281 @@
+//! Bad input: one line on stderr naming the field, exit code 2, nothing on stdout, no output file.
+
+use std::process::Output;
+
+use crate::common::{TempDir, run_in};
+
+fn expect_input_error(out: &Output, needles: &[&str]) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
+    assert_eq!(err.lines().count(), 1, "not one line: {err}");
+    assert!(err.starts_with("error: "), "{err}");
+    for n in needles {
+        assert!(err.contains(n), "missing '{n}' in: {err}");
+    }
+    assert!(
+        out.stdout.is_empty(),
+        "stdout: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    err
+}
+
+/// Runs a simulate that must fail in a fresh directory with `--trace`, and checks no file appears.
+fn simulate_fails(name: &str, setup: &[(&str, &str)], args: &[&str], needles: &[&str]) {
+    let dir = TempDir::new(name);
+    for (f, text) in setup {
+        std::fs::write(dir.path().join(f), text).unwrap();
+    }
+    let before = dir.files();
+    let mut a = vec!["simulate"];
+    a.extend_from_slice(args);
+    a.extend(["--trace", "trace.json"]);
+    let out = run_in(dir.path(), &a);
+    expect_input_error(&out, needles);
+    assert_eq!(dir.files(), before, "an output file was written");
+}
+
+const OK: [&str; 4] = ["--model", "opt-1.3b", "--hardware", "a100-40g-pcie4"];
+
+fn with(extra: &[&'static str]) -> Vec<&'static str> {
+    let mut v = OK.to_vec();
+    v.extend_from_slice(extra);
+    v
+}
+
+#[test]
+fn unknown_model_lists_presets() {
+    simulate_fails(
+        "unk-model",
+        &[],
+        &["--model", "opt-7b", "--hardware", "t4"],
+        &["unknown model 'opt-7b'", "opt-6.7b", "config.json"],
+    );
+}
+
+#[test]
+fn unknown_hardware_lists_presets() {
+    simulate_fails(
+        "unk-hw",
+        &[],
+        &["--model", "opt-125m", "--hardware", "a200"],
+        &["unknown hardware 'a200'", "h100-sxm"],
+    );
+}
+
+#[test]
+fn missing_model_names_the_flag() {
+    simulate_fails(
+        "no-model",
+        &[],
+        &["--hardware", "t4"],
+        &["--model is required"],
+    );
+}
+
+#[test]
+fn zero_and_negative_sizes() {
+    simulate_fails(
+        "zero-batch",
+        &[],
+        &with(&["--batch", "0"]),
+        &["--batch", "got 0"],
+    );
+    simulate_fails(
+        "neg-prompt",
+        &[],
+        &with(&["--prompt", "-5"]),
+        &["--prompt", "got -5"],
+    );
+    simulate_fails("zero-gen", &[], &with(&["--gen", "0"]), &["--gen"]);
+    simulate_fails(
+        "zero-k",
+        &[],
+        &with(&["--gpu-batches", "0"]),
+        &["--gpu-batches"],
+    );
+    simulate_fails("word-batch", &[], &with(&["--batch", "many"]), &["--batch"]);
+}
+
+#[test]
+fn unknown_choices() {
+    simulate_fails(
+        "bad-strategy",
+        &[],
+        &with(&["--strategy", "magic"]),
+        &["--strategy", "magic", "full-transfer"],
+    );
+    simulate_fails(
+        "bad-weights",
+        &[],
+        &with(&["--weights", "cpu"]),
+        &["--weights", "auto, gpu or offload"],
+    );
+    simulate_fails("bad-split", &[], &with(&["--split", "-3"]), &["--split"]);
+    simulate_fails(
+        "bad-dtype",
+        &[],
+        &with(&["--dtype", "fp8"]),
+        &["--dtype", "fp8"],
+    );
+    simulate_fails(
+        "bad-flag",
+        &[],
+        &with(&["--batchsize", "4"]),
+        &["--batchsize"],
+    );
+}
+
+#[test]
+fn malformed_scenario_toml() {
+    simulate_fails(
+        "bad-scn",
+        &[("s.toml", "model = \"opt-125m\"\n[workload\nbatch = 1\n")],
+        &["s.toml"],
+        &["s.toml", "line 2"],
+    );
+    simulate_fails(
+        "unk-field",
+        &[(
+            "s.toml",
+            "model = \"opt-125m\"\nhardware = \"t4\"\n[workload]\nbatchsize = 1\n",
+        )],
+        &["s.toml"],
+        &["s.toml", "batchsize"],
+    );
+    simulate_fails(
+        "neg-scn",
+        &[(
+            "s.toml",
+            "model = \"opt-125m\"\nhardware = \"t4\"\n[workload]\nbatch = -2\n",
+        )],
+        &["s.toml"],
+        &["workload.batch", "got -2"],
+    );
+    simulate_fails("no-scn", &[], &["missing.toml"], &["missing.toml"]);
+}
+
+#[test]
+fn malformed_config_json() {
+    simulate_fails(
+        "bad-json",
+        &[("config.json", "{\"model_type\": \"llama\",")],
+        &["--model", "config.json", "--hardware", "t4"],
+        &["config.json"],
+    );
+    simulate_fails(
+        "bert",
+        &[("config.json", "{\"model_type\": \"bert\"}")],
+        &["--model", "config.json", "--hardware", "t4"],
+        &["unsupported model_type 'bert'"],
+    );
+    simulate_fails(
+        "no-field",
+        &[(
+            "config.json",
+            "{\"model_type\":\"opt\",\"hidden_size\":64,\"num_attention_heads\":4,\"num_hidden_layers\":2,\"vocab_size\":100,\"max_position_embeddings\":64}",
+        )],
+        &["--model", "config.json", "--hardware", "t4"],
+        &["missing field `ffn_dim`"],
+    );
+}
+
+#[test]
+fn malformed_profile_toml() {
+    simulate_fails(
+        "bad-prof",
+        &[("p.toml", "base = \"t4\"\n[link\n")],
+        &["--model", "opt-125m", "--hardware", "p.toml"],
+        &["p.toml", "line 2"],
+    );
+    simulate_fails(
+        "neg-prof",
+        &[("p.toml", "base = \"t4\"\n[gpu]\nhbm_gbps = -1\n")],
+        &["--model", "opt-125m", "--hardware", "p.toml"],
+        &["gpu.hbm_gbps", "positive"],
+    );
+    simulate_fails(
+        "unk-prof",
+        &[("p.toml", "base = \"t4\"\n[gpu]\nhbm = 1\n")],
+        &["--model", "opt-125m", "--hardware", "p.toml"],
+        &["hbm"],
+    );
+}
+
+#[test]
+fn gpu_that_cannot_fit() {
+    simulate_fails(
+        "gpu-nofit",
+        &[],
+        &[
+            "--model",
+            "opt-30b",
+            "--hardware",
+            "a100-40g-pcie4",
+            "--strategy",
+            "gpu-only",
+            "--batch",
+            "64",
+            "--prompt",
+            "512",
+        ],
+        &["does not fit", "GPU memory", "short by", "--strategy kvpr"],
+    );
+    simulate_fails(
+        "weights-nofit",
+        &[],
+        &[
+            "--model",
+            "llama-3-70b",
+            "--hardware",
+            "a100-40g-pcie4",
+            "--weights",
+            "gpu",
+            "--batch",
+            "1",
+        ],
+        &["does not fit", "--weights offload"],
+    );
+}
+
+#[test]
+fn host_that_cannot_fit() {
+    simulate_fails(
+        "host-nofit",
+        &[(
+            "small.toml",
+            "base = \"a100-40g-pcie4\"\n[host]\nram_gib = 4.0\n",
+        )],
+        &[
+            "--model",
+            "opt-6.7b",
+            "--hardware",
+            "small.toml",
+            "--batch",
+            "64",
+            "--prompt",
+            "512",
+        ],
+        &["does not fit", "host RAM", "short by", "host.ram_gib"],
+    );
+}
+
+#[test]
+fn unwritable_trace_path() {
+    let dir = TempDir::new("unwritable");
+    let out = run_in(
+        dir.path(),
+        &[
+            "simulate",
+            "--model",
+            "opt-125m",
+            "--hardware",
+            "t4",
+            "--gen",
+            "2",
+            "--trace",
+            "no/such/dir/t.json",
+        ],
+    );
+    expect_input_error(&out, &["--trace", "no/such/dir/t.json"]);
+}

@@ -1,0 +1,82 @@
+//! The README never lies: its commands run.
+
+use crate::common::{ok, root, run_in};
+
+/// Commands from the README's code blocks: `kvplan ...` lines and the `cargo run --release -- ...`
+/// set-up command (run through the built binary).
+fn readme_commands() -> Vec<Vec<String>> {
+    let text = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let mut cmds = Vec::new();
+    let mut in_block = false;
+    for line in text.lines() {
+        if line.starts_with("```") {
+            in_block = !in_block;
+            continue;
+        }
+        if !in_block {
+            continue;
+        }
+        let line = line.split("   #").next().unwrap().trim();
+        let rest = line
+            .strip_prefix("cargo run --release -- ")
+            .or_else(|| line.strip_prefix("kvplan "));
+        if let Some(rest) = rest {
+            cmds.push(rest.split_whitespace().map(String::from).collect());
+        }
+    }
+    cmds
+}
+
+#[test]
+fn readme_commands_run() {
+    let cmds = readme_commands();
+    assert!(cmds.len() >= 6, "found {cmds:?}");
+    let dir = crate::common::TempDir::new("readme");
+    // The contract example needs ./config.json and my-profile.toml next to it.
+    std::fs::copy(
+        root().join("planner/models/opt-1.3b.json"),
+        dir.path().join("config.json"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("my-profile.toml"),
+        "base = \"a100-40g-pcie4\"\n",
+    )
+    .unwrap();
+    std::fs::create_dir(dir.path().join("scenarios")).unwrap();
+    for f in std::fs::read_dir(root().join("scenarios")).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(
+            &f,
+            dir.path().join("scenarios").join(f.file_name().unwrap()),
+        )
+        .unwrap();
+    }
+    for c in &cmds {
+        let args: Vec<&str> = c.iter().map(String::as_str).collect();
+        let out = run_in(dir.path(), &args);
+        let text = ok(&out);
+        assert!(!text.is_empty(), "{args:?} printed nothing");
+    }
+}
+
+#[test]
+fn readme_starts_with_the_two_commands_and_ci_runs_the_second() {
+    let text = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let blocks: Vec<&str> = text
+        .split("```sh\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap().trim())
+        .collect();
+    assert!(
+        blocks[0].starts_with("cargo run --release -- simulate"),
+        "{}",
+        blocks[0]
+    );
+    let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
+    assert!(
+        ci.lines().any(|l| l.trim() == blocks[1]),
+        "CI does not run `{}`",
+        blocks[1]
+    );
+}

@@ -1,0 +1,159 @@
+//! The simulator and planner against published tables (tests/validation/, copied from the
+//! project's shared validation data). Each test states its tolerance and why.
+
+use kvplan_planner::plan::{Options, Shape, Strategy, plan};
+use kvplan_planner::report::RunReport;
+use kvplan_planner::schedule::HostMemory;
+use kvplan_planner::{CostModel, HardwareProfile, ModelSpec};
+
+use crate::common::root;
+
+fn table(name: &str) -> Vec<csv::StringRecord> {
+    let path = root().join("tests/validation").join(name);
+    let mut r = csv::ReaderBuilder::new()
+        .comment(Some(b'#'))
+        .from_path(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    r.records().map(Result::unwrap).collect()
+}
+
+fn num(r: &csv::StringRecord, i: usize) -> f64 {
+    r[i].parse()
+        .unwrap_or_else(|_| panic!("column {i} of {r:?}"))
+}
+
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+/// KVPR Table 1: one layer's KV cache (fp16, batch 32, sequence 1024) and its PCIe time at
+/// 32 GiB/s. Tolerance 1%: the table rounds to 3 significant digits (15.6 for 15.625 ms).
+#[test]
+fn kvpr_table1_kv_size_and_pcie_time() {
+    // The table's link: 32 GiB/s, latency negligible next to 15 ms (set to 0 here).
+    let hw = HardwareProfile::from_toml_str(
+        &format!(
+            "base = \"a100-40g-pcie4\"\n[link]\nh2d_pinned_gbps = {}\nh2d_latency_us = 0.0\n",
+            32.0 * GIB / 1e9
+        ),
+        "table1",
+    )
+    .unwrap();
+    let cost = CostModel::new(&hw);
+    let rows = table("kvpr_table1_pcie.csv");
+    assert_eq!(rows.len(), 3);
+    for r in rows {
+        let m = ModelSpec::preset(&r[0]).unwrap();
+        assert_eq!(f64::from(m.hidden), num(&r, 1));
+        let bytes = 32 * 1024 * m.kv_bytes_per_token_layer();
+        let mib = bytes as f64 / (1024.0 * 1024.0);
+        assert!(
+            (mib - num(&r, 2)).abs() / num(&r, 2) <= 0.01,
+            "{}: {mib} MiB",
+            &r[0]
+        );
+        let ms = cost.h2d(HostMemory::Pinned).time(bytes) * 1e3;
+        assert!(
+            (ms - num(&r, 3)).abs() / num(&r, 3) <= 0.01,
+            "{}: {ms} ms vs {}",
+            &r[0],
+            &r[3]
+        );
+    }
+}
+
+/// KVPR Table 3 `cache_gb`: the KV cache of batch 64 at prompt + gen tokens, as the offload
+/// plan holds it on the host. Tolerance 2%: the table gives one decimal (5.0 for 5.0 GiB).
+#[test]
+fn kvpr_table3_cache_size() {
+    let m = ModelSpec::preset("opt-6.7b").unwrap();
+    let hw = HardwareProfile::preset("a100-40g-pcie4").unwrap();
+    let cost = CostModel::new(&hw);
+    let rows = table("kvpr_table3_opt6.7b_a100.csv");
+    assert_eq!(rows.len(), 12);
+    for r in rows {
+        let shape = Shape {
+            batch: num(&r, 1) as u32,
+            gpu_batches: 1,
+            prompt: num(&r, 2) as u32,
+            gen_len: num(&r, 3) as u32,
+        };
+        let p = plan(
+            &m,
+            &hw,
+            &cost,
+            &Shape {
+                gen_len: 2,
+                ..shape
+            },
+            Strategy::FullTransfer,
+            &Options::default(),
+        )
+        .unwrap();
+        // Sized for the full generation, not the 2 steps simulated here.
+        let kv = kvplan_planner::plan::memory_plan(
+            &m,
+            &shape,
+            Strategy::FullTransfer,
+            p.weights_on_gpu,
+            false,
+        )
+        .host_item("kv cache") as f64
+            / GIB;
+        let published = num(&r, 4);
+        assert!(
+            (kv - published).abs() / published <= 0.02,
+            "{:?}: {kv} GiB vs {published}",
+            &r
+        );
+    }
+}
+
+/// KVPR Table 3: the simulated KVPR / full-transfer decode-latency ratio on a100-40g-pcie4 for
+/// the six settings. Tolerances from the issue: the mean within +-0.10 of the published mean
+/// (0.748) and every row within [0.55, 0.95]. The published latencies are single end-to-end
+/// runs of a Python system (HF Accelerate); the simulator models only the kernels and copies, so
+/// per-row agreement is not expected, the size of the gain is.
+#[test]
+fn kvpr_table3_latency_ratio() {
+    let m = ModelSpec::preset("opt-6.7b").unwrap();
+    let hw = HardwareProfile::preset("a100-40g-pcie4").unwrap();
+    let cost = CostModel::new(&hw);
+    let rows = table("kvpr_table3_opt6.7b_a100.csv");
+    let get = |method: &str, b: f64, p: f64, g: f64| {
+        rows.iter()
+            .find(|r| &r[0] == method && num(r, 1) == b && num(r, 2) == p && num(r, 3) == g)
+            .map(|r| num(r, 6))
+            .unwrap()
+    };
+    let mut published = Vec::new();
+    let mut simulated = Vec::new();
+    for r in rows.iter().filter(|r| &r[0] == "kvpr") {
+        let (b, p, g) = (num(r, 1), num(r, 2), num(r, 3));
+        published.push(get("kvpr", b, p, g) / get("accelerate", b, p, g));
+        let shape = Shape {
+            batch: b as u32,
+            gpu_batches: 1,
+            prompt: p as u32,
+            gen_len: g as u32,
+        };
+        let lat = |s: Strategy| {
+            let pl = plan(&m, &hw, &cost, &shape, s, &Options::default()).unwrap();
+            assert!(pl.weights_on_gpu, "Table 3 keeps weights on the GPU");
+            let tl = kvplan_sim::simulate(&pl.schedule, &cost).unwrap();
+            RunReport::new(&pl, &tl, "simulated").decode_latency_s
+        };
+        let ratio = lat(Strategy::Kvpr) / lat(Strategy::FullTransfer);
+        assert!(
+            (0.55..=0.95).contains(&ratio),
+            "b={b} p={p} g={g}: ratio {ratio}"
+        );
+        simulated.push(ratio);
+    }
+    assert_eq!(simulated.len(), 6);
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let (pm, sm) = (mean(&published), mean(&simulated));
+    assert!((pm - 0.748).abs() < 0.001, "published mean {pm}");
+    assert!(
+        (sm - pm).abs() <= 0.10,
+        "simulated mean {sm} vs published {pm} ({simulated:?})"
+    );
+}
