@@ -1,1 +1,43 @@
-fn main() {}
+//! One KVPR split decision: `SplitProblem::solve()` (LP plus exact integer rounding) for
+//! OPT-6.7B, batch 64, A100 PCIe 4.0, weights resident, pinned host memory, at three context
+//! lengths. Target (issue): at most 20 us per decision.
+//!
+//! Run: `cargo bench -p kvplan-planner --bench split`.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use kvplan_planner::plan::{Shape, split_problem};
+use kvplan_planner::schedule::HostMemory;
+use kvplan_planner::{CostModel, HardwareProfile, ModelSpec};
+
+fn split_decision(c: &mut Criterion) {
+    let model = ModelSpec::preset("opt-6.7b").unwrap();
+    let hw = HardwareProfile::preset("a100-40g-pcie4").unwrap();
+    let cost = CostModel::new(&hw);
+    let mut group = c.benchmark_group("one split decision");
+    group
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    for seq_len in [256u32, 1024, 4096] {
+        // Decode step 1 attends over exactly `prompt` cached tokens: s' = prompt.
+        let shape = Shape {
+            batch: 64,
+            gpu_batches: 1,
+            prompt: seq_len,
+            gen_len: 2,
+        };
+        let problem = split_problem(&cost, &model, &shape, true, HostMemory::Pinned, 1);
+        assert_eq!(problem.seq_len, seq_len);
+        group.bench_with_input(
+            BenchmarkId::new("opt-6.7b b64 a100-40g-pcie4", format!("s'={seq_len}")),
+            &problem,
+            |b, p| b.iter(|| black_box(p).solve().unwrap()),
+        );
+    }
+    group.finish();
+}
+
+criterion_group!(benches, split_decision);
+criterion_main!(benches);

@@ -88,6 +88,8 @@ pub enum Reason {
     Balanced,
     /// The split was fixed by the user.
     Fixed,
+    /// Nothing is cached yet (`s' = 0`): nothing to transfer or recompute.
+    NothingCached,
 }
 
 impl Reason {
@@ -113,10 +115,15 @@ impl Reason {
                 100.0 * f64::from(l) / f64::from(p.seq_len.max(1)),
                 p.link_s(l) * 1e3,
                 p.compute_s(l) * 1e3,
-                100.0 * (1.0 - split.layer_s / split.transfer_only_s),
+                if split.transfer_only_s > 0.0 {
+                    100.0 * (1.0 - split.layer_s / split.transfer_only_s)
+                } else {
+                    0.0
+                },
                 split.transfer_only_s * 1e3
             ),
             Reason::Fixed => "split fixed by the user".into(),
+            Reason::NothingCached => "no cached tokens yet: nothing to transfer or recompute".into(),
         }
     }
 }
@@ -249,7 +256,7 @@ impl SplitProblem {
     pub fn solve(&self) -> Result<Split> {
         let n = self.seq_len;
         if n == 0 {
-            return Ok(self.decision(0, Reason::Balanced));
+            return Ok(self.decision(0, Reason::NothingCached));
         }
         let lp = self.solve_lp()?;
         let lo = (lp.floor() as u32).min(n);

@@ -43,6 +43,9 @@ pub enum Error {
     /// `durations` does not have one entry per op, or one is negative or not finite.
     #[error("durations: {0}")]
     InvalidDurations(String),
+    /// The engine map does not give every stream an engine, or names more engines than streams.
+    #[error("engine map: {0}")]
+    InvalidEngineMap(String),
     /// No op could start although some had not run (cannot happen for a valid schedule).
     #[error("simulation stalled with {remaining} ops not run")]
     Stalled {
@@ -138,9 +141,17 @@ pub fn run_with(
     let n = ops.len();
     let n_streams = schedule.streams().len();
     if engines.engine_of.len() != n_streams {
-        return Err(Error::InvalidDurations(
-            "engine map does not cover every stream".into(),
-        ));
+        return Err(Error::InvalidEngineMap(format!(
+            "{} entries for {n_streams} streams",
+            engines.engine_of.len()
+        )));
+    }
+    // Engine ids index per-engine state: keep them below the stream count (at most one engine
+    // per stream is ever needed).
+    if let Some(&e) = engines.engine_of.iter().find(|&&e| e as usize >= n_streams) {
+        return Err(Error::InvalidEngineMap(format!(
+            "engine id {e} is not below the stream count {n_streams}"
+        )));
     }
     let n_engines = engines
         .engine_of
