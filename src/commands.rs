@@ -39,6 +39,33 @@ fn csv_text(header: &[&str], rows: &[Vec<String>]) -> Result<Output, CliError> {
     Ok(String::from_utf8(bytes).expect("CSV of UTF-8 fields is UTF-8"))
 }
 
+/// Renders a listing: a JSON array (a single object when `footer` is `None`, i.e. one item was
+/// asked for), CSV rows, or a table followed by `footer`.
+fn listing<T: Serialize>(
+    format: Format,
+    items: &[T],
+    header: &[&str],
+    cells: impl Fn(&T) -> Vec<String>,
+    footer: Option<&str>,
+) -> Result<Output, CliError> {
+    match format {
+        Format::Json => match (footer, items) {
+            (None, [one]) => json_line(one),
+            _ => json_line(&items),
+        },
+        Format::Csv => csv_text(header, &items.iter().map(&cells).collect::<Vec<_>>()),
+        Format::Table => {
+            let mut t = Table::new(header);
+            for i in items {
+                t.row(&cells(i));
+            }
+            let mut out = t.render();
+            out.push_str(footer.unwrap_or_default());
+            Ok(out)
+        }
+    }
+}
+
 // ---- models ----------------------------------------------------------------------------------
 
 #[derive(Serialize)]
@@ -90,30 +117,14 @@ pub fn models(args: &ModelsArgs) -> Result<Output, CliError> {
             format!("{} KiB", r.kv_bytes_per_token / 1024),
         ]
     };
-    match args.output.format {
-        Format::Json => json_line(
-            &if args.model.is_some() {
-                serde_json::to_value(&rows[0])
-            } else {
-                serde_json::to_value(&rows)
-            }
-            .map_err(|e| CliError::failure(e.to_string()))?,
-        ),
-        Format::Csv => csv_text(&header, &rows.iter().map(cells).collect::<Vec<_>>()),
-        Format::Table => {
-            let mut t = Table::new(&header);
-            for r in &rows {
-                t.row(&cells(r));
-            }
-            let mut out = t.render();
-            if args.model.is_none() {
-                out.push_str(
-                    "\nAny Hugging Face config.json of the llama, mistral, qwen2, gemma2, opt or falcon\nfamilies works too: --model path/to/config.json\n",
-                );
-            }
-            Ok(out)
-        }
-    }
+    let footer = "\nAny Hugging Face config.json of the llama, mistral, qwen2, gemma2, opt or falcon\nfamilies works too: --model path/to/config.json\n";
+    listing(
+        args.output.format,
+        &rows,
+        &header,
+        cells,
+        args.model.is_none().then_some(footer),
+    )
 }
 
 // ---- hardware --------------------------------------------------------------------------------
@@ -160,30 +171,14 @@ pub fn hardware(args: &HardwareArgs) -> Result<Output, CliError> {
             gib(p.host.ram_bytes),
         ]
     };
-    match args.output.format {
-        Format::Json => json_line(
-            &if args.hardware.is_some() {
-                serde_json::to_value(&profiles[0])
-            } else {
-                serde_json::to_value(&profiles)
-            }
-            .map_err(|e| CliError::failure(e.to_string()))?,
-        ),
-        Format::Csv => csv_text(&header, &profiles.iter().map(cells).collect::<Vec<_>>()),
-        Format::Table => {
-            let mut t = Table::new(&header);
-            for p in &profiles {
-                t.row(&cells(p));
-            }
-            let mut out = t.render();
-            if args.hardware.is_none() {
-                out.push_str(
-                    "\n`kvplan hardware NAME` prints a preset with the source of every number. To adapt one,\nwrite a TOML file with `base = \"NAME\"` and only the fields you change, e.g.\n  base = \"a100-40g-pcie4\"\n  [link]\n  h2d_pinned_gbps = 20.0\nand pass its path to --hardware.\n",
-                );
-            }
-            Ok(out)
-        }
-    }
+    let footer = "\n`kvplan hardware NAME` prints a preset with the source of every number. To adapt one,\nwrite a TOML file with `base = \"NAME\"` and only the fields you change, e.g.\n  base = \"a100-40g-pcie4\"\n  [link]\n  h2d_pinned_gbps = 20.0\nand pass its path to --hardware.\n";
+    listing(
+        args.output.format,
+        &profiles,
+        &header,
+        cells,
+        args.hardware.is_none().then_some(footer),
+    )
 }
 
 // ---- plan kvpr -------------------------------------------------------------------------------
@@ -496,6 +491,12 @@ fn metric_rows(r: &RunReport) -> Vec<(&'static str, String)> {
         ),
         ("GPU busy (decode)", pct(r.gpu_busy_fraction)),
         ("GPU idle (decode)", secs(r.gpu_idle_s)),
+        (
+            "H2D link busy (decode)",
+            r.stream_busy_fraction
+                .get("gpu0.h2d")
+                .map_or("-".into(), |f| pct(*f)),
+        ),
         ("recomputed (mean l/s')", pct(r.mean_recompute_fraction)),
         ("H2D traffic", gib(r.h2d_bytes)),
         ("D2H traffic", gib(r.d2h_bytes)),

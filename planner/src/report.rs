@@ -57,6 +57,8 @@ pub struct RunReport {
     pub mean_recompute_fraction: f64,
     /// Per-category summed op time in the decode window, seconds.
     pub decode_breakdown: Breakdown,
+    /// Busy fraction of each stream in the decode window, by stream name.
+    pub stream_busy_fraction: std::collections::BTreeMap<String, f64>,
     /// Ops in the schedule.
     pub ops: usize,
     /// Decisions and warnings.
@@ -110,6 +112,11 @@ impl RunReport {
             peak_gpu_bytes: plan.memory.gpu_bytes(),
             peak_host_bytes: plan.memory.host_bytes(),
             mean_recompute_fraction: mean_frac,
+            stream_busy_fraction: decode
+                .streams
+                .iter()
+                .map(|s| (s.name.clone(), s.busy_fraction))
+                .collect(),
             decode_breakdown: decode.breakdown,
             ops: plan.schedule.len(),
             notes: plan.notes.clone(),
