@@ -4,7 +4,15 @@
 //! bytes / (bandwidth * eff_mem))`), latency plus bytes over bandwidth for copies. Planners
 //! optimise with this model and the simulator predicts with it, so what a planner minimises is
 //! what the simulator reports.
+//!
+//! A calibrated profile ([`Calibration`](crate::calibration::Calibration)) replaces the datasheet
+//! terms with measurements: copy times interpolated from measured curves, GEMM rooflines scaled
+//! by the measured/roofline ratio of the nearest measured shape, attention and memory-bound
+//! kernels from fitted rooflines. The affine views ([`CostModel::h2d`], [`CostModel::gemm_cost`])
+//! that planners' linear programs use are then linearisations: the curve's asymptotic bandwidth
+//! with its smallest-copy time as latency, and the roofline scaled by [`CostModel::gemm_ratio`].
 
+use crate::calibration::{CopyTables, GemmTable, KernelFit};
 use crate::dtype::DType;
 use crate::hardware::{Duplex, HardwareProfile};
 use crate::schedule::{HostMemory, OpKind, attention_pairs};
@@ -60,6 +68,8 @@ pub struct CostModel {
     attention: [KernelCost; 3],
     elementwise: KernelCost,
     duplex: Duplex,
+    copy_curves: Option<Box<CopyTables>>,
+    gemm_table: Option<GemmTable>,
 }
 
 fn dtype_index(d: DType) -> usize {
@@ -93,7 +103,7 @@ impl CostModel {
         };
         let dtypes = [DType::Fp16, DType::Bf16, DType::Fp32];
         let peaks = dtypes.map(|d| hw.gpu.peak_flops.get(d));
-        CostModel {
+        let mut model = CostModel {
             hardware: hw.name.clone(),
             h2d: [
                 link(l.h2d_latency_s, l.h2d_pinned),
@@ -112,7 +122,31 @@ impl CostModel {
                 secs_per_byte: mem,
             },
             duplex: l.duplex,
+            copy_curves: None,
+            gemm_table: None,
+        };
+        if let Some(cal) = &hw.calibration {
+            let affine = |c: &crate::calibration::Curve| LinkCost {
+                latency_s: c.latency_s(),
+                secs_per_byte: c.secs_per_byte(),
+            };
+            let cp = &cal.copy;
+            model.h2d = [affine(&cp.h2d_pinned), affine(&cp.h2d_pageable)];
+            model.d2h = [affine(&cp.d2h_pinned), affine(&cp.d2h_pageable)];
+            let fitted = |f: &KernelFit| KernelCost {
+                overhead_s: f.overhead_us * 1e-6,
+                secs_per_flop: if f.tflops > 0.0 { 1.0 / (f.tflops * 1e12) } else { 0.0 },
+                secs_per_byte: 1.0 / (f.gbps * 1e9),
+            };
+            model.attention = [fitted(&cal.attention); 3];
+            model.elementwise = fitted(&cal.elementwise);
+            model.copy_curves = Some(Box::new(cal.copy.clone()));
+            let base = model.clone();
+            model.gemm_table = Some(GemmTable::new(&cal.gemm, |m, n, k, d| {
+                base.gemm_roofline(m, n, k, 1, d)
+            }));
         }
+        model
     }
 
     /// Name of the hardware profile this model was built from.
@@ -157,13 +191,33 @@ impl CostModel {
         self.elementwise
     }
 
-    /// Seconds for `batch` GEMMs `[m,k] x [k,n]`.
+    /// The uncalibrated roofline time of `batch` GEMMs `[m,k] x [k,n]`.
     #[inline]
-    pub fn gemm(&self, m: u32, n: u32, k: u32, batch: u32, dtype: DType) -> f64 {
+    fn gemm_roofline(&self, m: u32, n: u32, k: u32, batch: u32, dtype: DType) -> f64 {
         let (m, n, k, b) = (f64::from(m), f64::from(n), f64::from(k), f64::from(batch));
         let flops = 2.0 * m * n * k * b;
         let bytes = (m * k + k * n + m * n) * b * dtype.bytes() as f64;
         self.gemm_cost(dtype).time(flops, bytes)
+    }
+
+    /// Measured / roofline time of a GEMM shape (1 when uncalibrated or the dtype was not
+    /// measured).
+    #[inline]
+    pub fn gemm_ratio(&self, m: u32, n: u32, k: u32, dtype: DType) -> f64 {
+        self.gemm_table
+            .as_ref()
+            .and_then(|t| t.ratio(m, n, k, dtype))
+            .unwrap_or(1.0)
+    }
+
+    /// Seconds for `batch` GEMMs `[m,k] x [k,n]`.
+    #[inline]
+    pub fn gemm(&self, m: u32, n: u32, k: u32, batch: u32, dtype: DType) -> f64 {
+        let t = self.gemm_roofline(m, n, k, batch, dtype);
+        match &self.gemm_table {
+            None => t,
+            Some(_) => t * self.gemm_ratio(m, n, k, dtype),
+        }
     }
 
     /// Seconds for one attention kernel (see [`OpKind::Attention`]).
@@ -202,8 +256,20 @@ impl CostModel {
     #[inline]
     pub fn duration(&self, kind: &OpKind) -> f64 {
         match *kind {
-            OpKind::H2D { bytes, host, .. } => self.h2d(host).time(bytes),
-            OpKind::D2H { bytes, host, .. } => self.d2h(host).time(bytes),
+            OpKind::H2D { bytes, host, .. } => match &self.copy_curves {
+                Some(c) => match host {
+                    HostMemory::Pinned => c.h2d_pinned.time(bytes),
+                    HostMemory::Pageable => c.h2d_pageable.time(bytes),
+                },
+                None => self.h2d(host).time(bytes),
+            },
+            OpKind::D2H { bytes, host, .. } => match &self.copy_curves {
+                Some(c) => match host {
+                    HostMemory::Pinned => c.d2h_pinned.time(bytes),
+                    HostMemory::Pageable => c.d2h_pageable.time(bytes),
+                },
+                None => self.d2h(host).time(bytes),
+            },
             OpKind::PeerSend { bytes } => self.peer.time(bytes),
             OpKind::Gemm {
                 m,
@@ -260,5 +326,82 @@ mod tests {
         let big = c.gemm(8192, 8192, 8192, 1, DType::Fp16);
         let comp = 2.0 * 8192f64.powi(3) / (312e12 * 0.7) + 4e-6;
         assert!((big - comp).abs() / comp < 1e-9);
+    }
+
+    fn calibrated() -> HardwareProfile {
+        HardwareProfile::from_toml_str(
+            r#"
+base = "a100-40g-pcie4"
+[calibration]
+backend = "cuda"
+device = "test"
+driver = "test"
+date = "2026-11-22"
+kvplan_version = "0.1.0"
+mode = "quick"
+attention = { overhead_us = 5.0, tflops = 100.0, gbps = 1000.0 }
+elementwise = { overhead_us = 3.0, gbps = 1200.0 }
+[calibration.copy]
+h2d_pinned = [[4096, 1.0e-5], [1048576, 6.0e-5], [67108864, 2.8e-3]]
+d2h_pinned = [[4096, 1.0e-5], [67108864, 2.6e-3]]
+h2d_pageable = [[4096, 2.0e-5], [67108864, 4.0e-3]]
+d2h_pageable = [[4096, 2.0e-5], [67108864, 6.0e-3]]
+[[calibration.gemm]]
+dtype = "fp16"
+m = 64
+n = 12288
+k = 4096
+seconds = 1.5e-4
+"#,
+            "cal.toml",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn calibrated_tables_replace_the_roofline() {
+        let hw = calibrated();
+        let c = CostModel::new(&hw);
+        // A measured GEMM shape takes exactly its measured time.
+        let t = c.gemm(64, 12288, 4096, 1, DType::Fp16);
+        assert!((t - 1.5e-4).abs() < 1e-15, "{t}");
+        // Copies follow the curve, including between measured sizes.
+        let op = |bytes| OpKind::H2D { bytes, payload: Payload::Cache, host: HostMemory::Pinned };
+        assert_eq!(c.duration(&op(1048576)), 6.0e-5);
+        let mid = c.duration(&op(34_078_720));
+        assert!(mid > 6.0e-5 && mid < 2.8e-3);
+        // The affine view for planners: the last segment's bandwidth, the smallest copy's time.
+        let a = c.h2d(HostMemory::Pinned);
+        assert_eq!(a.latency_s, 1.0e-5);
+        assert!((1.0 / a.secs_per_byte - 66060288.0 / 2.74e-3).abs() < 1.0);
+        // Attention from the fitted roofline: 5 us + max(flops / 100 TFLOP/s, bytes / 1000 GB/s).
+        let t = c.attention(1, 1, 1, 1, 1_000_000, 128, false, DType::Fp16);
+        let bytes = 2.0 * (2.0 * 128.0 + 2.0 * 128.0 * 1e6);
+        assert!((t - (5e-6 + bytes / 1e12)).abs() < 1e-12, "{t}");
+        // An unmeasured dtype keeps the roofline.
+        let uncal = CostModel::new(&HardwareProfile::preset("a100-40g-pcie4").unwrap());
+        assert_eq!(c.gemm(64, 4096, 4096, 1, DType::Bf16), uncal.gemm(64, 4096, 4096, 1, DType::Bf16));
+    }
+
+    #[test]
+    fn calibrated_profile_round_trips_through_toml() {
+        let hw = calibrated();
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/profiles/a100-40g-pcie4.toml")).unwrap();
+        let mut file: crate::hardware::ProfileFile = toml::from_str(&text).unwrap();
+        file.calibration = hw.calibration.clone();
+        let back = HardwareProfile::from_toml_str(&file.to_toml(), "written").unwrap();
+        assert_eq!(back.calibration, hw.calibration);
+        assert_eq!(back.link, hw.link);
+    }
+
+    #[test]
+    fn bad_calibration_tables_name_the_field() {
+        let e = HardwareProfile::from_toml_str(
+            "base = \"t4\"\n[calibration]\nbackend=\"cpu\"\ndevice=\"x\"\ndriver=\"x\"\ndate=\"x\"\nkvplan_version=\"x\"\nmode=\"quick\"\nattention = { overhead_us = 1.0, tflops = 1.0, gbps = 1.0 }\nelementwise = { overhead_us = 1.0, gbps = 1.0 }\n[calibration.copy]\nh2d_pinned = [[4096, 1e-5]]\nd2h_pinned = [[1, 1e-5], [2, 2e-5]]\nh2d_pageable = [[1, 1e-5], [2, 2e-5]]\nd2h_pageable = [[1, 1e-5], [2, 2e-5]]\n",
+            "cal.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("calibration.copy.h2d_pinned") && e.contains("at least 2"), "{e}");
     }
 }

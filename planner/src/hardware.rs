@@ -8,6 +8,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::calibration::Calibration;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
@@ -156,75 +157,131 @@ pub struct HardwareProfile {
     pub host: Host,
     /// Device-to-device link.
     pub peer: PeerLink,
+    /// Measured tables (calibrated profiles only).
+    pub calibration: Option<Calibration>,
 }
 
-// ---- raw file format -------------------------------------------------------------------------
+// ---- file format -----------------------------------------------------------------------------
 
-#[derive(Deserialize)]
+/// A profile file as written (units as in the file: GiB, GB/s, TFLOP/s, microseconds).
+/// [`HardwareProfile`] is its checked form; `kvplan calibrate` writes one of these.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawProfile {
-    name: String,
+pub struct ProfileFile {
+    /// Profile name.
+    pub name: String,
+    /// One line for listings.
     #[serde(default)]
-    description: String,
-    gpu: RawGpu,
-    efficiency: RawEfficiency,
-    link: RawLink,
-    host: RawHost,
-    peer: RawPeer,
+    pub description: String,
+    /// `[gpu]`.
+    pub gpu: GpuSection,
+    /// `[efficiency]`.
+    pub efficiency: EfficiencySection,
+    /// `[link]`.
+    pub link: LinkSection,
+    /// `[host]`.
+    pub host: HostSection,
+    /// `[peer]`.
+    pub peer: PeerSection,
+    /// `[calibration]`: measured tables, when the profile was calibrated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<Calibration>,
 }
 
-#[derive(Deserialize)]
+/// `[gpu]` of a profile file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawGpu {
-    name: String,
-    memory_gib: f64,
-    reserved_gib: f64,
-    hbm_gbps: f64,
-    kernel_overhead_us: f64,
-    peak_tflops: RawPeak,
+pub struct GpuSection {
+    /// Device name.
+    pub name: String,
+    /// Device memory, GiB.
+    pub memory_gib: f64,
+    /// Memory a plan may not use, GiB.
+    pub reserved_gib: f64,
+    /// Memory bandwidth, GB/s.
+    pub hbm_gbps: f64,
+    /// Fixed cost per kernel, microseconds.
+    pub kernel_overhead_us: f64,
+    /// Peak dense TFLOP/s per dtype.
+    pub peak_tflops: PeakSection,
 }
 
-#[derive(Deserialize)]
+/// `[gpu.peak_tflops]` of a profile file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawPeak {
-    fp16: f64,
-    bf16: f64,
-    fp32: f64,
+pub struct PeakSection {
+    /// FP16.
+    pub fp16: f64,
+    /// BF16.
+    pub bf16: f64,
+    /// FP32.
+    pub fp32: f64,
 }
 
-#[derive(Deserialize)]
+/// `[efficiency]` of a profile file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawEfficiency {
-    gemm: f64,
-    attention: f64,
-    memory: f64,
+pub struct EfficiencySection {
+    /// GEMM fraction of peak.
+    pub gemm: f64,
+    /// Attention fraction of peak.
+    pub attention: f64,
+    /// Memory-bound fraction of peak bandwidth.
+    pub memory: f64,
 }
 
-#[derive(Deserialize)]
+/// `[link]` of a profile file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawLink {
-    kind: String,
-    duplex: Duplex,
-    h2d_pinned_gbps: f64,
-    d2h_pinned_gbps: f64,
-    h2d_pageable_gbps: f64,
-    d2h_pageable_gbps: f64,
-    h2d_latency_us: f64,
-    d2h_latency_us: f64,
+pub struct LinkSection {
+    /// e.g. `PCIe 4.0 x16`.
+    pub kind: String,
+    /// `full` or `half`.
+    pub duplex: Duplex,
+    /// GB/s.
+    pub h2d_pinned_gbps: f64,
+    /// GB/s.
+    pub d2h_pinned_gbps: f64,
+    /// GB/s.
+    pub h2d_pageable_gbps: f64,
+    /// GB/s.
+    pub d2h_pageable_gbps: f64,
+    /// Microseconds.
+    pub h2d_latency_us: f64,
+    /// Microseconds.
+    pub d2h_latency_us: f64,
 }
 
-#[derive(Deserialize)]
+/// `[host]` of a profile file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawHost {
-    ram_gib: f64,
+pub struct HostSection {
+    /// Host RAM, GiB.
+    pub ram_gib: f64,
 }
 
-#[derive(Deserialize)]
+/// `[peer]` of a profile file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawPeer {
-    kind: String,
-    gbps: f64,
-    latency_us: f64,
+pub struct PeerSection {
+    /// e.g. `NVLink 4`.
+    pub kind: String,
+    /// One direction, GB/s.
+    pub gbps: f64,
+    /// Microseconds.
+    pub latency_us: f64,
+}
+
+impl ProfileFile {
+    /// The file as TOML text.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("a profile serializes to TOML")
+    }
+
+    /// Checks the file and converts it to a [`HardwareProfile`]; `origin` prefixes errors.
+    pub fn validate(self, origin: &str) -> Result<HardwareProfile> {
+        validate(self, origin)
+    }
 }
 
 struct Check<'a> {
@@ -269,11 +326,15 @@ impl Check<'_> {
     }
 }
 
-impl RawProfile {
-    fn validate(self, origin: &str) -> Result<HardwareProfile> {
+fn validate(file: ProfileFile, origin: &str) -> Result<HardwareProfile> {
+    {
+        let s = file;
         let c = Check { origin };
-        let memory = c.positive("gpu.memory_gib", self.gpu.memory_gib)?;
-        let reserved = c.non_negative("gpu.reserved_gib", self.gpu.reserved_gib)?;
+        if let Some(cal) = &s.calibration {
+            cal.check(origin)?;
+        }
+        let memory = c.positive("gpu.memory_gib", s.gpu.memory_gib)?;
+        let reserved = c.non_negative("gpu.reserved_gib", s.gpu.reserved_gib)?;
         if reserved >= memory {
             return Err(Error::invalid(
                 format!("{origin}: gpu.reserved_gib"),
@@ -282,49 +343,50 @@ impl RawProfile {
             ));
         }
         Ok(HardwareProfile {
-            name: self.name,
-            description: self.description,
+            name: s.name,
+            description: s.description,
             gpu: Gpu {
-                name: self.gpu.name,
+                name: s.gpu.name,
                 memory_bytes: (memory * GIB) as u64,
                 reserved_bytes: (reserved * GIB) as u64,
-                mem_bandwidth: c.positive("gpu.hbm_gbps", self.gpu.hbm_gbps)? * GB,
+                mem_bandwidth: c.positive("gpu.hbm_gbps", s.gpu.hbm_gbps)? * GB,
                 peak_flops: PeakFlops {
-                    fp16: c.positive("gpu.peak_tflops.fp16", self.gpu.peak_tflops.fp16)? * 1e12,
-                    bf16: c.positive("gpu.peak_tflops.bf16", self.gpu.peak_tflops.bf16)? * 1e12,
-                    fp32: c.positive("gpu.peak_tflops.fp32", self.gpu.peak_tflops.fp32)? * 1e12,
+                    fp16: c.positive("gpu.peak_tflops.fp16", s.gpu.peak_tflops.fp16)? * 1e12,
+                    bf16: c.positive("gpu.peak_tflops.bf16", s.gpu.peak_tflops.bf16)? * 1e12,
+                    fp32: c.positive("gpu.peak_tflops.fp32", s.gpu.peak_tflops.fp32)? * 1e12,
                 },
                 kernel_overhead_s: c
-                    .non_negative("gpu.kernel_overhead_us", self.gpu.kernel_overhead_us)?
+                    .non_negative("gpu.kernel_overhead_us", s.gpu.kernel_overhead_us)?
                     * 1e-6,
             },
             efficiency: Efficiency {
-                gemm: c.fraction("efficiency.gemm", self.efficiency.gemm)?,
-                attention: c.fraction("efficiency.attention", self.efficiency.attention)?,
-                memory: c.fraction("efficiency.memory", self.efficiency.memory)?,
+                gemm: c.fraction("efficiency.gemm", s.efficiency.gemm)?,
+                attention: c.fraction("efficiency.attention", s.efficiency.attention)?,
+                memory: c.fraction("efficiency.memory", s.efficiency.memory)?,
             },
             link: HostLink {
-                kind: self.link.kind,
-                duplex: self.link.duplex,
-                h2d_pinned: c.positive("link.h2d_pinned_gbps", self.link.h2d_pinned_gbps)? * GB,
-                d2h_pinned: c.positive("link.d2h_pinned_gbps", self.link.d2h_pinned_gbps)? * GB,
-                h2d_pageable: c.positive("link.h2d_pageable_gbps", self.link.h2d_pageable_gbps)?
+                kind: s.link.kind,
+                duplex: s.link.duplex,
+                h2d_pinned: c.positive("link.h2d_pinned_gbps", s.link.h2d_pinned_gbps)? * GB,
+                d2h_pinned: c.positive("link.d2h_pinned_gbps", s.link.d2h_pinned_gbps)? * GB,
+                h2d_pageable: c.positive("link.h2d_pageable_gbps", s.link.h2d_pageable_gbps)?
                     * GB,
-                d2h_pageable: c.positive("link.d2h_pageable_gbps", self.link.d2h_pageable_gbps)?
+                d2h_pageable: c.positive("link.d2h_pageable_gbps", s.link.d2h_pageable_gbps)?
                     * GB,
-                h2d_latency_s: c.non_negative("link.h2d_latency_us", self.link.h2d_latency_us)?
+                h2d_latency_s: c.non_negative("link.h2d_latency_us", s.link.h2d_latency_us)?
                     * 1e-6,
-                d2h_latency_s: c.non_negative("link.d2h_latency_us", self.link.d2h_latency_us)?
+                d2h_latency_s: c.non_negative("link.d2h_latency_us", s.link.d2h_latency_us)?
                     * 1e-6,
             },
             host: Host {
-                ram_bytes: (c.positive("host.ram_gib", self.host.ram_gib)? * GIB) as u64,
+                ram_bytes: (c.positive("host.ram_gib", s.host.ram_gib)? * GIB) as u64,
             },
             peer: PeerLink {
-                kind: self.peer.kind,
-                bandwidth: c.positive("peer.gbps", self.peer.gbps)? * GB,
-                latency_s: c.non_negative("peer.latency_us", self.peer.latency_us)? * 1e-6,
+                kind: s.peer.kind,
+                bandwidth: c.positive("peer.gbps", s.peer.gbps)? * GB,
+                latency_s: c.non_negative("peer.latency_us", s.peer.latency_us)? * 1e-6,
             },
+            calibration: s.calibration,
         })
     }
 }
@@ -451,10 +513,10 @@ impl HardwareProfile {
         } else if !table.contains_key("name") {
             table.insert("name".into(), toml::Value::String(default_name.to_string()));
         }
-        let raw: RawProfile = table
+        let raw: ProfileFile = table
             .try_into()
             .map_err(|e: toml::de::Error| toml_error(origin, text, &e))?;
-        raw.validate(origin)
+        validate(raw, origin)
     }
 
     /// Host→device bandwidth (bytes/s) for pinned or pageable host memory.

@@ -16,6 +16,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod calibration;
 pub mod cost;
 pub mod dtype;
 pub mod error;

@@ -331,7 +331,18 @@ pub fn split_problem(
             link.time(w.kv_proj),
         )
     };
-    let g = cost.gemm_cost(m.dtype);
+    // Recompute GEMM roofline terms, scaled by the calibrated ratio at this step's size.
+    let rc = recompute_gemm(m, b, s);
+    let ratio = match rc {
+        OpKind::Gemm { m: rows, n, k, dtype, .. } => cost.gemm_ratio(rows, n, k, dtype),
+        _ => 1.0,
+    };
+    let g0 = cost.gemm_cost(m.dtype);
+    let g = crate::cost::KernelCost {
+        overhead_s: g0.overhead_s * ratio,
+        secs_per_flop: g0.secs_per_flop * ratio,
+        secs_per_byte: g0.secs_per_byte * ratio,
+    };
     let bf = f64::from(b);
     let h = f64::from(m.hidden);
     let kvd = m.kv_dim() as f64;
