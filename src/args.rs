@@ -45,7 +45,46 @@ pub enum Command {
     /// Simulate a generation and report latency, throughput, GPU utilisation and PCIe traffic
     #[command(long_about = SIMULATE_LONG)]
     Simulate(SimulateArgs),
+    /// Run the same plan for real (CUDA GPU or CPU) and report measured figures, like simulate
+    #[command(long_about = EXEC_LONG)]
+    Exec(ExecArgs),
+    /// Measure this machine (copies, GEMMs, attention, launch overhead) and write a profile
+    #[command(long_about = CALIBRATE_LONG)]
+    Calibrate(CalibrateArgs),
+    /// Simulate and execute one scenario; report how far prediction and measurement differ
+    #[command(long_about = VALIDATE_LONG)]
+    Validate(ValidateArgs),
 }
+
+const EXEC_LONG: &str = "\
+Plan a scenario exactly as `simulate` does, then run the schedule for real and report the
+measured timeline with the same fields (and --trace) as `simulate`.
+
+  --backend cuda  NVIDIA GPU through cudarc (driver, cuBLAS and NVRTC loaded at run time): copy
+                  engines on their own streams, cuBLAS GEMMs, NVRTC attention kernels, events
+                  for dependencies and timing. Fails with one line where there is no GPU.
+  --backend cpu   one thread per stream on host memory with real f32 arithmetic; runs anywhere.
+
+Weights, activations and the KV cache are synthetic (seeded random) at the model's real shapes:
+timing does not depend on values, and nothing is downloaded. The --hardware profile still
+decides the plan (memory checks, KVPR split); pass a calibrated profile of the machine you run
+on for a plan that fits it.";
+
+const CALIBRATE_LONG: &str = "\
+Measure the machine through the executor and write a hardware profile whose [calibration]
+section the simulator then uses instead of datasheet figures:
+  copies        time vs size, 4 KiB to 1 GiB (--quick: less), host->device and device->host,
+                pinned and pageable, and both directions at once (full or half duplex)
+  GEMMs         the layer shapes of the model presets (or --model ...), decode and prefill rows
+  attention     decode over batch x context, causal prefill over length (fitted roofline)
+  kernels       memory-bound kernels over size, and the per-op launch overhead
+Provenance (device, driver, date, backend) is recorded in the file, which is a valid --hardware
+file for every other command. A full GPU run takes a few minutes; --quick is for CI and CPUs.";
+
+const VALIDATE_LONG: &str = "\
+Simulate a scenario with a (calibrated) profile and execute the same schedule on a backend, then
+report the end-to-end error of the makespan, the error per decode step (median, p90), per op
+kind and per category. Exits with code 1 when the end-to-end error exceeds --max-error.";
 
 const SIMULATE_LONG: &str = "\
 Simulate one batch generation (prefill, then gen-1 decode steps) with a strategy:
@@ -109,8 +148,8 @@ pub struct ScenarioArgs {
     /// Model preset (see `kvplan models`) or path to a Hugging Face config.json
     #[arg(long, value_name = "NAME|PATH")]
     pub model: Option<String>,
-    /// Hardware preset (see `kvplan hardware`) or path to a profile TOML
-    #[arg(long, value_name = "NAME|PATH")]
+    /// Hardware preset (see `kvplan hardware`) or path to a profile TOML (alias --profile)
+    #[arg(long, visible_alias = "profile", value_name = "NAME|PATH")]
     pub hardware: Option<String>,
     /// Serving dtype, overriding the model's (fp16, bf16, fp32)
     #[arg(long, value_name = "DTYPE")]
@@ -243,4 +282,103 @@ impl ScenarioArgs {
         };
         Ok(base.overlay(flags))
     }
+}
+
+/// Which executor backend, on which device.
+#[derive(Debug, Args)]
+pub struct BackendArgs {
+    /// Executor backend: cuda (NVIDIA GPU) or cpu
+    #[arg(long, value_name = "cuda|cpu", default_value = "cuda")]
+    pub backend: String,
+    /// CUDA device ordinal of schedule device 0
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub device: usize,
+    /// Untimed runs of the whole schedule before the measured one
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub warmup: u32,
+    /// Seed of the synthetic weights and activations
+    #[arg(long, value_name = "SEED", default_value_t = 0x6b76_706c_616e)]
+    pub seed: u64,
+}
+
+/// `kvplan exec`.
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// Model, hardware, scenario
+    #[command(flatten)]
+    pub scenario: ScenarioArgs,
+    /// Strategy: kvpr, full-transfer, gpu-only [default: kvpr]
+    #[arg(long, value_name = "NAME")]
+    pub strategy: Option<String>,
+    /// Workload
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    /// Offload options
+    #[command(flatten)]
+    pub offload: OffloadArgs,
+    /// Backend
+    #[command(flatten)]
+    pub backend: BackendArgs,
+    /// Write the measured timeline (Chrome trace JSON, or CSV when FILE ends in .csv)
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+    /// Output
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `kvplan validate`.
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// Model, hardware (the profile to validate), scenario
+    #[command(flatten)]
+    pub scenario: ScenarioArgs,
+    /// Strategy: kvpr, full-transfer, gpu-only [default: kvpr]
+    #[arg(long, value_name = "NAME")]
+    pub strategy: Option<String>,
+    /// Workload
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    /// Offload options
+    #[command(flatten)]
+    pub offload: OffloadArgs,
+    /// Backend
+    #[command(flatten)]
+    pub backend: BackendArgs,
+    /// Largest acceptable end-to-end relative error of the makespan
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.10)]
+    pub max_error: f64,
+    /// Write both timelines into one Chrome trace (processes `simulated` and `measured`)
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+    /// Output
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `kvplan calibrate`.
+#[derive(Debug, Args)]
+pub struct CalibrateArgs {
+    /// Backend
+    #[command(flatten)]
+    pub backend: BackendArgs,
+    /// Where to write the profile TOML
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+    /// Fewer sizes and shapes: seconds on a CPU, for CI
+    #[arg(long)]
+    pub quick: bool,
+    /// Preset whose datasheet fields (memory, peaks, host RAM, peer link) the profile keeps
+    /// where nothing is measured [default: the preset whose GPU name matches, if any]
+    #[arg(long, value_name = "PRESET")]
+    pub base: Option<String>,
+    /// Profile name [default: the --out file's stem]
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Models whose layer shapes to measure (repeatable) [default: depends on backend and --quick]
+    #[arg(long = "model", value_name = "NAME|PATH")]
+    pub models: Vec<String>,
+    /// Output
+    #[command(flatten)]
+    pub output: OutputArgs,
 }

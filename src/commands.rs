@@ -19,14 +19,14 @@ use crate::scenario::Scenario;
 /// Text for stdout.
 pub type Output = String;
 
-fn json_line<T: Serialize>(v: &T) -> Result<Output, CliError> {
+pub(crate) fn json_line<T: Serialize>(v: &T) -> Result<Output, CliError> {
     let mut s = serde_json::to_string_pretty(v)
         .map_err(|e| CliError::failure(format!("cannot render JSON: {e}")))?;
     s.push('\n');
     Ok(s)
 }
 
-fn csv_text(header: &[&str], rows: &[Vec<String>]) -> Result<Output, CliError> {
+pub(crate) fn csv_text(header: &[&str], rows: &[Vec<String>]) -> Result<Output, CliError> {
     let mut w = csv::Writer::from_writer(Vec::new());
     let fail = |e: csv::Error| CliError::failure(format!("cannot render CSV: {e}"));
     w.write_record(header).map_err(fail)?;
@@ -183,7 +183,7 @@ pub fn hardware(args: &HardwareArgs) -> Result<Output, CliError> {
 
 // ---- plan kvpr -------------------------------------------------------------------------------
 
-fn describe(p: &Plan) -> String {
+pub(crate) fn describe(p: &Plan) -> String {
     format!(
         "{} on {}: batch {}{}, prompt {}, gen {} ({}, weights {}, {} host memory)",
         p.model,
@@ -377,7 +377,7 @@ pub fn plan_kvpr(args: &PlanArgs) -> Result<Output, CliError> {
 // ---- simulate --------------------------------------------------------------------------------
 
 /// One line on KVPR's split across the decode steps, if the plan has splits.
-fn split_summary(p: &Plan) -> Option<String> {
+pub(crate) fn split_summary(p: &Plan) -> Option<String> {
     let (first, last) = (p.splits.first()?, p.splits.last()?);
     let frac = |s: &kvplan_planner::plan::StepSplit| {
         pct(f64::from(s.split.recompute_tokens) / f64::from(s.seq_len.max(1)))
@@ -415,7 +415,7 @@ fn simulate_one(
         &sc.options,
     )?;
     let timeline = kvplan_sim::simulate(&p.schedule, cost)?;
-    let report = RunReport::new(&p, &timeline, "simulated");
+    let report = RunReport::new(&p, &timeline);
     Ok(Simulated {
         plan: p,
         timeline,
@@ -423,7 +423,7 @@ fn simulate_one(
     })
 }
 
-const CSV_FIELDS: [&str; 24] = [
+pub(crate) const CSV_FIELDS: [&str; 24] = [
     "strategy",
     "model",
     "hardware",
@@ -450,7 +450,7 @@ const CSV_FIELDS: [&str; 24] = [
     "compute_s",
 ];
 
-fn csv_row(r: &RunReport) -> Vec<String> {
+pub(crate) fn csv_row(r: &RunReport) -> Vec<String> {
     let b = &r.decode_breakdown;
     vec![
         r.strategy.clone(),
@@ -480,7 +480,7 @@ fn csv_row(r: &RunReport) -> Vec<String> {
     ]
 }
 
-fn metric_rows(r: &RunReport) -> Vec<(&'static str, String)> {
+pub(crate) fn metric_rows(r: &RunReport) -> Vec<(&'static str, String)> {
     let b = &r.decode_breakdown;
     let mut v = vec![
         ("prefill latency", secs(r.prefill_latency_s)),

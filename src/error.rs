@@ -13,6 +13,8 @@ pub struct CliError {
     pub code: i32,
     /// One line, without the `error: ` prefix.
     pub message: String,
+    /// A report to print on stdout before the error (a validation that ran but failed).
+    pub stdout: Option<String>,
 }
 
 impl CliError {
@@ -21,6 +23,7 @@ impl CliError {
         CliError {
             code: EXIT_INPUT,
             message: message.into(),
+            stdout: None,
         }
     }
 
@@ -29,6 +32,7 @@ impl CliError {
         CliError {
             code: EXIT_FAILURE,
             message: message.into(),
+            stdout: None,
         }
     }
 }
@@ -43,6 +47,7 @@ impl From<kvplan_planner::Error> for CliError {
         CliError {
             code,
             message: e.to_string(),
+            stdout: None,
         }
     }
 }
@@ -50,5 +55,20 @@ impl From<kvplan_planner::Error> for CliError {
 impl From<kvplan_sim::Error> for CliError {
     fn from(e: kvplan_sim::Error) -> Self {
         CliError::failure(format!("simulation failed: {e}"))
+    }
+}
+
+impl From<kvplan_exec::Error> for CliError {
+    fn from(e: kvplan_exec::Error) -> Self {
+        CliError::failure(e.to_string())
+    }
+}
+
+impl From<kvplan_calibrate::Error> for CliError {
+    fn from(e: kvplan_calibrate::Error) -> Self {
+        match e {
+            kvplan_calibrate::Error::Planner(p) => p.into(),
+            other => CliError::failure(other.to_string()),
+        }
     }
 }

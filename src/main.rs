@@ -4,6 +4,7 @@
 mod args;
 mod commands;
 mod error;
+mod measure;
 mod render;
 mod scenario;
 
@@ -24,6 +25,9 @@ fn run(cli: Cli) -> Result<String, CliError> {
             planner: PlanCommand::Kvpr(a),
         } => commands::plan_kvpr(a),
         Command::Simulate(a) => commands::simulate(a),
+        Command::Exec(a) => measure::exec(a),
+        Command::Calibrate(a) => measure::calibrate(a),
+        Command::Validate(a) => measure::validate(a),
     }
 }
 
@@ -68,6 +72,9 @@ fn main() -> ExitCode {
             }
         }
         Err(e) => {
+            if let Some(out) = &e.stdout {
+                let _ = std::io::stdout().lock().write_all(out.as_bytes());
+            }
             eprintln!("error: {}", e.message);
             ExitCode::from(e.code as u8)
         }

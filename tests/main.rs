@@ -6,5 +6,6 @@ mod contract;
 mod determinism;
 mod errors;
 mod golden;
+mod measure;
 mod readme;
 mod validation;

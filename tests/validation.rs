@@ -139,7 +139,7 @@ fn kvpr_table3_latency_ratio() {
             let pl = plan(&m, &hw, &cost, &shape, s, &Options::default()).unwrap();
             assert!(pl.weights_on_gpu, "Table 3 keeps weights on the GPU");
             let tl = kvplan_sim::simulate(&pl.schedule, &cost).unwrap();
-            RunReport::new(&pl, &tl, "simulated").decode_latency_s
+            RunReport::new(&pl, &tl).decode_latency_s
         };
         let ratio = lat(Strategy::Kvpr) / lat(Strategy::FullTransfer);
         assert!(

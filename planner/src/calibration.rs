@@ -21,7 +21,11 @@ impl Curve {
     fn check(&self, field: &str) -> Result<()> {
         let pts = &self.0;
         if pts.len() < 2 {
-            return Err(Error::invalid(field, pts.len(), "needs at least 2 [bytes, seconds] points"));
+            return Err(Error::invalid(
+                field,
+                pts.len(),
+                "needs at least 2 [bytes, seconds] points",
+            ));
         }
         for (i, &(b, t)) in pts.iter().enumerate() {
             if b == 0 || !(t.is_finite() && t > 0.0) {
@@ -135,13 +139,25 @@ impl KernelFit {
     fn check(&self, field: &str, needs_flops: bool) -> Result<()> {
         let ok = |v: f64| v.is_finite() && v >= 0.0;
         if !ok(self.overhead_us) {
-            return Err(Error::invalid(format!("{field}.overhead_us"), self.overhead_us, "must be zero or more"));
+            return Err(Error::invalid(
+                format!("{field}.overhead_us"),
+                self.overhead_us,
+                "must be zero or more",
+            ));
         }
         if !(self.gbps.is_finite() && self.gbps > 0.0) {
-            return Err(Error::invalid(format!("{field}.gbps"), self.gbps, "must be positive"));
+            return Err(Error::invalid(
+                format!("{field}.gbps"),
+                self.gbps,
+                "must be positive",
+            ));
         }
         if needs_flops && !(self.tflops.is_finite() && self.tflops > 0.0) {
-            return Err(Error::invalid(format!("{field}.tflops"), self.tflops, "must be positive"));
+            return Err(Error::invalid(
+                format!("{field}.tflops"),
+                self.tflops,
+                "must be positive",
+            ));
         }
         Ok(())
     }
@@ -197,30 +213,46 @@ impl Calibration {
     }
 }
 
+/// Measured / roofline ratios of one `(dtype, n, k)` as `(ln m, ratio)` points sorted by m.
+#[derive(Debug, Clone)]
+struct GemmGroup {
+    dtype: DType,
+    n: u32,
+    k: u32,
+    points: Vec<(f64, f64)>,
+}
+
 /// GEMM correction factors grouped by (dtype, n, k): measured / roofline as a function of m.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct GemmTable {
-    /// `(dtype, n, k, [(ln m, ratio)] sorted by m)`.
-    groups: Vec<(DType, u32, u32, Vec<(f64, f64)>)>,
+    groups: Vec<GemmGroup>,
 }
 
 impl GemmTable {
     /// Builds the table; `roofline(m, n, k, dtype)` is the uncalibrated time.
-    pub(crate) fn new(points: &[GemmPoint], roofline: impl Fn(u32, u32, u32, DType) -> f64) -> Self {
-        let mut groups: Vec<(DType, u32, u32, Vec<(f64, f64)>)> = Vec::new();
+    pub(crate) fn new(
+        points: &[GemmPoint],
+        roofline: impl Fn(u32, u32, u32, DType) -> f64,
+    ) -> Self {
+        let mut groups: Vec<GemmGroup> = Vec::new();
         for p in points {
             let ratio = p.seconds / roofline(p.m, p.n, p.k, p.dtype);
             let entry = (f64::from(p.m).ln(), ratio);
             match groups
                 .iter_mut()
-                .find(|g| g.0 == p.dtype && g.1 == p.n && g.2 == p.k)
+                .find(|g| g.dtype == p.dtype && g.n == p.n && g.k == p.k)
             {
-                Some(g) => g.3.push(entry),
-                None => groups.push((p.dtype, p.n, p.k, vec![entry])),
+                Some(g) => g.points.push(entry),
+                None => groups.push(GemmGroup {
+                    dtype: p.dtype,
+                    n: p.n,
+                    k: p.k,
+                    points: vec![entry],
+                }),
             }
         }
         for g in &mut groups {
-            g.3.sort_by(|a, b| a.0.total_cmp(&b.0));
+            g.points.sort_by(|a, b| a.0.total_cmp(&b.0));
         }
         GemmTable { groups }
     }
@@ -228,16 +260,14 @@ impl GemmTable {
     /// The measured/roofline ratio for a shape, or `None` if this dtype was not measured.
     pub(crate) fn ratio(&self, m: u32, n: u32, k: u32, dtype: DType) -> Option<f64> {
         let (ln, lk) = (f64::from(n).ln(), f64::from(k).ln());
+        let distance =
+            |g: &GemmGroup| (f64::from(g.n).ln() - ln).abs() + (f64::from(g.k).ln() - lk).abs();
         let group = self
             .groups
             .iter()
-            .filter(|g| g.0 == dtype)
-            .min_by(|a, b| {
-                let da = (f64::from(a.1).ln() - ln).abs() + (f64::from(a.2).ln() - lk).abs();
-                let db = (f64::from(b.1).ln() - ln).abs() + (f64::from(b.2).ln() - lk).abs();
-                da.total_cmp(&db)
-            })?;
-        let pts = &group.3;
+            .filter(|g| g.dtype == dtype)
+            .min_by(|a, b| distance(a).total_cmp(&distance(b)))?;
+        let pts = &group.points;
         let x = f64::from(m.max(1)).ln();
         let i = pts.partition_point(|p| p.0 < x);
         Some(if i == 0 {
@@ -266,14 +296,31 @@ mod tests {
         assert!((c.secs_per_byte() - 5e-9).abs() < 1e-20);
         assert!(c.check("c").is_ok());
         let bad = Curve(vec![(1000, 2e-5), (2000, 1e-5)]);
-        assert!(bad.check("copy.h2d").unwrap_err().to_string().contains("must not decrease"));
+        assert!(
+            bad.check("copy.h2d")
+                .unwrap_err()
+                .to_string()
+                .contains("must not decrease")
+        );
     }
 
     #[test]
     fn gemm_ratio_interpolates_in_log_m_and_uses_nearest_shape() {
         let pts = [
-            GemmPoint { dtype: DType::Fp16, m: 16, n: 4096, k: 4096, seconds: 2.0 },
-            GemmPoint { dtype: DType::Fp16, m: 256, n: 4096, k: 4096, seconds: 4.0 },
+            GemmPoint {
+                dtype: DType::Fp16,
+                m: 16,
+                n: 4096,
+                k: 4096,
+                seconds: 2.0,
+            },
+            GemmPoint {
+                dtype: DType::Fp16,
+                m: 256,
+                n: 4096,
+                k: 4096,
+                seconds: 4.0,
+            },
         ];
         let t = GemmTable::new(&pts, |_, _, _, _| 1.0);
         assert_eq!(t.ratio(16, 4096, 4096, DType::Fp16), Some(2.0));

@@ -15,7 +15,7 @@
 use crate::calibration::{CopyTables, GemmTable, KernelFit};
 use crate::dtype::DType;
 use crate::hardware::{Duplex, HardwareProfile};
-use crate::schedule::{HostMemory, OpKind, attention_pairs};
+use crate::schedule::{HostMemory, OpKind};
 
 /// A copy's cost as an affine function of its size: `latency + bytes * secs_per_byte`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -135,7 +135,11 @@ impl CostModel {
             model.d2h = [affine(&cp.d2h_pinned), affine(&cp.d2h_pageable)];
             let fitted = |f: &KernelFit| KernelCost {
                 overhead_s: f.overhead_us * 1e-6,
-                secs_per_flop: if f.tflops > 0.0 { 1.0 / (f.tflops * 1e12) } else { 0.0 },
+                secs_per_flop: if f.tflops > 0.0 {
+                    1.0 / (f.tflops * 1e12)
+                } else {
+                    0.0
+                },
                 secs_per_byte: 1.0 / (f.gbps * 1e9),
             };
             model.attention = [fitted(&cal.attention); 3];
@@ -194,10 +198,14 @@ impl CostModel {
     /// The uncalibrated roofline time of `batch` GEMMs `[m,k] x [k,n]`.
     #[inline]
     fn gemm_roofline(&self, m: u32, n: u32, k: u32, batch: u32, dtype: DType) -> f64 {
-        let (m, n, k, b) = (f64::from(m), f64::from(n), f64::from(k), f64::from(batch));
-        let flops = 2.0 * m * n * k * b;
-        let bytes = (m * k + k * n + m * n) * b * dtype.bytes() as f64;
-        self.gemm_cost(dtype).time(flops, bytes)
+        let op = OpKind::Gemm {
+            m,
+            n,
+            k,
+            batch,
+            dtype,
+        };
+        self.gemm_cost(dtype).time(op.flops(), op.mem_bytes())
     }
 
     /// Measured / roofline time of a GEMM shape (1 when uncalibrated or the dtype was not
@@ -234,16 +242,17 @@ impl CostModel {
         causal: bool,
         dtype: DType,
     ) -> f64 {
-        let b = f64::from(batch);
-        let d = f64::from(head_dim);
-        let flops = 4.0 * b * f64::from(q_heads) * d * attention_pairs(q_len, kv_len, causal);
-        // Q read and O written per query head; K and V read once per KV head.
-        let elems = b
-            * d
-            * (2.0 * f64::from(q_heads) * f64::from(q_len)
-                + 2.0 * f64::from(kv_heads) * f64::from(kv_len));
-        self.attention_cost(dtype)
-            .time(flops, elems * dtype.bytes() as f64)
+        let op = OpKind::Attention {
+            batch,
+            q_heads,
+            kv_heads,
+            q_len,
+            kv_len,
+            head_dim,
+            causal,
+            dtype,
+        };
+        self.attention_cost(dtype).time(op.flops(), op.mem_bytes())
     }
 
     /// Seconds for a memory-bound kernel touching `bytes`.
@@ -366,7 +375,11 @@ seconds = 1.5e-4
         let t = c.gemm(64, 12288, 4096, 1, DType::Fp16);
         assert!((t - 1.5e-4).abs() < 1e-15, "{t}");
         // Copies follow the curve, including between measured sizes.
-        let op = |bytes| OpKind::H2D { bytes, payload: Payload::Cache, host: HostMemory::Pinned };
+        let op = |bytes| OpKind::H2D {
+            bytes,
+            payload: Payload::Cache,
+            host: HostMemory::Pinned,
+        };
         assert_eq!(c.duration(&op(1048576)), 6.0e-5);
         let mid = c.duration(&op(34_078_720));
         assert!(mid > 6.0e-5 && mid < 2.8e-3);
@@ -380,13 +393,20 @@ seconds = 1.5e-4
         assert!((t - (5e-6 + bytes / 1e12)).abs() < 1e-12, "{t}");
         // An unmeasured dtype keeps the roofline.
         let uncal = CostModel::new(&HardwareProfile::preset("a100-40g-pcie4").unwrap());
-        assert_eq!(c.gemm(64, 4096, 4096, 1, DType::Bf16), uncal.gemm(64, 4096, 4096, 1, DType::Bf16));
+        assert_eq!(
+            c.gemm(64, 4096, 4096, 1, DType::Bf16),
+            uncal.gemm(64, 4096, 4096, 1, DType::Bf16)
+        );
     }
 
     #[test]
     fn calibrated_profile_round_trips_through_toml() {
         let hw = calibrated();
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/profiles/a100-40g-pcie4.toml")).unwrap();
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/profiles/a100-40g-pcie4.toml"
+        ))
+        .unwrap();
         let mut file: crate::hardware::ProfileFile = toml::from_str(&text).unwrap();
         file.calibration = hw.calibration.clone();
         let back = HardwareProfile::from_toml_str(&file.to_toml(), "written").unwrap();
@@ -402,6 +422,9 @@ seconds = 1.5e-4
         )
         .unwrap_err()
         .to_string();
-        assert!(e.contains("calibration.copy.h2d_pinned") && e.contains("at least 2"), "{e}");
+        assert!(
+            e.contains("calibration.copy.h2d_pinned") && e.contains("at least 2"),
+            "{e}"
+        );
     }
 }

@@ -369,14 +369,10 @@ fn validate(file: ProfileFile, origin: &str) -> Result<HardwareProfile> {
                 duplex: s.link.duplex,
                 h2d_pinned: c.positive("link.h2d_pinned_gbps", s.link.h2d_pinned_gbps)? * GB,
                 d2h_pinned: c.positive("link.d2h_pinned_gbps", s.link.d2h_pinned_gbps)? * GB,
-                h2d_pageable: c.positive("link.h2d_pageable_gbps", s.link.h2d_pageable_gbps)?
-                    * GB,
-                d2h_pageable: c.positive("link.d2h_pageable_gbps", s.link.d2h_pageable_gbps)?
-                    * GB,
-                h2d_latency_s: c.non_negative("link.h2d_latency_us", s.link.h2d_latency_us)?
-                    * 1e-6,
-                d2h_latency_s: c.non_negative("link.d2h_latency_us", s.link.d2h_latency_us)?
-                    * 1e-6,
+                h2d_pageable: c.positive("link.h2d_pageable_gbps", s.link.h2d_pageable_gbps)? * GB,
+                d2h_pageable: c.positive("link.d2h_pageable_gbps", s.link.d2h_pageable_gbps)? * GB,
+                h2d_latency_s: c.non_negative("link.h2d_latency_us", s.link.h2d_latency_us)? * 1e-6,
+                d2h_latency_s: c.non_negative("link.d2h_latency_us", s.link.d2h_latency_us)? * 1e-6,
             },
             host: Host {
                 ram_bytes: (c.positive("host.ram_gib", s.host.ram_gib)? * GIB) as u64,

@@ -334,7 +334,13 @@ pub fn split_problem(
     // Recompute GEMM roofline terms, scaled by the calibrated ratio at this step's size.
     let rc = recompute_gemm(m, b, s);
     let ratio = match rc {
-        OpKind::Gemm { m: rows, n, k, dtype, .. } => cost.gemm_ratio(rows, n, k, dtype),
+        OpKind::Gemm {
+            m: rows,
+            n,
+            k,
+            dtype,
+            ..
+        } => cost.gemm_ratio(rows, n, k, dtype),
         _ => 1.0,
     };
     let g0 = cost.gemm_cost(m.dtype);

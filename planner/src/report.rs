@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use crate::plan::{Order, Plan};
 use crate::schedule::HostMemory;
-use crate::timeline::{Breakdown, Metrics, Timeline, Window, metrics};
+use crate::timeline::{Breakdown, Metrics, Source, Timeline, Window, metrics};
 
 /// One run's results. Field names are a contract: scripts read them.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -18,6 +18,10 @@ pub struct RunReport {
     pub hardware: String,
     /// `simulated` or `measured`.
     pub source: String,
+    /// `sim`, `cpu` or `cuda`.
+    pub backend: String,
+    /// The profile (simulated) or the device that ran it (measured).
+    pub device: String,
     /// Sequences per GPU batch.
     pub batch: u32,
     /// GPU batches per weight load.
@@ -66,8 +70,12 @@ pub struct RunReport {
 }
 
 impl RunReport {
-    /// Builds the report of `plan` run as `timeline`.
-    pub fn new(plan: &Plan, timeline: &Timeline, source: &str) -> Self {
+    /// Builds the report of `plan` run as `timeline` (simulated or measured, from its source).
+    pub fn new(plan: &Plan, timeline: &Timeline) -> Self {
+        let (source, backend, device) = match &timeline.source {
+            Source::Simulated { hardware } => ("simulated", "sim".to_string(), hardware.clone()),
+            Source::Measured { backend, device } => ("measured", backend.clone(), device.clone()),
+        };
         let whole = metrics(&plan.schedule, timeline, Window::Whole);
         let decode: Metrics = metrics(&plan.schedule, timeline, Window::Decode);
         let decode_latency = if plan.shape.gen_len > 1 {
@@ -90,6 +98,8 @@ impl RunReport {
             model: plan.model.clone(),
             hardware: plan.hardware.clone(),
             source: source.into(),
+            backend,
+            device,
             batch: plan.shape.batch,
             gpu_batches: plan.shape.gpu_batches,
             prompt: plan.shape.prompt,

@@ -200,6 +200,42 @@ impl OpKind {
         }
     }
 
+    /// Device-memory bytes a kernel reads and writes (copies: 0): GEMM `(mk + kn + mn)` elements
+    /// per batch; attention Q and O per query head plus K and V per KV head; elementwise as given.
+    #[inline]
+    pub fn mem_bytes(&self) -> f64 {
+        match *self {
+            OpKind::Gemm {
+                m,
+                n,
+                k,
+                batch,
+                dtype,
+            } => {
+                let (m, n, k) = (f64::from(m), f64::from(n), f64::from(k));
+                (m * k + k * n + m * n) * f64::from(batch) * dtype.bytes() as f64
+            }
+            OpKind::Attention {
+                batch,
+                q_heads,
+                kv_heads,
+                q_len,
+                kv_len,
+                head_dim,
+                dtype,
+                ..
+            } => {
+                f64::from(batch)
+                    * f64::from(head_dim)
+                    * (2.0 * f64::from(q_heads) * f64::from(q_len)
+                        + 2.0 * f64::from(kv_heads) * f64::from(kv_len))
+                    * dtype.bytes() as f64
+            }
+            OpKind::Elementwise { bytes } => bytes as f64,
+            _ => 0.0,
+        }
+    }
+
     /// The category KVPR's breakdown reports.
     pub fn category(&self) -> Category {
         match *self {

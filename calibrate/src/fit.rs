@@ -1,0 +1,124 @@
+//! Fitting measurements into the profile's kernel models.
+
+use kvplan_planner::calibration::KernelFit;
+
+use crate::Error;
+
+/// Least squares `t = a + c x` with `a >= 0` and `c > 0`. Falls back to a line through the origin
+/// when the intercept comes out negative, and to the median `t / x` when the slope is not
+/// positive (too few or too noisy points).
+pub fn line(points: &[(f64, f64)]) -> Option<(f64, f64)> {
+    let pts: Vec<(f64, f64)> = points
+        .iter()
+        .copied()
+        .filter(|(x, t)| x.is_finite() && t.is_finite() && *x > 0.0 && *t > 0.0)
+        .collect();
+    if pts.is_empty() {
+        return None;
+    }
+    let n = pts.len() as f64;
+    let (sx, st) = pts.iter().fold((0.0, 0.0), |(a, b), (x, t)| (a + x, b + t));
+    let (mx, mt) = (sx / n, st / n);
+    let (sxx, sxt) = pts.iter().fold((0.0, 0.0), |(a, b), (x, t)| {
+        (a + (x - mx) * (x - mx), b + (x - mx) * (t - mt))
+    });
+    let mut c = if sxx > 0.0 { sxt / sxx } else { 0.0 };
+    let mut a = mt - c * mx;
+    if a < 0.0 {
+        a = 0.0;
+        let (xx, xt) = pts
+            .iter()
+            .fold((0.0, 0.0), |(p, q), (x, t)| (p + x * x, q + x * t));
+        c = xt / xx;
+    }
+    if c <= 0.0 {
+        let mut r: Vec<f64> = pts.iter().map(|(x, t)| t / x).collect();
+        r.sort_by(f64::total_cmp);
+        c = r[r.len() / 2];
+        a = 0.0;
+    }
+    Some((a, c))
+}
+
+/// Memory-bound kernels: `t = overhead + bytes / rate` from `(bytes, seconds)` points.
+pub fn elementwise(points: &[(f64, f64)]) -> Result<KernelFit, Error> {
+    let (a, c) = line(points).ok_or_else(|| Error::Fit {
+        what: "elementwise kernels".into(),
+        why: "no positive measurements".into(),
+    })?;
+    Ok(KernelFit {
+        overhead_us: a * 1e6,
+        tflops: 0.0,
+        gbps: 1.0 / c / 1e9,
+    })
+}
+
+/// Attention: `t = overhead + max(flops / flop_rate, bytes / byte_rate)` from
+/// `(flops, bytes, seconds, is_prefill)` points. Decode points (one query per sequence, bound by
+/// reading K and V) fix the overhead and byte rate; causal prefill points (compute-bound) fix the
+/// FLOP rate, net of the overhead.
+pub fn attention(points: &[(f64, f64, f64, bool)]) -> Result<KernelFit, Error> {
+    let fail = |why: &str| Error::Fit {
+        what: "attention".into(),
+        why: why.into(),
+    };
+    let decode: Vec<(f64, f64)> = points.iter().filter(|p| !p.3).map(|p| (p.1, p.2)).collect();
+    let prefill: Vec<(f64, f64)> = points.iter().filter(|p| p.3).map(|p| (p.0, p.2)).collect();
+    let (a, c_b) = line(&decode).ok_or_else(|| fail("no decode measurements"))?;
+    let net: Vec<(f64, f64)> = prefill
+        .iter()
+        .map(|(f, t)| (*f, (t - a).max(t * 0.5)))
+        .collect();
+    let c_f = match line(&net) {
+        // Through the origin: the overhead is already removed.
+        Some(_) => {
+            let (xx, xt) = net
+                .iter()
+                .fold((0.0, 0.0), |(p, q), (x, t)| (p + x * x, q + x * t));
+            xt / xx
+        }
+        None => return Err(fail("no prefill measurements")),
+    };
+    Ok(KernelFit {
+        overhead_us: a * 1e6,
+        tflops: 1.0 / c_f / 1e12,
+        gbps: 1.0 / c_b / 1e9,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_recovers_intercept_and_slope() {
+        let pts: Vec<(f64, f64)> = (1..10)
+            .map(|i| (f64::from(i) * 1e6, 5e-6 + f64::from(i) * 1e6 / 1e9))
+            .collect();
+        let (a, c) = line(&pts).unwrap();
+        assert!(
+            (a - 5e-6).abs() < 1e-12 && (c - 1e-9).abs() < 1e-18,
+            "{a} {c}"
+        );
+        let e = elementwise(&pts).unwrap();
+        assert!((e.gbps - 1.0).abs() < 1e-6 && (e.overhead_us - 5.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn attention_fit_separates_the_regimes() {
+        // overhead 4 us, 500 GB/s memory, 100 TFLOP/s compute.
+        let t = |f: f64, b: f64| 4e-6 + (f / 100e12).max(b / 500e9);
+        let mut pts = Vec::new();
+        for b in [1e6, 1e7, 1e8] {
+            pts.push((b * 0.5, b, t(b * 0.5, b), false));
+        }
+        for f in [1e11, 1e12, 4e12] {
+            pts.push((f, 1e6, t(f, 1e6), true));
+        }
+        let fit = attention(&pts).unwrap();
+        assert!((fit.gbps - 500.0).abs() / 500.0 < 1e-6, "{fit:?}");
+        assert!((fit.tflops - 100.0).abs() / 100.0 < 1e-6, "{fit:?}");
+        assert!((fit.overhead_us - 4.0).abs() < 1e-6, "{fit:?}");
+        assert!(attention(&pts[..3]).is_err());
+    }
+}

@@ -1,0 +1,402 @@
+//! kvplan's calibration: measures a machine through the executor, fits the measurements into a
+//! [`ProfileFile`] (tables with interpolation, not one number each), and compares a simulated
+//! timeline with a measured one.
+//!
+//! Every microbenchmark is a small [`Schedule`] run by an [`Executor`], so calibration measures
+//! exactly the code path that `kvplan exec` and `kvplan validate` time.
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod compare;
+pub mod fit;
+pub mod micro;
+
+use kvplan_exec::{DeviceInfo, Executor};
+use kvplan_planner::HardwareProfile;
+use kvplan_planner::calibration::{Calibration, CopyTables, Curve};
+use kvplan_planner::hardware::{
+    Duplex, EfficiencySection, GpuSection, HostSection, LinkSection, PeakSection, PeerSection,
+    ProfileFile,
+};
+use kvplan_planner::{DType, ModelSpec};
+
+pub use compare::{Comparison, compare};
+
+/// Calibration errors.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The executor failed.
+    #[error(transparent)]
+    Exec(#[from] kvplan_exec::Error),
+    /// Planner-side failure (a model that cannot be loaded, an invalid profile).
+    #[error(transparent)]
+    Planner(#[from] kvplan_planner::Error),
+    /// A measurement that cannot be fitted (e.g. no positive times).
+    #[error("cannot fit {what}: {why}")]
+    Fit {
+        /// The table.
+        what: String,
+        /// Why.
+        why: String,
+    },
+}
+
+/// How thoroughly to measure.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// `quick` (CI, CPU) or `full`.
+    pub quick: bool,
+    /// Copy sizes, bytes.
+    pub copy_sizes: Vec<u64>,
+    /// Models whose layer shapes the GEMM and attention sweeps use.
+    pub models: Vec<ModelSpec>,
+    /// Decode GEMM rows (batch sizes).
+    pub decode_m: Vec<u32>,
+    /// Prefill GEMM rows (tokens per forward pass).
+    pub prefill_m: Vec<u32>,
+    /// Decode attention batches.
+    pub attention_batches: Vec<u32>,
+    /// Decode attention context lengths.
+    pub attention_kv_lens: Vec<u32>,
+    /// Prefill attention lengths (causal, q_len = kv_len).
+    pub prefill_lens: Vec<u32>,
+    /// Elementwise sizes, bytes.
+    pub elementwise_sizes: Vec<u64>,
+    /// Repetitions per measurement (the median is kept).
+    pub reps: u32,
+}
+
+fn pow4_sizes(from: u64, to: u64) -> Vec<u64> {
+    let mut v = Vec::new();
+    let mut s = from;
+    while s <= to {
+        v.push(s);
+        s *= 4;
+    }
+    v
+}
+
+impl Plan {
+    /// The default plan for a backend: `full` sweeps 4 KiB..1 GiB copies and the layer shapes of
+    /// every MHA and GQA family; `quick` keeps CI-sized runs (small models, up to 64 MiB).
+    /// `models` overrides the models whose shapes are measured.
+    pub fn new(quick: bool, gpu: bool, models: Option<Vec<ModelSpec>>) -> Result<Self, Error> {
+        let names: &[&str] = match (quick, gpu) {
+            (true, false) => &["opt-125m"],
+            (false, false) => &["opt-125m", "opt-1.3b"],
+            (true, true) => &["opt-6.7b", "llama-3-8b"],
+            (false, true) => &[
+                "opt-6.7b",
+                "opt-13b",
+                "opt-30b",
+                "llama-2-7b",
+                "llama-3-8b",
+                "mistral-7b",
+                "qwen2-7b",
+            ],
+        };
+        let models = match models {
+            Some(m) => m,
+            None => names
+                .iter()
+                .map(|n| ModelSpec::preset(n))
+                .collect::<Result<_, _>>()?,
+        };
+        Ok(if gpu {
+            Plan {
+                quick,
+                copy_sizes: pow4_sizes(4 << 10, if quick { 256 << 20 } else { 1 << 30 }),
+                models,
+                decode_m: if quick {
+                    vec![1, 16, 64, 256]
+                } else {
+                    vec![1, 4, 16, 32, 64, 128, 256, 512]
+                },
+                prefill_m: if quick {
+                    vec![2048, 8192]
+                } else {
+                    vec![1024, 2048, 4096, 8192, 16384, 32768]
+                },
+                attention_batches: if quick {
+                    vec![8, 64]
+                } else {
+                    vec![1, 8, 32, 64]
+                },
+                attention_kv_lens: if quick {
+                    vec![256, 2048]
+                } else {
+                    vec![128, 512, 2048, 8192]
+                },
+                prefill_lens: if quick {
+                    vec![512, 2048]
+                } else {
+                    vec![512, 1024, 2048, 4096]
+                },
+                elementwise_sizes: pow4_sizes(4 << 10, 256 << 20),
+                reps: if quick { 3 } else { 5 },
+            }
+        } else {
+            Plan {
+                quick,
+                copy_sizes: pow4_sizes(4 << 10, if quick { 16 << 20 } else { 256 << 20 }),
+                models,
+                decode_m: if quick {
+                    vec![1, 4, 16]
+                } else {
+                    vec![1, 4, 16, 64]
+                },
+                prefill_m: if quick {
+                    vec![128, 512]
+                } else {
+                    vec![128, 512, 2048]
+                },
+                attention_batches: if quick { vec![1, 4] } else { vec![1, 4, 16] },
+                attention_kv_lens: if quick {
+                    vec![64, 256]
+                } else {
+                    vec![64, 256, 1024]
+                },
+                prefill_lens: if quick {
+                    vec![64, 128]
+                } else {
+                    vec![64, 128, 256]
+                },
+                elementwise_sizes: pow4_sizes(4 << 10, if quick { 4 << 20 } else { 64 << 20 }),
+                reps: 3,
+            }
+        })
+    }
+}
+
+/// Progress callback: `(step, total, what)`.
+pub type Progress<'a> = &'a mut dyn FnMut(usize, usize, &str);
+
+/// Everything measured, before fitting into a profile.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Measurements {
+    /// The device.
+    pub info: DeviceInfo,
+    /// Copy curves.
+    pub copy: CopyTables,
+    /// Bytes/s of one direction alone and of both directions at once at the largest size.
+    pub duplex_check: (f64, f64),
+    /// GEMM points.
+    pub gemm: Vec<kvplan_planner::calibration::GemmPoint>,
+    /// Attention points `(flops, bytes, seconds, is_prefill)`.
+    pub attention: Vec<(f64, f64, f64, bool)>,
+    /// Elementwise points `(bytes, seconds)`.
+    pub elementwise: Vec<(f64, f64)>,
+    /// Per-op overhead of a chain of tiny kernels, seconds.
+    pub op_overhead_s: f64,
+}
+
+/// Runs every microbenchmark of `plan` on `exec`.
+pub fn measure(
+    exec: &mut dyn Executor,
+    plan: &Plan,
+    progress: Progress,
+) -> Result<Measurements, Error> {
+    micro::measure_all(exec, plan, progress)
+}
+
+/// Today's date (UTC) as YYYY-MM-DD, from the system clock.
+pub fn today() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let days = (secs / 86_400) as i64;
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// Fits measurements into a profile file named `name`. Datasheet fields of `base` (if given)
+/// are kept where nothing was measured; measured summaries replace the rest.
+pub fn build_profile(
+    m: &Measurements,
+    name: &str,
+    base: Option<&HardwareProfile>,
+    quick: bool,
+) -> Result<ProfileFile, Error> {
+    let attention = fit::attention(&m.attention)?;
+    let elementwise = fit::elementwise(&m.elementwise)?;
+    let gib = (1u64 << 30) as f64;
+    let best_gemm_tflops = |d: DType| {
+        m.gemm
+            .iter()
+            .filter(|p| p.dtype == d)
+            .map(|p| 2.0 * f64::from(p.m) * f64::from(p.n) * f64::from(p.k) / p.seconds / 1e12)
+            .fold(0.0, f64::max)
+    };
+    let measured_peak = [DType::Fp16, DType::Bf16, DType::Fp32]
+        .map(best_gemm_tflops)
+        .into_iter()
+        .fold(0.0, f64::max);
+    let memory_bytes = m.info.memory_bytes.unwrap_or(16 << 30);
+    let (one_way, both) = m.duplex_check;
+    let duplex = if both >= 1.5 * one_way {
+        Duplex::Full
+    } else {
+        Duplex::Half
+    };
+    let gpu = match base {
+        Some(b) => GpuSection {
+            name: m.info.name.clone(),
+            memory_gib: b.gpu.memory_bytes as f64 / gib,
+            reserved_gib: b.gpu.reserved_bytes as f64 / gib,
+            hbm_gbps: b.gpu.mem_bandwidth / 1e9,
+            kernel_overhead_us: m.op_overhead_s * 1e6,
+            peak_tflops: PeakSection {
+                fp16: b.gpu.peak_flops.fp16 / 1e12,
+                bf16: b.gpu.peak_flops.bf16 / 1e12,
+                fp32: b.gpu.peak_flops.fp32 / 1e12,
+            },
+        },
+        None => {
+            let peak = |d: DType| {
+                let v = best_gemm_tflops(d);
+                if v > 0.0 { v } else { measured_peak.max(1e-3) }
+            };
+            GpuSection {
+                name: m.info.name.clone(),
+                memory_gib: memory_bytes as f64 / gib,
+                reserved_gib: (memory_bytes as f64 / gib * 0.05).min(1.0),
+                hbm_gbps: elementwise.gbps,
+                kernel_overhead_us: m.op_overhead_s * 1e6,
+                peak_tflops: PeakSection {
+                    fp16: peak(DType::Fp16),
+                    bf16: peak(DType::Bf16),
+                    fp32: peak(DType::Fp32),
+                },
+            }
+        }
+    };
+    let efficiency = match base {
+        Some(b) => EfficiencySection {
+            gemm: b.efficiency.gemm,
+            attention: b.efficiency.attention,
+            memory: b.efficiency.memory,
+        },
+        // Measured peaks are achieved rates: efficiency 1.
+        None => EfficiencySection {
+            gemm: 1.0,
+            attention: 1.0,
+            memory: 1.0,
+        },
+    };
+    let c = &m.copy;
+    // Summary bandwidths at the largest measured size (cache-resident small copies can look
+    // faster than the link sustains); the curves hold the whole picture.
+    let large = |curve: &Curve| {
+        let &(b, t) = curve.0.last().expect("a checked curve has points");
+        b as f64 / t / 1e9
+    };
+    let link = LinkSection {
+        kind: match base {
+            Some(b) => b.link.kind.clone(),
+            None => format!("{} memcpy", m.info.backend.as_str()),
+        },
+        duplex,
+        h2d_pinned_gbps: large(&c.h2d_pinned),
+        d2h_pinned_gbps: large(&c.d2h_pinned),
+        h2d_pageable_gbps: large(&c.h2d_pageable),
+        d2h_pageable_gbps: large(&c.d2h_pageable),
+        h2d_latency_us: c.h2d_pinned.latency_s() * 1e6,
+        d2h_latency_us: c.d2h_pinned.latency_s() * 1e6,
+    };
+    let host = HostSection {
+        ram_gib: match base {
+            Some(b) => b.host.ram_bytes as f64 / gib,
+            None => memory_bytes as f64 / gib,
+        },
+    };
+    let peer = match base {
+        Some(b) => PeerSection {
+            kind: b.peer.kind.clone(),
+            gbps: b.peer.bandwidth / 1e9,
+            latency_us: b.peer.latency_s * 1e6,
+        },
+        None => PeerSection {
+            kind: "memcpy (measured as host copies)".into(),
+            gbps: link.h2d_pinned_gbps,
+            latency_us: link.h2d_latency_us,
+        },
+    };
+    let file = ProfileFile {
+        name: name.to_string(),
+        description: format!(
+            "calibrated with the {} backend on {} ({})",
+            m.info.backend.as_str(),
+            m.info.name,
+            today()
+        ),
+        gpu,
+        efficiency,
+        link,
+        host,
+        peer,
+        calibration: Some(Calibration {
+            backend: m.info.backend.as_str().into(),
+            device: m.info.name.clone(),
+            driver: m.info.driver.clone(),
+            date: today(),
+            kvplan_version: env!("CARGO_PKG_VERSION").into(),
+            mode: if quick { "quick" } else { "full" }.into(),
+            copy: CopyTables {
+                h2d_pinned: c.h2d_pinned.clone(),
+                d2h_pinned: c.d2h_pinned.clone(),
+                h2d_pageable: c.h2d_pageable.clone(),
+                d2h_pageable: c.d2h_pageable.clone(),
+            },
+            attention,
+            elementwise,
+            gemm: m.gemm.clone(),
+        }),
+    };
+    // The result must be a valid --hardware file for every other command.
+    file.clone()
+        .validate(&format!("calibrated profile {name}"))?;
+    Ok(file)
+}
+
+/// Makes a measured curve usable as a table: sizes strictly increasing, times non-decreasing
+/// (a later, larger copy measured faster than a smaller one is noise: it takes the running max).
+pub fn monotone_curve(mut points: Vec<(u64, f64)>) -> Curve {
+    points.sort_by_key(|p| p.0);
+    points.dedup_by_key(|p| p.0);
+    let mut best = 0.0f64;
+    for p in &mut points {
+        best = best.max(p.1);
+        p.1 = best;
+    }
+    Curve(points)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn date_is_iso() {
+        let d = today();
+        assert_eq!(d.len(), 10);
+        assert!(d.starts_with("20"));
+        assert_eq!(&d[4..5], "-");
+    }
+
+    #[test]
+    fn monotone_curve_sorts_and_takes_running_max() {
+        let c = monotone_curve(vec![(4096, 2e-5), (1024, 1e-5), (16384, 1.5e-5)]);
+        assert_eq!(c.0, vec![(1024, 1e-5), (4096, 2e-5), (16384, 2e-5)]);
+    }
+}

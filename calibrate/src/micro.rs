@@ -1,0 +1,269 @@
+//! Microbenchmarks: each is a small [`Schedule`] run on the executor; the measured op spans are
+//! the data. Repetitions of one op run back to back on one stream and the median is kept.
+
+use kvplan_exec::Executor;
+use kvplan_planner::calibration::{CopyTables, GemmPoint};
+use kvplan_planner::plan::layer_kernels;
+use kvplan_planner::schedule::{
+    HostMemory, OpKind, Payload, Phase, Schedule, ScheduleBuilder, StreamKind, Tag,
+};
+use kvplan_planner::{DType, ModelSpec, Timeline};
+
+use crate::{Error, Measurements, Plan, Progress, monotone_curve};
+
+const TAG: Tag = Tag {
+    step: 0,
+    layer: Tag::NONE,
+    batch: 0,
+    group: Tag::NONE,
+    phase: Phase::Decode,
+};
+
+/// A schedule of `reps` back-to-back copies of each op on one stream of `kind`.
+fn repeated(kind: StreamKind, ops: &[OpKind], reps: u32) -> Schedule {
+    let mut b = ScheduleBuilder::with_capacity(ops.len() * reps as usize, 0);
+    let s = b.stream(0, kind, "bench");
+    let l = b.label("bench");
+    for op in ops {
+        for _ in 0..reps {
+            b.push(*op, s, l, TAG, &[]);
+        }
+    }
+    b.build()
+}
+
+/// Median duration of each group of `reps` consecutive ops.
+fn medians(t: &Timeline, groups: usize, reps: u32) -> Vec<f64> {
+    (0..groups)
+        .map(|g| {
+            let mut d: Vec<f64> = t.spans[g * reps as usize..(g + 1) * reps as usize]
+                .iter()
+                .map(|s| s.duration())
+                .collect();
+            d.sort_by(f64::total_cmp);
+            d[d.len() / 2]
+        })
+        .collect()
+}
+
+fn copy_op(dir: StreamKind, host: HostMemory, bytes: u64) -> OpKind {
+    match dir {
+        StreamKind::H2D => OpKind::H2D {
+            bytes,
+            payload: Payload::Cache,
+            host,
+        },
+        _ => OpKind::D2H {
+            bytes,
+            payload: Payload::Cache,
+            host,
+        },
+    }
+}
+
+/// The distinct GEMM shapes `(n, k, dtype)` of a model's layers (and LM head for decode).
+fn gemm_shapes(m: &ModelSpec) -> Vec<(u32, u32, DType)> {
+    let mut v: Vec<(u32, u32, DType)> = layer_kernels(m, 1, 1, 1)
+        .iter()
+        .filter_map(|(_, k)| match *k {
+            OpKind::Gemm { n, k, dtype, .. } => Some((n, k, dtype)),
+            _ => None,
+        })
+        .collect();
+    // KVPR's recompute GEMM: X @ [W_K | W_V].
+    v.push((2 * m.kv_dim() as u32, m.hidden, m.dtype));
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// Runs every microbenchmark of `plan`.
+pub fn measure_all(
+    exec: &mut dyn Executor,
+    plan: &Plan,
+    progress: Progress,
+) -> Result<Measurements, Error> {
+    let info = exec.info().clone();
+    let total = 9;
+    let mut step = 0;
+    let mut tick = |what: &str| {
+        step += 1;
+        progress(step, total, what);
+    };
+
+    // Copies: one schedule per direction and host memory kind, every size `reps` times.
+    let mut curves = Vec::new();
+    for (dir, host, what) in [
+        (
+            StreamKind::H2D,
+            HostMemory::Pinned,
+            "copies host->device, pinned",
+        ),
+        (
+            StreamKind::D2H,
+            HostMemory::Pinned,
+            "copies device->host, pinned",
+        ),
+        (
+            StreamKind::H2D,
+            HostMemory::Pageable,
+            "copies host->device, pageable",
+        ),
+        (
+            StreamKind::D2H,
+            HostMemory::Pageable,
+            "copies device->host, pageable",
+        ),
+    ] {
+        tick(what);
+        let ops: Vec<OpKind> = plan
+            .copy_sizes
+            .iter()
+            .map(|&b| copy_op(dir, host, b))
+            .collect();
+        let t = exec.run(&repeated(dir, &ops, plan.reps))?;
+        let med = medians(&t, ops.len(), plan.reps);
+        curves.push(monotone_curve(
+            plan.copy_sizes.iter().copied().zip(med).collect(),
+        ));
+    }
+    let copy = CopyTables {
+        h2d_pinned: curves[0].clone(),
+        d2h_pinned: curves[1].clone(),
+        h2d_pageable: curves[2].clone(),
+        d2h_pageable: curves[3].clone(),
+    };
+
+    // Both directions at once at the largest size: full duplex moves about twice the bytes.
+    tick("copies in both directions at once");
+    let big = *plan.copy_sizes.last().expect("copy sizes");
+    let mut b = ScheduleBuilder::new();
+    let h = b.stream(0, StreamKind::H2D, "h2d");
+    let d = b.stream(0, StreamKind::D2H, "d2h");
+    let l = b.label("bench");
+    for _ in 0..plan.reps {
+        b.push(
+            copy_op(StreamKind::H2D, HostMemory::Pinned, big),
+            h,
+            l,
+            TAG,
+            &[],
+        );
+        b.push(
+            copy_op(StreamKind::D2H, HostMemory::Pinned, big),
+            d,
+            l,
+            TAG,
+            &[],
+        );
+    }
+    let t = exec.run(&b.build())?;
+    let both = 2.0 * f64::from(plan.reps) * big as f64 / t.makespan();
+    // One direction alone at the same size.
+    let one_way = big as f64 / copy.h2d_pinned.time(big).min(copy.d2h_pinned.time(big));
+
+    // GEMMs at the models' layer shapes, decode and prefill rows.
+    tick("GEMMs at the models' shapes");
+    let mut shapes: Vec<(u32, u32, u32, DType)> = Vec::new();
+    for m in &plan.models {
+        for (n, k, dt) in gemm_shapes(m) {
+            for &rows in plan.decode_m.iter().chain(&plan.prefill_m) {
+                shapes.push((rows, n, k, dt));
+            }
+        }
+        // The LM head runs on the last position only: decode rows.
+        for &rows in &plan.decode_m {
+            shapes.push((rows, m.vocab, m.hidden, m.dtype));
+        }
+    }
+    shapes.sort_unstable();
+    shapes.dedup();
+    let ops: Vec<OpKind> = shapes
+        .iter()
+        .map(|&(m, n, k, dtype)| OpKind::Gemm {
+            m,
+            n,
+            k,
+            batch: 1,
+            dtype,
+        })
+        .collect();
+    let t = exec.run(&repeated(StreamKind::Compute, &ops, plan.reps))?;
+    let gemm: Vec<GemmPoint> = shapes
+        .iter()
+        .zip(medians(&t, ops.len(), plan.reps))
+        .map(|(&(m, n, k, dtype), seconds)| GemmPoint {
+            dtype,
+            m,
+            n,
+            k,
+            seconds: seconds.max(1e-9),
+        })
+        .collect();
+
+    // Attention: decode over batch x context, causal prefill over length.
+    tick("attention (decode and prefill)");
+    let mut att_ops = Vec::new();
+    for m in &plan.models {
+        let a = |batch, q_len, kv_len, causal| OpKind::Attention {
+            batch,
+            q_heads: m.num_heads as u16,
+            kv_heads: m.num_kv_heads as u16,
+            q_len,
+            kv_len,
+            head_dim: m.head_dim as u16,
+            causal,
+            dtype: m.dtype,
+        };
+        for &bs in &plan.attention_batches {
+            for &kv in &plan.attention_kv_lens {
+                att_ops.push((a(bs, 1, kv, false), false));
+            }
+        }
+        for &len in &plan.prefill_lens {
+            att_ops.push((a(1, len, len, true), true));
+        }
+    }
+    let ops: Vec<OpKind> = att_ops.iter().map(|(o, _)| *o).collect();
+    let t = exec.run(&repeated(StreamKind::Compute, &ops, plan.reps))?;
+    let attention: Vec<(f64, f64, f64, bool)> = att_ops
+        .iter()
+        .zip(medians(&t, ops.len(), plan.reps))
+        .map(|((op, prefill), secs)| (op.flops(), op.mem_bytes(), secs, *prefill))
+        .collect();
+
+    // Memory-bound kernels over size.
+    tick("memory-bound kernels");
+    let ops: Vec<OpKind> = plan
+        .elementwise_sizes
+        .iter()
+        .map(|&bytes| OpKind::Elementwise { bytes })
+        .collect();
+    let t = exec.run(&repeated(StreamKind::Compute, &ops, plan.reps))?;
+    let elementwise: Vec<(f64, f64)> = plan
+        .elementwise_sizes
+        .iter()
+        .map(|&b| b as f64)
+        .zip(medians(&t, ops.len(), plan.reps))
+        .collect();
+
+    // Per-op cost of a chain of tiny kernels: launch overhead plus the executor's own gap.
+    tick("kernel launch overhead");
+    let n = 200;
+    let t = exec.run(&repeated(
+        StreamKind::Compute,
+        &[OpKind::Elementwise { bytes: 64 }],
+        n,
+    ))?;
+    let op_overhead_s = t.makespan() / f64::from(n);
+
+    Ok(Measurements {
+        info,
+        copy,
+        duplex_check: (one_way, both),
+        gemm,
+        attention,
+        elementwise,
+        op_overhead_s,
+    })
+}

@@ -1,0 +1,668 @@
+//! Backend-independent correctness checks, run through the same GEMM, copy, strided-copy and
+//! attention routines the timed executors use.
+//!
+//! [`kvpr_attention_equivalence`] verifies KVPR's claim — attention is exact when a prefix of
+//! K,V is recomputed from the layer inputs `X` on the device and the rest is transferred — on a
+//! backend's real kernels:
+//!
+//! 1. "prefill": `X [s', b, h]` and `W = [W_K | W_V] [h, 2*kv_dim]` go to the device, the backend's
+//!    GEMM computes `X·W`, the `kv_concat` scatter lays the rows out as the KV cache, and the cache
+//!    is copied back to host memory (the offloaded cache);
+//! 2. full transfer: the whole cache is copied host→device and attended over;
+//! 3. KVPR with split `l`: `X[0:l]` is copied host→device, the same GEMM recomputes `K,V[0:l]`, the
+//!    scatter places them at the front of an empty KV buffer, `KV[l:s']` is copied host→device
+//!    behind them, and the same attention kernel runs.
+//!
+//! The cache is token-major, `[token][K|V][batch][kv_head][head_dim]` (FlexGen keeps its cache
+//! token-major too), so `X[0:l]` and `KV[l:s']` are each one contiguous copy, as in the schedule.
+//!
+//! On the CPU backend the two outputs are bit-identical for every `l` (the GEMM's rows do not
+//! depend on how many rows are computed, and the scatter is `x * 1 + (-0)`, an exact identity).
+//! On CUDA (fp16 storage, fp32 accumulation) cuBLAS may choose different kernels for different
+//! row counts, so the outputs agree within [`CUDA_FP16_ATOL`].
+
+use kvplan_planner::schedule::HostMemory;
+
+use crate::{BackendKind, Error, ExecOptions, cpu, cuda, data};
+
+/// Largest absolute difference accepted between CUDA attention outputs computed from the same
+/// inputs along different paths, or between a CUDA kernel and the f64 reference, for data of the
+/// checks' scale (inputs uniform in `[-1, 1)`, outputs well below 1): about 8 fp16 ulps at 0.5.
+pub const CUDA_FP16_ATOL: f64 = 2e-3;
+
+/// One attention call: `q_len` queries per sequence and query head against `kv_len` keys.
+///
+/// Layouts (row-major, token-major like the KV cache):
+/// Q and O `[q_len][batch][q_heads][head_dim]`; K,V `[kv_len][2][batch][kv_heads][head_dim]`
+/// (K at index 0, V at 1). Query head `h` reads key/value head `h / (q_heads / kv_heads)`.
+/// With `causal`, query `i` sees keys `0..=kv_len - q_len + i`; a query that sees no key gets 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttentionShape {
+    /// Sequences.
+    pub batch: usize,
+    /// Query heads.
+    pub q_heads: usize,
+    /// Key/value heads (divides `q_heads`).
+    pub kv_heads: usize,
+    /// Queries per sequence.
+    pub q_len: usize,
+    /// Keys per sequence.
+    pub kv_len: usize,
+    /// Head dimension.
+    pub head_dim: usize,
+    /// Causal mask.
+    pub causal: bool,
+}
+
+impl AttentionShape {
+    /// Elements of Q (and of O).
+    pub fn q_elems(&self) -> usize {
+        self.q_len * self.batch * self.q_heads * self.head_dim
+    }
+
+    /// Elements of the K,V buffer.
+    pub fn kv_elems(&self) -> usize {
+        self.kv_len * 2 * self.batch * self.kv_heads * self.head_dim
+    }
+
+    /// Keys visible to query `qi`.
+    pub fn visible(&self, qi: usize) -> usize {
+        if self.causal {
+            (self.kv_len as i64 - self.q_len as i64 + qi as i64 + 1).clamp(0, self.kv_len as i64)
+                as usize
+        } else {
+            self.kv_len
+        }
+    }
+
+    /// Elements between one token's keys and the next token's, for one (sequence, head).
+    pub(crate) fn token_stride(&self) -> usize {
+        2 * self.batch * self.kv_heads * self.head_dim
+    }
+
+    /// Offset of V from K within a token.
+    pub(crate) fn v_offset(&self) -> usize {
+        self.batch * self.kv_heads * self.head_dim
+    }
+
+    fn validate(&self) -> Result<(), Error> {
+        if self.batch == 0
+            || self.q_heads == 0
+            || self.kv_heads == 0
+            || self.q_len == 0
+            || self.kv_len == 0
+            || self.head_dim == 0
+        {
+            return Err(Error::InvalidInput(format!(
+                "attention shape {self:?}: every size must be at least 1"
+            )));
+        }
+        if self.q_heads % self.kv_heads != 0 {
+            return Err(Error::InvalidInput(format!(
+                "attention shape {self:?}: q_heads must be a multiple of kv_heads"
+            )));
+        }
+        let elems = (self.q_elems() as u128).max(self.kv_elems() as u128);
+        if elems > 1 << 31 {
+            return Err(Error::InvalidInput(format!(
+                "attention shape {self:?}: too large for a check"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A strided affine copy `dst[..] = src[..] * a + b` over `outer x middle x inner` elements (inner
+/// contiguous). The elementwise op of a schedule is the contiguous case; KVPR's `kv_concat`
+/// scatter is two 3-D cases with `a = 1, b = -0` (an exact copy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Strided {
+    pub outer: usize,
+    pub middle: usize,
+    pub inner: usize,
+    pub src_at: usize,
+    pub src_outer: usize,
+    pub src_middle: usize,
+    pub dst_at: usize,
+    pub dst_outer: usize,
+    pub dst_middle: usize,
+}
+
+impl Strided {
+    /// `n` contiguous elements.
+    pub fn contiguous(n: usize) -> Self {
+        Strided {
+            outer: 1,
+            middle: 1,
+            inner: n,
+            src_at: 0,
+            src_outer: 0,
+            src_middle: 0,
+            dst_at: 0,
+            dst_outer: 0,
+            dst_middle: 0,
+        }
+    }
+
+    /// One past the last source and destination elements touched.
+    pub fn extents(&self) -> (usize, usize) {
+        if self.outer == 0 || self.middle == 0 || self.inner == 0 {
+            return (0, 0);
+        }
+        let last = |at: usize, o: usize, m: usize| {
+            at + (self.outer - 1) * o + (self.middle - 1) * m + self.inner
+        };
+        (
+            last(self.src_at, self.src_outer, self.src_middle),
+            last(self.dst_at, self.dst_outer, self.dst_middle),
+        )
+    }
+}
+
+/// A KVPR attention case: a decode step's attention over `seq_len` cached tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttentionCase {
+    /// Sequences.
+    pub batch: usize,
+    /// Hidden size (the width of the layer input `X`).
+    pub hidden: usize,
+    /// Query heads.
+    pub q_heads: usize,
+    /// Key/value heads (divides `q_heads`).
+    pub kv_heads: usize,
+    /// Head dimension.
+    pub head_dim: usize,
+    /// Cached tokens `s'`.
+    pub seq_len: usize,
+}
+
+impl AttentionCase {
+    fn shape(&self) -> AttentionShape {
+        AttentionShape {
+            batch: self.batch,
+            q_heads: self.q_heads,
+            kv_heads: self.kv_heads,
+            q_len: 1,
+            kv_len: self.seq_len,
+            head_dim: self.head_dim,
+            causal: false,
+        }
+    }
+
+    fn validate(&self) -> Result<(), Error> {
+        if self.hidden == 0 {
+            return Err(Error::InvalidInput("hidden must be at least 1".into()));
+        }
+        self.shape().validate()?;
+        let x = self.seq_len as u128 * self.batch as u128 * self.hidden as u128;
+        let w = self.hidden as u128 * 2 * (self.kv_heads * self.head_dim) as u128;
+        if x.max(w) > 1 << 31 {
+            return Err(Error::InvalidInput(format!(
+                "{self:?} is too large for a check"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// How the KVPR output with one split compares with the full-transfer output.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Equivalence {
+    /// Recomputed tokens `l`.
+    pub recompute: u32,
+    /// Largest absolute difference.
+    pub max_abs_diff: f64,
+    /// `max_abs_diff` over the largest absolute value of the full-transfer output.
+    pub max_rel_diff: f64,
+    /// Every element has the same bits.
+    pub bit_identical: bool,
+}
+
+/// How a backend's attention compares with an f64 reference on the same (rounded) inputs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Accuracy {
+    /// Largest absolute difference.
+    pub max_abs_diff: f64,
+    /// `max_abs_diff` over the largest absolute reference value.
+    pub max_rel_diff: f64,
+    /// Largest absolute reference value.
+    pub max_abs_reference: f64,
+}
+
+/// Runs [`AttentionCase`] on backend `kind` once with full transfer and once per split `l` in
+/// `recompute` (each `0 <= l <= seq_len`), and compares each KVPR output with the full-transfer
+/// output. Data is seeded by `options.seed`; the CUDA check runs on device `options.device` in
+/// fp16 with the executor's cuBLAS GEMM and NVRTC kernels.
+pub fn kvpr_attention_equivalence(
+    kind: BackendKind,
+    options: &ExecOptions,
+    case: &AttentionCase,
+    recompute: &[u32],
+) -> Result<Vec<Equivalence>, Error> {
+    case.validate()?;
+    if let Some(&l) = recompute.iter().find(|&&l| l as usize > case.seq_len) {
+        return Err(Error::InvalidInput(format!(
+            "cannot recompute {l} of {} cached tokens",
+            case.seq_len
+        )));
+    }
+    match kind {
+        BackendKind::Cpu => {
+            equivalence(&mut cpu::CheckDevice::new(), options.seed, case, recompute)
+        }
+        BackendKind::Cuda => cuda::guarded(|| {
+            let mut dev = cuda::CheckDevice::open(options)?;
+            equivalence(&mut dev, options.seed, case, recompute)
+        }),
+    }
+}
+
+/// Runs one attention call of `shape` on backend `kind` with seeded inputs and compares it with
+/// an f64 reference computed from the inputs as the backend stores them (fp16 on CUDA).
+pub fn attention_accuracy(
+    kind: BackendKind,
+    options: &ExecOptions,
+    shape: &AttentionShape,
+) -> Result<Accuracy, Error> {
+    shape.validate()?;
+    match kind {
+        BackendKind::Cpu => accuracy(&mut cpu::CheckDevice::new(), options.seed, shape),
+        BackendKind::Cuda => cuda::guarded(|| {
+            let mut dev = cuda::CheckDevice::open(options)?;
+            accuracy(&mut dev, options.seed, shape)
+        }),
+    }
+}
+
+/// What a backend offers the checks: host and device buffers of its element type, copies
+/// between them, and its kernels. `Host` buffers are pinned where the backend has such a thing.
+pub(crate) trait Device {
+    type Host;
+    type Dev;
+
+    /// The value the backend stores for `x`.
+    fn round(&self, x: f32) -> f32;
+    /// A host buffer holding `data`.
+    fn host(&mut self, data: &[f32]) -> Result<Self::Host, Error>;
+    /// A zeroed host buffer.
+    fn host_zeroed(&mut self, len: usize) -> Result<Self::Host, Error>;
+    /// A zeroed device buffer.
+    fn dev_zeroed(&mut self, len: usize) -> Result<Self::Dev, Error>;
+    /// Copies `len` elements host→device.
+    fn h2d(
+        &mut self,
+        dst: &mut Self::Dev,
+        dst_at: usize,
+        src: &Self::Host,
+        src_at: usize,
+        len: usize,
+    ) -> Result<(), Error>;
+    /// Copies `len` elements device→host.
+    fn d2h(
+        &mut self,
+        dst: &mut Self::Host,
+        dst_at: usize,
+        src: &Self::Dev,
+        src_at: usize,
+        len: usize,
+    ) -> Result<(), Error>;
+    /// Row-major `c[m, n] = a[m, k] · b[k, n]`.
+    fn gemm(
+        &mut self,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &Self::Dev,
+        b: &Self::Dev,
+        c: &mut Self::Dev,
+    ) -> Result<(), Error>;
+    /// `dst = src * a + b` over `s`.
+    fn strided(
+        &mut self,
+        s: &Strided,
+        src: &Self::Dev,
+        dst: &mut Self::Dev,
+        a: f32,
+        b: f32,
+    ) -> Result<(), Error>;
+    /// Attention of `shape`.
+    fn attention(
+        &mut self,
+        shape: &AttentionShape,
+        q: &Self::Dev,
+        kv: &Self::Dev,
+        out: &mut Self::Dev,
+    ) -> Result<(), Error>;
+    /// Waits for the device and returns a host buffer's values.
+    fn read(&mut self, h: &Self::Host) -> Result<Vec<f32>, Error>;
+}
+
+/// Scatters GEMM rows `[tokens * batch, 2 * kv_dim]` (row `t * batch + s` holds K then V of token
+/// `t` of sequence `s`) into the front of a KV buffer `[token][2][batch][kv_dim]`.
+pub(crate) fn kv_concat<D: Device>(
+    dev: &mut D,
+    tokens: usize,
+    batch: usize,
+    kv_dim: usize,
+    rows: &D::Dev,
+    kv: &mut D::Dev,
+) -> Result<(), Error> {
+    for part in 0..2 {
+        let s = Strided {
+            outer: tokens,
+            middle: batch,
+            inner: kv_dim,
+            src_at: part * kv_dim,
+            src_outer: batch * 2 * kv_dim,
+            src_middle: 2 * kv_dim,
+            dst_at: part * batch * kv_dim,
+            dst_outer: 2 * batch * kv_dim,
+            dst_middle: kv_dim,
+        };
+        // x * 1 + (-0) == x exactly for every x (also -0 and with a fused multiply-add).
+        dev.strided(&s, rows, kv, 1.0, -0.0)?;
+    }
+    Ok(())
+}
+
+fn compare(got: &[f32], reference: &[f32]) -> (f64, f64, bool) {
+    let mut max_abs = 0.0f64;
+    let mut max_ref = 0.0f64;
+    let mut same = got.len() == reference.len();
+    for (&g, &r) in got.iter().zip(reference) {
+        let d = (f64::from(g) - f64::from(r)).abs();
+        max_abs = if d.is_nan() {
+            f64::INFINITY
+        } else {
+            max_abs.max(d)
+        };
+        max_ref = max_ref.max(f64::from(r).abs());
+        same &= g.to_bits() == r.to_bits();
+    }
+    (max_abs, max_abs / max_ref.max(1e-30), same)
+}
+
+/// The KVPR equivalence procedure on one device (see the module docs).
+pub(crate) fn equivalence<D: Device>(
+    dev: &mut D,
+    seed: u64,
+    case: &AttentionCase,
+    recompute: &[u32],
+) -> Result<Vec<Equivalence>, Error> {
+    let (b, h, s) = (case.batch, case.hidden, case.seq_len);
+    let kvd = case.kv_heads * case.head_dim;
+    let shape = case.shape();
+    let tok_x = b * h; // X elements per token
+    let tok_kv = 2 * b * kvd; // KV elements per token
+    let x = data::random_f32(s * tok_x, data::derive(seed, 1), 1.0);
+    let w = data::random_f32(h * 2 * kvd, data::derive(seed, 2), 1.0 / (h as f32).sqrt());
+    let q = data::random_f32(shape.q_elems(), data::derive(seed, 3), 1.0);
+    let x_host = dev.host(&x)?;
+    let w_host = dev.host(&w)?;
+    let q_host = dev.host(&q)?;
+    let mut w_dev = dev.dev_zeroed(w.len())?;
+    dev.h2d(&mut w_dev, 0, &w_host, 0, w.len())?;
+    let mut q_dev = dev.dev_zeroed(q.len())?;
+    dev.h2d(&mut q_dev, 0, &q_host, 0, q.len())?;
+
+    // Prefill: K,V of every cached token on the device, then offloaded to the host.
+    let mut x_dev = dev.dev_zeroed(x.len())?;
+    dev.h2d(&mut x_dev, 0, &x_host, 0, x.len())?;
+    let mut rows = dev.dev_zeroed(s * b * 2 * kvd)?;
+    dev.gemm(s * b, 2 * kvd, h, &x_dev, &w_dev, &mut rows)?;
+    let mut kv_dev = dev.dev_zeroed(s * tok_kv)?;
+    kv_concat(dev, s, b, kvd, &rows, &mut kv_dev)?;
+    let mut cache = dev.host_zeroed(s * tok_kv)?;
+    dev.d2h(&mut cache, 0, &kv_dev, 0, s * tok_kv)?;
+    drop((x_dev, rows, kv_dev));
+
+    // Full transfer.
+    let out_len = shape.q_elems();
+    let mut out_host = dev.host_zeroed(out_len)?;
+    let reference = {
+        let mut kv = dev.dev_zeroed(s * tok_kv)?;
+        dev.h2d(&mut kv, 0, &cache, 0, s * tok_kv)?;
+        let mut out = dev.dev_zeroed(out_len)?;
+        dev.attention(&shape, &q_dev, &kv, &mut out)?;
+        dev.d2h(&mut out_host, 0, &out, 0, out_len)?;
+        dev.read(&out_host)?
+    };
+
+    let mut result = Vec::with_capacity(recompute.len());
+    for &l32 in recompute {
+        let l = l32 as usize;
+        // A fresh zeroed buffer: a region the KVPR path failed to write shows as a difference.
+        let mut kv = dev.dev_zeroed(s * tok_kv)?;
+        if l > 0 {
+            let mut xl = dev.dev_zeroed(l * tok_x)?;
+            dev.h2d(&mut xl, 0, &x_host, 0, l * tok_x)?;
+            let mut rows = dev.dev_zeroed(l * b * 2 * kvd)?;
+            dev.gemm(l * b, 2 * kvd, h, &xl, &w_dev, &mut rows)?;
+            kv_concat(dev, l, b, kvd, &rows, &mut kv)?;
+        }
+        if l < s {
+            dev.h2d(&mut kv, l * tok_kv, &cache, l * tok_kv, (s - l) * tok_kv)?;
+        }
+        let mut out = dev.dev_zeroed(out_len)?;
+        dev.attention(&shape, &q_dev, &kv, &mut out)?;
+        dev.d2h(&mut out_host, 0, &out, 0, out_len)?;
+        let got = dev.read(&out_host)?;
+        let (max_abs_diff, max_rel_diff, bit_identical) = compare(&got, &reference);
+        result.push(Equivalence {
+            recompute: l32,
+            max_abs_diff,
+            max_rel_diff,
+            bit_identical,
+        });
+    }
+    Ok(result)
+}
+
+/// Attention in f64 (same layouts and masking as the backends).
+pub(crate) fn reference_attention(s: &AttentionShape, q: &[f32], kv: &[f32]) -> Vec<f32> {
+    let d = s.head_dim;
+    let group = s.q_heads / s.kv_heads;
+    let scale = 1.0 / (d as f64).sqrt();
+    let mut out = vec![0.0f32; s.q_elems()];
+    let mut p = vec![0.0f64; s.kv_len];
+    for qi in 0..s.q_len {
+        let vis = s.visible(qi);
+        for b in 0..s.batch {
+            for h in 0..s.q_heads {
+                let row = ((qi * s.batch + b) * s.q_heads + h) * d;
+                if vis == 0 {
+                    continue;
+                }
+                let base = (b * s.kv_heads + h / group) * d;
+                let mut mx = f64::NEG_INFINITY;
+                for (t, pt) in p.iter_mut().enumerate().take(vis) {
+                    let k = &kv[t * s.token_stride() + base..][..d];
+                    let dot: f64 = q[row..row + d]
+                        .iter()
+                        .zip(k)
+                        .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                        .sum();
+                    *pt = dot * scale;
+                    mx = mx.max(*pt);
+                }
+                let mut sum = 0.0;
+                for pt in p.iter_mut().take(vis) {
+                    *pt = (*pt - mx).exp();
+                    sum += *pt;
+                }
+                for e in 0..d {
+                    let mut acc = 0.0;
+                    for (t, pt) in p.iter().enumerate().take(vis) {
+                        acc += pt * f64::from(kv[t * s.token_stride() + s.v_offset() + base + e]);
+                    }
+                    out[row + e] = (acc / sum) as f32;
+                }
+            }
+        }
+    }
+    out
+}
+
+fn accuracy<D: Device>(dev: &mut D, seed: u64, shape: &AttentionShape) -> Result<Accuracy, Error> {
+    let q: Vec<f32> = data::random_f32(shape.q_elems(), data::derive(seed, 11), 1.0)
+        .into_iter()
+        .map(|x| dev.round(x))
+        .collect();
+    let kv: Vec<f32> = data::random_f32(shape.kv_elems(), data::derive(seed, 12), 1.0)
+        .into_iter()
+        .map(|x| dev.round(x))
+        .collect();
+    let (qh, kvh) = (dev.host(&q)?, dev.host(&kv)?);
+    let mut qd = dev.dev_zeroed(q.len())?;
+    dev.h2d(&mut qd, 0, &qh, 0, q.len())?;
+    let mut kvd = dev.dev_zeroed(kv.len())?;
+    dev.h2d(&mut kvd, 0, &kvh, 0, kv.len())?;
+    let mut od = dev.dev_zeroed(q.len())?;
+    dev.attention(shape, &qd, &kvd, &mut od)?;
+    let mut oh = dev.host_zeroed(q.len())?;
+    dev.d2h(&mut oh, 0, &od, 0, q.len())?;
+    let got = dev.read(&oh)?;
+    let reference = reference_attention(shape, &q, &kv);
+    let (max_abs_diff, max_rel_diff, _) = compare(&got, &reference);
+    let max_abs_reference = reference
+        .iter()
+        .fold(0.0f64, |m, &x| m.max(f64::from(x).abs()));
+    Ok(Accuracy {
+        max_abs_diff,
+        max_rel_diff,
+        max_abs_reference,
+    })
+}
+
+/// Copy mode the checks use for their host buffers.
+pub(crate) const CHECK_HOST: HostMemory = HostMemory::Pinned;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The CPU device with a broken scatter: the recomputed K,V never reach the KV buffer.
+    struct NoScatter(cpu::CheckDevice);
+
+    impl Device for NoScatter {
+        type Host = Vec<f32>;
+        type Dev = Vec<f32>;
+        fn round(&self, x: f32) -> f32 {
+            x
+        }
+        fn host(&mut self, d: &[f32]) -> Result<Vec<f32>, Error> {
+            self.0.host(d)
+        }
+        fn host_zeroed(&mut self, n: usize) -> Result<Vec<f32>, Error> {
+            self.0.host_zeroed(n)
+        }
+        fn dev_zeroed(&mut self, n: usize) -> Result<Vec<f32>, Error> {
+            self.0.dev_zeroed(n)
+        }
+        fn h2d(
+            &mut self,
+            d: &mut Vec<f32>,
+            da: usize,
+            s: &Vec<f32>,
+            sa: usize,
+            n: usize,
+        ) -> Result<(), Error> {
+            self.0.h2d(d, da, s, sa, n)
+        }
+        fn d2h(
+            &mut self,
+            d: &mut Vec<f32>,
+            da: usize,
+            s: &Vec<f32>,
+            sa: usize,
+            n: usize,
+        ) -> Result<(), Error> {
+            self.0.d2h(d, da, s, sa, n)
+        }
+        fn gemm(
+            &mut self,
+            m: usize,
+            n: usize,
+            k: usize,
+            a: &Vec<f32>,
+            b: &Vec<f32>,
+            c: &mut Vec<f32>,
+        ) -> Result<(), Error> {
+            self.0.gemm(m, n, k, a, b, c)
+        }
+        fn strided(
+            &mut self,
+            s: &Strided,
+            src: &Vec<f32>,
+            dst: &mut Vec<f32>,
+            a: f32,
+            b: f32,
+        ) -> Result<(), Error> {
+            // The prefill scatter (all tokens) works; a partial one (KVPR's) is lost.
+            if s.outer == 9 {
+                self.0.strided(s, src, dst, a, b)
+            } else {
+                Ok(())
+            }
+        }
+        fn attention(
+            &mut self,
+            sh: &AttentionShape,
+            q: &Vec<f32>,
+            kv: &Vec<f32>,
+            o: &mut Vec<f32>,
+        ) -> Result<(), Error> {
+            self.0.attention(sh, q, kv, o)
+        }
+        fn read(&mut self, h: &Vec<f32>) -> Result<Vec<f32>, Error> {
+            self.0.read(h)
+        }
+    }
+
+    #[test]
+    fn a_kvpr_path_that_loses_the_recomputed_rows_is_caught() {
+        let case = AttentionCase {
+            batch: 2,
+            hidden: 16,
+            q_heads: 2,
+            kv_heads: 2,
+            head_dim: 8,
+            seq_len: 9,
+        };
+        let r = equivalence(
+            &mut NoScatter(cpu::CheckDevice::new()),
+            5,
+            &case,
+            &[0, 3, 8],
+        )
+        .unwrap();
+        assert!(r[0].bit_identical, "l = 0 recomputes nothing");
+        assert!(
+            !r[1].bit_identical && r[1].max_abs_diff > 1e-3,
+            "{:?}",
+            r[1]
+        );
+        assert!(
+            !r[2].bit_identical && r[2].max_abs_diff > 1e-3,
+            "{:?}",
+            r[2]
+        );
+    }
+
+    #[test]
+    fn strided_extents_cover_the_last_element() {
+        let s = Strided {
+            outer: 2,
+            middle: 3,
+            inner: 4,
+            src_at: 1,
+            src_outer: 30,
+            src_middle: 8,
+            dst_at: 0,
+            dst_outer: 12,
+            dst_middle: 4,
+        };
+        assert_eq!(s.extents(), (1 + 30 + 16 + 4, 12 + 8 + 4));
+        assert_eq!(Strided::contiguous(0).extents(), (0, 0));
+    }
+}

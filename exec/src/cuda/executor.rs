@@ -1,0 +1,849 @@
+//! The CUDA executor: buffers, placement of schedule streams on CUDA streams, the stream threads
+//! and the timing events.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::{
+    CudaContext, CudaSlice, CudaStream, DriverError, LaunchConfig, PinnedHostSlice, PushKernelArg,
+    result as drv, sys,
+};
+use cudarc::nvrtc::Ptx;
+use kvplan_planner::schedule::{HostMemory, OpId, OpKind, Schedule, StreamId, StreamKind};
+use kvplan_planner::timeline::{Source, Span, Timeline};
+
+use super::launch::{
+    Kernels, attention_workspace, gemm, launch_attention, launch_axpb, launch_fill,
+};
+use super::{
+    Dev, OrCuda, check_libraries, check_ordinal, dev_ptr, device_count, guarded, internal,
+};
+use crate::check::Strided;
+use crate::sched::{self, DTYPES, Progress, StreamNeeds, Worker, dtype_index};
+use crate::{BackendKind, DeviceInfo, Error, ExecOptions, Executor, data};
+
+/// Most ops one schedule may have (two timing events each).
+pub(crate) const MAX_OPS: usize = 2_000_000;
+
+/// Device memory left free for cuBLAS workspaces, modules and the driver.
+const DEVICE_MARGIN: u64 = 256 << 20;
+
+/// A device allocation and the schedule device it lives on.
+struct DevBuf {
+    slice: CudaSlice<u8>,
+    device: usize,
+}
+
+/// How a device buffer is initialised.
+#[derive(Clone, Copy)]
+enum Fill {
+    /// Left as allocated (outputs, copy buffers, workspaces).
+    None,
+    /// Seeded values of dtype `dt` in `[-scale, scale)`.
+    Random { dt: usize, scale: f32 },
+}
+
+/// What a buffer slot must hold in one run.
+#[derive(Clone, Copy)]
+struct Want {
+    bytes: u64,
+    device: usize,
+    /// Pool slot of the stream that allocates (and later frees) it.
+    slot: usize,
+    fill: Fill,
+}
+
+/// Scratch buffers of one schedule stream, kept across runs.
+#[derive(Default)]
+struct StreamBufs {
+    /// Device side of copies; source of peer sends.
+    dev_copy: Option<DevBuf>,
+    /// Receiving buffer of peer sends (on the target device).
+    peer_dst: Option<DevBuf>,
+    /// GEMM A, B, C per dtype.
+    gemm: [[Option<DevBuf>; 3]; 3],
+    /// Attention Q, O, KV, workspace per dtype.
+    attn: [[Option<DevBuf>; 4]; 3],
+    /// Elementwise source and destination (fp16).
+    elem: [Option<DevBuf>; 2],
+    pinned: Option<PinnedHostSlice<u8>>,
+    pageable: Vec<u8>,
+}
+
+const SLOTS: usize = 2 + 9 + 12 + 2;
+
+impl StreamBufs {
+    fn slots(&mut self) -> [&mut Option<DevBuf>; SLOTS] {
+        let [g0, g1, g2] = &mut self.gemm;
+        let [a0, a1, a2] = &mut self.attn;
+        let [e0, e1] = &mut self.elem;
+        let [g00, g01, g02] = g0;
+        let [g10, g11, g12] = g1;
+        let [g20, g21, g22] = g2;
+        let [a00, a01, a02, a03] = a0;
+        let [a10, a11, a12, a13] = a1;
+        let [a20, a21, a22, a23] = a2;
+        [
+            &mut self.dev_copy,
+            &mut self.peer_dst,
+            g00,
+            g01,
+            g02,
+            g10,
+            g11,
+            g12,
+            g20,
+            g21,
+            g22,
+            a00,
+            a01,
+            a02,
+            a03,
+            a10,
+            a11,
+            a12,
+            a13,
+            a20,
+            a21,
+            a22,
+            a23,
+            e0,
+            e1,
+        ]
+    }
+
+    /// What each slot (in [`StreamBufs::slots`] order) must hold for `n`.
+    fn wants(
+        n: &StreamNeeds,
+        device: usize,
+        slot: usize,
+        peer: Option<(usize, usize)>,
+    ) -> [Option<Want>; SLOTS] {
+        let want = |bytes: u64, fill: Fill| {
+            (bytes > 0).then_some(Want {
+                bytes,
+                device,
+                slot,
+                fill,
+            })
+        };
+        let mut w: [Option<Want>; SLOTS] = [None; SLOTS];
+        w[0] = want(n.copy, Fill::None);
+        if let Some((to, to_slot)) = peer {
+            w[1] = (n.copy > 0).then_some(Want {
+                bytes: n.copy,
+                device: to,
+                slot: to_slot,
+                fill: Fill::None,
+            });
+        }
+        for dt in 0..3 {
+            let es = DTYPES[dt].bytes();
+            let g = n.gemm[dt];
+            let b_scale = 1.0 / (g.k_max.max(1) as f32).sqrt();
+            w[2 + 3 * dt] = want(g.a.saturating_mul(es), Fill::Random { dt, scale: 1.0 });
+            w[3 + 3 * dt] = want(g.b.saturating_mul(es), Fill::Random { dt, scale: b_scale });
+            w[4 + 3 * dt] = want(g.c.saturating_mul(es), Fill::None);
+            let a = n.attn[dt];
+            w[11 + 4 * dt] = want(a.q.saturating_mul(es), Fill::Random { dt, scale: 1.0 });
+            w[12 + 4 * dt] = want(a.q.saturating_mul(es), Fill::None);
+            w[13 + 4 * dt] = want(a.kv.saturating_mul(es), Fill::Random { dt, scale: 1.0 });
+            w[14 + 4 * dt] = want(a.ws.saturating_mul(4), Fill::None);
+        }
+        // The elementwise kernel reads half of its bytes and writes the other half, as fp16.
+        let half = n.elementwise / 2;
+        w[23] = want(half, Fill::Random { dt: 0, scale: 1.0 });
+        w[24] = want(half, Fill::None);
+        w
+    }
+}
+
+/// Raw addresses of one stream's buffers for its worker thread.
+#[derive(Clone, Copy, Default)]
+struct Ptrs {
+    dev_copy: u64,
+    peer_dst: u64,
+    gemm: [[u64; 3]; 3],
+    attn: [[u64; 4]; 3],
+    ws_elems: [u64; 3],
+    elem: [u64; 2],
+    /// Host addresses (as integers, so the struct is `Send`).
+    pinned: usize,
+    pageable: usize,
+}
+
+impl Ptrs {
+    fn of(b: &mut StreamBufs) -> Result<Self, Error> {
+        let p = |s: &Option<DevBuf>| s.as_ref().map_or(0, |d| dev_ptr(&d.slice));
+        let mut out = Ptrs {
+            dev_copy: p(&b.dev_copy),
+            peer_dst: p(&b.peer_dst),
+            elem: [p(&b.elem[0]), p(&b.elem[1])],
+            pageable: b.pageable.as_mut_ptr() as usize,
+            ..Ptrs::default()
+        };
+        for dt in 0..3 {
+            for r in 0..3 {
+                out.gemm[dt][r] = p(&b.gemm[dt][r]);
+            }
+            for r in 0..4 {
+                out.attn[dt][r] = p(&b.attn[dt][r]);
+            }
+            out.ws_elems[dt] = b.attn[dt][3]
+                .as_ref()
+                .map_or(0, |d| d.slice.len() as u64 / 4);
+        }
+        if let Some(h) = &b.pinned {
+            out.pinned = h.as_ptr().ctx("reading a pinned buffer")? as usize;
+        }
+        Ok(out)
+    }
+}
+
+/// Where one schedule stream runs.
+#[derive(Clone, Copy)]
+struct Placement {
+    device: usize,
+    slot: usize,
+    /// Peer target (device, its pool slot 0) of a peer stream.
+    peer: Option<(usize, usize)>,
+}
+
+/// The CUDA executor.
+pub(crate) struct CudaExecutor {
+    info: DeviceInfo,
+    options: ExecOptions,
+    /// Compiled kernels per compute capability.
+    images: Vec<((i32, i32), Ptx)>,
+    /// Schedule device `i` is `devices[i]` (ordinal `options.device + i`), opened on demand.
+    devices: Vec<Dev>,
+    /// Scratch buffers per schedule stream index.
+    cache: Vec<StreamBufs>,
+    /// (from, to) device pairs whose peer access has been handled.
+    peers: Vec<(usize, usize)>,
+}
+
+impl CudaExecutor {
+    /// Opens device `options.device`: checks the libraries, the device count and the ordinal,
+    /// creates the context and compiles the kernels.
+    pub fn open(options: &ExecOptions) -> Result<Self, Error> {
+        check_libraries()?;
+        guarded(|| {
+            let count = device_count()?;
+            check_ordinal(options.device, count)?;
+            let mut images = Vec::new();
+            let dev = Dev::open(options.device, &mut images)?;
+            let info = dev.info()?;
+            Ok(CudaExecutor {
+                info,
+                options: options.clone(),
+                images,
+                devices: vec![dev],
+                cache: Vec::new(),
+                peers: Vec::new(),
+            })
+        })
+    }
+
+    fn ensure_devices(&mut self, n: usize) -> Result<(), Error> {
+        if self.devices.len() >= n {
+            return Ok(());
+        }
+        let count = device_count()?;
+        let avail = count.saturating_sub(self.options.device);
+        if avail < n {
+            return Err(Error::Unsupported(format!(
+                "the schedule uses {n} devices but only {avail} CUDA device(s) are available from ordinal {} ({count} in all)",
+                self.options.device
+            )));
+        }
+        while self.devices.len() < n {
+            let d = Dev::open(self.options.device + self.devices.len(), &mut self.images)?;
+            self.devices.push(d);
+        }
+        Ok(())
+    }
+
+    fn enable_peer(&mut self, from: usize, to: usize) -> Result<(), Error> {
+        if from == to || self.peers.contains(&(from, to)) {
+            return Ok(());
+        }
+        let (a, b) = (&self.devices[from].ctx, &self.devices[to].ctx);
+        let mut can: i32 = 0;
+        // SAFETY: out-parameter of one int; both device handles come from live contexts.
+        unsafe { sys::cuDeviceCanAccessPeer(&mut can, a.cu_device(), b.cu_device()) }
+            .result()
+            .ctx("cuDeviceCanAccessPeer")?;
+        if can != 0 {
+            a.bind_to_thread().ctx("binding a context")?;
+            // SAFETY: `from`'s context is current; `b` is a live context of another device.
+            match unsafe { sys::cuCtxEnablePeerAccess(b.cu_ctx(), 0) }.result() {
+                Ok(())
+                | Err(DriverError(sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)) => {}
+                Err(e) => return Err(e).ctx("cuCtxEnablePeerAccess"),
+            }
+        }
+        self.peers.push((from, to));
+        Ok(())
+    }
+
+    /// Checks memory, then (re)allocates and fills every buffer the schedule needs.
+    fn prepare(&mut self, needs: &[StreamNeeds], place: &[Placement]) -> Result<(), Error> {
+        if self.cache.len() < needs.len() {
+            self.cache.resize_with(needs.len(), StreamBufs::default);
+        }
+        let n_dev = self.devices.len();
+        let wants: Vec<[Option<Want>; SLOTS]> = needs
+            .iter()
+            .zip(place)
+            .map(|(n, p)| StreamBufs::wants(n, p.device, p.slot, p.peer))
+            .collect();
+        // Device memory after this run's allocations, against what is free plus what we hold.
+        let mut after = vec![0u64; n_dev];
+        let mut held = vec![0u64; n_dev];
+        let mut host_after = 0u64;
+        let mut host_held = 0u64;
+        for (i, bufs) in self.cache.iter_mut().enumerate() {
+            let w = wants.get(i);
+            let n = needs.get(i);
+            for (j, slot) in bufs.slots().into_iter().enumerate() {
+                let cur = slot.as_ref().map(|d| (d.slice.len() as u64, d.device));
+                if let Some((bytes, dev)) = cur {
+                    held[dev] = held[dev].saturating_add(bytes);
+                }
+                match (w.and_then(|w| w[j]), cur) {
+                    (Some(want), Some((bytes, dev)))
+                        if dev == want.device && bytes >= want.bytes =>
+                    {
+                        after[dev] = after[dev].saturating_add(bytes);
+                    }
+                    (Some(want), _) => {
+                        after[want.device] = after[want.device].saturating_add(want.bytes)
+                    }
+                    (None, Some((bytes, dev))) => after[dev] = after[dev].saturating_add(bytes),
+                    (None, None) => {}
+                }
+            }
+            let pinned = bufs.pinned.as_ref().map_or(0, |p| p.len() as u64);
+            host_held = host_held.saturating_add(pinned + bufs.pageable.len() as u64);
+            let (want_pinned, want_pageable) = n.map_or((0, 0), |n| (n.pinned, n.pageable));
+            host_after = host_after
+                .saturating_add(pinned.max(want_pinned))
+                .saturating_add((bufs.pageable.len() as u64).max(want_pageable));
+        }
+        for (d, dev) in self.devices.iter().enumerate() {
+            let (free, _) = dev.ctx.mem_get_info().ctx("cuMemGetInfo")?;
+            let have = free as u64 + held[d];
+            if after[d].saturating_add(DEVICE_MARGIN) > have {
+                return Err(Error::OutOfMemory {
+                    what: "device memory",
+                    need: after[d].saturating_add(DEVICE_MARGIN),
+                    have,
+                });
+            }
+        }
+        if let Some(avail) = sched::host_available_bytes()
+            && host_after > host_held
+            && host_after - host_held > avail
+        {
+            return Err(Error::OutOfMemory {
+                what: "host memory",
+                need: host_after,
+                have: avail + host_held,
+            });
+        }
+        // Allocate and fill.
+        let seed = self.options.seed;
+        for (i, (bufs, w)) in self.cache.iter_mut().zip(&wants).enumerate() {
+            for (j, (slot, want)) in bufs.slots().into_iter().zip(w).enumerate() {
+                let Some(want) = *want else { continue };
+                if slot
+                    .as_ref()
+                    .is_some_and(|d| d.device == want.device && d.slice.len() as u64 >= want.bytes)
+                {
+                    continue;
+                }
+                *slot = None;
+                let dev = &self.devices[want.device];
+                let stream = &dev.streams[want.slot];
+                // SAFETY: uninitialised device memory; it is filled below or only ever written
+                // (outputs) or copied (copy buffers) — its values never matter for timing.
+                let slice = unsafe { stream.alloc::<u8>(want.bytes as usize) }
+                    .ctx("allocating device memory")?;
+                if let Fill::Random { dt, scale } = want.fill {
+                    let n = want.bytes / DTYPES[dt].bytes();
+                    let s = data::derive(seed, (i * SLOTS + j) as u64);
+                    launch_fill(&dev.k, stream, dt, dev_ptr(&slice), n, s, scale)?;
+                }
+                *slot = Some(DevBuf {
+                    slice,
+                    device: want.device,
+                });
+            }
+            let (pinned, pageable) = needs.get(i).map_or((0, 0), |n| (n.pinned, n.pageable));
+            if pinned > 0
+                && bufs
+                    .pinned
+                    .as_ref()
+                    .is_none_or(|p| (p.len() as u64) < pinned)
+            {
+                bufs.pinned = None;
+                let ctx = &self.devices[place[i].device].ctx;
+                // SAFETY: uninitialised page-locked memory, filled right below.
+                let mut h = unsafe {
+                    ctx.alloc_pinned_with_flags::<u8>(
+                        pinned as usize,
+                        sys::CU_MEMHOSTALLOC_PORTABLE,
+                    )
+                }
+                .ctx("allocating pinned host memory")?;
+                // Touch every page now; a copy's bytes are bytes.
+                h.as_mut_slice()
+                    .ctx("writing pinned host memory")?
+                    .fill(0xA5);
+                bufs.pinned = Some(h);
+            }
+            if (bufs.pageable.len() as u64) < pageable {
+                bufs.pageable = Vec::new();
+                bufs.pageable = vec![0xA5; pageable as usize];
+            }
+        }
+        for dev in &self.devices {
+            for s in &dev.streams {
+                s.synchronize().ctx("synchronising after allocation")?;
+            }
+        }
+        Ok(())
+    }
+
+    fn run_inner(&mut self, schedule: &Schedule) -> Result<Timeline, Error> {
+        schedule.validate()?;
+        if schedule.len() > MAX_OPS {
+            return Err(Error::Unsupported(format!(
+                "a schedule of {} ops (the CUDA backend times at most {MAX_OPS} per run)",
+                schedule.len()
+            )));
+        }
+        let streams = schedule.streams();
+        let n_dev = streams
+            .iter()
+            .map(|s| match s.kind {
+                StreamKind::Peer { to } => usize::from(s.device.max(to)) + 1,
+                _ => usize::from(s.device) + 1,
+            })
+            .max()
+            .unwrap_or(1);
+        self.ensure_devices(n_dev)?;
+        // Pool slot of each stream on its device.
+        let mut next_slot = vec![0usize; n_dev];
+        let mut place: Vec<Placement> = Vec::with_capacity(streams.len());
+        for s in streams {
+            let d = usize::from(s.device);
+            place.push(Placement {
+                device: d,
+                slot: next_slot[d],
+                peer: None,
+            });
+            next_slot[d] += 1;
+        }
+        for (d, &n) in next_slot.iter().enumerate() {
+            self.devices[d].ensure_streams(n.max(1))?;
+        }
+        for (i, s) in streams.iter().enumerate() {
+            match s.kind {
+                StreamKind::Compute => {
+                    self.devices[place[i].device].ensure_blas(place[i].slot)?;
+                }
+                StreamKind::Peer { to } => {
+                    place[i].peer = Some((usize::from(to), 0));
+                    self.enable_peer(place[i].device, usize::from(to))?;
+                }
+                StreamKind::H2D | StreamKind::D2H => {}
+            }
+        }
+        let sms: Vec<u32> = self.devices.iter().map(|d| d.k.sms).collect();
+        let needs = sched::needs(schedule, |s, shape| {
+            attention_workspace(shape, sms[usize::from(streams[s].device)])
+        })?;
+        self.prepare(&needs, &place)?;
+
+        // Timing events: op -> index into its device's pool.
+        let ops = schedule.ops();
+        let mut per_dev = vec![0u32; n_dev];
+        let local: Vec<u32> = ops
+            .iter()
+            .map(|o| {
+                let d = place[o.stream.index()].device;
+                per_dev[d] += 1;
+                per_dev[d] - 1
+            })
+            .collect();
+        for (d, &n) in per_dev.iter().enumerate() {
+            self.devices[d].ensure_events(2 * n as usize)?;
+        }
+        let mut per_stream = vec![0usize; streams.len()];
+        for o in ops {
+            per_stream[o.stream.index()] += 1;
+        }
+        let used: Vec<usize> = (0..streams.len()).filter(|&s| per_stream[s] > 0).collect();
+        let mut ptrs = Vec::with_capacity(streams.len());
+        for b in &mut self.cache[..streams.len()] {
+            ptrs.push(Ptrs::of(b)?);
+        }
+        let head_start_ns = (schedule.len() as u64 * 5_000).clamp(100_000, 100_000_000);
+        let mut progress = Progress::new(schedule.len());
+        let mut spans = Vec::new();
+        for run in 0..=self.options.warmup_runs {
+            progress.reset();
+            let measured = run == self.options.warmup_runs;
+            let r = run_once(
+                &self.devices,
+                schedule,
+                &place,
+                &used,
+                &local,
+                &ptrs,
+                &progress,
+                head_start_ns,
+                measured,
+            )?;
+            if measured {
+                spans = r;
+            }
+        }
+        for d in &self.devices {
+            d.ctx.check_err().ctx("a deferred CUDA error")?;
+        }
+        Ok(Timeline {
+            source: Source::Measured {
+                backend: BackendKind::Cuda.as_str().to_string(),
+                device: self.info.name.clone(),
+            },
+            spans,
+        })
+    }
+}
+
+/// One run: reference events, the stream threads, synchronisation, and (if `measured`) spans.
+#[allow(clippy::too_many_arguments)]
+fn run_once(
+    devices: &[Dev],
+    schedule: &Schedule,
+    place: &[Placement],
+    used: &[usize],
+    local: &[u32],
+    ptrs: &[Ptrs],
+    progress: &Progress,
+    head_start_ns: u64,
+    measured: bool,
+) -> Result<Vec<Span>, Error> {
+    if used.is_empty() {
+        return Ok(Vec::new());
+    }
+    let stream_of = |s: usize| &devices[place[s].device].streams[place[s].slot];
+    // Reference events: the lead (first used) stream of each device records its device's
+    // reference; device 0's lead first spins to give the host a head start.
+    let mut leads: Vec<Option<usize>> = vec![None; devices.len()];
+    for &s in used {
+        let d = place[s].device;
+        if leads[d].is_none() {
+            leads[d] = Some(s);
+        }
+    }
+    let primary = place[used[0]].device;
+    let lead = stream_of(leads[primary].expect("the primary device has a used stream"));
+    let k = &devices[primary].k;
+    // SAFETY: kv_spin(u64 ns) takes one u64, passed as such; it touches no memory.
+    unsafe {
+        lead.launch_builder(&k.spin)
+            .arg(&head_start_ns)
+            .launch(LaunchConfig {
+                grid_dim: (1, 1, 1),
+                block_dim: (1, 1, 1),
+                shared_mem_bytes: 0,
+            })
+    }
+    .ctx("launching the head-start kernel")?;
+    let primary_ref = &devices[primary].reference;
+    primary_ref
+        .record(lead)
+        .ctx("recording the reference event")?;
+    for (d, l) in leads.iter().enumerate() {
+        if let Some(l) = *l
+            && d != primary
+        {
+            let s = stream_of(l);
+            s.wait(primary_ref).ctx("cuStreamWaitEvent")?;
+            devices[d]
+                .reference
+                .record(s)
+                .ctx("recording a reference event")?;
+        }
+    }
+    for &s in used {
+        if leads[place[s].device] != Some(s) {
+            stream_of(s)
+                .wait(&devices[place[s].device].reference)
+                .ctx("cuStreamWaitEvent")?;
+        }
+    }
+
+    let mut workers: Vec<CudaWorker> = used
+        .iter()
+        .map(|&s| {
+            let p = place[s];
+            let dev = &devices[p.device];
+            CudaWorker {
+                stream_id: StreamId(s as u16),
+                schedule,
+                ctx: &dev.ctx,
+                stream: &dev.streams[p.slot],
+                k: &dev.k,
+                blas: dev.blas[p.slot].as_ref(),
+                ptrs: ptrs[s],
+                devices,
+                place,
+                local,
+                waited: vec![0; place.len()],
+                peer_ctx: p.peer.map(|(to, _)| &devices[to].ctx),
+            }
+        })
+        .collect();
+    let issued = sched::drive(schedule, progress, &mut workers);
+    drop(workers);
+    // Always wait for the device, also after a failure, before anything can be freed.
+    let mut synced: Result<(), Error> = Ok(());
+    for &s in used {
+        if let Err(e) = stream_of(s).synchronize().ctx("synchronising a stream")
+            && synced.is_ok()
+        {
+            synced = Err(e);
+        }
+    }
+    issued?;
+    synced?;
+    if !measured {
+        return Ok(Vec::new());
+    }
+    let mut spans = Vec::with_capacity(schedule.len());
+    let mut bound = usize::MAX;
+    for (i, op) in schedule.ops().iter().enumerate() {
+        let d = place[op.stream.index()].device;
+        if bound != d {
+            devices[d].ctx.bind_to_thread().ctx("binding a context")?;
+            bound = d;
+        }
+        let r = devices[d].reference.cu_event();
+        let ev = &devices[d].events;
+        let j = 2 * local[i] as usize;
+        let (s, e) = (ev[j].cu_event(), ev[j + 1].cu_event());
+        // SAFETY: all three events belong to this device's (current) context and have completed
+        // (every stream was synchronised above).
+        let (start, end) = unsafe { (drv::event::elapsed(r, s), drv::event::elapsed(r, e)) };
+        let start = f64::from(start.ctx("cuEventElapsedTime")?) * 1e-3;
+        let end = f64::from(end.ctx("cuEventElapsedTime")?) * 1e-3;
+        let start = start.max(0.0);
+        spans.push(Span {
+            start,
+            end: end.max(start),
+        });
+    }
+    Ok(spans)
+}
+
+/// Issues one schedule stream's ops onto its CUDA stream.
+struct CudaWorker<'a> {
+    stream_id: StreamId,
+    schedule: &'a Schedule,
+    ctx: &'a Arc<CudaContext>,
+    stream: &'a Arc<CudaStream>,
+    k: &'a Kernels,
+    blas: Option<&'a CudaBlas>,
+    ptrs: Ptrs,
+    devices: &'a [Dev],
+    place: &'a [Placement],
+    local: &'a [u32],
+    /// Per stream: one past the latest op of that stream this stream already waits for.
+    waited: Vec<u32>,
+    /// Receiving device's context of a peer stream.
+    peer_ctx: Option<&'a Arc<CudaContext>>,
+}
+
+impl CudaWorker<'_> {
+    fn event(&self, op: usize, end: bool) -> sys::CUevent {
+        let d = self.place[self.schedule.ops()[op].stream.index()].device;
+        self.devices[d].events[2 * self.local[op] as usize + usize::from(end)].cu_event()
+    }
+
+    fn issue(&self, kind: &OpKind) -> Result<(), Error> {
+        let cs = self.stream.cu_stream();
+        let p = &self.ptrs;
+        match *kind {
+            OpKind::H2D { bytes, host, .. } => {
+                if bytes == 0 {
+                    return Ok(());
+                }
+                let src = match host {
+                    HostMemory::Pinned => p.pinned,
+                    HostMemory::Pageable => p.pageable,
+                };
+                // SAFETY: `src` is a live host allocation (pinned buffer or Vec owned by the
+                // executor for the whole run) and `dev_copy` a device allocation, both of at
+                // least `bytes` bytes (sized from this schedule).
+                unsafe {
+                    sys::cuMemcpyHtoDAsync_v2(p.dev_copy, src as *const c_void, bytes as usize, cs)
+                }
+                .result()
+                .ctx("cuMemcpyHtoDAsync")
+            }
+            OpKind::D2H { bytes, host, .. } => {
+                if bytes == 0 {
+                    return Ok(());
+                }
+                let dst = match host {
+                    HostMemory::Pinned => p.pinned,
+                    HostMemory::Pageable => p.pageable,
+                };
+                // SAFETY: as for H2D, in the other direction; nothing else touches the host
+                // buffer during the run.
+                unsafe {
+                    sys::cuMemcpyDtoHAsync_v2(dst as *mut c_void, p.dev_copy, bytes as usize, cs)
+                }
+                .result()
+                .ctx("cuMemcpyDtoHAsync")
+            }
+            OpKind::PeerSend { bytes } => {
+                if bytes == 0 {
+                    return Ok(());
+                }
+                match self.peer_ctx {
+                    Some(to) if to.cu_ctx() != self.ctx.cu_ctx() => {
+                        // SAFETY: source and destination are device allocations of at least
+                        // `bytes` bytes in the given (live) contexts.
+                        unsafe {
+                            sys::cuMemcpyPeerAsync(
+                                p.peer_dst,
+                                to.cu_ctx(),
+                                p.dev_copy,
+                                self.ctx.cu_ctx(),
+                                bytes as usize,
+                                cs,
+                            )
+                        }
+                        .result()
+                        .ctx("cuMemcpyPeerAsync")
+                    }
+                    _ => {
+                        // SAFETY: two device allocations of at least `bytes` bytes in this context.
+                        unsafe {
+                            sys::cuMemcpyDtoDAsync_v2(p.peer_dst, p.dev_copy, bytes as usize, cs)
+                        }
+                        .result()
+                        .ctx("cuMemcpyDtoDAsync")
+                    }
+                }
+            }
+            OpKind::Gemm {
+                m,
+                n,
+                k,
+                batch,
+                dtype,
+            } => {
+                let blas = self
+                    .blas
+                    .ok_or_else(|| internal("a GEMM on a stream without a cuBLAS handle"))?;
+                let g = p.gemm[dtype_index(dtype)];
+                gemm(
+                    blas,
+                    dtype,
+                    m as usize,
+                    n as usize,
+                    k as usize,
+                    batch as usize,
+                    g[0],
+                    g[1],
+                    g[2],
+                )
+            }
+            OpKind::Attention { dtype, .. } => {
+                let Some(s) = sched::attention_shape(0, kind)? else {
+                    return Ok(());
+                };
+                let dt = dtype_index(dtype);
+                let a = p.attn[dt];
+                launch_attention(
+                    self.k,
+                    self.stream,
+                    dt,
+                    &s,
+                    a[0],
+                    a[2],
+                    a[1],
+                    a[3],
+                    p.ws_elems[dt],
+                )
+            }
+            OpKind::Elementwise { bytes } => {
+                let n = (bytes / 4) as usize;
+                launch_axpb(
+                    self.k,
+                    self.stream,
+                    0,
+                    &Strided::contiguous(n),
+                    p.elem[0],
+                    p.elem[1],
+                    1.0001,
+                    0.5,
+                )
+            }
+        }
+    }
+}
+
+impl Worker for CudaWorker<'_> {
+    fn stream(&self) -> StreamId {
+        self.stream_id
+    }
+
+    fn begin(&mut self) -> Result<(), Error> {
+        self.ctx
+            .bind_to_thread()
+            .ctx("binding the context to a stream thread")
+    }
+
+    fn op(&mut self, op: OpId) -> Result<(), Error> {
+        let cs = self.stream.cu_stream();
+        let me = self.stream_id.index();
+        for d in self.schedule.deps(op) {
+            let ds = self.schedule.ops()[d.index()].stream.index();
+            if ds == me || self.waited[ds] > d.0 {
+                continue;
+            }
+            let ev = self.event(d.index(), true);
+            // SAFETY: the stream and the event are live for the run; the dependency is marked,
+            // so its end event has been recorded in this run.
+            unsafe { sys::cuStreamWaitEvent(cs, ev, 0) }
+                .result()
+                .ctx("cuStreamWaitEvent")?;
+            self.waited[ds] = d.0 + 1;
+        }
+        let i = op.index();
+        // SAFETY: a live timing event of this device and a live stream of the same context.
+        unsafe { drv::event::record(self.event(i, false), cs) }.ctx("cuEventRecord")?;
+        self.issue(&self.schedule.ops()[i].kind)?;
+        // SAFETY: as above.
+        unsafe { drv::event::record(self.event(i, true), cs) }.ctx("cuEventRecord")
+    }
+}
+
+impl Executor for CudaExecutor {
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn run(&mut self, schedule: &Schedule) -> Result<Timeline, Error> {
+        guarded(|| self.run_inner(schedule))
+    }
+}

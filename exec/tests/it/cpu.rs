@@ -1,0 +1,177 @@
+//! The CPU backend.
+
+use kvplan_exec::{BackendKind, Error, ExecOptions};
+use kvplan_planner::DType;
+use kvplan_planner::plan::Strategy;
+use kvplan_planner::schedule::{HostMemory, OpKind, Payload, ScheduleBuilder, StreamKind};
+use kvplan_planner::timeline::Span;
+
+use super::common::{
+    TAG, assert_valid, every_kind, gemm, h2d, open, opt125m, opt125m_recomputing, schedule,
+};
+
+#[test]
+fn runs_a_kvpr_plan_with_valid_spans() {
+    let s = opt125m(Strategy::Kvpr);
+    let mut ex = open(BackendKind::Cpu, 1);
+    assert_eq!(ex.info().backend, BackendKind::Cpu);
+    let t = ex.run(&s).unwrap();
+    assert_valid(&s, &t, "cpu", 0.0);
+    assert!(t.makespan() > 0.0);
+    let s = opt125m_recomputing(32);
+    let t = ex.run(&s).unwrap();
+    assert_valid(&s, &t, "cpu", 0.0);
+}
+
+#[test]
+fn runs_a_full_transfer_plan_with_valid_spans() {
+    let s = opt125m(Strategy::FullTransfer);
+    let t = open(BackendKind::Cpu, 1).run(&s).unwrap();
+    assert_valid(&s, &t, "cpu", 0.0);
+}
+
+#[test]
+fn runs_every_op_kind_and_reuses_buffers_across_runs() {
+    let mut ex = open(BackendKind::Cpu, 0);
+    let big = every_kind();
+    let small = schedule(&[StreamKind::Compute], &[(gemm(2, 2, 2, DType::Fp16), 0)]);
+    for s in [&small, &big, &small, &big] {
+        let t = ex.run(s).unwrap();
+        assert_valid(s, &t, "cpu", 0.0);
+    }
+    let empty = ScheduleBuilder::new().build();
+    assert!(ex.run(&empty).unwrap().spans.is_empty());
+}
+
+#[test]
+fn peer_sends_run_on_a_two_device_schedule() {
+    let mut b = ScheduleBuilder::new();
+    let c0 = b.stream(0, StreamKind::Compute, "gpu0.compute");
+    let p = b.stream(0, StreamKind::Peer { to: 1 }, "gpu0->gpu1");
+    let c1 = b.stream(1, StreamKind::Compute, "gpu1.compute");
+    let l = b.label("op");
+    let a = b.push(OpKind::Elementwise { bytes: 4096 }, c0, l, TAG, &[]);
+    let s = b.push(OpKind::PeerSend { bytes: 1 << 20 }, p, l, TAG, &[Some(a)]);
+    b.push(OpKind::Elementwise { bytes: 4096 }, c1, l, TAG, &[Some(s)]);
+    let s = b.build();
+    let t = open(BackendKind::Cpu, 1).run(&s).unwrap();
+    assert_valid(&s, &t, "cpu", 0.0);
+}
+
+/// Duration of `op` alone (one measured run after a warm-up).
+fn alone(op: OpKind, stream: StreamKind) -> f64 {
+    let s = schedule(&[stream], &[(op, 0)]);
+    open(BackendKind::Cpu, 1).run(&s).unwrap().spans[0].duration()
+}
+
+fn overlap(a: Span, b: Span) -> f64 {
+    a.end.min(b.end) - a.start.max(b.start)
+}
+
+#[test]
+fn streams_run_concurrently() {
+    // Size a GEMM and a copy to about 40 ms each here (debug or release), then run them on two
+    // streams without dependencies: their spans must overlap.
+    let target = 0.04;
+    let mut k = 64u32;
+    let mut g = gemm(256, 256, k, DType::Fp16);
+    for _ in 0..4 {
+        let d = alone(g, StreamKind::Compute);
+        if d >= target {
+            break;
+        }
+        k = ((f64::from(k) * (1.2 * target / d.max(1e-6))).ceil() as u32).clamp(k + 1, 1 << 16);
+        g = gemm(256, 256, k, DType::Fp16);
+    }
+    let mut bytes = 8u64 << 20;
+    let mut c = h2d(bytes, HostMemory::Pinned);
+    for _ in 0..4 {
+        let d = alone(c, StreamKind::H2D);
+        if d >= target {
+            break;
+        }
+        bytes = ((bytes as f64 * (1.2 * target / d.max(1e-6))) as u64).clamp(bytes + 1, 1 << 30);
+        c = h2d(bytes, HostMemory::Pinned);
+    }
+    let s = schedule(&[StreamKind::Compute, StreamKind::H2D], &[(g, 0), (c, 1)]);
+    let t = open(BackendKind::Cpu, 1).run(&s).unwrap();
+    assert_valid(&s, &t, "cpu", 0.0);
+    let (a, b) = (t.spans[0], t.spans[1]);
+    let shorter = a.duration().min(b.duration());
+    assert!(
+        overlap(a, b) > 0.5 * shorter,
+        "the GEMM {a:?} and the copy {b:?} should overlap"
+    );
+}
+
+#[test]
+fn pageable_copies_are_slower_than_pinned_ones() {
+    let mib64 = 64u64 << 20;
+    let mut ops = Vec::new();
+    for _ in 0..3 {
+        ops.push((h2d(mib64, HostMemory::Pinned), 0));
+        ops.push((h2d(mib64, HostMemory::Pageable), 0));
+    }
+    let s = schedule(&[StreamKind::H2D], &ops);
+    let t = open(BackendKind::Cpu, 1).run(&s).unwrap();
+    let best = |parity: usize| {
+        t.spans
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % 2 == parity)
+            .map(|(_, s)| s.duration())
+            .fold(f64::INFINITY, f64::min)
+    };
+    let (pinned, pageable) = (best(0), best(1));
+    assert!(
+        pinned < pageable,
+        "pinned {pinned:.4} s should beat pageable {pageable:.4} s"
+    );
+}
+
+#[test]
+fn unsupported_attention_is_an_error_not_a_panic() {
+    let op = OpKind::Attention {
+        batch: 1,
+        q_heads: 3,
+        kv_heads: 2,
+        q_len: 1,
+        kv_len: 4,
+        head_dim: 8,
+        causal: false,
+        dtype: DType::Fp16,
+    };
+    let s = schedule(&[StreamKind::Compute], &[(op, 0)]);
+    let e = open(BackendKind::Cpu, 0).run(&s).unwrap_err();
+    assert!(matches!(e, Error::Unsupported(_)), "{e}");
+}
+
+#[test]
+fn absurd_sizes_are_an_error_not_a_panic() {
+    let huge_copy = OpKind::H2D {
+        bytes: u64::MAX,
+        payload: Payload::Weights,
+        host: HostMemory::Pinned,
+    };
+    let huge_gemm = gemm(u32::MAX, u32::MAX, u32::MAX, DType::Fp32);
+    for (op, kind) in [
+        (huge_copy, StreamKind::H2D),
+        (OpKind::Elementwise { bytes: u64::MAX }, StreamKind::Compute),
+        (huge_gemm, StreamKind::Compute),
+    ] {
+        let s = schedule(&[kind], &[(op, 0)]);
+        let e = open(BackendKind::Cpu, 0).run(&s).unwrap_err();
+        assert!(
+            matches!(e, Error::OutOfMemory { .. } | Error::Unsupported(_)),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn device_info_describes_the_host() {
+    let ex = kvplan_exec::open(BackendKind::Cpu, &ExecOptions::default()).unwrap();
+    let i = ex.info();
+    assert!(!i.name.is_empty() && !i.driver.is_empty());
+    assert!(i.parallelism.unwrap_or(1) >= 1);
+}

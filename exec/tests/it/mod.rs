@@ -1,0 +1,4 @@
+mod check;
+mod common;
+mod cpu;
+mod cuda;

@@ -1,0 +1,474 @@
+//! The commands that touch real hardware: `exec`, `validate`, `calibrate`.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use kvplan_calibrate::{Comparison, Plan as CalPlan};
+use kvplan_exec::{BackendKind, ExecOptions, Executor};
+use kvplan_planner::plan::{Plan, plan};
+use kvplan_planner::report::RunReport;
+use kvplan_planner::timeline::{Run, write_chrome_trace, write_csv};
+use kvplan_planner::{CostModel, HardwareProfile, ModelSpec};
+use serde_json::json;
+
+use crate::args::{BackendArgs, CalibrateArgs, ExecArgs, Format, ValidateArgs};
+use crate::commands::{
+    CSV_FIELDS, Output, csv_row, csv_text, describe, json_line, metric_rows, split_summary,
+};
+use crate::error::CliError;
+use crate::render::{Table, gib, pct, secs, write_atomically};
+use crate::scenario::Scenario;
+
+fn open_backend(b: &BackendArgs) -> Result<Box<dyn Executor>, CliError> {
+    let kind = BackendKind::parse(&b.backend).ok_or_else(|| {
+        CliError::input(format!(
+            "--backend: unknown backend '{}'; use cuda or cpu",
+            b.backend
+        ))
+    })?;
+    let opts = ExecOptions {
+        device: b.device,
+        seed: b.seed,
+        warmup_runs: b.warmup,
+    };
+    Ok(kvplan_exec::open(kind, &opts)?)
+}
+
+fn planned(sc: &Scenario, cost: &CostModel) -> Result<Plan, CliError> {
+    Ok(plan(
+        &sc.model,
+        &sc.hardware,
+        cost,
+        &sc.shape,
+        sc.strategy,
+        &sc.options,
+    )?)
+}
+
+fn write_runs(path: &Path, runs: &[Run]) -> Result<(), CliError> {
+    let csv = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
+    write_atomically(path, "--trace", |w| {
+        if csv {
+            write_csv(runs, w)
+        } else {
+            write_chrome_trace(runs, w)
+        }
+    })
+}
+
+/// `kvplan exec`.
+pub fn exec(args: &ExecArgs) -> Result<Output, CliError> {
+    let sc = args
+        .scenario
+        .raw(args.strategy.clone(), &args.workload, &args.offload)?
+        .resolve()?;
+    let cost = CostModel::new(&sc.hardware);
+    let p = planned(&sc, &cost)?;
+    let mut ex = open_backend(&args.backend)?;
+    let timeline = ex.run(&p.schedule)?;
+    if let Some(path) = &args.trace {
+        write_runs(
+            path,
+            &[Run {
+                name: "measured",
+                schedule: &p.schedule,
+                timeline: &timeline,
+            }],
+        )?;
+    }
+    let r = RunReport::new(&p, &timeline);
+    match args.output.format {
+        Format::Json => json_line(&r),
+        Format::Csv => csv_text(&CSV_FIELDS, &[csv_row(&r)]),
+        Format::Table => {
+            let mut out = String::new();
+            let _ = writeln!(
+                out,
+                "{} (measured on {}, {} backend): {}",
+                r.strategy,
+                r.device,
+                r.backend,
+                describe(&p)
+            );
+            let mut t = Table::new(&["metric", "value"]);
+            for (k, v) in metric_rows(&r) {
+                t.row(&[k.to_string(), v]);
+            }
+            out.push_str(&t.render());
+            if let Some(line) = split_summary(&p) {
+                let _ = writeln!(out, "{line}");
+            }
+            for n in &r.notes {
+                let _ = writeln!(out, "note: {n}");
+            }
+            Ok(out)
+        }
+    }
+}
+
+fn comparison_table(c: &Comparison) -> String {
+    let mut out = String::new();
+    let mut t = Table::new(&["", "simulated", "measured", "error"]);
+    let e = |r: f64| {
+        if r.is_finite() {
+            format!("{:+.1}%", r * 100.0)
+        } else {
+            "-".into()
+        }
+    };
+    t.row(&[
+        "end to end".to_string(),
+        secs(c.simulated_s),
+        secs(c.measured_s),
+        pct(c.end_to_end_error),
+    ]);
+    t.row(&[
+        "decode".to_string(),
+        secs(c.simulated_decode_s),
+        secs(c.measured_decode_s),
+        e((c.simulated_decode_s - c.measured_decode_s) / c.measured_decode_s),
+    ]);
+    t.row(&[
+        "per step: median |error|".to_string(),
+        String::new(),
+        String::new(),
+        pct(c.median_step_error),
+    ]);
+    t.row(&[
+        "per step: p90 |error|".to_string(),
+        String::new(),
+        String::new(),
+        pct(c.p90_step_error),
+    ]);
+    for r in &c.per_category {
+        t.row(&[
+            format!("category {}", r.name),
+            secs(r.simulated_s),
+            secs(r.measured_s),
+            e(r.error),
+        ]);
+    }
+    for r in &c.per_kind {
+        t.row(&[
+            format!("op {}", r.name),
+            secs(r.simulated_s),
+            secs(r.measured_s),
+            e(r.error),
+        ]);
+    }
+    out.push_str(&t.render());
+    out
+}
+
+/// `kvplan validate`.
+pub fn validate(args: &ValidateArgs) -> Result<Output, CliError> {
+    if !(args.max_error.is_finite() && args.max_error > 0.0) {
+        return Err(CliError::input(format!(
+            "--max-error: must be a positive fraction such as 0.1 (got {})",
+            args.max_error
+        )));
+    }
+    let sc = args
+        .scenario
+        .raw(args.strategy.clone(), &args.workload, &args.offload)?
+        .resolve()?;
+    let cost = CostModel::new(&sc.hardware);
+    let p = planned(&sc, &cost)?;
+    let simulated = kvplan_sim::simulate(&p.schedule, &cost)?;
+    let mut ex = open_backend(&args.backend)?;
+    let measured = ex.run(&p.schedule)?;
+    if let Some(path) = &args.trace {
+        write_runs(
+            path,
+            &[
+                Run {
+                    name: "simulated",
+                    schedule: &p.schedule,
+                    timeline: &simulated,
+                },
+                Run {
+                    name: "measured",
+                    schedule: &p.schedule,
+                    timeline: &measured,
+                },
+            ],
+        )?;
+    }
+    let c = kvplan_calibrate::compare(&p.schedule, &simulated, &measured);
+    let (rs, rm) = (
+        RunReport::new(&p, &simulated),
+        RunReport::new(&p, &measured),
+    );
+    let out = match args.output.format {
+        Format::Json => json_line(&json!({
+            "strategy": p.strategy.as_str(),
+            "model": p.model,
+            "hardware": p.hardware,
+            "backend": rm.backend,
+            "device": rm.device,
+            "simulated_s": c.simulated_s,
+            "measured_s": c.measured_s,
+            "end_to_end_error": c.end_to_end_error,
+            "max_error": args.max_error,
+            "passed": c.end_to_end_error <= args.max_error,
+            "simulated_decode_s": c.simulated_decode_s,
+            "measured_decode_s": c.measured_decode_s,
+            "median_step_error": c.median_step_error,
+            "p90_step_error": c.p90_step_error,
+            "per_category": c.per_category,
+            "per_kind": c.per_kind,
+            "per_step": c.per_step,
+            "simulated": rs,
+            "measured": rm,
+        }))?,
+        Format::Csv => {
+            let mut rows: Vec<Vec<String>> = vec![vec![
+                "end_to_end".into(),
+                c.simulated_s.to_string(),
+                c.measured_s.to_string(),
+                c.end_to_end_error.to_string(),
+            ]];
+            for (prefix, list) in [
+                ("category", &c.per_category),
+                ("op", &c.per_kind),
+                ("step", &c.per_step),
+            ] {
+                for r in list {
+                    rows.push(vec![
+                        format!("{prefix}:{}", r.name),
+                        r.simulated_s.to_string(),
+                        r.measured_s.to_string(),
+                        r.error.to_string(),
+                    ]);
+                }
+            }
+            csv_text(&["item", "simulated_s", "measured_s", "error"], &rows)?
+        }
+        Format::Table => {
+            let mut out = String::new();
+            let _ = writeln!(
+                out,
+                "validate {}: simulated with {} vs measured on {} ({} backend)",
+                describe(&p),
+                p.hardware,
+                rm.device,
+                rm.backend
+            );
+            out.push_str(&comparison_table(&c));
+            let _ = writeln!(
+                out,
+                "decode throughput: simulated {:.1} tok/s, measured {:.1} tok/s",
+                rs.decode_throughput_tok_s, rm.decode_throughput_tok_s
+            );
+            out
+        }
+    };
+    if c.end_to_end_error > args.max_error {
+        return Err(CliError {
+            code: crate::error::EXIT_FAILURE,
+            message: format!(
+                "end-to-end error {:.1}% exceeds --max-error {:.1}%",
+                c.end_to_end_error * 100.0,
+                args.max_error * 100.0
+            ),
+            stdout: Some(out),
+        });
+    }
+    Ok(out)
+}
+
+/// `kvplan calibrate`.
+pub fn calibrate(args: &CalibrateArgs) -> Result<Output, CliError> {
+    let models: Option<Vec<ModelSpec>> = if args.models.is_empty() {
+        None
+    } else {
+        Some(
+            args.models
+                .iter()
+                .map(|m| ModelSpec::resolve(m))
+                .collect::<Result<_, _>>()?,
+        )
+    };
+    let base = match &args.base {
+        Some(b) => Some(HardwareProfile::resolve(b)?),
+        None => None,
+    };
+    let name = match &args.name {
+        Some(n) => n.clone(),
+        None => args
+            .out
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .ok_or_else(|| {
+                CliError::input(format!(
+                    "--out: '{}' is not a file path",
+                    args.out.display()
+                ))
+            })?,
+    };
+    let mut ex = open_backend(&args.backend)?;
+    let gpu = ex.info().backend == BackendKind::Cuda;
+    // Without --base, a preset whose GPU name matches the device keeps its datasheet fields.
+    let base = base.or_else(|| {
+        HardwareProfile::preset_names()
+            .iter()
+            .filter_map(|n| HardwareProfile::preset(n).ok())
+            .find(|p| gpu && p.gpu.name == ex.info().name)
+    });
+    let plan = CalPlan::new(args.quick, gpu, models)?;
+    let bar = indicatif::ProgressBar::new(9);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "calibrating [{bar:30}] {pos}/{len} {msg} ({elapsed})",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
+    );
+    let started = std::time::Instant::now();
+    let m = kvplan_calibrate::measure(ex.as_mut(), &plan, &mut |i, _, what| {
+        bar.set_position(i as u64 - 1);
+        bar.set_message(what.to_string());
+    });
+    bar.finish_and_clear();
+    let m = m?;
+    let file = kvplan_calibrate::build_profile(&m, &name, base.as_ref(), args.quick)?;
+    let header = format!(
+        "# kvplan calibrated profile: {} backend on {} ({}), {}.\n# Written by `kvplan calibrate`{}; the [calibration] tables override the datasheet fields\n# in the cost model. Valid as --hardware for every kvplan command.\n",
+        m.info.backend.as_str(),
+        m.info.name,
+        m.info.driver,
+        kvplan_calibrate::today(),
+        if args.quick { " --quick" } else { "" }
+    );
+    write_atomically(&args.out, "--out", |w| {
+        w.write_all(header.as_bytes())?;
+        w.write_all(file.to_toml().as_bytes())
+    })?;
+    let cal = file.calibration.as_ref().expect("calibrated");
+    let elapsed = started.elapsed().as_secs_f64();
+    let best_tflops = |decode: bool| {
+        cal.gemm
+            .iter()
+            .filter(|g| plan.decode_m.contains(&g.m) == decode)
+            .map(|g| 2.0 * f64::from(g.m) * f64::from(g.n) * f64::from(g.k) / g.seconds / 1e12)
+            .fold(0.0, f64::max)
+    };
+    match args.output.format {
+        Format::Json => json_line(&json!({
+            "out": args.out.display().to_string(),
+            "name": name,
+            "backend": m.info.backend.as_str(),
+            "device": m.info.name,
+            "driver": m.info.driver,
+            "seconds": elapsed,
+            "copy_gbps": {
+                "h2d_pinned": cal.copy.h2d_pinned.0.iter().map(|&(b, t)| json!([b, b as f64 / t / 1e9])).collect::<Vec<_>>(),
+                "d2h_pinned": cal.copy.d2h_pinned.0.iter().map(|&(b, t)| json!([b, b as f64 / t / 1e9])).collect::<Vec<_>>(),
+                "h2d_pageable": cal.copy.h2d_pageable.0.iter().map(|&(b, t)| json!([b, b as f64 / t / 1e9])).collect::<Vec<_>>(),
+                "d2h_pageable": cal.copy.d2h_pageable.0.iter().map(|&(b, t)| json!([b, b as f64 / t / 1e9])).collect::<Vec<_>>(),
+            },
+            "duplex": file.link.duplex,
+            "gemm_best_tflops_decode": best_tflops(true),
+            "gemm_best_tflops_prefill": best_tflops(false),
+            "gemm": cal.gemm,
+            "attention": cal.attention,
+            "elementwise": cal.elementwise,
+            "op_overhead_us": m.op_overhead_s * 1e6,
+        })),
+        Format::Csv => csv_text(
+            &["table", "size_bytes", "seconds", "gbps"],
+            &[
+                ("h2d_pinned", &cal.copy.h2d_pinned),
+                ("d2h_pinned", &cal.copy.d2h_pinned),
+                ("h2d_pageable", &cal.copy.h2d_pageable),
+                ("d2h_pageable", &cal.copy.d2h_pageable),
+            ]
+            .iter()
+            .flat_map(|(n, c)| {
+                c.0.iter().map(move |&(b, t)| {
+                    vec![
+                        n.to_string(),
+                        b.to_string(),
+                        t.to_string(),
+                        (b as f64 / t / 1e9).to_string(),
+                    ]
+                })
+            })
+            .collect::<Vec<_>>(),
+        ),
+        Format::Table => {
+            let mut out = String::new();
+            let _ = writeln!(
+                out,
+                "calibrated {} ({} backend, {}) in {elapsed:.1} s -> {}",
+                m.info.name,
+                m.info.backend.as_str(),
+                m.info.driver,
+                args.out.display()
+            );
+            let mut t = Table::new(&[
+                "copy size",
+                "h2d pinned",
+                "d2h pinned",
+                "h2d pageable",
+                "d2h pageable",
+            ]);
+            let bw = |c: &kvplan_planner::calibration::Curve, i: usize| {
+                let (b, s) = c.0[i];
+                format!("{:.2} GB/s", b as f64 / s / 1e9)
+            };
+            for (i, &(b, _)) in cal.copy.h2d_pinned.0.iter().enumerate() {
+                let size = if b >= 1 << 20 {
+                    format!("{} MiB", b >> 20)
+                } else {
+                    format!("{} KiB", b >> 10)
+                };
+                t.row(&[
+                    size,
+                    bw(&cal.copy.h2d_pinned, i),
+                    bw(&cal.copy.d2h_pinned, i),
+                    bw(&cal.copy.h2d_pageable, i),
+                    bw(&cal.copy.d2h_pageable, i),
+                ]);
+            }
+            out.push_str(&t.render());
+            let (one, both) = m.duplex_check;
+            let _ = writeln!(
+                out,
+                "both directions at once: {:.2} GB/s vs {:.2} GB/s one way -> {:?} duplex",
+                both / 1e9,
+                one / 1e9,
+                file.link.duplex
+            );
+            let _ = writeln!(
+                out,
+                "GEMM: {} shapes; best {:.3} TFLOP/s at decode rows (m in {:?}), {:.3} TFLOP/s at prefill rows (m in {:?})",
+                cal.gemm.len(),
+                best_tflops(true),
+                plan.decode_m,
+                best_tflops(false),
+                plan.prefill_m
+            );
+            let _ = writeln!(
+                out,
+                "attention fit: {:.1} us + max(flops / {:.4} TFLOP/s, bytes / {:.1} GB/s)",
+                cal.attention.overhead_us, cal.attention.tflops, cal.attention.gbps
+            );
+            let _ = writeln!(
+                out,
+                "memory-bound kernels: {:.1} us + bytes / {:.1} GB/s; back-to-back tiny op: {:.1} us",
+                cal.elementwise.overhead_us,
+                cal.elementwise.gbps,
+                m.op_overhead_s * 1e6
+            );
+            let _ = writeln!(
+                out,
+                "host RAM in profile: {}",
+                gib((file.host.ram_gib * (1u64 << 30) as f64) as u64)
+            );
+            Ok(out)
+        }
+    }
+}
