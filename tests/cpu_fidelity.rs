@@ -1,0 +1,201 @@
+//! Timing-sensitive checks of the CPU backend, in a test binary of their own: cargo runs test
+//! binaries one after another, so nothing else in this suite competes for the cores while the
+//! calibration and the validation measure (the same runs inside the main test binary, next to
+//! tests running in parallel, saw 37-57% errors instead of 3-7%).
+
+#[path = "common.rs"]
+#[allow(dead_code)]
+mod common;
+
+use serde_json::Value;
+
+use common::{TempDir, ok, root, run_in};
+
+/// The tests of this binary would otherwise run in parallel with each other: one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The issue's contract, end to end on the CPU: calibrate (quick) -> exec -> validate.
+#[test]
+fn calibrate_exec_validate_on_the_cpu() {
+    let _alone = exclusive();
+    let dir = TempDir::new("cpu-e2e");
+    let out = run_in(
+        dir.path(),
+        &[
+            "calibrate",
+            "--backend",
+            "cpu",
+            "--quick",
+            "--out",
+            "cpu.toml",
+        ],
+    );
+    let text = ok(&out);
+    assert!(
+        text.contains("calibrated") && text.contains("cpu.toml"),
+        "{text}"
+    );
+    let profile = std::fs::read_to_string(dir.path().join("cpu.toml")).unwrap();
+    for needle in [
+        "[calibration]",
+        "backend = \"cpu\"",
+        "date = \"20",
+        "h2d_pinned = [",
+        "[[calibration.gemm]]",
+    ] {
+        assert!(
+            profile.contains(needle),
+            "{needle} missing from the profile:\n{profile}"
+        );
+    }
+    // The calibrated profile is a valid --hardware file for every other command.
+    let hw: Value = serde_json::from_str(&ok(&run_in(
+        dir.path(),
+        &["hardware", "cpu.toml", "--format", "json"],
+    )))
+    .unwrap();
+    assert_eq!(hw["calibration"]["backend"], "cpu");
+    ok(&run_in(
+        dir.path(),
+        &[
+            "simulate",
+            "--model",
+            "opt-125m",
+            "--hardware",
+            "cpu.toml",
+            "--gen",
+            "3",
+            "--batch",
+            "4",
+            "--prompt",
+            "64",
+        ],
+    ));
+
+    let exec: Value = serde_json::from_str(&ok(&run_in(
+        dir.path(),
+        &[
+            "exec",
+            "--model",
+            "opt-125m",
+            "--hardware",
+            "cpu.toml",
+            "--backend",
+            "cpu",
+            "--strategy",
+            "kvpr",
+            "--batch",
+            "4",
+            "--prompt",
+            "128",
+            "--gen",
+            "4",
+            "--format",
+            "json",
+            "--trace",
+            "measured.json",
+        ],
+    )))
+    .unwrap();
+    for f in [
+        "strategy",
+        "decode_latency_s",
+        "decode_throughput_tok_s",
+        "gpu_busy_fraction",
+        "h2d_bytes",
+        "d2h_bytes",
+        "peak_gpu_bytes",
+        "peak_host_bytes",
+    ] {
+        assert!(exec.get(f).is_some(), "exec JSON lacks {f}");
+    }
+    assert_eq!(exec["source"], "measured");
+    assert_eq!(exec["backend"], "cpu");
+    assert!(exec["decode_latency_s"].as_f64().unwrap() > 0.0);
+    let trace: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("measured.json")).unwrap()).unwrap();
+    assert!(trace["traceEvents"].as_array().unwrap().len() > 100);
+
+    let out = run_in(
+        dir.path(),
+        &[
+            "validate",
+            "--model",
+            "opt-125m",
+            "--hardware",
+            "cpu.toml",
+            "--backend",
+            "cpu",
+            "--strategy",
+            "kvpr",
+            "--batch",
+            "4",
+            "--prompt",
+            "128",
+            "--gen",
+            "4",
+            "--format",
+            "json",
+            "--max-error",
+            "0.25",
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let v: Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{e}: {text} / {}", String::from_utf8_lossy(&out.stderr)));
+    for f in [
+        "simulated_s",
+        "measured_s",
+        "end_to_end_error",
+        "per_kind",
+        "per_category",
+        "median_step_error",
+    ] {
+        assert!(v.get(f).is_some(), "validate JSON lacks {f}");
+    }
+    let err = v["end_to_end_error"].as_f64().unwrap();
+    // CPU fidelity target (issue 3): within 25% after a quick calibration. What limits it: the
+    // OS schedules the copy and compute threads on shared cores, caches are shared, and the
+    // quick calibration measures few sizes and shapes.
+    assert!(err <= 0.25, "end-to-end error {err}: {text}");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        v["per_kind"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "attention")
+    );
+}
+
+/// The README's CPU-backend commands run, in order, in one directory.
+#[test]
+fn readme_cpu_backend_commands_run() {
+    let _alone = exclusive();
+    let text = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let cmds: Vec<Vec<String>> = text
+        .lines()
+        .map(|l| l.split("   #").next().unwrap().trim())
+        .filter_map(|l| l.strip_prefix("kvplan "))
+        .filter(|l| l.contains("--backend cpu"))
+        .map(|l| l.split_whitespace().map(String::from).collect())
+        .collect();
+    assert!(cmds.len() >= 3, "{cmds:?}");
+    let dir = TempDir::new("readme-cpu");
+    for c in &cmds {
+        let args: Vec<&str> = c.iter().map(String::as_str).collect();
+        assert!(
+            !ok(&run_in(dir.path(), &args)).is_empty(),
+            "{args:?} printed nothing"
+        );
+    }
+}
