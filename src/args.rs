@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::scenario::{RawOffload, RawScenario, RawWorkload};
+use crate::scenario::{RawHeadInfer, RawOffload, RawRunahead, RawScenario, RawWorkload};
 
 const ABOUT: &str = "Plan and simulate KV-cache offload and recomputation for LLM inference";
 
@@ -165,8 +165,13 @@ pub struct WorkloadArgs {
     /// GPU batches sharing one weight load per layer (>1: column-by-column order) [default: 1]
     #[arg(long, value_name = "K", allow_negative_numbers = true)]
     pub gpu_batches: Option<i64>,
-    /// Prompt tokens per sequence [default: 128]
-    #[arg(long, value_name = "TOKENS", allow_negative_numbers = true)]
+    /// Prompt tokens per sequence (the context, for headinfer and runahead) [default: 128]
+    #[arg(
+        long,
+        visible_alias = "context",
+        value_name = "TOKENS",
+        allow_negative_numbers = true
+    )]
     pub prompt: Option<i64>,
     /// Tokens generated per sequence, the first by prefill [default: 32]
     #[arg(long = "gen", value_name = "TOKENS", allow_negative_numbers = true)]
@@ -185,6 +190,26 @@ pub struct OffloadArgs {
     /// KVPR split: auto (LP optimum per step) or a fixed number of recomputed tokens [default: auto]
     #[arg(long, value_name = "auto|TOKENS", allow_hyphen_values = true)]
     pub split: Option<String>,
+}
+
+/// HeadInfer and KV-Runahead options.
+#[derive(Debug, Args)]
+pub struct PlannerArgs {
+    /// HeadInfer: KV heads per offload group [default: adaptive]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub heads_per_group: Option<i64>,
+    /// HeadInfer: prefill chunk tokens [default: from the roofline]
+    #[arg(long, value_name = "TOKENS", allow_negative_numbers = true)]
+    pub chunk: Option<i64>,
+    /// KV-Runahead: devices to split the prefill over [default: 4]
+    #[arg(long, value_name = "P", allow_negative_numbers = true)]
+    pub devices: Option<i64>,
+    /// KV-Runahead: device-to-device bandwidth in GB/s [default: the profile's peer link]
+    #[arg(long, value_name = "GBPS", allow_negative_numbers = true)]
+    pub link_gbps: Option<f64>,
+    /// KV-Runahead: device-to-device latency in microseconds [default: the profile's]
+    #[arg(long, value_name = "US", allow_negative_numbers = true)]
+    pub link_latency_us: Option<f64>,
 }
 
 /// `kvplan models`.
@@ -219,6 +244,9 @@ pub struct PlanArgs {
     /// Offload options
     #[command(flatten)]
     pub offload: OffloadArgs,
+    /// HeadInfer / KV-Runahead options
+    #[command(flatten)]
+    pub planner: PlannerArgs,
     /// Output
     #[command(flatten)]
     pub output: OutputArgs,
@@ -242,6 +270,9 @@ pub struct SimulateArgs {
     /// Offload options
     #[command(flatten)]
     pub offload: OffloadArgs,
+    /// HeadInfer / KV-Runahead options
+    #[command(flatten)]
+    pub planner: PlannerArgs,
     /// Write the simulated timeline: Chrome trace JSON for Perfetto / chrome://tracing, or CSV
     /// when FILE ends in .csv (one track per stream; with --compare, one process per strategy)
     #[arg(long, value_name = "FILE")]
@@ -258,6 +289,7 @@ impl ScenarioArgs {
         strategy: Option<String>,
         workload: &WorkloadArgs,
         offload: &OffloadArgs,
+        planner: &PlannerArgs,
     ) -> Result<RawScenario, crate::error::CliError> {
         let base = match &self.scenario {
             Some(p) => RawScenario::from_file(p)?,
@@ -278,6 +310,15 @@ impl ScenarioArgs {
                 weights: offload.weights.clone(),
                 host_memory: offload.host_memory.clone(),
                 split: offload.split.clone().map(toml::Value::String),
+            },
+            headinfer: RawHeadInfer {
+                heads_per_group: planner.heads_per_group,
+                chunk: planner.chunk,
+            },
+            runahead: RawRunahead {
+                devices: planner.devices,
+                link_gbps: planner.link_gbps,
+                link_latency_us: planner.link_latency_us,
             },
         };
         Ok(base.overlay(flags))
@@ -316,6 +357,9 @@ pub struct ExecArgs {
     /// Offload options
     #[command(flatten)]
     pub offload: OffloadArgs,
+    /// HeadInfer / KV-Runahead options
+    #[command(flatten)]
+    pub planner: PlannerArgs,
     /// Backend
     #[command(flatten)]
     pub backend: BackendArgs,
@@ -342,6 +386,9 @@ pub struct ValidateArgs {
     /// Offload options
     #[command(flatten)]
     pub offload: OffloadArgs,
+    /// HeadInfer / KV-Runahead options
+    #[command(flatten)]
+    pub planner: PlannerArgs,
     /// Backend
     #[command(flatten)]
     pub backend: BackendArgs,

@@ -216,7 +216,12 @@ pub(crate) fn describe(p: &Plan) -> String {
 pub fn plan_kvpr(args: &PlanArgs) -> Result<Output, CliError> {
     let sc = args
         .scenario
-        .raw(Some("kvpr".into()), &args.workload, &args.offload)?
+        .raw(
+            Some("kvpr".into()),
+            &args.workload,
+            &args.offload,
+            &args.planner,
+        )?
         .resolve()?;
     let cost = CostModel::new(&sc.hardware);
     let p = plan(
@@ -545,9 +550,12 @@ fn write_trace(path: &Path, runs: &[&Simulated]) -> Result<(), CliError> {
 
 /// `kvplan simulate`.
 pub fn simulate(args: &SimulateArgs) -> Result<Output, CliError> {
-    let raw = args
-        .scenario
-        .raw(args.strategy.clone(), &args.workload, &args.offload)?;
+    let raw = args.scenario.raw(
+        args.strategy.clone(),
+        &args.workload,
+        &args.offload,
+        &args.planner,
+    )?;
     let sc = raw.resolve()?;
     let cost = CostModel::new(&sc.hardware);
     if !args.compare {

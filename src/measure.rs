@@ -62,7 +62,12 @@ fn write_runs(path: &Path, runs: &[Run]) -> Result<(), CliError> {
 pub fn exec(args: &ExecArgs) -> Result<Output, CliError> {
     let sc = args
         .scenario
-        .raw(args.strategy.clone(), &args.workload, &args.offload)?
+        .raw(
+            args.strategy.clone(),
+            &args.workload,
+            &args.offload,
+            &args.planner,
+        )?
         .resolve()?;
     let cost = CostModel::new(&sc.hardware);
     let p = planned(&sc, &cost)?;
@@ -172,7 +177,12 @@ pub fn validate(args: &ValidateArgs) -> Result<Output, CliError> {
     }
     let sc = args
         .scenario
-        .raw(args.strategy.clone(), &args.workload, &args.offload)?
+        .raw(
+            args.strategy.clone(),
+            &args.workload,
+            &args.offload,
+            &args.planner,
+        )?
         .resolve()?;
     let cost = CostModel::new(&sc.hardware);
     let p = planned(&sc, &cost)?;

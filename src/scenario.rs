@@ -37,6 +37,34 @@ pub struct RawScenario {
     /// Offload options.
     #[serde(default)]
     pub offload: RawOffload,
+    /// HeadInfer options.
+    #[serde(default)]
+    pub headinfer: RawHeadInfer,
+    /// KV-Runahead options.
+    #[serde(default)]
+    pub runahead: RawRunahead,
+}
+
+/// `[headinfer]` of a scenario file.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHeadInfer {
+    /// KV heads per offload group (else adaptive).
+    pub heads_per_group: Option<i64>,
+    /// Prefill chunk tokens (else from the roofline).
+    pub chunk: Option<i64>,
+}
+
+/// `[runahead]` of a scenario file.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRunahead {
+    /// Devices.
+    pub devices: Option<i64>,
+    /// Device-to-device bandwidth, GB/s.
+    pub link_gbps: Option<f64>,
+    /// Device-to-device latency, microseconds.
+    pub link_latency_us: Option<f64>,
 }
 
 /// `[workload]` of a scenario file.
@@ -131,6 +159,17 @@ impl RawScenario {
         pick(&mut self.offload.weights, other.offload.weights);
         pick(&mut self.offload.host_memory, other.offload.host_memory);
         pick(&mut self.offload.split, other.offload.split);
+        pick(
+            &mut self.headinfer.heads_per_group,
+            other.headinfer.heads_per_group,
+        );
+        pick(&mut self.headinfer.chunk, other.headinfer.chunk);
+        pick(&mut self.runahead.devices, other.runahead.devices);
+        pick(&mut self.runahead.link_gbps, other.runahead.link_gbps);
+        pick(
+            &mut self.runahead.link_latency_us,
+            other.runahead.link_latency_us,
+        );
         self
     }
 
@@ -157,7 +196,7 @@ impl RawScenario {
             Some(s) => Strategy::parse(s).ok_or_else(|| {
                 CliError::input(format!(
                     "--strategy: unknown strategy '{s}'; use one of {}",
-                    Strategy::ALL.map(Strategy::as_str).join(", ")
+                    Strategy::NAMES.map(Strategy::as_str).join(", ")
                 ))
             })?,
         };
@@ -219,6 +258,56 @@ impl RawScenario {
                 )));
             }
         };
+        let opt_size = |field: &str, v: Option<i64>| -> Result<Option<u32>, CliError> {
+            match v {
+                None => Ok(None),
+                Some(x) if x >= 1 && x <= i64::from(u32::MAX) => Ok(Some(x as u32)),
+                Some(x) => Err(CliError::input(format!(
+                    "{field}: must be a whole number from 1 to {} (got {x})",
+                    u32::MAX
+                ))),
+            }
+        };
+        let positive =
+            |field: &str, v: Option<f64>, zero_ok: bool| -> Result<Option<f64>, CliError> {
+                match v {
+                    None => Ok(None),
+                    Some(x) if x.is_finite() && (x > 0.0 || (zero_ok && x == 0.0)) => Ok(Some(x)),
+                    Some(x) => Err(CliError::input(format!(
+                        "{field}: must be {} (got {x})",
+                        if zero_ok {
+                            "zero or more"
+                        } else {
+                            "a positive number"
+                        }
+                    ))),
+                }
+            };
+        let headinfer = kvplan_planner::headinfer::HeadInferOptions {
+            heads_per_group: opt_size(
+                "--heads-per-group (headinfer.heads_per_group)",
+                self.headinfer.heads_per_group,
+            )?,
+            chunk_tokens: opt_size("--chunk (headinfer.chunk)", self.headinfer.chunk)?,
+        };
+        let r = &self.runahead;
+        let runahead = kvplan_planner::runahead::RunaheadOptions {
+            devices: match r.devices {
+                None => kvplan_planner::runahead::RunaheadOptions::default().devices,
+                Some(d) if (1..=64).contains(&d) => d as u32,
+                Some(d) => {
+                    return Err(CliError::input(format!(
+                        "--devices (runahead.devices): must be from 1 to 64 (got {d})"
+                    )));
+                }
+            },
+            link_gbps: positive("--link-gbps (runahead.link_gbps)", r.link_gbps, false)?,
+            link_latency_us: positive(
+                "--link-latency-us (runahead.link_latency_us)",
+                r.link_latency_us,
+                true,
+            )?,
+        };
         Ok(Scenario {
             model,
             hardware,
@@ -228,6 +317,8 @@ impl RawScenario {
                 weights,
                 host_memory,
                 split,
+                headinfer,
+                runahead,
             },
         })
     }

@@ -21,11 +21,13 @@ pub mod cost;
 pub mod dtype;
 pub mod error;
 pub mod hardware;
+pub mod headinfer;
 pub mod kvpr;
 pub mod memory;
 pub mod model;
 pub mod plan;
 pub mod report;
+pub mod runahead;
 pub mod schedule;
 pub mod timeline;
 

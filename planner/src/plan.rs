@@ -38,11 +38,24 @@ pub enum Strategy {
     FullTransfer,
     /// Everything resident on the GPU.
     GpuOnly,
+    /// HeadInfer: KV offloaded per head group, chunked prefill (long contexts).
+    HeadInfer,
+    /// KV-Runahead: prefill split across devices with a point-to-point KV chain (TTFT).
+    Runahead,
 }
 
 impl Strategy {
-    /// All strategies, in `--compare` order.
+    /// The KV-offload strategies `--compare` runs side by side.
     pub const ALL: [Strategy; 3] = [Strategy::Kvpr, Strategy::FullTransfer, Strategy::GpuOnly];
+
+    /// Every strategy, for parsing and help text.
+    pub const NAMES: [Strategy; 5] = [
+        Strategy::Kvpr,
+        Strategy::FullTransfer,
+        Strategy::GpuOnly,
+        Strategy::HeadInfer,
+        Strategy::Runahead,
+    ];
 
     /// The name used on the command line.
     pub fn as_str(self) -> &'static str {
@@ -50,16 +63,18 @@ impl Strategy {
             Strategy::Kvpr => "kvpr",
             Strategy::FullTransfer => "full-transfer",
             Strategy::GpuOnly => "gpu-only",
+            Strategy::HeadInfer => "headinfer",
+            Strategy::Runahead => "runahead",
         }
     }
 
     /// Parses a command-line name.
     pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|x| x.as_str() == s)
+        Self::NAMES.into_iter().find(|x| x.as_str() == s)
     }
 
     fn offloads_kv(self) -> bool {
-        self != Strategy::GpuOnly
+        matches!(self, Strategy::Kvpr | Strategy::FullTransfer)
     }
 }
 
@@ -145,7 +160,7 @@ impl Shape {
 }
 
 /// Options of a plan.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Options {
     /// Where weights live.
     pub weights: WeightsPlacement,
@@ -153,6 +168,10 @@ pub struct Options {
     pub host_memory: HostMemory,
     /// KVPR split policy.
     pub split: SplitPolicy,
+    /// HeadInfer options.
+    pub headinfer: crate::headinfer::HeadInferOptions,
+    /// KV-Runahead options.
+    pub runahead: crate::runahead::RunaheadOptions,
 }
 
 impl Default for Options {
@@ -161,6 +180,8 @@ impl Default for Options {
             weights: WeightsPlacement::Auto,
             host_memory: HostMemory::Pinned,
             split: SplitPolicy::Auto,
+            headinfer: Default::default(),
+            runahead: Default::default(),
         }
     }
 }
@@ -208,6 +229,12 @@ pub struct Plan {
     pub memory: MemoryPlan,
     /// KVPR split per decode step (empty for other strategies).
     pub splits: Vec<StepSplit>,
+    /// HeadInfer decisions (HeadInfer plans only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub headinfer: Option<crate::headinfer::HeadInferDetails>,
+    /// KV-Runahead decisions (KV-Runahead plans only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runahead: Option<crate::runahead::RunaheadDetails>,
     /// Things the user should know (auto decisions, warnings).
     pub notes: Vec<String>,
     /// The schedule.
@@ -464,6 +491,11 @@ pub fn plan(
     options: &Options,
 ) -> Result<Plan> {
     shape.validate()?;
+    match strategy {
+        Strategy::HeadInfer => return crate::headinfer::plan(model, hw, cost, shape, options),
+        Strategy::Runahead => return crate::runahead::plan(model, hw, cost, shape, options),
+        _ => {}
+    }
     let mut notes = Vec::new();
     let steps = u64::from(shape.gen_len);
     let est_ops = steps * u64::from(model.num_layers) * u64::from(shape.gpu_batches) * 16;
@@ -576,6 +608,8 @@ pub fn plan(
         host_memory: options.host_memory,
         memory,
         splits,
+        headinfer: None,
+        runahead: None,
         notes,
         schedule,
     })
