@@ -118,6 +118,10 @@ A scenario TOML file can replace the flags (flags override it):
 pub enum PlanCommand {
     /// KVPR: the recompute/transfer split for every decode step, and why
     Kvpr(PlanArgs),
+    /// HeadInfer: heads per offload group, prefill chunk size and memory for a long context
+    Headinfer(PlanArgs),
+    /// KV-Runahead: the context partition over devices, TTFT per method and the speed-up
+    Runahead(PlanArgs),
 }
 
 /// Output format.

@@ -379,10 +379,172 @@ pub fn plan_kvpr(args: &PlanArgs) -> Result<Output, CliError> {
     }
 }
 
+/// Resolves a `plan <planner>` command's scenario with the strategy fixed.
+fn plan_for(args: &PlanArgs, strategy: Strategy) -> Result<(Scenario, Plan), CliError> {
+    let sc = args
+        .scenario
+        .raw(
+            Some(strategy.as_str().into()),
+            &args.workload,
+            &args.offload,
+            &args.planner,
+        )?
+        .resolve()?;
+    let cost = CostModel::new(&sc.hardware);
+    let p = plan(&sc.model, &sc.hardware, &cost, &sc.shape, strategy, &sc.options)?;
+    Ok((sc, p))
+}
+
+fn memory_line(p: &Plan) -> String {
+    format!(
+        "memory: GPU {} ({}), host {}",
+        gib(p.memory.gpu_bytes()),
+        p.memory
+            .gpu
+            .iter()
+            .map(|i| format!("{} {}", i.name, gib(i.bytes)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        gib(p.memory.host_bytes())
+    )
+}
+
+/// `kvplan plan runahead`.
+pub fn plan_runahead(args: &PlanArgs) -> Result<Output, CliError> {
+    let (sc, p) = plan_for(args, Strategy::Runahead)?;
+    let d = p
+        .runahead
+        .as_ref()
+        .ok_or_else(|| CliError::failure("the KV-Runahead planner returned no decisions"))?;
+    match args.output.format {
+        Format::Json => json_line(&json!({
+            "strategy": "runahead",
+            "model": p.model,
+            "hardware": p.hardware,
+            "context": sc.shape.prompt,
+            "devices": sc.options.runahead.devices,
+            "devices_used": d.devices_used,
+            "partition": d.partition,
+            "ttft_s": d.ttft_s,
+            "speedup": d.speedup,
+            "details": d,
+            "memory": p.memory,
+            "notes": p.notes,
+        })),
+        Format::Csv => csv_text(
+            &["device", "tokens"],
+            &d.partition
+                .iter()
+                .enumerate()
+                .map(|(i, t)| vec![i.to_string(), t.to_string()])
+                .collect::<Vec<_>>(),
+        ),
+        Format::Table => {
+            let mut out = String::new();
+            let _ = writeln!(
+                out,
+                "KV-Runahead plan: {} on {}, context {} tokens, {} devices offered, {} used",
+                p.model, p.hardware, sc.shape.prompt, sc.options.runahead.devices, d.devices_used
+            );
+            let _ = writeln!(out, "partition (tokens per device, in chain order): {:?}", d.partition);
+            let mut t = Table::new(&["method", "TTFT", "vs one device"]);
+            let t1 = d.ttft_s.single_device;
+            for (name, v) in [
+                ("runahead (chosen)", d.ttft_s.runahead),
+                ("single device", d.ttft_s.single_device),
+                ("even chunks, same chain", d.ttft_s.even_chain),
+                ("tensor parallel + all-gather", d.ttft_s.tensor_parallel),
+            ] {
+                t.row(&[name.to_string(), secs(v), format!("x{:.3}", t1 / v)]);
+            }
+            out.push_str(&t.render());
+            let _ = writeln!(out, "speed-up over one device: x{:.3}", d.speedup);
+            let _ = writeln!(out, "{}", memory_line(&p));
+            for n in &p.notes {
+                let _ = writeln!(out, "note: {n}");
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// `kvplan plan headinfer`.
+pub fn plan_headinfer(args: &PlanArgs) -> Result<Output, CliError> {
+    let (sc, p) = plan_for(args, Strategy::HeadInfer)?;
+    let d = p
+        .headinfer
+        .as_ref()
+        .ok_or_else(|| CliError::failure("the HeadInfer planner returned no decisions"))?;
+    match args.output.format {
+        Format::Json => json_line(&json!({
+            "strategy": "headinfer",
+            "model": p.model,
+            "hardware": p.hardware,
+            "context": sc.shape.prompt,
+            "details": d,
+            "memory": p.memory,
+            "peak_gpu_bytes": p.memory.gpu_bytes(),
+            "peak_host_bytes": p.memory.host_bytes(),
+            "ops": p.schedule.len(),
+            "notes": p.notes,
+        })),
+        Format::Csv => csv_text(
+            &["context", "heads_per_group", "chunk_tokens", "peak_gpu_bytes", "peak_host_bytes"],
+            &[vec![
+                sc.shape.prompt.to_string(),
+                d.heads_per_group.to_string(),
+                d.chunk_tokens.to_string(),
+                p.memory.gpu_bytes().to_string(),
+                p.memory.host_bytes().to_string(),
+            ]],
+        ),
+        Format::Table => {
+            let mut out = String::new();
+            let _ = writeln!(
+                out,
+                "HeadInfer plan: {} on {}, context {} tokens, batch {}, gen {}",
+                p.model, p.hardware, sc.shape.prompt, sc.shape.batch, sc.shape.gen_len
+            );
+            let _ = writeln!(
+                out,
+                "KV heads per offload group: {} ({} groups per layer); prefill chunk: {} tokens",
+                d.heads_per_group,
+                sc.model.num_kv_heads / d.heads_per_group.max(1),
+                d.chunk_tokens
+            );
+            let _ = writeln!(out, "{}", memory_line(&p));
+            for n in &p.notes {
+                let _ = writeln!(out, "note: {n}");
+            }
+            Ok(out)
+        }
+    }
+}
+
 // ---- simulate --------------------------------------------------------------------------------
 
-/// One line on KVPR's split across the decode steps, if the plan has splits.
+/// One line on the planner's decisions: KVPR's split across the decode steps, HeadInfer's
+/// head groups and chunk, KV-Runahead's partition and TTFT.
 pub(crate) fn split_summary(p: &Plan) -> Option<String> {
+    if let Some(d) = &p.runahead {
+        return Some(format!(
+            "runahead: {} of {} devices, partition {:?}; TTFT runahead {}, one device {}, even chain {}, tensor parallel {} (x{:.3} over one device)",
+            d.devices_used,
+            d.partition.len().max(d.devices_used as usize),
+            d.partition,
+            secs(d.ttft_s.runahead),
+            secs(d.ttft_s.single_device),
+            secs(d.ttft_s.even_chain),
+            secs(d.ttft_s.tensor_parallel),
+            d.speedup
+        ));
+    }
+    if let Some(d) = &p.headinfer {
+        return Some(format!(
+            "headinfer: {} KV heads per offload group, prefill chunk {} tokens",
+            d.heads_per_group, d.chunk_tokens
+        ));
+    }
     let (first, last) = (p.splits.first()?, p.splits.last()?);
     let frac = |s: &kvplan_planner::plan::StepSplit| {
         pct(f64::from(s.split.recompute_tokens) / f64::from(s.seq_len.max(1)))
@@ -488,7 +650,7 @@ pub(crate) fn csv_row(r: &RunReport) -> Vec<String> {
 pub(crate) fn metric_rows(r: &RunReport) -> Vec<(&'static str, String)> {
     let b = &r.decode_breakdown;
     let mut v = vec![
-        ("prefill latency", secs(r.prefill_latency_s)),
+        ("prefill latency (TTFT)", secs(r.prefill_latency_s)),
         ("decode latency", secs(r.decode_latency_s)),
         (
             "decode throughput",

@@ -24,6 +24,12 @@ fn run(cli: Cli) -> Result<String, CliError> {
         Command::Plan {
             planner: PlanCommand::Kvpr(a),
         } => commands::plan_kvpr(a),
+        Command::Plan {
+            planner: PlanCommand::Headinfer(a),
+        } => commands::plan_headinfer(a),
+        Command::Plan {
+            planner: PlanCommand::Runahead(a),
+        } => commands::plan_runahead(a),
         Command::Simulate(a) => commands::simulate(a),
         Command::Exec(a) => measure::exec(a),
         Command::Calibrate(a) => measure::calibrate(a),
