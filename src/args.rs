@@ -45,6 +45,9 @@ pub enum Command {
     /// Simulate a generation and report latency, throughput, GPU utilisation and PCIe traffic
     #[command(long_about = SIMULATE_LONG)]
     Simulate(SimulateArgs),
+    /// The longest context each HeadInfer-study strategy fits in GPU memory and host RAM
+    #[command(long_about = CAPACITY_LONG)]
+    Capacity(CapacityArgs),
     /// Run the same plan for real (CUDA GPU or CPU) and report measured figures, like simulate
     #[command(long_about = EXEC_LONG)]
     Exec(ExecArgs),
@@ -55,6 +58,19 @@ pub enum Command {
     #[command(long_about = VALIDATE_LONG)]
     Validate(ValidateArgs),
 }
+
+const CAPACITY_LONG: &str = "\
+The longest context (tokens per sequence) each strategy fits, by binary search on the memory
+model, with the limit that binds (GPU memory or host RAM):
+  standard         everything on the GPU, the prompt in one forward pass
+  chunked-prefill  everything on the GPU, the prompt in chunks
+  kv-quant-4bit    the KV cache quantised to 4 bits on the GPU
+  layer-offload    the KV cache on the host, two layers of it on the GPU
+  headinfer        the KV cache on the host, ping-pong buffers of one head group on the GPU
+The GPU side counts weights, stored KV, the prefill pass's working set and a runtime reserve
+(--runtime-reserve, default 2.65 GiB: fitted to the HeadInfer paper's measured maxima on an RTX
+4090; 0 for the bare model). E.g. the HeadInfer paper's Table 11:
+  kvplan capacity --model llama-3-8b --hardware rtx-4090 --host-ram 512";
 
 const EXEC_LONG: &str = "\
 Plan a scenario exactly as `simulate` does, then run the schedule for real and report the
@@ -163,7 +179,7 @@ pub struct ScenarioArgs {
 /// The batch being generated.
 #[derive(Debug, Args)]
 pub struct WorkloadArgs {
-    /// Sequences per GPU batch [default: 64]
+    /// Sequences per GPU batch [default: 64; 1 for headinfer and runahead]
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub batch: Option<i64>,
     /// GPU batches sharing one weight load per layer (>1: column-by-column order) [default: 1]
@@ -214,6 +230,62 @@ pub struct PlannerArgs {
     /// KV-Runahead: device-to-device latency in microseconds [default: the profile's]
     #[arg(long, value_name = "US", allow_negative_numbers = true)]
     pub link_latency_us: Option<f64>,
+}
+
+/// `kvplan capacity`.
+#[derive(Debug, Args)]
+pub struct CapacityArgs {
+    /// Model preset or config.json
+    #[arg(long, value_name = "NAME|PATH")]
+    pub model: String,
+    /// Hardware preset or profile TOML (alias --profile)
+    #[arg(long, visible_alias = "profile", value_name = "NAME|PATH")]
+    pub hardware: String,
+    /// Strategies to size (repeatable): standard, chunked-prefill, kv-quant-4bit, layer-offload,
+    /// headinfer [default: all five]
+    #[arg(long = "strategy", value_name = "NAME")]
+    pub strategies: Vec<String>,
+    /// Host RAM for the offloaded KV cache, GiB [default: the profile's host.ram_gib]
+    #[arg(long, value_name = "GIB", allow_negative_numbers = true)]
+    pub host_ram: Option<f64>,
+    /// Sequences per batch
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        allow_negative_numbers = true
+    )]
+    pub batch: i64,
+    /// Prefill chunk tokens of the chunked strategies
+    #[arg(
+        long,
+        value_name = "TOKENS",
+        default_value_t = 10240,
+        allow_negative_numbers = true
+    )]
+    pub chunk: i64,
+    /// HeadInfer: KV heads per offload group (1 reaches furthest)
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        allow_negative_numbers = true
+    )]
+    pub heads_per_group: i64,
+    /// Memory the inference runtime keeps beyond the model's tensors, GiB
+    #[arg(
+        long,
+        value_name = "GIB",
+        default_value_t = 2.65,
+        allow_negative_numbers = true
+    )]
+    pub runtime_reserve: f64,
+    /// Serving dtype, overriding the model's (fp16, bf16, fp32)
+    #[arg(long, value_name = "DTYPE")]
+    pub dtype: Option<String>,
+    /// Output
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// `kvplan models`.

@@ -11,7 +11,7 @@ use kvplan_planner::{CostModel, HardwareProfile, ModelSpec, Timeline};
 use serde::Serialize;
 use serde_json::json;
 
-use crate::args::{Format, HardwareArgs, ModelsArgs, PlanArgs, SimulateArgs};
+use crate::args::{CapacityArgs, Format, HardwareArgs, ModelsArgs, PlanArgs, SimulateArgs};
 use crate::error::CliError;
 use crate::render::{Table, gib, pct, secs, write_atomically};
 use crate::scenario::Scenario;
@@ -391,7 +391,14 @@ fn plan_for(args: &PlanArgs, strategy: Strategy) -> Result<(Scenario, Plan), Cli
         )?
         .resolve()?;
     let cost = CostModel::new(&sc.hardware);
-    let p = plan(&sc.model, &sc.hardware, &cost, &sc.shape, strategy, &sc.options)?;
+    let p = plan(
+        &sc.model,
+        &sc.hardware,
+        &cost,
+        &sc.shape,
+        strategy,
+        &sc.options,
+    )?;
     Ok((sc, p))
 }
 
@@ -446,7 +453,11 @@ pub fn plan_runahead(args: &PlanArgs) -> Result<Output, CliError> {
                 "KV-Runahead plan: {} on {}, context {} tokens, {} devices offered, {} used",
                 p.model, p.hardware, sc.shape.prompt, sc.options.runahead.devices, d.devices_used
             );
-            let _ = writeln!(out, "partition (tokens per device, in chain order): {:?}", d.partition);
+            let _ = writeln!(
+                out,
+                "partition (tokens per device, in chain order): {:?}",
+                d.partition
+            );
             let mut t = Table::new(&["method", "TTFT", "vs one device"]);
             let t1 = d.ttft_s.single_device;
             for (name, v) in [
@@ -489,7 +500,13 @@ pub fn plan_headinfer(args: &PlanArgs) -> Result<Output, CliError> {
             "notes": p.notes,
         })),
         Format::Csv => csv_text(
-            &["context", "heads_per_group", "chunk_tokens", "peak_gpu_bytes", "peak_host_bytes"],
+            &[
+                "context",
+                "heads_per_group",
+                "chunk_tokens",
+                "peak_gpu_bytes",
+                "peak_host_bytes",
+            ],
             &[vec![
                 sc.shape.prompt.to_string(),
                 d.heads_per_group.to_string(),
@@ -514,6 +531,128 @@ pub fn plan_headinfer(args: &PlanArgs) -> Result<Output, CliError> {
             );
             let _ = writeln!(out, "{}", memory_line(&p));
             for n in &p.notes {
+                let _ = writeln!(out, "note: {n}");
+            }
+            Ok(out)
+        }
+    }
+}
+
+// ---- capacity --------------------------------------------------------------------------------
+
+/// `kvplan capacity`.
+pub fn capacity(args: &CapacityArgs) -> Result<Output, CliError> {
+    use kvplan_planner::headinfer::{CapacityOptions, MemStrategy, MemoryConfig, capacity_report};
+    let mut model = ModelSpec::resolve(&args.model)?;
+    if let Some(d) = &args.dtype {
+        let dt = kvplan_planner::DType::parse(d).ok_or_else(|| {
+            CliError::input(format!(
+                "--dtype: unknown dtype '{d}'; use fp16, bf16 or fp32"
+            ))
+        })?;
+        model = model.with_dtype(dt);
+    }
+    let hw = HardwareProfile::resolve(&args.hardware)?;
+    let strategies = args
+        .strategies
+        .iter()
+        .map(|s| {
+            MemStrategy::parse(s).ok_or_else(|| {
+                CliError::input(format!(
+                    "--strategy: unknown strategy '{s}'; use one of {}",
+                    MemStrategy::ALL.map(MemStrategy::as_str).join(", ")
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let whole = |field: &str, v: i64| -> Result<u32, CliError> {
+        u32::try_from(v).ok().filter(|&x| x >= 1).ok_or_else(|| {
+            CliError::input(format!(
+                "{field}: must be a whole number of at least 1 (got {v})"
+            ))
+        })
+    };
+    let gib_bytes = |field: &str, v: f64, zero_ok: bool| -> Result<u64, CliError> {
+        if v.is_finite() && (v > 0.0 || (zero_ok && v == 0.0)) {
+            Ok((v * (1u64 << 30) as f64) as u64)
+        } else {
+            Err(CliError::input(format!(
+                "{field}: must be {} GiB (got {v})",
+                if zero_ok {
+                    "zero or more"
+                } else {
+                    "a positive number of"
+                }
+            )))
+        }
+    };
+    let options = CapacityOptions {
+        host_ram_bytes: args
+            .host_ram
+            .map(|g| gib_bytes("--host-ram", g, false))
+            .transpose()?,
+        config: MemoryConfig {
+            batch: whole("--batch", args.batch)?,
+            chunk_tokens: whole("--chunk", args.chunk)?,
+            heads_per_group: whole("--heads-per-group", args.heads_per_group)?,
+            runtime_reserve: gib_bytes("--runtime-reserve", args.runtime_reserve, true)?,
+        },
+    };
+    let r = capacity_report(&model, &hw, &strategies, &options)?;
+    match args.output.format {
+        Format::Json => json_line(&r),
+        Format::Csv => csv_text(
+            &[
+                "strategy",
+                "max_context_tokens",
+                "binding_limit",
+                "gpu_bytes",
+                "host_bytes",
+            ],
+            &r.strategies
+                .iter()
+                .map(|s| {
+                    vec![
+                        s.strategy.as_str().to_string(),
+                        s.max_context_tokens.to_string(),
+                        s.binding_limit.as_str().to_string(),
+                        s.gpu_bytes.to_string(),
+                        s.host_bytes.to_string(),
+                    ]
+                })
+                .collect::<Vec<_>>(),
+        ),
+        Format::Table => {
+            let mut out = String::new();
+            let _ = writeln!(
+                out,
+                "capacity: {} on {} (batch {})",
+                r.model, r.hardware, options.config.batch
+            );
+            let mut t = Table::new(&[
+                "strategy",
+                "max context",
+                "binding limit",
+                "GPU at max",
+                "host at max",
+            ]);
+            for s in &r.strategies {
+                let k = s.max_context_tokens as f64 / 1024.0;
+                t.row(&[
+                    s.strategy.as_str().to_string(),
+                    if k >= 1024.0 {
+                        format!("{} ({:.2}M)", s.max_context_tokens, k / 1024.0)
+                    } else {
+                        format!("{} ({:.1}K)", s.max_context_tokens, k)
+                    },
+                    s.binding_limit.as_str().to_string(),
+                    gib(s.gpu_bytes),
+                    gib(s.host_bytes),
+                ]);
+            }
+            out.push_str(&t.render());
+            let _ = writeln!(out, "(K = 1024 tokens, as the HeadInfer paper counts)");
+            for n in &r.notes {
                 let _ = writeln!(out, "note: {n}");
             }
             Ok(out)

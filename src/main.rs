@@ -31,6 +31,7 @@ fn run(cli: Cli) -> Result<String, CliError> {
             planner: PlanCommand::Runahead(a),
         } => commands::plan_runahead(a),
         Command::Simulate(a) => commands::simulate(a),
+        Command::Capacity(a) => commands::capacity(a),
         Command::Exec(a) => measure::exec(a),
         Command::Calibrate(a) => measure::calibrate(a),
         Command::Validate(a) => measure::validate(a),

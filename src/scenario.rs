@@ -211,8 +211,13 @@ impl RawScenario {
             }
         };
         let w = &self.workload;
+        // Long-context planners size one sequence unless told otherwise.
+        let default_batch = match strategy {
+            Strategy::HeadInfer | Strategy::Runahead => 1,
+            _ => DEFAULT_BATCH,
+        };
         let shape = Shape {
-            batch: size("--batch (workload.batch)", w.batch, DEFAULT_BATCH)?,
+            batch: size("--batch (workload.batch)", w.batch, default_batch)?,
             gpu_batches: size("--gpu-batches (workload.gpu_batches)", w.gpu_batches, 1)?,
             prompt: size("--prompt (workload.prompt)", w.prompt, DEFAULT_PROMPT)?,
             gen_len: size("--gen (workload.gen)", w.gen_len, DEFAULT_GEN)?,

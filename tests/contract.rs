@@ -299,3 +299,57 @@ fn models_and_hardware_listings() {
     let toml_text = ok(&run(&["hardware", "a100-40g-pcie4"]));
     assert!(toml_text.contains("h2d_pinned_gbps = 24.5") && toml_text.contains("vLLM"));
 }
+
+#[test]
+fn capacity_json_contract_and_table11() {
+    let v: Value = serde_json::from_str(&ok(&run(&[
+        "capacity", "--model", "llama-3-8b", "--hardware", "rtx-4090", "--host-ram", "512", "--format", "json",
+    ])))
+    .unwrap();
+    assert_eq!(v["model"], "llama-3-8b");
+    assert_eq!(v["hardware"], "rtx-4090");
+    let s = v["strategies"].as_array().unwrap();
+    let names: Vec<&str> = s.iter().map(|x| x["strategy"].as_str().unwrap()).collect();
+    assert_eq!(names, ["standard", "chunked-prefill", "kv-quant-4bit", "layer-offload", "headinfer"]);
+    for x in s {
+        for f in ["max_context_tokens", "binding_limit", "gpu_bytes", "host_bytes"] {
+            assert!(x.get(f).is_some(), "{f} missing in {x}");
+        }
+    }
+    // HeadInfer paper, Table 11 (K = 1024 tokens: 25K, 30K, 45K, 45K, ~4M = 4000K), within 15%
+    // as the issue asks; planner/tests/headinfer.rs checks the model itself in more detail.
+    let paper = [25.0, 30.0, 45.0, 45.0, 4000.0];
+    for (x, k) in s.iter().zip(paper) {
+        let got = x["max_context_tokens"].as_f64().unwrap();
+        let want = k * 1024.0;
+        assert!((got - want).abs() / want <= 0.15, "{}: {got} vs {want}", x["strategy"]);
+    }
+    assert_eq!(s[0]["binding_limit"], "gpu memory");
+    assert_eq!(s[4]["binding_limit"], "host memory");
+    // One strategy on request; a bad name is bad input.
+    let one: Value = serde_json::from_str(&ok(&run(&[
+        "capacity", "--model", "llama-3-8b", "--hardware", "rtx-4090", "--strategy", "headinfer", "--format", "json",
+    ])))
+    .unwrap();
+    assert_eq!(one["strategies"].as_array().unwrap().len(), 1);
+    let bad = run(&["capacity", "--model", "llama-3-8b", "--hardware", "rtx-4090", "--strategy", "magic"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("kv-quant-4bit"));
+}
+
+#[test]
+fn plan_headinfer_adapts_groups_to_the_context() {
+    let group = |context: &str| {
+        let v: Value = serde_json::from_str(&ok(&run(&[
+            "plan", "headinfer", "--model", "llama-3-8b", "--hardware", "rtx-4090", "--context", context, "--gen", "2",
+            "--format", "json",
+        ])))
+        .unwrap();
+        assert!(v["peak_gpu_bytes"].as_u64().unwrap() <= 24 << 30);
+        v["details"]["heads_per_group"].as_u64().unwrap()
+    };
+    // Large groups while memory allows, smaller as the context grows (the paper's policy).
+    let (short, long) = (group("100000"), group("1000000"));
+    assert_eq!(short, 8);
+    assert!(long < short, "{long} vs {short}");
+}

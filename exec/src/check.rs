@@ -16,10 +16,26 @@
 //! The cache is token-major, `[token][K|V][batch][kv_head][head_dim]` (FlexGen keeps its cache
 //! token-major too), so `X[0:l]` and `KV[l:s']` are each one contiguous copy, as in the schedule.
 //!
+//! [`headinfer_attention_equivalence`] verifies HeadInfer's claim — attention heads are
+//! independent, so attention computed one head group at a time from an offloaded cache equals
+//! attention over all heads at once — on the same kernels:
+//!
+//! 1. the full K,V `[kv_len][2][batch][kv_heads][head_dim]` and Q are on the device; the full
+//!    attention is the reference;
+//! 2. write-back: each group's K,V heads are gathered (exact strided copy) into a contiguous
+//!    `[kv_len][2][batch][g][head_dim]` block and copied device→host, so the host cache is
+//!    head-group-major (each group's cache is one contiguous copy, as HeadInfer keeps it);
+//! 3. head-wise: for group `i`, its block is copied host→device into ping-pong buffer `i % 2`, the
+//!    group's query heads are gathered, the attention kernel runs with the group's `g` KV heads
+//!    and `g·Hq/Hkv` query heads, and its output is scattered into the group's head slots of a
+//!    zeroed output (a group that is lost shows as a difference).
+//!
 //! On the CPU backend the two outputs are bit-identical for every `l` (the GEMM's rows do not
 //! depend on how many rows are computed, and the scatter is `x * 1 + (-0)`, an exact identity).
 //! On CUDA (fp16 storage, fp32 accumulation) cuBLAS may choose different kernels for different
-//! row counts, so the outputs agree within [`CUDA_FP16_ATOL`].
+//! row counts, so the outputs agree within [`CUDA_FP16_ATOL`]. The head-wise check is
+//! bit-identical on the CPU too (each (sequence, head) is computed by the same GEMMs whatever the
+//! number of heads in the call; only strides differ); on CUDA it is held to the same tolerance.
 
 use kvplan_planner::schedule::HostMemory;
 
@@ -255,6 +271,150 @@ pub fn kvpr_attention_equivalence(
             equivalence(&mut dev, options.seed, case, recompute)
         }),
     }
+}
+
+/// How head-wise attention with one group size compares with full attention.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HeadwiseEquivalence {
+    /// KV heads per group.
+    pub heads_per_group: usize,
+    /// Groups (`kv_heads / heads_per_group`).
+    pub groups: usize,
+    /// Largest absolute difference.
+    pub max_abs_diff: f64,
+    /// `max_abs_diff` over the largest absolute value of the full-attention output.
+    pub max_rel_diff: f64,
+    /// Whether every output element has the same bits.
+    pub bit_identical: bool,
+}
+
+/// Runs attention of `shape` on backend `kind` once over all heads and once head group by head
+/// group from an offloaded, head-group-major cache through two ping-pong buffers (module docs),
+/// for each group size in `heads_per_group` (each must divide `shape.kv_heads`), and compares.
+pub fn headinfer_attention_equivalence(
+    kind: BackendKind,
+    options: &ExecOptions,
+    shape: &AttentionShape,
+    heads_per_group: &[usize],
+) -> Result<Vec<HeadwiseEquivalence>, Error> {
+    shape.validate()?;
+    if let Some(&g) = heads_per_group
+        .iter()
+        .find(|&&g| g == 0 || shape.kv_heads % g != 0)
+    {
+        return Err(Error::InvalidInput(format!(
+            "{g} heads per group does not divide {} KV heads",
+            shape.kv_heads
+        )));
+    }
+    match kind {
+        BackendKind::Cpu => headwise(
+            &mut cpu::CheckDevice::new(),
+            options.seed,
+            shape,
+            heads_per_group,
+        ),
+        BackendKind::Cuda => cuda::guarded(|| {
+            let mut dev = cuda::CheckDevice::open(options)?;
+            headwise(&mut dev, options.seed, shape, heads_per_group)
+        }),
+    }
+}
+
+/// Exact copy of `width` contiguous elements from each of `rows` rows: source row `r` at
+/// `src_at + r * src_stride`, destination row `r` at `dst_at + r * dst_stride`.
+fn rows_copy(
+    rows: usize,
+    width: usize,
+    (src_at, src_stride): (usize, usize),
+    (dst_at, dst_stride): (usize, usize),
+) -> Strided {
+    Strided {
+        outer: rows,
+        middle: 1,
+        inner: width,
+        src_at,
+        src_outer: src_stride,
+        src_middle: 0,
+        dst_at,
+        dst_outer: dst_stride,
+        dst_middle: 0,
+    }
+}
+
+/// The head-wise equivalence procedure on one device (see the module docs).
+pub(crate) fn headwise<D: Device>(
+    dev: &mut D,
+    seed: u64,
+    shape: &AttentionShape,
+    heads_per_group: &[usize],
+) -> Result<Vec<HeadwiseEquivalence>, Error> {
+    let d = shape.head_dim;
+    let gqa = shape.q_heads / shape.kv_heads;
+    let q = data::random_f32(shape.q_elems(), data::derive(seed, 21), 1.0);
+    let kv = data::random_f32(shape.kv_elems(), data::derive(seed, 22), 1.0);
+    let (q_host, kv_host) = (dev.host(&q)?, dev.host(&kv)?);
+    let mut q_dev = dev.dev_zeroed(q.len())?;
+    dev.h2d(&mut q_dev, 0, &q_host, 0, q.len())?;
+    let mut kv_dev = dev.dev_zeroed(kv.len())?;
+    dev.h2d(&mut kv_dev, 0, &kv_host, 0, kv.len())?;
+    let out_len = shape.q_elems();
+    let mut out_host = dev.host_zeroed(out_len)?;
+    let reference = {
+        let mut out = dev.dev_zeroed(out_len)?;
+        dev.attention(shape, &q_dev, &kv_dev, &mut out)?;
+        dev.d2h(&mut out_host, 0, &out, 0, out_len)?;
+        dev.read(&out_host)?
+    };
+    // K,V rows are (token, K|V, sequence); query rows are (query, sequence).
+    let kv_rows = shape.kv_len * 2 * shape.batch;
+    let q_rows = shape.q_len * shape.batch;
+    let mut result = Vec::with_capacity(heads_per_group.len());
+    for &g in heads_per_group {
+        let groups = shape.kv_heads / g;
+        let gq = g * gqa;
+        let gshape = AttentionShape {
+            q_heads: gq,
+            kv_heads: g,
+            ..*shape
+        };
+        let block = gshape.kv_elems();
+        // Write-back: gather each group's heads, copy the block to its place in the host cache.
+        let mut cache = dev.host_zeroed(groups * block)?;
+        {
+            let mut stage = dev.dev_zeroed(block)?;
+            for i in 0..groups {
+                let gather = rows_copy(kv_rows, g * d, (i * g * d, shape.kv_heads * d), (0, g * d));
+                dev.strided(&gather, &kv_dev, &mut stage, 1.0, -0.0)?;
+                dev.d2h(&mut cache, i * block, &stage, 0, block)?;
+            }
+        }
+        // Head-wise attention through two ping-pong buffers.
+        let mut buffers = [dev.dev_zeroed(block)?, dev.dev_zeroed(block)?];
+        let mut qg = dev.dev_zeroed(q_rows * gq * d)?;
+        let mut og = dev.dev_zeroed(q_rows * gq * d)?;
+        let mut out = dev.dev_zeroed(out_len)?;
+        for i in 0..groups {
+            let buf = &mut buffers[i % 2];
+            dev.h2d(buf, 0, &cache, i * block, block)?;
+            let gather = rows_copy(q_rows, gq * d, (i * gq * d, shape.q_heads * d), (0, gq * d));
+            dev.strided(&gather, &q_dev, &mut qg, 1.0, -0.0)?;
+            dev.attention(&gshape, &qg, buf, &mut og)?;
+            let scatter = rows_copy(q_rows, gq * d, (0, gq * d), (i * gq * d, shape.q_heads * d));
+            dev.strided(&scatter, &og, &mut out, 1.0, -0.0)?;
+        }
+        dev.d2h(&mut out_host, 0, &out, 0, out_len)?;
+        let got = dev.read(&out_host)?;
+        let (max_abs_diff, max_rel_diff, bit_identical) = compare(&got, &reference);
+        result.push(HeadwiseEquivalence {
+            heads_per_group: g,
+            groups,
+            max_abs_diff,
+            max_rel_diff,
+            bit_identical,
+        });
+    }
+    Ok(result)
 }
 
 /// Runs one attention call of `shape` on backend `kind` with seeded inputs and compares it with
@@ -647,6 +807,109 @@ mod tests {
             "{:?}",
             r[2]
         );
+    }
+
+    /// The CPU device whose scatter only ever writes the first head slot (a planner that
+    /// forgets where a group's output belongs).
+    struct FirstSlotOnly(cpu::CheckDevice);
+
+    impl Device for FirstSlotOnly {
+        type Host = Vec<f32>;
+        type Dev = Vec<f32>;
+        fn round(&self, x: f32) -> f32 {
+            x
+        }
+        fn host(&mut self, d: &[f32]) -> Result<Vec<f32>, Error> {
+            self.0.host(d)
+        }
+        fn host_zeroed(&mut self, n: usize) -> Result<Vec<f32>, Error> {
+            self.0.host_zeroed(n)
+        }
+        fn dev_zeroed(&mut self, n: usize) -> Result<Vec<f32>, Error> {
+            self.0.dev_zeroed(n)
+        }
+        fn h2d(
+            &mut self,
+            d: &mut Vec<f32>,
+            da: usize,
+            s: &Vec<f32>,
+            sa: usize,
+            n: usize,
+        ) -> Result<(), Error> {
+            self.0.h2d(d, da, s, sa, n)
+        }
+        fn d2h(
+            &mut self,
+            d: &mut Vec<f32>,
+            da: usize,
+            s: &Vec<f32>,
+            sa: usize,
+            n: usize,
+        ) -> Result<(), Error> {
+            self.0.d2h(d, da, s, sa, n)
+        }
+        fn gemm(
+            &mut self,
+            m: usize,
+            n: usize,
+            k: usize,
+            a: &Vec<f32>,
+            b: &Vec<f32>,
+            c: &mut Vec<f32>,
+        ) -> Result<(), Error> {
+            self.0.gemm(m, n, k, a, b, c)
+        }
+        fn strided(
+            &mut self,
+            s: &Strided,
+            src: &Vec<f32>,
+            dst: &mut Vec<f32>,
+            a: f32,
+            b: f32,
+        ) -> Result<(), Error> {
+            let s = Strided { dst_at: 0, ..*s };
+            self.0.strided(&s, src, dst, a, b)
+        }
+        fn attention(
+            &mut self,
+            sh: &AttentionShape,
+            q: &Vec<f32>,
+            kv: &Vec<f32>,
+            o: &mut Vec<f32>,
+        ) -> Result<(), Error> {
+            self.0.attention(sh, q, kv, o)
+        }
+        fn read(&mut self, h: &Vec<f32>) -> Result<Vec<f32>, Error> {
+            self.0.read(h)
+        }
+    }
+
+    #[test]
+    fn a_headwise_path_that_misplaces_group_outputs_is_caught() {
+        let shape = AttentionShape {
+            batch: 2,
+            q_heads: 8,
+            kv_heads: 4,
+            q_len: 5,
+            kv_len: 12,
+            head_dim: 8,
+            causal: true,
+        };
+        let r = headwise(
+            &mut FirstSlotOnly(cpu::CheckDevice::new()),
+            3,
+            &shape,
+            &[4, 1],
+        )
+        .unwrap();
+        assert!(r[0].bit_identical, "one group: nothing to misplace");
+        assert!(
+            !r[1].bit_identical && r[1].max_abs_diff > 1e-3,
+            "{:?}",
+            r[1]
+        );
+        let ok = headwise(&mut cpu::CheckDevice::new(), 3, &shape, &[4, 2, 1]).unwrap();
+        assert!(ok.iter().all(|e| e.bit_identical), "{ok:?}");
     }
 
     #[test]
