@@ -193,7 +193,7 @@ pub struct WorkloadArgs {
         allow_negative_numbers = true
     )]
     pub prompt: Option<i64>,
-    /// Tokens generated per sequence, the first by prefill [default: 32]
+    /// Tokens generated per sequence, the first by prefill [default: 32; 1 for runahead]
     #[arg(long = "gen", value_name = "TOKENS", allow_negative_numbers = true)]
     pub gen_len: Option<i64>,
 }

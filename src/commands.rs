@@ -667,9 +667,8 @@ pub fn capacity(args: &CapacityArgs) -> Result<Output, CliError> {
 pub(crate) fn split_summary(p: &Plan) -> Option<String> {
     if let Some(d) = &p.runahead {
         return Some(format!(
-            "runahead: {} of {} devices, partition {:?}; TTFT runahead {}, one device {}, even chain {}, tensor parallel {} (x{:.3} over one device)",
+            "runahead: {} devices used, partition {:?}; TTFT runahead {}, one device {}, even chain {}, tensor parallel {} (x{:.3} over one device)",
             d.devices_used,
-            d.partition.len().max(d.devices_used as usize),
             d.partition,
             secs(d.ttft_s.runahead),
             secs(d.ttft_s.single_device),

@@ -220,7 +220,16 @@ impl RawScenario {
             batch: size("--batch (workload.batch)", w.batch, default_batch)?,
             gpu_batches: size("--gpu-batches (workload.gpu_batches)", w.gpu_batches, 1)?,
             prompt: size("--prompt (workload.prompt)", w.prompt, DEFAULT_PROMPT)?,
-            gen_len: size("--gen (workload.gen)", w.gen_len, DEFAULT_GEN)?,
+            // KV-Runahead is about time to first token: prefill only unless asked.
+            gen_len: size(
+                "--gen (workload.gen)",
+                w.gen_len,
+                if strategy == Strategy::Runahead {
+                    1
+                } else {
+                    DEFAULT_GEN
+                },
+            )?,
         };
         shape.validate()?;
         let o = &self.offload;
@@ -312,6 +321,13 @@ impl RawScenario {
                 r.link_latency_us,
                 true,
             )?,
+        };
+        // --link-gbps / --link-latency-us replace the profile's peer link for every command, so the
+        // planner, the simulator and the executor see the same link.
+        let hardware = if runahead.link_gbps.is_some() || runahead.link_latency_us.is_some() {
+            kvplan_planner::runahead::with_link_override(&hardware, &runahead)?
+        } else {
+            hardware
         };
         Ok(Scenario {
             model,

@@ -303,16 +303,38 @@ fn models_and_hardware_listings() {
 #[test]
 fn capacity_json_contract_and_table11() {
     let v: Value = serde_json::from_str(&ok(&run(&[
-        "capacity", "--model", "llama-3-8b", "--hardware", "rtx-4090", "--host-ram", "512", "--format", "json",
+        "capacity",
+        "--model",
+        "llama-3-8b",
+        "--hardware",
+        "rtx-4090",
+        "--host-ram",
+        "512",
+        "--format",
+        "json",
     ])))
     .unwrap();
     assert_eq!(v["model"], "llama-3-8b");
     assert_eq!(v["hardware"], "rtx-4090");
     let s = v["strategies"].as_array().unwrap();
     let names: Vec<&str> = s.iter().map(|x| x["strategy"].as_str().unwrap()).collect();
-    assert_eq!(names, ["standard", "chunked-prefill", "kv-quant-4bit", "layer-offload", "headinfer"]);
+    assert_eq!(
+        names,
+        [
+            "standard",
+            "chunked-prefill",
+            "kv-quant-4bit",
+            "layer-offload",
+            "headinfer"
+        ]
+    );
     for x in s {
-        for f in ["max_context_tokens", "binding_limit", "gpu_bytes", "host_bytes"] {
+        for f in [
+            "max_context_tokens",
+            "binding_limit",
+            "gpu_bytes",
+            "host_bytes",
+        ] {
             assert!(x.get(f).is_some(), "{f} missing in {x}");
         }
     }
@@ -322,17 +344,37 @@ fn capacity_json_contract_and_table11() {
     for (x, k) in s.iter().zip(paper) {
         let got = x["max_context_tokens"].as_f64().unwrap();
         let want = k * 1024.0;
-        assert!((got - want).abs() / want <= 0.15, "{}: {got} vs {want}", x["strategy"]);
+        assert!(
+            (got - want).abs() / want <= 0.15,
+            "{}: {got} vs {want}",
+            x["strategy"]
+        );
     }
     assert_eq!(s[0]["binding_limit"], "gpu memory");
     assert_eq!(s[4]["binding_limit"], "host memory");
     // One strategy on request; a bad name is bad input.
     let one: Value = serde_json::from_str(&ok(&run(&[
-        "capacity", "--model", "llama-3-8b", "--hardware", "rtx-4090", "--strategy", "headinfer", "--format", "json",
+        "capacity",
+        "--model",
+        "llama-3-8b",
+        "--hardware",
+        "rtx-4090",
+        "--strategy",
+        "headinfer",
+        "--format",
+        "json",
     ])))
     .unwrap();
     assert_eq!(one["strategies"].as_array().unwrap().len(), 1);
-    let bad = run(&["capacity", "--model", "llama-3-8b", "--hardware", "rtx-4090", "--strategy", "magic"]);
+    let bad = run(&[
+        "capacity",
+        "--model",
+        "llama-3-8b",
+        "--hardware",
+        "rtx-4090",
+        "--strategy",
+        "magic",
+    ]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("kv-quant-4bit"));
 }
@@ -341,8 +383,18 @@ fn capacity_json_contract_and_table11() {
 fn plan_headinfer_adapts_groups_to_the_context() {
     let group = |context: &str| {
         let v: Value = serde_json::from_str(&ok(&run(&[
-            "plan", "headinfer", "--model", "llama-3-8b", "--hardware", "rtx-4090", "--context", context, "--gen", "2",
-            "--format", "json",
+            "plan",
+            "headinfer",
+            "--model",
+            "llama-3-8b",
+            "--hardware",
+            "rtx-4090",
+            "--context",
+            context,
+            "--gen",
+            "2",
+            "--format",
+            "json",
         ])))
         .unwrap();
         assert!(v["peak_gpu_bytes"].as_u64().unwrap() <= 24 << 30);
@@ -352,4 +404,75 @@ fn plan_headinfer_adapts_groups_to_the_context() {
     let (short, long) = (group("100000"), group("1000000"));
     assert_eq!(short, 8);
     assert!(long < short, "{long} vs {short}");
+}
+
+#[test]
+fn plan_runahead_json_contract() {
+    let v: Value = serde_json::from_str(&ok(&run(&[
+        "plan",
+        "runahead",
+        "--model",
+        "llama-2-7b",
+        "--hardware",
+        "a100-80g-sxm",
+        "--devices",
+        "4",
+        "--link-gbps",
+        "10",
+        "--context",
+        "16384",
+        "--format",
+        "json",
+    ])))
+    .unwrap();
+    let used = v["devices_used"].as_u64().unwrap();
+    assert!((1..=4).contains(&used));
+    let partition: Vec<u64> = v["partition"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        partition.iter().sum::<u64>(),
+        16384,
+        "the partition covers the context exactly"
+    );
+    assert_eq!(partition.len() as u64, used);
+    let t = &v["ttft_s"];
+    let runahead = t["runahead"].as_f64().unwrap();
+    for m in ["single_device", "even_chain", "tensor_parallel"] {
+        assert!(t[m].as_f64().unwrap() > 0.0, "{m}");
+    }
+    assert!(
+        runahead <= t["even_chain"].as_f64().unwrap(),
+        "never worse than equal chunks"
+    );
+    let speedup = v["speedup"].as_f64().unwrap();
+    assert!((speedup - t["single_device"].as_f64().unwrap() / runahead).abs() < 1e-9);
+    assert!(speedup > 1.0);
+    // The timeline of the same plan: simulate --strategy runahead reports the same TTFT.
+    let sim: Value = serde_json::from_str(&ok(&run(&[
+        "simulate",
+        "--model",
+        "llama-2-7b",
+        "--hardware",
+        "a100-80g-sxm",
+        "--strategy",
+        "runahead",
+        "--devices",
+        "4",
+        "--link-gbps",
+        "10",
+        "--context",
+        "16384",
+        "--format",
+        "json",
+    ])))
+    .unwrap();
+    let ttft = sim["prefill_latency_s"].as_f64().unwrap();
+    assert!(
+        (ttft - runahead).abs() / runahead < 1e-9,
+        "{ttft} vs {runahead}"
+    );
 }

@@ -279,3 +279,75 @@ fn unwritable_trace_path() {
     );
     expect_input_error(&out, &["--trace", "no/such/dir/t.json"]);
 }
+
+#[test]
+fn runahead_impossible_requests() {
+    let base = [
+        "--model",
+        "llama-2-7b",
+        "--hardware",
+        "a100-80g-sxm",
+        "--strategy",
+        "runahead",
+    ];
+    // `extra` sets the context unless it is the field under test.
+    let with = |extra: &[&'static str]| {
+        let mut v = base.to_vec();
+        if !extra.contains(&"--context") {
+            v.extend_from_slice(&["--context", "4096"]);
+        }
+        v.extend_from_slice(extra);
+        v
+    };
+    simulate_fails(
+        "ra-zero-dev",
+        &[],
+        &with(&["--devices", "0"]),
+        &["--devices"],
+    );
+    simulate_fails(
+        "ra-zero-link",
+        &[],
+        &with(&["--link-gbps", "0"]),
+        &["--link-gbps", "positive"],
+    );
+    simulate_fails(
+        "ra-neg-link",
+        &[],
+        &with(&["--link-gbps", "-3"]),
+        &["--link-gbps"],
+    );
+    simulate_fails(
+        "ra-zero-ctx",
+        &[],
+        &with(&["--context", "0"]),
+        &["--prompt", "got 0"],
+    );
+    // A context whose KV fits no device (memory per device).
+    simulate_fails(
+        "ra-huge",
+        &[],
+        &with(&["--context", "4000000"]),
+        &["does not fit"],
+    );
+}
+
+#[test]
+fn headinfer_context_that_fits_nowhere() {
+    simulate_fails(
+        "hi-nofit",
+        &[],
+        &[
+            "--model",
+            "llama-3-8b",
+            "--hardware",
+            "rtx-4090",
+            "--strategy",
+            "headinfer",
+            "--context",
+            "20000000",
+        ],
+        // Even one KV head's ping-pong buffers outgrow the GPU: the error says how far to go.
+        &["does not fit", "1 KV head per group", "at most"],
+    );
+}

@@ -121,4 +121,58 @@ mod tests {
         assert!((fit.overhead_us - 4.0).abs() < 1e-6, "{fit:?}");
         assert!(attention(&pts[..3]).is_err());
     }
+
+    #[test]
+    fn attention_fit_predicts_chunk_after_prefix_points() {
+        // Synthetic "measurements" of llama-3-8b head shapes from a known roofline (5 us,
+        // 1600 GB/s, 180 TFLOP/s) with a deterministic +-3% wobble: decode, causal prefill, and
+        // chunks of c queries after a prefix of P keys (KV-Runahead's per-device attention).
+        use kvplan_planner::schedule::OpKind;
+        let truth = |op: &OpKind| 5e-6 + (op.flops() / 180e12).max(op.mem_bytes() / 1600e9);
+        let att = |batch, q_len, kv_len, causal| OpKind::Attention {
+            batch,
+            q_heads: 32,
+            kv_heads: 8,
+            q_len,
+            kv_len,
+            head_dim: 128,
+            causal,
+            dtype: kvplan_planner::DType::Bf16,
+        };
+        let mut ops = Vec::new();
+        for b in [8, 64] {
+            for kv in [256, 2048] {
+                ops.push((att(b, 1, kv, false), false));
+            }
+        }
+        for len in [512, 2048] {
+            ops.push((att(1, len, len, true), true));
+        }
+        let chunks: Vec<OpKind> = [(512u32, 4096u32), (512, 16384), (2048, 4096), (2048, 16384)]
+            .iter()
+            .map(|&(c, p)| att(1, c, p + c, true))
+            .collect();
+        for op in &chunks {
+            ops.push((*op, true));
+        }
+        let points: Vec<(f64, f64, f64, bool)> = ops
+            .iter()
+            .enumerate()
+            .map(|(i, (op, prefill))| {
+                let wobble = 1.0 + 0.03 * [1.0, -1.0, 0.5, -0.5, 0.0][i % 5];
+                (op.flops(), op.mem_bytes(), truth(op) * wobble, *prefill)
+            })
+            .collect();
+        let fit = attention(&points).unwrap();
+        let predict = |op: &OpKind| {
+            fit.overhead_us * 1e-6
+                + (op.flops() / (fit.tflops * 1e12)).max(op.mem_bytes() / (fit.gbps * 1e9))
+        };
+        // Stated tolerance: 6% (the 3% wobble plus the fit's own error).
+        for op in &chunks {
+            let (p, t) = (predict(op), truth(op));
+            assert!((p - t).abs() <= 0.06 * t, "{op:?}: predicted {p} vs {t}");
+        }
+        assert!((fit.tflops - 180.0).abs() / 180.0 < 0.05, "{fit:?}");
+    }
 }

@@ -1,7 +1,7 @@
 //! Microbenchmarks: each is a small [`Schedule`] run on the executor; the measured op spans are
 //! the data. Repetitions of one op run back to back on one stream and the median is kept.
 
-use kvplan_exec::Executor;
+use kvplan_exec::{BackendKind, Executor};
 use kvplan_planner::calibration::{CopyTables, GemmPoint};
 use kvplan_planner::plan::layer_kernels;
 use kvplan_planner::schedule::{
@@ -201,8 +201,9 @@ pub fn measure_all(
         })
         .collect();
 
-    // Attention: decode over batch x context, causal prefill over length.
-    tick("attention (decode and prefill)");
+    // Attention: decode over batch x context, causal prefill over length, and chunks attending
+    // to a prefix (KV-Runahead's per-device prefill).
+    tick("attention (decode, prefill, chunk after prefix)");
     let mut att_ops = Vec::new();
     for m in &plan.models {
         let a = |batch, q_len, kv_len, causal| OpKind::Attention {
@@ -226,11 +227,17 @@ pub fn measure_all(
     }
     let ops: Vec<OpKind> = att_ops.iter().map(|(o, _)| *o).collect();
     let t = exec.run(&repeated(StreamKind::Compute, &ops, plan.reps))?;
-    let attention: Vec<(f64, f64, f64, bool)> = att_ops
+    let mut attention: Vec<(f64, f64, f64, bool)> = att_ops
         .iter()
         .zip(medians(&t, ops.len(), plan.reps))
         .map(|((op, prefill), secs)| (op.flops(), op.mem_bytes(), secs, *prefill))
         .collect();
+    // Chunk-after-prefix points are compute-bound like causal prefill: they join the prefill
+    // points that fix the fitted FLOP rate.
+    let shapes = chunk_prefix_shapes(info.backend, plan.quick);
+    for p in measure_chunk_prefix(exec, &plan.models, &shapes, plan.reps)? {
+        attention.push((p.flops, p.bytes, p.seconds, true));
+    }
 
     // Memory-bound kernels over size.
     tick("memory-bound kernels");
@@ -266,4 +273,78 @@ pub fn measure_all(
         elementwise,
         op_overhead_s,
     })
+}
+
+/// `(chunk, prefix)` shapes of the chunk-after-prefix attention sweep: a device of a KV-Runahead
+/// chain runs the causal attention of its `chunk` queries over `prefix + chunk` keys. A prefix of
+/// 0 is the causal prefill sweep (`Plan::prefill_lens`), measured already.
+pub fn chunk_prefix_shapes(backend: BackendKind, quick: bool) -> Vec<(u32, u32)> {
+    let (chunks, prefixes): (&[u32], &[u32]) = match (backend, quick) {
+        (BackendKind::Cuda, true) => (&[512, 2048], &[4096, 16384]),
+        (BackendKind::Cuda, false) => (&[512, 1024, 2048, 4096], &[1024, 4096, 16384]),
+        (BackendKind::Cpu, true) => (&[16, 64], &[64, 256]),
+        (BackendKind::Cpu, false) => (&[16, 64, 128], &[64, 256, 1024]),
+    };
+    chunks
+        .iter()
+        .flat_map(|&c| prefixes.iter().map(move |&p| (c, p)))
+        .collect()
+}
+
+/// The attention of a `chunk`-token chunk after a `prefix`-token prefix of `m` (one sequence):
+/// `q_len = chunk`, `kv_len = prefix + chunk`, causal — the kernel
+/// [`layer_kernels`]`(m, 1, chunk, prefix + chunk)` plans for a KV-Runahead device.
+pub fn chunk_prefix_attention(m: &ModelSpec, chunk: u32, prefix: u32) -> OpKind {
+    layer_kernels(m, 1, chunk, prefix + chunk)[2].1
+}
+
+/// One measured chunk-after-prefix attention.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChunkPoint {
+    /// Model whose head shape was measured.
+    pub model: String,
+    /// Query tokens (the chunk).
+    pub chunk: u32,
+    /// Keys before the chunk.
+    pub prefix: u32,
+    /// FLOPs of the kernel (the causal triangle counted exactly).
+    pub flops: f64,
+    /// Device-memory bytes of the kernel.
+    pub bytes: f64,
+    /// Median measured seconds.
+    pub seconds: f64,
+}
+
+/// Measures the chunk-after-prefix attention of every model at every `(chunk, prefix)` shape,
+/// `reps` times each back to back on one stream (the median is kept).
+pub fn measure_chunk_prefix(
+    exec: &mut dyn Executor,
+    models: &[ModelSpec],
+    shapes: &[(u32, u32)],
+    reps: u32,
+) -> Result<Vec<ChunkPoint>, Error> {
+    let mut points = Vec::new();
+    let mut ops = Vec::new();
+    for m in models {
+        for &(chunk, prefix) in shapes {
+            let op = chunk_prefix_attention(m, chunk, prefix);
+            points.push(ChunkPoint {
+                model: m.name.clone(),
+                chunk,
+                prefix,
+                flops: op.flops(),
+                bytes: op.mem_bytes(),
+                seconds: 0.0,
+            });
+            ops.push(op);
+        }
+    }
+    if ops.is_empty() {
+        return Ok(points);
+    }
+    let t = exec.run(&repeated(StreamKind::Compute, &ops, reps.max(1)))?;
+    for (p, secs) in points.iter_mut().zip(medians(&t, ops.len(), reps.max(1))) {
+        p.seconds = secs.max(1e-9);
+    }
+    Ok(points)
 }

@@ -1,1 +1,86 @@
-fn main() {}
+//! The KV-Runahead partition for P = 8 devices and a 128K-token context: `optimise` (the best
+//! partition for every device count 1..=8) on llama-2-7b, a100-80g-sxm, over NVLink and over a
+//! 10 GB/s link; and the whole plan (partition, baselines, schedule, memory) on an H200, where
+//! the 128K context's KV cache fits. Target (issue): at most 50 ms per partition.
+//!
+//! Run: `cargo bench -p kvplan-planner --bench runahead`.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use kvplan_planner::plan::{Options, Shape, Strategy, plan};
+use kvplan_planner::runahead::{self, ModelCosts, RunaheadOptions, optimise};
+use kvplan_planner::{CostModel, HardwareProfile, ModelSpec};
+
+const CONTEXT: u32 = 128 * 1024;
+const DEVICES: u32 = 8;
+
+fn partition(c: &mut Criterion) {
+    let model = ModelSpec::preset("llama-2-7b").unwrap();
+    let hw = HardwareProfile::preset("a100-80g-sxm").unwrap();
+    let mut group = c.benchmark_group("runahead partition P=8 128K");
+    group
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(5));
+    for gbps in [None, Some(10.0)] {
+        let ro = RunaheadOptions {
+            devices: DEVICES,
+            link_gbps: gbps,
+            link_latency_us: None,
+        };
+        let cost = CostModel::new(&runahead::with_link_override(&hw, &ro).unwrap());
+        let costs = ModelCosts::new(&model, &cost, 1, runahead::link_of(&hw, &ro).unwrap());
+        let label = match gbps {
+            None => "nvlink 300 GB/s".to_string(),
+            Some(g) => format!("{g} GB/s"),
+        };
+        group.bench_with_input(
+            BenchmarkId::new("llama-2-7b a100-80g-sxm", label),
+            &costs,
+            |b, costs| b.iter(|| black_box(optimise(black_box(costs), CONTEXT, DEVICES))),
+        );
+    }
+    group.finish();
+
+    let hw = HardwareProfile::preset("h200").unwrap();
+    let cost = CostModel::new(&hw);
+    let shape = Shape {
+        batch: 1,
+        gpu_batches: 1,
+        prompt: CONTEXT,
+        gen_len: 1,
+    };
+    let options = Options {
+        runahead: RunaheadOptions {
+            devices: DEVICES,
+            ..RunaheadOptions::default()
+        },
+        ..Options::default()
+    };
+    let mut group = c.benchmark_group("runahead plan P=8 128K");
+    group
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(5));
+    group.bench_function("llama-2-7b h200 (partition, baselines, schedule)", |b| {
+        b.iter(|| {
+            black_box(
+                plan(
+                    &model,
+                    &hw,
+                    &cost,
+                    &shape,
+                    Strategy::Runahead,
+                    black_box(&options),
+                )
+                .unwrap(),
+            )
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, partition);
+criterion_main!(benches);
