@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::scenario::{RawHeadInfer, RawOffload, RawRunahead, RawScenario, RawWorkload};
+use crate::scenario::{RawHeadInfer, RawOffload, RawRunahead, RawScenario, RawWorkload, Scenario};
 
 const ABOUT: &str = "Plan and simulate KV-cache offload and recomputation for LLM inference";
 
@@ -108,6 +108,10 @@ Simulate one batch generation (prefill, then gen-1 decode steps) with a strategy
                  activations while the rest is transferred (split from a linear program)
   full-transfer  KV cache on the host, all of it transferred every step (FlexGen, HF Accelerate)
   gpu-only       everything resident on the GPU (fails if it does not fit)
+  headinfer      long context: KV offloaded per head group, chunked prefill, ping-pong
+                 prefetch and write-back (--heads-per-group, --chunk; batch defaults to 1)
+  runahead       time to first token: the prompt split over --devices with a point-to-point
+                 KV chain (--link-gbps, --link-latency-us; batch and gen default to 1)
 
 --gpu-batches k > 1 gives FlexGen's column-by-column order (k GPU batches share one weight load
 per layer; the effective batch is batch x k). --compare runs every strategy side by side.
@@ -127,7 +131,14 @@ A scenario TOML file can replace the flags (flags override it):
   [offload]
   weights = \"auto\"       # auto | gpu | offload
   host_memory = \"pinned\" # pinned | pageable
-  split = \"auto\"         # auto | recomputed tokens per step";
+  split = \"auto\"         # auto | recomputed tokens per step
+  [headinfer]
+  heads_per_group = 2    # else adaptive
+  chunk = 10240          # else from the roofline
+  [runahead]
+  devices = 4
+  link_gbps = 10.0       # else the profile's [peer] link
+  link_latency_us = 5.0";
 
 /// Planners.
 #[derive(Debug, Subcommand)]
@@ -210,6 +221,24 @@ pub struct OffloadArgs {
     /// KVPR split: auto (LP optimum per step) or a fixed number of recomputed tokens [default: auto]
     #[arg(long, value_name = "auto|TOKENS", allow_hyphen_values = true)]
     pub split: Option<String>,
+}
+
+/// What to run: model, hardware or scenario file, the batch, and every planner's options.
+/// Shared by `plan`, `simulate`, `exec` and `validate`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Model, hardware, scenario
+    #[command(flatten)]
+    pub scenario: ScenarioArgs,
+    /// Workload
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    /// Offload options
+    #[command(flatten)]
+    pub offload: OffloadArgs,
+    /// HeadInfer / KV-Runahead options
+    #[command(flatten)]
+    pub planner: PlannerArgs,
 }
 
 /// HeadInfer and KV-Runahead options.
@@ -308,21 +337,12 @@ pub struct HardwareArgs {
     pub output: OutputArgs,
 }
 
-/// `kvplan plan kvpr`.
+/// `kvplan plan ...`.
 #[derive(Debug, Args)]
 pub struct PlanArgs {
-    /// Model, hardware, scenario
+    /// What to plan
     #[command(flatten)]
-    pub scenario: ScenarioArgs,
-    /// Workload
-    #[command(flatten)]
-    pub workload: WorkloadArgs,
-    /// Offload options
-    #[command(flatten)]
-    pub offload: OffloadArgs,
-    /// HeadInfer / KV-Runahead options
-    #[command(flatten)]
-    pub planner: PlannerArgs,
+    pub run: RunArgs,
     /// Output
     #[command(flatten)]
     pub output: OutputArgs,
@@ -331,24 +351,15 @@ pub struct PlanArgs {
 /// `kvplan simulate`.
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
-    /// Model, hardware, scenario
+    /// What to run
     #[command(flatten)]
-    pub scenario: ScenarioArgs,
-    /// Strategy: kvpr, full-transfer, gpu-only [default: kvpr]
+    pub run: RunArgs,
+    /// Strategy: kvpr, full-transfer, gpu-only, headinfer, runahead [default: kvpr]
     #[arg(long, value_name = "NAME")]
     pub strategy: Option<String>,
-    /// Run every strategy and print them side by side (ignores --strategy)
+    /// Run kvpr, full-transfer and gpu-only and print them side by side (ignores --strategy)
     #[arg(long)]
     pub compare: bool,
-    /// Workload
-    #[command(flatten)]
-    pub workload: WorkloadArgs,
-    /// Offload options
-    #[command(flatten)]
-    pub offload: OffloadArgs,
-    /// HeadInfer / KV-Runahead options
-    #[command(flatten)]
-    pub planner: PlannerArgs,
     /// Write the simulated timeline: Chrome trace JSON for Perfetto / chrome://tracing, or CSV
     /// when FILE ends in .csv (one track per stream; with --compare, one process per strategy)
     #[arg(long, value_name = "FILE")]
@@ -358,24 +369,21 @@ pub struct SimulateArgs {
     pub output: OutputArgs,
 }
 
-impl ScenarioArgs {
-    /// The scenario file (if any) overlaid with these flags and the given groups.
-    pub fn raw(
-        &self,
-        strategy: Option<String>,
-        workload: &WorkloadArgs,
-        offload: &OffloadArgs,
-        planner: &PlannerArgs,
-    ) -> Result<RawScenario, crate::error::CliError> {
-        let base = match &self.scenario {
+impl RunArgs {
+    /// The scenario file (if any) overlaid with these flags, checked. `strategy` is the
+    /// command's `--strategy` (or the planner a `plan` subcommand fixes).
+    pub fn resolve(&self, strategy: Option<String>) -> Result<Scenario, crate::error::CliError> {
+        let (sc, workload, offload, planner) =
+            (&self.scenario, &self.workload, &self.offload, &self.planner);
+        let base = match &sc.scenario {
             Some(p) => RawScenario::from_file(p)?,
             None => RawScenario::default(),
         };
         let flags = RawScenario {
-            model: self.model.clone(),
-            hardware: self.hardware.clone(),
+            model: sc.model.clone(),
+            hardware: sc.hardware.clone(),
             strategy,
-            dtype: self.dtype.clone(),
+            dtype: sc.dtype.clone(),
             workload: RawWorkload {
                 batch: workload.batch,
                 gpu_batches: workload.gpu_batches,
@@ -397,7 +405,7 @@ impl ScenarioArgs {
                 link_latency_us: planner.link_latency_us,
             },
         };
-        Ok(base.overlay(flags))
+        base.overlay(flags).resolve()
     }
 }
 
@@ -421,21 +429,12 @@ pub struct BackendArgs {
 /// `kvplan exec`.
 #[derive(Debug, Args)]
 pub struct ExecArgs {
-    /// Model, hardware, scenario
+    /// What to run
     #[command(flatten)]
-    pub scenario: ScenarioArgs,
-    /// Strategy: kvpr, full-transfer, gpu-only [default: kvpr]
+    pub run: RunArgs,
+    /// Strategy: kvpr, full-transfer, gpu-only, headinfer, runahead [default: kvpr]
     #[arg(long, value_name = "NAME")]
     pub strategy: Option<String>,
-    /// Workload
-    #[command(flatten)]
-    pub workload: WorkloadArgs,
-    /// Offload options
-    #[command(flatten)]
-    pub offload: OffloadArgs,
-    /// HeadInfer / KV-Runahead options
-    #[command(flatten)]
-    pub planner: PlannerArgs,
     /// Backend
     #[command(flatten)]
     pub backend: BackendArgs,
@@ -450,21 +449,12 @@ pub struct ExecArgs {
 /// `kvplan validate`.
 #[derive(Debug, Args)]
 pub struct ValidateArgs {
-    /// Model, hardware (the profile to validate), scenario
+    /// What to run (--hardware is the profile to validate)
     #[command(flatten)]
-    pub scenario: ScenarioArgs,
-    /// Strategy: kvpr, full-transfer, gpu-only [default: kvpr]
+    pub run: RunArgs,
+    /// Strategy: kvpr, full-transfer, gpu-only, headinfer, runahead [default: kvpr]
     #[arg(long, value_name = "NAME")]
     pub strategy: Option<String>,
-    /// Workload
-    #[command(flatten)]
-    pub workload: WorkloadArgs,
-    /// Offload options
-    #[command(flatten)]
-    pub offload: OffloadArgs,
-    /// HeadInfer / KV-Runahead options
-    #[command(flatten)]
-    pub planner: PlannerArgs,
     /// Backend
     #[command(flatten)]
     pub backend: BackendArgs,

@@ -214,15 +214,7 @@ pub(crate) fn describe(p: &Plan) -> String {
 
 /// `kvplan plan kvpr`.
 pub fn plan_kvpr(args: &PlanArgs) -> Result<Output, CliError> {
-    let sc = args
-        .scenario
-        .raw(
-            Some("kvpr".into()),
-            &args.workload,
-            &args.offload,
-            &args.planner,
-        )?
-        .resolve()?;
+    let sc = args.run.resolve(Some("kvpr".into()))?;
     let cost = CostModel::new(&sc.hardware);
     let p = plan(
         &sc.model,
@@ -381,15 +373,7 @@ pub fn plan_kvpr(args: &PlanArgs) -> Result<Output, CliError> {
 
 /// Resolves a `plan <planner>` command's scenario with the strategy fixed.
 fn plan_for(args: &PlanArgs, strategy: Strategy) -> Result<(Scenario, Plan), CliError> {
-    let sc = args
-        .scenario
-        .raw(
-            Some(strategy.as_str().into()),
-            &args.workload,
-            &args.offload,
-            &args.planner,
-        )?
-        .resolve()?;
+    let sc = args.run.resolve(Some(strategy.as_str().into()))?;
     let cost = CostModel::new(&sc.hardware);
     let p = plan(
         &sc.model,
@@ -850,13 +834,7 @@ fn write_trace(path: &Path, runs: &[&Simulated]) -> Result<(), CliError> {
 
 /// `kvplan simulate`.
 pub fn simulate(args: &SimulateArgs) -> Result<Output, CliError> {
-    let raw = args.scenario.raw(
-        args.strategy.clone(),
-        &args.workload,
-        &args.offload,
-        &args.planner,
-    )?;
-    let sc = raw.resolve()?;
+    let sc = args.run.resolve(args.strategy.clone())?;
     let cost = CostModel::new(&sc.hardware);
     if !args.compare {
         let s = simulate_one(&sc, &cost, sc.strategy)?;

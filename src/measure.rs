@@ -60,15 +60,7 @@ fn write_runs(path: &Path, runs: &[Run]) -> Result<(), CliError> {
 
 /// `kvplan exec`.
 pub fn exec(args: &ExecArgs) -> Result<Output, CliError> {
-    let sc = args
-        .scenario
-        .raw(
-            args.strategy.clone(),
-            &args.workload,
-            &args.offload,
-            &args.planner,
-        )?
-        .resolve()?;
+    let sc = args.run.resolve(args.strategy.clone())?;
     let cost = CostModel::new(&sc.hardware);
     let p = planned(&sc, &cost)?;
     let mut ex = open_backend(&args.backend)?;
@@ -175,15 +167,7 @@ pub fn validate(args: &ValidateArgs) -> Result<Output, CliError> {
             args.max_error
         )));
     }
-    let sc = args
-        .scenario
-        .raw(
-            args.strategy.clone(),
-            &args.workload,
-            &args.offload,
-            &args.planner,
-        )?
-        .resolve()?;
+    let sc = args.run.resolve(args.strategy.clone())?;
     let cost = CostModel::new(&sc.hardware);
     let p = planned(&sc, &cost)?;
     let simulated = kvplan_sim::simulate(&p.schedule, &cost)?;

@@ -701,10 +701,21 @@ pub(crate) const CHECK_HOST: HostMemory = HostMemory::Pinned;
 mod tests {
     use super::*;
 
-    /// The CPU device with a broken scatter: the recomputed K,V never reach the KV buffer.
-    struct NoScatter(cpu::CheckDevice);
+    /// A fault injected into the CPU device's strided copy (the scatter kernel).
+    #[derive(Clone, Copy)]
+    enum Fault {
+        /// Only the prefill scatter (all 9 tokens) works; a partial one (KVPR's recomputed
+        /// rows) is lost.
+        NoPartialScatter,
+        /// Every scatter writes the first head slot (a planner that forgets where a group's
+        /// output belongs).
+        FirstSlotOnly,
+    }
 
-    impl Device for NoScatter {
+    /// The CPU device with one fault; every other method is the real one.
+    struct Faulty(cpu::CheckDevice, Fault);
+
+    impl Device for Faulty {
         type Host = Vec<f32>;
         type Dev = Vec<f32>;
         fn round(&self, x: f32) -> f32 {
@@ -758,11 +769,12 @@ mod tests {
             a: f32,
             b: f32,
         ) -> Result<(), Error> {
-            // The prefill scatter (all tokens) works; a partial one (KVPR's) is lost.
-            if s.outer == 9 {
-                self.0.strided(s, src, dst, a, b)
-            } else {
-                Ok(())
+            match self.1 {
+                Fault::NoPartialScatter if s.outer != 9 => Ok(()),
+                Fault::NoPartialScatter => self.0.strided(s, src, dst, a, b),
+                Fault::FirstSlotOnly => {
+                    self.0.strided(&Strided { dst_at: 0, ..*s }, src, dst, a, b)
+                }
             }
         }
         fn attention(
@@ -790,7 +802,7 @@ mod tests {
             seq_len: 9,
         };
         let r = equivalence(
-            &mut NoScatter(cpu::CheckDevice::new()),
+            &mut Faulty(cpu::CheckDevice::new(), Fault::NoPartialScatter),
             5,
             &case,
             &[0, 3, 8],
@@ -809,81 +821,6 @@ mod tests {
         );
     }
 
-    /// The CPU device whose scatter only ever writes the first head slot (a planner that
-    /// forgets where a group's output belongs).
-    struct FirstSlotOnly(cpu::CheckDevice);
-
-    impl Device for FirstSlotOnly {
-        type Host = Vec<f32>;
-        type Dev = Vec<f32>;
-        fn round(&self, x: f32) -> f32 {
-            x
-        }
-        fn host(&mut self, d: &[f32]) -> Result<Vec<f32>, Error> {
-            self.0.host(d)
-        }
-        fn host_zeroed(&mut self, n: usize) -> Result<Vec<f32>, Error> {
-            self.0.host_zeroed(n)
-        }
-        fn dev_zeroed(&mut self, n: usize) -> Result<Vec<f32>, Error> {
-            self.0.dev_zeroed(n)
-        }
-        fn h2d(
-            &mut self,
-            d: &mut Vec<f32>,
-            da: usize,
-            s: &Vec<f32>,
-            sa: usize,
-            n: usize,
-        ) -> Result<(), Error> {
-            self.0.h2d(d, da, s, sa, n)
-        }
-        fn d2h(
-            &mut self,
-            d: &mut Vec<f32>,
-            da: usize,
-            s: &Vec<f32>,
-            sa: usize,
-            n: usize,
-        ) -> Result<(), Error> {
-            self.0.d2h(d, da, s, sa, n)
-        }
-        fn gemm(
-            &mut self,
-            m: usize,
-            n: usize,
-            k: usize,
-            a: &Vec<f32>,
-            b: &Vec<f32>,
-            c: &mut Vec<f32>,
-        ) -> Result<(), Error> {
-            self.0.gemm(m, n, k, a, b, c)
-        }
-        fn strided(
-            &mut self,
-            s: &Strided,
-            src: &Vec<f32>,
-            dst: &mut Vec<f32>,
-            a: f32,
-            b: f32,
-        ) -> Result<(), Error> {
-            let s = Strided { dst_at: 0, ..*s };
-            self.0.strided(&s, src, dst, a, b)
-        }
-        fn attention(
-            &mut self,
-            sh: &AttentionShape,
-            q: &Vec<f32>,
-            kv: &Vec<f32>,
-            o: &mut Vec<f32>,
-        ) -> Result<(), Error> {
-            self.0.attention(sh, q, kv, o)
-        }
-        fn read(&mut self, h: &Vec<f32>) -> Result<Vec<f32>, Error> {
-            self.0.read(h)
-        }
-    }
-
     #[test]
     fn a_headwise_path_that_misplaces_group_outputs_is_caught() {
         let shape = AttentionShape {
@@ -896,7 +833,7 @@ mod tests {
             causal: true,
         };
         let r = headwise(
-            &mut FirstSlotOnly(cpu::CheckDevice::new()),
+            &mut Faulty(cpu::CheckDevice::new(), Fault::FirstSlotOnly),
             3,
             &shape,
             &[4, 1],
