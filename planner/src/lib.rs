@@ -19,6 +19,7 @@
 pub mod calibration;
 pub mod cost;
 pub mod dtype;
+pub mod engine;
 pub mod error;
 pub mod hardware;
 pub mod headinfer;

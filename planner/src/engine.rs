@@ -1,0 +1,296 @@
+//! The discrete-event engine that runs a [`Schedule`] on modelled resources and returns a
+//! [`Timeline`]. It lives in the planner so that planners can time the schedules they choose
+//! between on the very engine that `kvplan_sim::simulate` runs (the KVPR split, HeadInfer's
+//! group and chunk, Runahead's device count); `kvplan-sim` re-exports it.
+//!
+//! Model: every stream is a FIFO queue (CUDA stream semantics); each stream is served by one
+//! *engine* (a compute stream by the GPU's SMs, an H2D stream by the H2D copy engine, ...), and an
+//! engine runs one op at a time. With a full-duplex host link the H2D and D2H streams have their
+//! own engines; with a half-duplex link they share one. An op starts when it is at the head of
+//! its stream, all its dependencies have finished, and its engine is free; its duration comes
+//! from the [`CostModel`].
+//!
+//! Determinism: events are ordered by (time, insertion sequence); all completions at one instant
+//! are applied before any engine picks its next op; an engine with several ready streams takes
+//! the op submitted first. Same schedule and cost model give the same timeline, bit for bit.
+
+use crate::CostModel;
+use crate::hardware::Duplex;
+use crate::schedule::{OpId, Schedule, StreamId, StreamKind};
+use crate::timeline::{Source, Span, Timeline};
+
+/// Simulator errors.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The schedule breaks an IR rule.
+    #[error(transparent)]
+    InvalidSchedule(#[from] crate::Error),
+    /// `durations` does not have one entry per op, or one is negative or not finite.
+    #[error("durations: {0}")]
+    InvalidDurations(String),
+    /// The engine map does not give every stream an engine, or names more engines than streams.
+    #[error("engine map: {0}")]
+    InvalidEngineMap(String),
+    /// No op could start although some had not run (cannot happen for a valid schedule).
+    #[error("simulation stalled with {remaining} ops not run")]
+    Stalled {
+        /// Ops that never started.
+        remaining: usize,
+    },
+}
+
+/// Which engine serves each stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineMap {
+    /// `engine_of[stream]`.
+    pub engine_of: Vec<u32>,
+}
+
+impl EngineMap {
+    /// One engine per stream.
+    pub fn one_per_stream(schedule: &Schedule) -> Self {
+        EngineMap {
+            engine_of: (0..schedule.streams().len() as u32).collect(),
+        }
+    }
+
+    /// One engine per stream, except that with a half-duplex link each device's H2D and D2H
+    /// streams share one copy engine.
+    pub fn for_link(schedule: &Schedule, duplex: Duplex) -> Self {
+        let mut map = Self::one_per_stream(schedule);
+        if duplex == Duplex::Half {
+            let streams = schedule.streams();
+            for (i, s) in streams.iter().enumerate() {
+                if s.kind == StreamKind::D2H
+                    && let Some(h) = streams
+                        .iter()
+                        .position(|o| o.kind == StreamKind::H2D && o.device == s.device)
+                {
+                    map.engine_of[i] = map.engine_of[h];
+                }
+            }
+        }
+        map
+    }
+}
+
+/// Simulates `schedule` with op durations from `cost` and engines from the profile's duplex.
+pub fn simulate(schedule: &Schedule, cost: &CostModel) -> Result<Timeline, Error> {
+    let ops = schedule.ops();
+    let engines = EngineMap::for_link(schedule, cost.duplex());
+    let spans = run_with(schedule, &engines, |i| cost.duration(&ops[i].kind))?;
+    Ok(Timeline {
+        source: Source::Simulated {
+            hardware: cost.hardware().to_string(),
+        },
+        spans,
+    })
+}
+
+/// The simulated makespan of `schedule` on `cost` (what planners compare candidates by).
+pub fn makespan(schedule: &Schedule, cost: &CostModel) -> Result<f64, Error> {
+    let ops = schedule.ops();
+    let engines = EngineMap::for_link(schedule, cost.duplex());
+    let spans = run_with(schedule, &engines, |i| cost.duration(&ops[i].kind))?;
+    Ok(spans.iter().map(|s| s.end).fold(0.0, f64::max))
+}
+
+const NONE: u32 = u32::MAX;
+
+/// Runs the discrete-event simulation with given durations (one per op, seconds).
+pub fn run(
+    schedule: &Schedule,
+    durations: &[f64],
+    engines: &EngineMap,
+) -> Result<Vec<Span>, Error> {
+    if durations.len() != schedule.len() {
+        return Err(Error::InvalidDurations(format!(
+            "{} durations for {} ops",
+            durations.len(),
+            schedule.len()
+        )));
+    }
+    if let Some(i) = durations.iter().position(|d| !d.is_finite() || *d < 0.0) {
+        return Err(Error::InvalidDurations(format!(
+            "op {i} has duration {}",
+            durations[i]
+        )));
+    }
+    run_with(schedule, engines, |i| durations[i])
+}
+
+/// Runs the discrete-event simulation, asking `duration(op index)` for each op as it starts
+/// (finite and non-negative).
+///
+/// Each stream keeps its head op; a head whose dependencies have not all finished records the
+/// first unfinished one and is looked at again when that op completes, so the engine needs no
+/// dependents index and does work proportional to ops plus dependency edges.
+pub fn run_with(
+    schedule: &Schedule,
+    engines: &EngineMap,
+    mut duration: impl FnMut(usize) -> f64,
+) -> Result<Vec<Span>, Error> {
+    let ops = schedule.ops();
+    let n = ops.len();
+    let n_streams = schedule.streams().len();
+    if engines.engine_of.len() != n_streams {
+        return Err(Error::InvalidEngineMap(format!(
+            "{} entries for {n_streams} streams",
+            engines.engine_of.len()
+        )));
+    }
+    // Engine ids index per-engine state: keep them below the stream count (at most one engine
+    // per stream is ever needed).
+    if let Some(&e) = engines.engine_of.iter().find(|&&e| e as usize >= n_streams) {
+        return Err(Error::InvalidEngineMap(format!(
+            "engine id {e} is not below the stream count {n_streams}"
+        )));
+    }
+    let n_engines = engines
+        .engine_of
+        .iter()
+        .map(|&e| e as usize + 1)
+        .max()
+        .unwrap_or(0);
+
+    // head[s]: the op at the front of stream s.
+    let mut head: Vec<u32> = (0..n_streams)
+        .map(|s| {
+            schedule
+                .first_in_stream(StreamId(s as u16))
+                .map_or(NONE, |o| o.0)
+        })
+        .collect();
+    // blocked_on[s]: an unfinished dependency of head[s]; cursor[s]: deps before it are done.
+    let mut blocked_on = vec![NONE; n_streams];
+    let mut cursor = vec![0usize; n_streams];
+    let mut engine_streams: Vec<Vec<u32>> = vec![Vec::new(); n_engines];
+    for (s, &e) in engines.engine_of.iter().enumerate() {
+        engine_streams[e as usize].push(s as u32);
+    }
+    // The pending event of each engine: its running op and (end time, start sequence). An engine
+    // runs one op at a time, so the event set is one slot per engine; the next event is the
+    // smallest (end, sequence) — the order a priority queue keyed that way would give.
+    let mut running = vec![NONE; n_engines];
+    let mut event: Vec<(f64, u64)> = vec![(f64::INFINITY, u64::MAX); n_engines];
+    let mut spans = vec![
+        Span {
+            start: f64::INFINITY,
+            end: f64::INFINITY,
+        };
+        n
+    ];
+    let mut seq = 0u64;
+    let mut started = 0usize;
+    let mut touched: Vec<u32> = (0..n_engines as u32).collect();
+    let mut now = 0.0f64;
+    loop {
+        // Let every touched engine pick its next op at `now`.
+        if touched.len() > 1 {
+            touched.sort_unstable();
+            touched.dedup();
+        }
+        for &e in &touched {
+            let e = e as usize;
+            if running[e] != NONE {
+                continue;
+            }
+            let mut best = NONE;
+            for &s in &engine_streams[e] {
+                let s = s as usize;
+                let h = head[s];
+                if h == NONE || blocked_on[s] != NONE {
+                    continue;
+                }
+                // Ready when every dependency has finished by `now` (unstarted ops end at +inf).
+                let deps = schedule.deps(OpId(h));
+                let mut c = cursor[s];
+                while c < deps.len() && spans[deps[c].index()].end <= now {
+                    c += 1;
+                }
+                cursor[s] = c;
+                if c < deps.len() {
+                    blocked_on[s] = deps[c].0;
+                } else if h < best {
+                    best = h;
+                }
+            }
+            if best != NONE {
+                let end = now + duration(best as usize);
+                spans[best as usize] = Span { start: now, end };
+                running[e] = best;
+                event[e] = (end, seq);
+                seq += 1;
+                started += 1;
+            }
+        }
+        touched.clear();
+        // The next event: the smallest (end, start sequence). All completions at that instant
+        // are applied before any engine picks again.
+        let mut pick = usize::MAX;
+        let mut best = (f64::INFINITY, u64::MAX);
+        for (e, &ev) in event.iter().enumerate() {
+            if ev.0 < best.0 || (ev.0 == best.0 && ev.1 < best.1) {
+                best = ev;
+                pick = e;
+            }
+        }
+        if pick == usize::MAX {
+            break;
+        }
+        now = best.0;
+        loop {
+            let op = running[pick];
+            running[pick] = NONE;
+            event[pick] = (f64::INFINITY, u64::MAX);
+            touched.push(pick as u32);
+            let s = ops[op as usize].stream.index();
+            head[s] = schedule.next_in_stream(OpId(op)).map_or(NONE, |o| o.0);
+            cursor[s] = 0;
+            for (t, b) in blocked_on.iter_mut().enumerate() {
+                if *b == op {
+                    *b = NONE;
+                    touched.push(engines.engine_of[t]);
+                }
+            }
+            // Another op ending at the same instant (rare: zero-length ops, exact ties)?
+            pick = usize::MAX;
+            let mut pick_seq = u64::MAX;
+            for (e, &(t, q)) in event.iter().enumerate() {
+                if t == now && q < pick_seq {
+                    pick = e;
+                    pick_seq = q;
+                }
+            }
+            if pick == usize::MAX {
+                break;
+            }
+        }
+    }
+    if started != n {
+        return Err(Error::Stalled {
+            remaining: n - started,
+        });
+    }
+    Ok(spans)
+}
+
+/// Closed-form start times when every stream has its own engine: in submission order,
+/// `start(i) = max(end of the previous op on i's stream, end of each dependency)`. The engine
+/// must agree with this on such schedules (tested); it is the simulator's reference model.
+pub fn reference_spans(schedule: &Schedule, durations: &[f64]) -> Vec<Span> {
+    let mut stream_end = vec![0.0f64; schedule.streams().len()];
+    let mut spans: Vec<Span> = Vec::with_capacity(schedule.len());
+    for (i, op) in schedule.ops().iter().enumerate() {
+        let s = op.stream.index();
+        let mut start = stream_end[s];
+        for d in schedule.deps(OpId(i as u32)) {
+            start = start.max(spans[d.index()].end);
+        }
+        let end = start + durations[i];
+        stream_end[s] = end;
+        spans.push(Span { start, end });
+    }
+    spans
+}
