@@ -218,9 +218,14 @@ pub struct OffloadArgs {
     /// Host memory of the offloaded data: pinned or pageable [default: pinned]
     #[arg(long, value_name = "KIND")]
     pub host_memory: Option<String>,
-    /// KVPR split: auto (LP optimum per step) or a fixed number of recomputed tokens [default: auto]
+    /// KVPR split: auto (optimum per step) or a fixed number of recomputed tokens [default: auto]
     #[arg(long, value_name = "auto|TOKENS", allow_hyphen_values = true)]
     pub split: Option<String>,
+    /// What the auto split minimises: schedule (the emitted schedule's steady state, checked on
+    /// the simulator; within 1% of the best fixed split) or paper (the KVPR paper's Eq. 10,
+    /// activation copy in series; for comparison) [default: schedule]
+    #[arg(long, value_name = "MODEL")]
+    pub split_model: Option<String>,
 }
 
 /// What to run: model, hardware or scenario file, the batch, and every planner's options.
@@ -394,6 +399,7 @@ impl RunArgs {
                 weights: offload.weights.clone(),
                 host_memory: offload.host_memory.clone(),
                 split: offload.split.clone().map(toml::Value::String),
+                split_model: offload.split_model.clone(),
             },
             headinfer: RawHeadInfer {
                 heads_per_group: planner.heads_per_group,

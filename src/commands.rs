@@ -231,6 +231,7 @@ pub fn plan_kvpr(args: &PlanArgs) -> Result<Output, CliError> {
         p.weights_on_gpu,
         p.host_memory,
         1,
+        sc.options.split_model,
     );
     let steps: Vec<serde_json::Value> = p
         .splits

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use kvplan_planner::plan::{Options, Shape, SplitPolicy, Strategy, WeightsPlacement};
+use kvplan_planner::plan::{Options, Shape, SplitModel, SplitPolicy, Strategy, WeightsPlacement};
 use kvplan_planner::schedule::HostMemory;
 use kvplan_planner::{DType, HardwareProfile, ModelSpec};
 use serde::Deserialize;
@@ -92,6 +92,7 @@ pub struct RawOffload {
     pub host_memory: Option<String>,
     /// `auto` or a token count.
     pub split: Option<toml::Value>,
+    pub split_model: Option<String>,
 }
 
 /// A checked scenario.
@@ -159,6 +160,7 @@ impl RawScenario {
         pick(&mut self.offload.weights, other.offload.weights);
         pick(&mut self.offload.host_memory, other.offload.host_memory);
         pick(&mut self.offload.split, other.offload.split);
+        pick(&mut self.offload.split_model, other.offload.split_model);
         pick(
             &mut self.headinfer.heads_per_group,
             other.headinfer.heads_per_group,
@@ -272,6 +274,15 @@ impl RawScenario {
                 )));
             }
         };
+        let split_model = match o.split_model.as_deref() {
+            None | Some("schedule") => SplitModel::Schedule,
+            Some("paper") => SplitModel::Paper,
+            Some(x) => {
+                return Err(CliError::input(format!(
+                    "--split-model (offload.split_model): unknown model '{x}'; use schedule or paper"
+                )));
+            }
+        };
         let opt_size = |field: &str, v: Option<i64>| -> Result<Option<u32>, CliError> {
             match v {
                 None => Ok(None),
@@ -338,6 +349,7 @@ impl RawScenario {
                 weights,
                 host_memory,
                 split,
+                split_model,
                 headinfer,
                 runahead,
             },

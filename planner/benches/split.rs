@@ -8,7 +8,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use kvplan_planner::plan::{Shape, split_problem};
+use kvplan_planner::plan::{Shape, SplitModel, split_problem};
 use kvplan_planner::schedule::HostMemory;
 use kvplan_planner::{CostModel, HardwareProfile, ModelSpec};
 
@@ -28,7 +28,15 @@ fn split_decision(c: &mut Criterion) {
             prompt: seq_len,
             gen_len: 2,
         };
-        let problem = split_problem(&cost, &model, &shape, true, HostMemory::Pinned, 1);
+        let problem = split_problem(
+            &cost,
+            &model,
+            &shape,
+            true,
+            HostMemory::Pinned,
+            1,
+            SplitModel::Schedule,
+        );
         assert_eq!(problem.seq_len, seq_len);
         group.bench_with_input(
             BenchmarkId::new("opt-6.7b b64 a100-40g-pcie4", format!("s'={seq_len}")),

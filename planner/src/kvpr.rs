@@ -57,6 +57,11 @@ pub struct SplitProblem {
     pub concat_s_per_token: f64,
     /// The layer's other kernels, per GPU batch.
     pub main_compute_s: f64,
+    /// Whether the compute path waits for `W_K,W_V` and `X[0:l]` of the same layer before it
+    /// can recompute (`true`: the paper's Eq. 10, which charges the activation copy in series;
+    /// `false`: the emitted schedule, which prefetches both during the previous layer, so they
+    /// cost link time only).
+    pub serial_prefetch: bool,
 }
 
 /// Which side bounds a layer's time at the chosen split.
@@ -154,7 +159,12 @@ impl SplitProblem {
     /// Compute-side time at `l` (exact).
     pub fn compute_s(&self, l: u32) -> f64 {
         let k = f64::from(self.gpu_batches);
-        self.weights_kv_s + self.act_copy_s(l) + k * (self.recompute_s(l) + self.main_compute_s)
+        let waits = if self.serial_prefetch {
+            self.weights_kv_s + self.act_copy_s(l)
+        } else {
+            0.0
+        };
+        waits + k * (self.recompute_s(l) + self.main_compute_s)
     }
 
     /// Per-layer time `t(l)` (exact).
@@ -220,6 +230,7 @@ impl SplitProblem {
         let n = f64::from(self.seq_len);
         let k = f64::from(self.gpu_batches);
         let lat = self.copy_latency_s;
+        let serial = if self.serial_prefetch { 1.0 } else { 0.0 };
         let mut vars = ProblemVariables::new();
         let t = vars.add(variable().min(0.0));
         let l = vars.add(variable().min(0.0).max(n));
@@ -235,10 +246,9 @@ impl SplitProblem {
             ))
             .with(constraint!(
                 t >= s
-                    * (self.weights_kv_s
-                        + lat
+                    * (serial * (self.weights_kv_s + lat)
                         + k * (self.recompute_overhead_s + self.main_compute_s))
-                    + s * (self.act_s_per_token + k * self.concat_s_per_token) * l
+                    + s * (serial * self.act_s_per_token + k * self.concat_s_per_token) * l
                     + k * r
             ))
             .with(constraint!(r >= s * self.recompute_flop_s_per_token * l))
@@ -270,18 +280,27 @@ impl SplitProblem {
                 best_t = t;
             }
         }
-        let reason = if best == 0 {
+        Ok(self.chosen(best))
+    }
+
+    /// The decision `l` taken as the optimum (by [`solve`](Self::solve) or by a search over the
+    /// simulated schedule), with the reason that fits it.
+    pub fn chosen(&self, l: u32) -> Split {
+        let l = l.min(self.seq_len);
+        let reason = if self.seq_len == 0 {
+            Reason::NothingCached
+        } else if l == 0 {
             if self.act_s_per_token >= self.kv_s_per_token {
                 Reason::ActivationsNotCheaper
             } else {
                 Reason::ComputeBoundWithoutRecompute
             }
-        } else if best == n {
+        } else if l == self.seq_len {
             Reason::RecomputeAll
         } else {
             Reason::Balanced
         };
-        Ok(self.decision(best, reason))
+        self.decision(l, reason)
     }
 }
 
@@ -308,6 +327,7 @@ mod tests {
             recompute_mem_s_per_token: b * 3.0 * h * 2.0 / (1555e9 * 0.8),
             concat_s_per_token: 0.0,
             main_compute_s: 0.0,
+            serial_prefetch: true,
         }
     }
 

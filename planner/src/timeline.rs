@@ -129,7 +129,8 @@ impl Breakdown {
 pub struct Metrics {
     /// End of the last op.
     pub makespan_s: f64,
-    /// End of the last prefill op (0 if there is none).
+    /// End of the last prefill kernel, when the first token exists (0 if there is none);
+    /// prefill's stores may still drain after it.
     pub prefill_end_s: f64,
     /// Window start.
     pub window_start_s: f64,
@@ -147,7 +148,7 @@ pub struct Metrics {
     pub d2h_bytes: u64,
     /// Bytes device→device.
     pub peer_bytes: u64,
-    /// Per-category summed durations.
+    /// Per-category op time inside the window (summed over streams).
     pub breakdown: Breakdown,
 }
 
@@ -156,7 +157,8 @@ pub struct Metrics {
 pub enum Window {
     /// From 0 to the makespan.
     Whole,
-    /// Ops tagged [`Phase::Decode`]: from the end of prefill to the makespan.
+    /// From the end of prefill (the first token) to the makespan: every op's time inside it,
+    /// whatever its phase tag; bytes of the copies that start inside it.
     Decode,
 }
 
@@ -164,14 +166,19 @@ pub enum Window {
 pub fn metrics(schedule: &Schedule, timeline: &Timeline, window: Window) -> Metrics {
     let ops = schedule.ops();
     let makespan = timeline.makespan();
+    // The first token exists when prefill's last kernel ends; copies it issued (stores of the
+    // prompt's KV and activations) may drain later, overlapping decode.
+    let streams = schedule.streams();
     let prefill_end = ops
         .iter()
         .zip(&timeline.spans)
-        .filter(|(o, _)| o.tag.phase == Phase::Prefill)
+        .filter(|(o, _)| {
+            o.tag.phase == Phase::Prefill && streams[o.stream.index()].kind == StreamKind::Compute
+        })
         .fold(0.0f64, |m, (_, s)| m.max(s.end));
-    let (w0, w1, phase) = match window {
-        Window::Whole => (0.0, makespan, None),
-        Window::Decode => (prefill_end, makespan, Some(Phase::Decode)),
+    let (w0, w1) = match window {
+        Window::Whole => (0.0, makespan),
+        Window::Decode => (prefill_end, makespan),
     };
     let len = (w1 - w0).max(0.0);
     let n_streams = schedule.streams().len();
@@ -184,19 +191,21 @@ pub fn metrics(schedule: &Schedule, timeline: &Timeline, window: Window) -> Metr
     for (op, span) in ops.iter().zip(&timeline.spans) {
         let s = op.stream.index();
         counts[s] += 1;
-        if phase.is_some_and(|p| p != op.tag.phase) {
-            continue;
-        }
+        // Time is counted where it falls: a decode prefetch issued during prefill is prefill
+        // time, a prefill store draining after the first token is decode time.
         let a = span.start.max(w0);
         let b = span.end.min(w1);
         let inside = (b - a).max(0.0);
         busy[s] += inside;
-        breakdown.add(op.kind.category(), span.duration());
-        match op.kind {
-            OpKind::H2D { bytes, .. } => h2d += bytes,
-            OpKind::D2H { bytes, .. } => d2h += bytes,
-            OpKind::PeerSend { bytes } => peer += bytes,
-            _ => {}
+        breakdown.add(op.kind.category(), inside);
+        // Bytes go with the window the copy starts in.
+        if window == Window::Whole || span.start >= w0 {
+            match op.kind {
+                OpKind::H2D { bytes, .. } => h2d += bytes,
+                OpKind::D2H { bytes, .. } => d2h += bytes,
+                OpKind::PeerSend { bytes } => peer += bytes,
+                _ => {}
+            }
         }
         let st = &schedule.streams()[s];
         if st.device == 0 && st.kind == StreamKind::Compute && inside > 0.0 {

@@ -8,7 +8,7 @@
 //! realistic coefficients differs by far more (one token of transfer is ~1e-6 of a layer).
 
 use kvplan_planner::kvpr::{Reason, Split, SplitProblem};
-use kvplan_planner::plan::{Shape, split_problem};
+use kvplan_planner::plan::{Shape, SplitModel, split_problem};
 use kvplan_planner::schedule::HostMemory;
 use kvplan_planner::{CostModel, HardwareProfile, ModelSpec};
 use proptest::prelude::*;
@@ -134,6 +134,7 @@ fn any_problem() -> impl Strategy<Value = SplitProblem> {
                     recompute_mem_s_per_token: memt,
                     concat_s_per_token: cat,
                     main_compute_s: main,
+                    serial_prefetch: false,
                 }
             },
         )
@@ -210,7 +211,15 @@ fn preset_problem(
         prompt,
         gen_len: step + 1,
     };
-    split_problem(&cost, &m, &shape, weights_on_gpu, host, step)
+    split_problem(
+        &cost,
+        &m,
+        &shape,
+        weights_on_gpu,
+        host,
+        step,
+        SplitModel::Schedule,
+    )
 }
 
 proptest! {
@@ -319,6 +328,7 @@ proptest! {
             recompute_mem_s_per_token: 0.0,
             concat_s_per_token: 0.0,
             main_compute_s: 0.0,
+            serial_prefetch: true,
         };
         let sf = f64::from(s);
         let closed = e * sf / (c + e);
@@ -351,6 +361,7 @@ fn empty_cache_is_not_reported_as_balanced() {
         recompute_mem_s_per_token: 0.0,
         concat_s_per_token: 0.0,
         main_compute_s: 0.0,
+        serial_prefetch: true,
     };
     let s = p.solve().unwrap();
     assert_eq!(s.recompute_tokens, 0);
