@@ -153,7 +153,7 @@ pub fn every_kind() -> Schedule {
     let x = b.push(h2d(1 << 20, HostMemory::Pinned), h, l, TAG, &[]);
     let y = b.push(h2d(1 << 19, HostMemory::Pageable), h, l, TAG, &[]);
     let mut last = None;
-    for dtype in [DType::Fp16, DType::Bf16, DType::Fp32] {
+    for dtype in DType::ALL {
         last = Some(b.push(
             OpKind::Gemm {
                 m: 33,
