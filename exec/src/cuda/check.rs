@@ -6,8 +6,9 @@ use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaSlice, CudaStream, PinnedHostSlice, sys};
 use kvplan_planner::DType;
 
+use super::device::Dev;
+use super::driver::{OrCuda, check_libraries, check_ordinal, dev_ptr, device_count, internal};
 use super::launch::{attention_workspace, gemm, launch_attention, launch_axpb};
-use super::{Dev, OrCuda, check_libraries, check_ordinal, dev_ptr, device_count, internal};
 use crate::kernel::{AttentionShape, Device, Strided};
 use crate::{Error, ExecOptions};
 

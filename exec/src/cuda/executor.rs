@@ -14,11 +14,12 @@ use kvplan_planner::DType;
 use kvplan_planner::schedule::{HostMemory, OpId, OpKind, Schedule, StreamId, StreamKind};
 use kvplan_planner::timeline::{Source, Span, Timeline};
 
+use super::device::Dev;
+use super::driver::{
+    OrCuda, check_libraries, check_ordinal, dev_ptr, device_count, guarded, internal,
+};
 use super::launch::{
     Kernels, attention_workspace, gemm, launch_attention, launch_axpb, launch_fill,
-};
-use super::{
-    Dev, OrCuda, check_libraries, check_ordinal, dev_ptr, device_count, guarded, internal,
 };
 use crate::kernel::Strided;
 use crate::sched::{self, Progress, StreamNeeds, Worker};

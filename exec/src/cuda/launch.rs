@@ -9,7 +9,7 @@ use cudarc::driver::{CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKer
 use cudarc::nvrtc::{self, Ptx};
 use kvplan_planner::DType;
 
-use super::{OrCuda, internal};
+use super::driver::{OrCuda, internal};
 use crate::Error;
 use crate::kernel::{AttentionShape, Strided};
 
