@@ -238,7 +238,7 @@ pub fn build_profile(
             .map(|p| 2.0 * f64::from(p.m) * f64::from(p.n) * f64::from(p.k) / p.seconds / 1e12)
             .fold(0.0, f64::max)
     };
-    let measured_peak = [DType::Fp16, DType::Bf16, DType::Fp32]
+    let measured_peak = DType::ALL
         .map(best_gemm_tflops)
         .into_iter()
         .fold(0.0, f64::max);

@@ -32,8 +32,15 @@ fn chunk_after_prefix_is_measured_on_the_cpu() {
                 if q_len == p.chunk && kv_len == p.prefix + p.chunk
         ));
     }
-    // A 64-token chunk after 256 keys does 3x the work of one after 64 keys.
-    assert!(pts[3].seconds > pts[2].seconds, "{pts:?}");
+    // A 64-token chunk after 256 keys does 3x the work of one after 64 keys: a wall-clock
+    // comparison, so only with KVPLAN_TIMING_TESTS=1 (the default `cargo test` is deterministic).
+    if std::env::var_os("KVPLAN_TIMING_TESTS").is_some_and(|v| v == "1") {
+        assert!(pts[3].seconds > pts[2].seconds, "{pts:?}");
+    } else {
+        eprintln!(
+            "chunk_after_prefix_is_measured_on_the_cpu: wall-clock comparison skipped (measured times depend on machine load); set KVPLAN_TIMING_TESTS=1 to run it"
+        );
+    }
 }
 
 /// Synthetic measurements of a GPU whose attention follows a known roofline.

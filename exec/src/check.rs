@@ -37,8 +37,7 @@
 //! bit-identical on the CPU too (each (sequence, head) is computed by the same GEMMs whatever the
 //! number of heads in the call; only strides differ); on CUDA it is held to the same tolerance.
 
-use kvplan_planner::schedule::HostMemory;
-
+use crate::kernel::{AttentionShape, Device, Strided, reference_attention};
 use crate::{BackendKind, Error, ExecOptions, cpu, cuda, data};
 
 /// Largest absolute difference accepted between CUDA attention outputs computed from the same
@@ -46,133 +45,32 @@ use crate::{BackendKind, Error, ExecOptions, cpu, cuda, data};
 /// checks' scale (inputs uniform in `[-1, 1)`, outputs well below 1): about 8 fp16 ulps at 0.5.
 pub const CUDA_FP16_ATOL: f64 = 2e-3;
 
-/// One attention call: `q_len` queries per sequence and query head against `kv_len` keys.
-///
-/// Layouts (row-major, token-major like the KV cache):
-/// Q and O `[q_len][batch][q_heads][head_dim]`; K,V `[kv_len][2][batch][kv_heads][head_dim]`
-/// (K at index 0, V at 1). Query head `h` reads key/value head `h / (q_heads / kv_heads)`.
-/// With `causal`, query `i` sees keys `0..=kv_len - q_len + i`; a query that sees no key gets 0.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AttentionShape {
-    /// Sequences.
-    pub batch: usize,
-    /// Query heads.
-    pub q_heads: usize,
-    /// Key/value heads (divides `q_heads`).
-    pub kv_heads: usize,
-    /// Queries per sequence.
-    pub q_len: usize,
-    /// Keys per sequence.
-    pub kv_len: usize,
-    /// Head dimension.
-    pub head_dim: usize,
-    /// Causal mask.
-    pub causal: bool,
-}
-
-impl AttentionShape {
-    /// Elements of Q (and of O).
-    pub fn q_elems(&self) -> usize {
-        self.q_len * self.batch * self.q_heads * self.head_dim
+/// Rejects attention shapes a check cannot run: a zero size, query heads that are not a multiple
+/// of the KV heads, or buffers too large for a check.
+fn validate_shape(shape: &AttentionShape) -> Result<(), Error> {
+    if shape.batch == 0
+        || shape.q_heads == 0
+        || shape.kv_heads == 0
+        || shape.q_len == 0
+        || shape.kv_len == 0
+        || shape.head_dim == 0
+    {
+        return Err(Error::InvalidInput(format!(
+            "attention shape {shape:?}: every size must be at least 1"
+        )));
     }
-
-    /// Elements of the K,V buffer.
-    pub fn kv_elems(&self) -> usize {
-        self.kv_len * 2 * self.batch * self.kv_heads * self.head_dim
+    if shape.q_heads % shape.kv_heads != 0 {
+        return Err(Error::InvalidInput(format!(
+            "attention shape {shape:?}: q_heads must be a multiple of kv_heads"
+        )));
     }
-
-    /// Keys visible to query `qi`.
-    pub fn visible(&self, qi: usize) -> usize {
-        if self.causal {
-            (self.kv_len as i64 - self.q_len as i64 + qi as i64 + 1).clamp(0, self.kv_len as i64)
-                as usize
-        } else {
-            self.kv_len
-        }
+    let elems = (shape.q_elems() as u128).max(shape.kv_elems() as u128);
+    if elems > 1 << 31 {
+        return Err(Error::InvalidInput(format!(
+            "attention shape {shape:?}: too large for a check"
+        )));
     }
-
-    /// Elements between one token's keys and the next token's, for one (sequence, head).
-    pub(crate) fn token_stride(&self) -> usize {
-        2 * self.batch * self.kv_heads * self.head_dim
-    }
-
-    /// Offset of V from K within a token.
-    pub(crate) fn v_offset(&self) -> usize {
-        self.batch * self.kv_heads * self.head_dim
-    }
-
-    fn validate(&self) -> Result<(), Error> {
-        if self.batch == 0
-            || self.q_heads == 0
-            || self.kv_heads == 0
-            || self.q_len == 0
-            || self.kv_len == 0
-            || self.head_dim == 0
-        {
-            return Err(Error::InvalidInput(format!(
-                "attention shape {self:?}: every size must be at least 1"
-            )));
-        }
-        if self.q_heads % self.kv_heads != 0 {
-            return Err(Error::InvalidInput(format!(
-                "attention shape {self:?}: q_heads must be a multiple of kv_heads"
-            )));
-        }
-        let elems = (self.q_elems() as u128).max(self.kv_elems() as u128);
-        if elems > 1 << 31 {
-            return Err(Error::InvalidInput(format!(
-                "attention shape {self:?}: too large for a check"
-            )));
-        }
-        Ok(())
-    }
-}
-
-/// A strided affine copy `dst[..] = src[..] * a + b` over `outer x middle x inner` elements (inner
-/// contiguous). The elementwise op of a schedule is the contiguous case; KVPR's `kv_concat`
-/// scatter is two 3-D cases with `a = 1, b = -0` (an exact copy).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Strided {
-    pub outer: usize,
-    pub middle: usize,
-    pub inner: usize,
-    pub src_at: usize,
-    pub src_outer: usize,
-    pub src_middle: usize,
-    pub dst_at: usize,
-    pub dst_outer: usize,
-    pub dst_middle: usize,
-}
-
-impl Strided {
-    /// `n` contiguous elements.
-    pub fn contiguous(n: usize) -> Self {
-        Strided {
-            outer: 1,
-            middle: 1,
-            inner: n,
-            src_at: 0,
-            src_outer: 0,
-            src_middle: 0,
-            dst_at: 0,
-            dst_outer: 0,
-            dst_middle: 0,
-        }
-    }
-
-    /// One past the last source and destination elements touched.
-    pub fn extents(&self) -> (usize, usize) {
-        if self.outer == 0 || self.middle == 0 || self.inner == 0 {
-            return (0, 0);
-        }
-        let last = |at: usize, o: usize, m: usize| {
-            at + (self.outer - 1) * o + (self.middle - 1) * m + self.inner
-        };
-        (
-            last(self.src_at, self.src_outer, self.src_middle),
-            last(self.dst_at, self.dst_outer, self.dst_middle),
-        )
-    }
+    Ok(())
 }
 
 /// A KVPR attention case: a decode step's attention over `seq_len` cached tokens.
@@ -209,7 +107,7 @@ impl AttentionCase {
         if self.hidden == 0 {
             return Err(Error::InvalidInput("hidden must be at least 1".into()));
         }
-        self.shape().validate()?;
+        validate_shape(&self.shape())?;
         let x = self.seq_len as u128 * self.batch as u128 * self.hidden as u128;
         let w = self.hidden as u128 * 2 * (self.kv_heads * self.head_dim) as u128;
         if x.max(w) > 1 << 31 {
@@ -297,7 +195,7 @@ pub fn headinfer_attention_equivalence(
     shape: &AttentionShape,
     heads_per_group: &[usize],
 ) -> Result<Vec<HeadwiseEquivalence>, Error> {
-    shape.validate()?;
+    validate_shape(shape)?;
     if let Some(&g) = heads_per_group
         .iter()
         .find(|&&g| g == 0 || shape.kv_heads % g != 0)
@@ -343,7 +241,7 @@ fn rows_copy(
 }
 
 /// The head-wise equivalence procedure on one device (see the module docs).
-pub(crate) fn headwise<D: Device>(
+pub(crate) fn headwise<D: Device<Error = Error>>(
     dev: &mut D,
     seed: u64,
     shape: &AttentionShape,
@@ -424,7 +322,7 @@ pub fn attention_accuracy(
     options: &ExecOptions,
     shape: &AttentionShape,
 ) -> Result<Accuracy, Error> {
-    shape.validate()?;
+    validate_shape(shape)?;
     match kind {
         BackendKind::Cpu => accuracy(&mut cpu::CheckDevice::new(), options.seed, shape),
         BackendKind::Cuda => cuda::guarded(|| {
@@ -434,72 +332,9 @@ pub fn attention_accuracy(
     }
 }
 
-/// What a backend offers the checks: host and device buffers of its element type, copies
-/// between them, and its kernels. `Host` buffers are pinned where the backend has such a thing.
-pub(crate) trait Device {
-    type Host;
-    type Dev;
-
-    /// The value the backend stores for `x`.
-    fn round(&self, x: f32) -> f32;
-    /// A host buffer holding `data`.
-    fn host(&mut self, data: &[f32]) -> Result<Self::Host, Error>;
-    /// A zeroed host buffer.
-    fn host_zeroed(&mut self, len: usize) -> Result<Self::Host, Error>;
-    /// A zeroed device buffer.
-    fn dev_zeroed(&mut self, len: usize) -> Result<Self::Dev, Error>;
-    /// Copies `len` elements host→device.
-    fn h2d(
-        &mut self,
-        dst: &mut Self::Dev,
-        dst_at: usize,
-        src: &Self::Host,
-        src_at: usize,
-        len: usize,
-    ) -> Result<(), Error>;
-    /// Copies `len` elements device→host.
-    fn d2h(
-        &mut self,
-        dst: &mut Self::Host,
-        dst_at: usize,
-        src: &Self::Dev,
-        src_at: usize,
-        len: usize,
-    ) -> Result<(), Error>;
-    /// Row-major `c[m, n] = a[m, k] · b[k, n]`.
-    fn gemm(
-        &mut self,
-        m: usize,
-        n: usize,
-        k: usize,
-        a: &Self::Dev,
-        b: &Self::Dev,
-        c: &mut Self::Dev,
-    ) -> Result<(), Error>;
-    /// `dst = src * a + b` over `s`.
-    fn strided(
-        &mut self,
-        s: &Strided,
-        src: &Self::Dev,
-        dst: &mut Self::Dev,
-        a: f32,
-        b: f32,
-    ) -> Result<(), Error>;
-    /// Attention of `shape`.
-    fn attention(
-        &mut self,
-        shape: &AttentionShape,
-        q: &Self::Dev,
-        kv: &Self::Dev,
-        out: &mut Self::Dev,
-    ) -> Result<(), Error>;
-    /// Waits for the device and returns a host buffer's values.
-    fn read(&mut self, h: &Self::Host) -> Result<Vec<f32>, Error>;
-}
-
 /// Scatters GEMM rows `[tokens * batch, 2 * kv_dim]` (row `t * batch + s` holds K then V of token
 /// `t` of sequence `s`) into the front of a KV buffer `[token][2][batch][kv_dim]`.
-pub(crate) fn kv_concat<D: Device>(
+pub(crate) fn kv_concat<D: Device<Error = Error>>(
     dev: &mut D,
     tokens: usize,
     batch: usize,
@@ -543,7 +378,7 @@ fn compare(got: &[f32], reference: &[f32]) -> (f64, f64, bool) {
 }
 
 /// The KVPR equivalence procedure on one device (see the module docs).
-pub(crate) fn equivalence<D: Device>(
+pub(crate) fn equivalence<D: Device<Error = Error>>(
     dev: &mut D,
     seed: u64,
     case: &AttentionCase,
@@ -618,52 +453,11 @@ pub(crate) fn equivalence<D: Device>(
     Ok(result)
 }
 
-/// Attention in f64 (same layouts and masking as the backends).
-pub(crate) fn reference_attention(s: &AttentionShape, q: &[f32], kv: &[f32]) -> Vec<f32> {
-    let d = s.head_dim;
-    let group = s.q_heads / s.kv_heads;
-    let scale = 1.0 / (d as f64).sqrt();
-    let mut out = vec![0.0f32; s.q_elems()];
-    let mut p = vec![0.0f64; s.kv_len];
-    for qi in 0..s.q_len {
-        let vis = s.visible(qi);
-        for b in 0..s.batch {
-            for h in 0..s.q_heads {
-                let row = ((qi * s.batch + b) * s.q_heads + h) * d;
-                if vis == 0 {
-                    continue;
-                }
-                let base = (b * s.kv_heads + h / group) * d;
-                let mut mx = f64::NEG_INFINITY;
-                for (t, pt) in p.iter_mut().enumerate().take(vis) {
-                    let k = &kv[t * s.token_stride() + base..][..d];
-                    let dot: f64 = q[row..row + d]
-                        .iter()
-                        .zip(k)
-                        .map(|(&a, &b)| f64::from(a) * f64::from(b))
-                        .sum();
-                    *pt = dot * scale;
-                    mx = mx.max(*pt);
-                }
-                let mut sum = 0.0;
-                for pt in p.iter_mut().take(vis) {
-                    *pt = (*pt - mx).exp();
-                    sum += *pt;
-                }
-                for e in 0..d {
-                    let mut acc = 0.0;
-                    for (t, pt) in p.iter().enumerate().take(vis) {
-                        acc += pt * f64::from(kv[t * s.token_stride() + s.v_offset() + base + e]);
-                    }
-                    out[row + e] = (acc / sum) as f32;
-                }
-            }
-        }
-    }
-    out
-}
-
-fn accuracy<D: Device>(dev: &mut D, seed: u64, shape: &AttentionShape) -> Result<Accuracy, Error> {
+fn accuracy<D: Device<Error = Error>>(
+    dev: &mut D,
+    seed: u64,
+    shape: &AttentionShape,
+) -> Result<Accuracy, Error> {
     let q: Vec<f32> = data::random_f32(shape.q_elems(), data::derive(seed, 11), 1.0)
         .into_iter()
         .map(|x| dev.round(x))
@@ -694,9 +488,6 @@ fn accuracy<D: Device>(dev: &mut D, seed: u64, shape: &AttentionShape) -> Result
     })
 }
 
-/// Copy mode the checks use for their host buffers.
-pub(crate) const CHECK_HOST: HostMemory = HostMemory::Pinned;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -718,6 +509,7 @@ mod tests {
     impl Device for Faulty {
         type Host = Vec<f32>;
         type Dev = Vec<f32>;
+        type Error = Error;
         fn round(&self, x: f32) -> f32 {
             x
         }
@@ -847,22 +639,5 @@ mod tests {
         );
         let ok = headwise(&mut cpu::CheckDevice::new(), 3, &shape, &[4, 2, 1]).unwrap();
         assert!(ok.iter().all(|e| e.bit_identical), "{ok:?}");
-    }
-
-    #[test]
-    fn strided_extents_cover_the_last_element() {
-        let s = Strided {
-            outer: 2,
-            middle: 3,
-            inner: 4,
-            src_at: 1,
-            src_outer: 30,
-            src_middle: 8,
-            dst_at: 0,
-            dst_outer: 12,
-            dst_middle: 4,
-        };
-        assert_eq!(s.extents(), (1 + 30 + 16 + 4, 12 + 8 + 4));
-        assert_eq!(Strided::contiguous(0).extents(), (0, 0));
     }
 }

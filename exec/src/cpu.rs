@@ -17,7 +17,7 @@ use std::time::Instant;
 use kvplan_planner::schedule::{HostMemory, OpId, OpKind, Schedule, StreamId};
 use kvplan_planner::timeline::{Source, Span, Timeline};
 
-use crate::check::{AttentionShape, Device, Strided};
+use crate::kernel::{AttentionShape, CHECK_HOST, Device, Strided};
 use crate::sched::{self, Progress, StreamNeeds, Worker};
 use crate::{BackendKind, DeviceInfo, Error, ExecOptions, Executor, data};
 
@@ -552,6 +552,7 @@ impl CheckDevice {
 impl Device for CheckDevice {
     type Host = Vec<f32>;
     type Dev = Vec<f32>;
+    type Error = Error;
 
     fn round(&self, x: f32) -> f32 {
         x
@@ -580,7 +581,7 @@ impl Device for CheckDevice {
         copy(
             &mut dst[dst_at..dst_at + len],
             &src[src_at..src_at + len],
-            crate::check::CHECK_HOST,
+            CHECK_HOST,
             &mut self.staging,
         );
         Ok(())
@@ -715,7 +716,7 @@ mod tests {
         let v0 = &kv[s.v_offset()..s.v_offset() + 4];
         assert_eq!(&out[0..4], v0);
         assert_eq!(&out[4..8], v0);
-        let r = crate::check::reference_attention(&s, &q, &kv);
+        let r = crate::kernel::reference_attention(&s, &q, &kv);
         for (a, b) in out.iter().zip(&r) {
             assert!((a - b).abs() < 1e-6);
         }

@@ -42,6 +42,11 @@
 //! # Ok::<(), kvplan_exec::Error>(())
 //! ```
 //!
+//! Modules, each using only modules listed after it (and this root's types): [`check`] (runs the
+//! correctness checks), `cpu` and `cuda` (the backends), `sched` (schedule scan, stream threads),
+//! `data` (seeded inputs), `kernel` (the kernel types the backends and the checks share: attention
+//! shape, strided copy, the checks' device interface, the f64 reference attention).
+//!
 //! Besides timing, [`check`] verifies KVPR's central claim on a backend's real kernels: attention
 //! over partially recomputed K,V equals attention over fully transferred K,V.
 #![warn(missing_docs)]
@@ -53,12 +58,14 @@ pub mod check;
 mod cpu;
 mod cuda;
 mod data;
+mod kernel;
 mod sched;
 
 pub use check::{
-    Accuracy, AttentionCase, AttentionShape, CUDA_FP16_ATOL, Equivalence, attention_accuracy,
+    Accuracy, AttentionCase, CUDA_FP16_ATOL, Equivalence, attention_accuracy,
     kvpr_attention_equivalence,
 };
+pub use kernel::AttentionShape;
 
 /// Which backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

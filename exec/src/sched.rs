@@ -16,19 +16,7 @@ use kvplan_planner::DType;
 use kvplan_planner::schedule::{HostMemory, OpId, OpKind, Schedule, StreamId};
 
 use crate::Error;
-use crate::check::AttentionShape;
-
-/// The element types, in [`dtype_index`] order.
-pub(crate) const DTYPES: [DType; 3] = [DType::Fp16, DType::Bf16, DType::Fp32];
-
-/// Position of `d` in [`DTYPES`].
-pub(crate) fn dtype_index(d: DType) -> usize {
-    match d {
-        DType::Fp16 => 0,
-        DType::Bf16 => 1,
-        DType::Fp32 => 2,
-    }
-}
+use crate::kernel::AttentionShape;
 
 /// Largest GEMM operands of one element type on one stream, in elements.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -65,10 +53,10 @@ pub(crate) struct StreamNeeds {
     pub pinned: u64,
     /// Largest copy from or to pageable host memory.
     pub pageable: u64,
-    /// GEMM operands per element type ([`dtype_index`]).
-    pub gemm: [GemmNeed; 3],
-    /// Attention operands per element type.
-    pub attn: [AttnNeed; 3],
+    /// GEMM operands per element type ([`DType::index`]).
+    pub gemm: [GemmNeed; DType::COUNT],
+    /// Attention operands per element type ([`DType::index`]).
+    pub attn: [AttnNeed; DType::COUNT],
     /// Largest elementwise op in bytes (it reads half and writes half).
     pub elementwise: u64,
 }
@@ -143,7 +131,7 @@ pub(crate) fn needs(
                     u64::from(k),
                     u64::from(batch),
                 );
-                let g = &mut n.gemm[dtype_index(dtype)];
+                let g = &mut n.gemm[dtype.index()];
                 g.a = g.a.max(prod(i, &[batch, m, k])?);
                 g.b = g.b.max(prod(i, &[batch, k, cols])?);
                 g.c = g.c.max(prod(i, &[batch, m, cols])?);
@@ -151,7 +139,7 @@ pub(crate) fn needs(
             }
             OpKind::Attention { dtype, .. } => {
                 let s = attention_shape(i, &op.kind)?.expect("an attention op");
-                let a = &mut n.attn[dtype_index(dtype)];
+                let a = &mut n.attn[dtype.index()];
                 let (b, hq, hkv, lq, lkv, d) = (
                     s.batch as u64,
                     s.q_heads as u64,

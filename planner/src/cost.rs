@@ -64,20 +64,12 @@ pub struct CostModel {
     h2d: [LinkCost; 2],
     d2h: [LinkCost; 2],
     peer: LinkCost,
-    gemm: [KernelCost; 3],
-    attention: [KernelCost; 3],
+    gemm: [KernelCost; DType::COUNT],
+    attention: [KernelCost; DType::COUNT],
     elementwise: KernelCost,
     duplex: Duplex,
     copy_curves: Option<Box<CopyTables>>,
     gemm_table: Option<GemmTable>,
-}
-
-fn dtype_index(d: DType) -> usize {
-    match d {
-        DType::Fp16 => 0,
-        DType::Bf16 => 1,
-        DType::Fp32 => 2,
-    }
 }
 
 fn host_index(h: HostMemory) -> usize {
@@ -101,8 +93,7 @@ impl CostModel {
             secs_per_flop: 1.0 / (peak * eff),
             secs_per_byte: mem,
         };
-        let dtypes = [DType::Fp16, DType::Bf16, DType::Fp32];
-        let peaks = dtypes.map(|d| hw.gpu.peak_flops.get(d));
+        let peaks = DType::ALL.map(|d| hw.gpu.peak_flops.get(d));
         let mut model = CostModel {
             hardware: hw.name.clone(),
             h2d: [
@@ -142,7 +133,7 @@ impl CostModel {
                 },
                 secs_per_byte: 1.0 / (f.gbps * 1e9),
             };
-            model.attention = [fitted(&cal.attention); 3];
+            model.attention = [fitted(&cal.attention); DType::COUNT];
             model.elementwise = fitted(&cal.elementwise);
             model.copy_curves = Some(Box::new(cal.copy.clone()));
             let base = model.clone();
@@ -182,12 +173,12 @@ impl CostModel {
 
     /// GEMM roofline terms.
     pub fn gemm_cost(&self, dtype: DType) -> KernelCost {
-        self.gemm[dtype_index(dtype)]
+        self.gemm[dtype.index()]
     }
 
     /// Attention roofline terms.
     pub fn attention_cost(&self, dtype: DType) -> KernelCost {
-        self.attention[dtype_index(dtype)]
+        self.attention[dtype.index()]
     }
 
     /// Memory-bound kernel terms.

@@ -15,6 +15,22 @@ pub enum DType {
 }
 
 impl DType {
+    /// Number of element types.
+    pub const COUNT: usize = 3;
+
+    /// Every element type, in [`DType::index`] order: per-dtype tables are `[T; DType::COUNT]`
+    /// indexed by [`DType::index`].
+    pub const ALL: [DType; DType::COUNT] = [DType::Fp16, DType::Bf16, DType::Fp32];
+
+    /// Position of `self` in [`DType::ALL`].
+    pub const fn index(self) -> usize {
+        match self {
+            DType::Fp16 => 0,
+            DType::Bf16 => 1,
+            DType::Fp32 => 2,
+        }
+    }
+
     /// Bytes per element.
     pub const fn bytes(self) -> u64 {
         match self {
@@ -46,5 +62,18 @@ impl DType {
 impl std::fmt::Display for DType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn index_is_the_position_in_all() {
+        for (i, d) in DType::ALL.into_iter().enumerate() {
+            assert_eq!(d.index(), i, "{d}");
+            assert_eq!(DType::parse(d.as_str()), Some(d));
+        }
     }
 }

@@ -6,9 +6,10 @@ use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaSlice, CudaStream, PinnedHostSlice, sys};
 use kvplan_planner::DType;
 
+use super::device::Dev;
+use super::driver::{OrCuda, check_libraries, check_ordinal, dev_ptr, device_count, internal};
 use super::launch::{attention_workspace, gemm, launch_attention, launch_axpb};
-use super::{Dev, OrCuda, check_libraries, check_ordinal, dev_ptr, device_count, internal};
-use crate::check::{AttentionShape, Device, Strided};
+use crate::kernel::{AttentionShape, Device, Strided};
 use crate::{Error, ExecOptions};
 
 /// The CUDA side of the correctness checks: fp16 buffers, one stream, and the executor's
@@ -49,6 +50,7 @@ impl CheckDevice {
 impl Device for CheckDevice {
     type Host = PinnedHostSlice<u16>;
     type Dev = CudaSlice<u16>;
+    type Error = Error;
 
     fn round(&self, x: f32) -> f32 {
         half::f16::from_f32(x).to_f32()
@@ -170,7 +172,7 @@ impl Device for CheckDevice {
         launch_axpb(
             &self.dev.k,
             &self.stream,
-            0,
+            DType::Fp16.index(),
             s,
             dev_ptr(src),
             dev_ptr(dst),
@@ -201,7 +203,7 @@ impl Device for CheckDevice {
         launch_attention(
             &self.dev.k,
             &self.stream,
-            0,
+            DType::Fp16.index(),
             shape,
             dev_ptr(q),
             dev_ptr(kv),

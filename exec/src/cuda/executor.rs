@@ -10,17 +10,19 @@ use cudarc::driver::{
     result as drv, sys,
 };
 use cudarc::nvrtc::Ptx;
+use kvplan_planner::DType;
 use kvplan_planner::schedule::{HostMemory, OpId, OpKind, Schedule, StreamId, StreamKind};
 use kvplan_planner::timeline::{Source, Span, Timeline};
 
+use super::device::Dev;
+use super::driver::{
+    OrCuda, check_libraries, check_ordinal, dev_ptr, device_count, guarded, internal,
+};
 use super::launch::{
     Kernels, attention_workspace, gemm, launch_attention, launch_axpb, launch_fill,
 };
-use super::{
-    Dev, OrCuda, check_libraries, check_ordinal, dev_ptr, device_count, guarded, internal,
-};
-use crate::check::Strided;
-use crate::sched::{self, DTYPES, Progress, StreamNeeds, Worker, dtype_index};
+use crate::kernel::Strided;
+use crate::sched::{self, Progress, StreamNeeds, Worker};
 use crate::{BackendKind, DeviceInfo, Error, ExecOptions, Executor, data};
 
 /// Most ops one schedule may have (two timing events each).
@@ -40,7 +42,7 @@ struct DevBuf {
 enum Fill {
     /// Left as allocated (outputs, copy buffers, workspaces).
     None,
-    /// Seeded values of dtype `dt` in `[-scale, scale)`.
+    /// Seeded values of the dtype of index `dt` ([`DType::index`]) in `[-scale, scale)`.
     Random { dt: usize, scale: f32 },
 }
 
@@ -62,9 +64,9 @@ struct StreamBufs {
     /// Receiving buffer of peer sends (on the target device).
     peer_dst: Option<DevBuf>,
     /// GEMM A, B, C per dtype.
-    gemm: [[Option<DevBuf>; 3]; 3],
+    gemm: [[Option<DevBuf>; 3]; DType::COUNT],
     /// Attention Q, O, KV, workspace per dtype.
-    attn: [[Option<DevBuf>; 4]; 3],
+    attn: [[Option<DevBuf>; 4]; DType::COUNT],
     /// Elementwise source and destination (fp16).
     elem: [Option<DevBuf>; 2],
     pinned: Option<PinnedHostSlice<u8>>,
@@ -138,8 +140,8 @@ impl StreamBufs {
                 fill: Fill::None,
             });
         }
-        for dt in 0..3 {
-            let es = DTYPES[dt].bytes();
+        for (dt, dtype) in DType::ALL.into_iter().enumerate() {
+            let es = dtype.bytes();
             let g = n.gemm[dt];
             let b_scale = 1.0 / (g.k_max.max(1) as f32).sqrt();
             w[2 + 3 * dt] = want(g.a.saturating_mul(es), Fill::Random { dt, scale: 1.0 });
@@ -153,7 +155,13 @@ impl StreamBufs {
         }
         // The elementwise kernel reads half of its bytes and writes the other half, as fp16.
         let half = n.elementwise / 2;
-        w[23] = want(half, Fill::Random { dt: 0, scale: 1.0 });
+        w[23] = want(
+            half,
+            Fill::Random {
+                dt: DType::Fp16.index(),
+                scale: 1.0,
+            },
+        );
         w[24] = want(half, Fill::None);
         w
     }
@@ -164,9 +172,9 @@ impl StreamBufs {
 struct Ptrs {
     dev_copy: u64,
     peer_dst: u64,
-    gemm: [[u64; 3]; 3],
-    attn: [[u64; 4]; 3],
-    ws_elems: [u64; 3],
+    gemm: [[u64; 3]; DType::COUNT],
+    attn: [[u64; 4]; DType::COUNT],
+    ws_elems: [u64; DType::COUNT],
     elem: [u64; 2],
     /// Host addresses (as integers, so the struct is `Send`).
     pinned: usize,
@@ -183,7 +191,7 @@ impl Ptrs {
             pageable: b.pageable.as_mut_ptr() as usize,
             ..Ptrs::default()
         };
-        for dt in 0..3 {
+        for dt in 0..DType::COUNT {
             for r in 0..3 {
                 out.gemm[dt][r] = p(&b.gemm[dt][r]);
             }
@@ -372,7 +380,7 @@ impl CudaExecutor {
                 let slice = unsafe { stream.alloc::<u8>(want.bytes as usize) }
                     .ctx("allocating device memory")?;
                 if let Fill::Random { dt, scale } = want.fill {
-                    let n = want.bytes / DTYPES[dt].bytes();
+                    let n = want.bytes / DType::ALL[dt].bytes();
                     let s = data::derive(seed, (i * SLOTS + j) as u64);
                     launch_fill(&dev.k, stream, dt, dev_ptr(&slice), n, s, scale)?;
                 }
@@ -754,7 +762,7 @@ impl CudaWorker<'_> {
                 let blas = self
                     .blas
                     .ok_or_else(|| internal("a GEMM on a stream without a cuBLAS handle"))?;
-                let g = p.gemm[dtype_index(dtype)];
+                let g = p.gemm[dtype.index()];
                 gemm(
                     blas,
                     dtype,
@@ -771,7 +779,7 @@ impl CudaWorker<'_> {
                 let Some(s) = sched::attention_shape(0, kind)? else {
                     return Ok(());
                 };
-                let dt = dtype_index(dtype);
+                let dt = dtype.index();
                 let a = p.attn[dt];
                 launch_attention(
                     self.k,
@@ -790,7 +798,7 @@ impl CudaWorker<'_> {
                 launch_axpb(
                     self.k,
                     self.stream,
-                    0,
+                    DType::Fp16.index(),
                     &Strided::contiguous(n),
                     p.elem[0],
                     p.elem[1],

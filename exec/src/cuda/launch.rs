@@ -9,10 +9,9 @@ use cudarc::driver::{CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKer
 use cudarc::nvrtc::{self, Ptx};
 use kvplan_planner::DType;
 
-use super::{OrCuda, internal};
+use super::driver::{OrCuda, internal};
 use crate::Error;
-use crate::check::{AttentionShape, Strided};
-use crate::sched::DTYPES;
+use crate::kernel::{AttentionShape, Strided};
 
 /// The kernels' CUDA C source.
 const SOURCE: &str = include_str!("kernels.cu");
@@ -20,8 +19,14 @@ const SOURCE: &str = include_str!("kernels.cu");
 /// Queries per sequence from which attention uses the tiled prefill kernel.
 const PREFILL_MIN_Q: usize = 8;
 
-/// Kernel name suffix per element type, in [`DTYPES`] order.
-const DT_NAMES: [&str; 3] = ["f16", "bf16", "f32"];
+/// Kernel name suffix of an element type.
+const fn dt_name(d: DType) -> &'static str {
+    match d {
+        DType::Fp16 => "f16",
+        DType::Bf16 => "bf16",
+        DType::Fp32 => "f32",
+    }
+}
 
 /// Attention kernel variants: the largest head dimension each handles.
 const VARIANTS: [(usize, &str); 3] = [(64, "e2"), (128, "e4"), (256, "e8")];
@@ -113,12 +118,12 @@ pub(super) fn prefill_smem(d: usize) -> usize {
 
 /// The loaded kernels of one device.
 pub(super) struct Kernels {
-    /// `[dtype][variant]`.
-    pub(super) decode: [[CudaFunction; 3]; 3],
-    pub(super) prefill: [[CudaFunction; 3]; 3],
-    pub(super) combine: [CudaFunction; 3],
-    pub(super) axpb: [CudaFunction; 3],
-    pub(super) fill: [CudaFunction; 3],
+    /// `[dtype][variant]`, dtype by [`DType::index`].
+    pub(super) decode: [[CudaFunction; 3]; DType::COUNT],
+    pub(super) prefill: [[CudaFunction; 3]; DType::COUNT],
+    pub(super) combine: [CudaFunction; DType::COUNT],
+    pub(super) axpb: [CudaFunction; DType::COUNT],
+    pub(super) fill: [CudaFunction; DType::COUNT],
     pub(super) spin: CudaFunction,
     /// Largest dynamic shared memory the prefill kernels may use.
     pub(super) prefill_smem_limit: usize,
@@ -141,17 +146,17 @@ impl Kernels {
                 .load_function(&name)
                 .ctx(&format!("loading kernel {name}"))
         };
-        let per_dtype = |prefix: &str| -> Result<[CudaFunction; 3], Error> {
+        let per_dtype = |prefix: &str| -> Result<[CudaFunction; DType::COUNT], Error> {
             Ok(three(
-                DT_NAMES
+                DType::ALL
                     .iter()
-                    .map(|d| f(format!("{prefix}_{d}")))
+                    .map(|&d| f(format!("{prefix}_{}", dt_name(d))))
                     .collect::<Result<Vec<_>, _>>()?,
             ))
         };
-        let per_variant = |prefix: &str| -> Result<[[CudaFunction; 3]; 3], Error> {
+        let per_variant = |prefix: &str| -> Result<[[CudaFunction; 3]; DType::COUNT], Error> {
             let mut out = Vec::new();
-            for d in DT_NAMES {
+            for d in DType::ALL.map(dt_name) {
                 let v = VARIANTS
                     .iter()
                     .map(|(_, e)| f(format!("{prefix}_{d}_{e}")))
@@ -247,7 +252,7 @@ pub(super) fn launch_axpb(
     if total == 0 {
         return Ok(());
     }
-    let es = DTYPES[dt].bytes();
+    let es = DType::ALL[dt].bytes();
     let src = src + s.src_at as u64 * es;
     let dst = dst + s.dst_at as u64 * es;
     let dims = [
@@ -592,7 +597,7 @@ mod tests {
     /// Every kernel the executor loads, by name.
     fn entry_points() -> Vec<String> {
         let mut v = vec!["kv_spin".to_string()];
-        for d in DT_NAMES {
+        for d in DType::ALL.map(dt_name) {
             for p in ["fill", "axpb", "attn_combine"] {
                 v.push(format!("{p}_{d}"));
             }
@@ -625,7 +630,7 @@ mod tests {
 
     #[test]
     fn kernel_source_names_every_entry_point() {
-        for d in DT_NAMES {
+        for d in DType::ALL.map(dt_name) {
             assert!(SOURCE.contains(&format!("KV_DTYPE({d}, ")));
         }
         for (_, e) in VARIANTS {

@@ -8,6 +8,7 @@ use kvplan_planner::timeline::Span;
 
 use super::common::{
     TAG, assert_valid, every_kind, gemm, h2d, open, opt125m, opt125m_recomputing, schedule,
+    timing_checks,
 };
 
 #[test]
@@ -70,11 +71,19 @@ fn overlap(a: Span, b: Span) -> f64 {
 
 #[test]
 fn streams_run_concurrently() {
+    let mut k = 64u32;
+    let mut g = gemm(256, 256, k, DType::Fp16);
+    let mut bytes = 8u64 << 20;
+    let mut c = h2d(bytes, HostMemory::Pinned);
+    if !timing_checks("streams_run_concurrently") {
+        let s = schedule(&[StreamKind::Compute, StreamKind::H2D], &[(g, 0), (c, 1)]);
+        let t = open(BackendKind::Cpu, 1).run(&s).unwrap();
+        assert_valid(&s, &t, "cpu", 0.0);
+        return;
+    }
     // Size a GEMM and a copy to about 40 ms each here (debug or release), then run them on two
     // streams without dependencies: their spans must overlap.
     let target = 0.04;
-    let mut k = 64u32;
-    let mut g = gemm(256, 256, k, DType::Fp16);
     for _ in 0..4 {
         let d = alone(g, StreamKind::Compute);
         if d >= target {
@@ -83,8 +92,6 @@ fn streams_run_concurrently() {
         k = ((f64::from(k) * (1.2 * target / d.max(1e-6))).ceil() as u32).clamp(k + 1, 1 << 16);
         g = gemm(256, 256, k, DType::Fp16);
     }
-    let mut bytes = 8u64 << 20;
-    let mut c = h2d(bytes, HostMemory::Pinned);
     for _ in 0..4 {
         let d = alone(c, StreamKind::H2D);
         if d >= target {
@@ -114,6 +121,10 @@ fn pageable_copies_are_slower_than_pinned_ones() {
     }
     let s = schedule(&[StreamKind::H2D], &ops);
     let t = open(BackendKind::Cpu, 1).run(&s).unwrap();
+    assert_valid(&s, &t, "cpu", 0.0);
+    if !timing_checks("pageable_copies_are_slower_than_pinned_ones") {
+        return;
+    }
     let best = |parity: usize| {
         t.spans
             .iter()
