@@ -13,7 +13,8 @@ use serde_json::json;
 
 use crate::args::{CapacityArgs, Format, HardwareArgs, ModelsArgs, PlanArgs, SimulateArgs};
 use crate::error::CliError;
-use crate::render::{Table, gib, pct, secs, write_atomically};
+use crate::output::write_output;
+use crate::render::{Table, gib, pct, secs};
 use crate::scenario::Scenario;
 
 /// Text for stdout.
@@ -823,7 +824,7 @@ fn write_trace(path: &Path, runs: &[&Simulated]) -> Result<(), CliError> {
     let csv = path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
-    write_atomically(path, "--trace", |w| {
+    write_output(path, "--trace", |w| {
         if csv {
             write_csv(&runs, w)
         } else {

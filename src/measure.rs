@@ -16,7 +16,8 @@ use crate::commands::{
     CSV_FIELDS, Output, csv_row, csv_text, describe, json_line, metric_rows, split_summary,
 };
 use crate::error::CliError;
-use crate::render::{Table, gib, pct, secs, write_atomically};
+use crate::output::write_output;
+use crate::render::{Table, gib, pct, secs};
 use crate::scenario::Scenario;
 
 fn open_backend(b: &BackendArgs) -> Result<Box<dyn Executor>, CliError> {
@@ -49,7 +50,7 @@ fn write_runs(path: &Path, runs: &[Run]) -> Result<(), CliError> {
     let csv = path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
-    write_atomically(path, "--trace", |w| {
+    write_output(path, "--trace", |w| {
         if csv {
             write_csv(runs, w)
         } else {
@@ -336,7 +337,7 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Output, CliError> {
         kvplan_calibrate::today(),
         if args.quick { " --quick" } else { "" }
     );
-    write_atomically(&args.out, "--out", |w| {
+    write_output(&args.out, "--out", |w| {
         w.write_all(header.as_bytes())?;
         w.write_all(file.to_toml().as_bytes())
     })?;

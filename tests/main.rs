@@ -7,5 +7,6 @@ mod determinism;
 mod errors;
 mod golden;
 mod measure;
+mod output;
 mod readme;
 mod validation;
