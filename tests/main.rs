@@ -3,6 +3,7 @@
 
 mod common;
 mod contract;
+mod csv_plain;
 mod determinism;
 mod errors;
 mod golden;
