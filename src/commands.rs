@@ -13,7 +13,8 @@ use serde_json::json;
 
 use crate::args::{CapacityArgs, Format, HardwareArgs, ModelsArgs, PlanArgs, SimulateArgs};
 use crate::error::CliError;
-use crate::render::{Table, gib, pct, secs, write_atomically};
+use crate::output::write_output;
+use crate::render::{Table, gib, pct, secs};
 use crate::scenario::Scenario;
 
 /// Text for stdout.
@@ -39,13 +40,25 @@ pub(crate) fn csv_text(header: &[&str], rows: &[Vec<String>]) -> Result<Output, 
     Ok(String::from_utf8(bytes).expect("CSV of UTF-8 fields is UTF-8"))
 }
 
+/// A CSV cell for a number: plain decimal notation (Rust never writes an exponent), or empty
+/// where the value is undefined (an error relative to a zero measurement), never `inf`/`NaN`.
+pub(crate) fn csv_number(x: f64) -> String {
+    if x.is_finite() {
+        x.to_string()
+    } else {
+        String::new()
+    }
+}
+
 /// Renders a listing: a JSON array (a single object when `footer` is `None`, i.e. one item was
-/// asked for), CSV rows, or a table followed by `footer`.
+/// asked for), CSV rows, or a table followed by `footer`. `cells(item, plain)` gives a row:
+/// formatted for the table, plain numbers for CSV (whose `csv_header` names the units).
 fn listing<T: Serialize>(
     format: Format,
     items: &[T],
     header: &[&str],
-    cells: impl Fn(&T) -> Vec<String>,
+    csv_header: &[&str],
+    cells: impl Fn(&T, bool) -> Vec<String>,
     footer: Option<&str>,
 ) -> Result<Output, CliError> {
     match format {
@@ -53,11 +66,14 @@ fn listing<T: Serialize>(
             (None, [one]) => json_line(one),
             _ => json_line(&items),
         },
-        Format::Csv => csv_text(header, &items.iter().map(&cells).collect::<Vec<_>>()),
+        Format::Csv => csv_text(
+            csv_header,
+            &items.iter().map(|i| cells(i, true)).collect::<Vec<_>>(),
+        ),
         Format::Table => {
             let mut t = Table::new(header);
             for i in items {
-                t.row(&cells(i));
+                t.row(&cells(i, false));
             }
             let mut out = t.render();
             out.push_str(footer.unwrap_or_default());
@@ -99,9 +115,24 @@ pub fn models(args: &ModelsArgs) -> Result<Output, CliError> {
         "model", "family", "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab",
         "dtype", "params", "weights", "kv/token",
     ];
-    let cells = |r: &ModelRow| -> Vec<String> {
+    let csv_header = [
+        "model",
+        "family",
+        "layers",
+        "hidden",
+        "heads",
+        "kv_heads",
+        "head_dim",
+        "ffn",
+        "vocab",
+        "dtype",
+        "params",
+        "weight_bytes",
+        "kv_bytes_per_token",
+    ];
+    let cells = |r: &ModelRow, plain: bool| -> Vec<String> {
         let s = r.spec;
-        vec![
+        let mut v = vec![
             s.name.clone(),
             format!("{:?}", s.family).to_lowercase(),
             s.num_layers.to_string(),
@@ -112,16 +143,28 @@ pub fn models(args: &ModelsArgs) -> Result<Output, CliError> {
             s.ffn_dim.to_string(),
             s.vocab.to_string(),
             s.dtype.to_string(),
-            format!("{:.2}B", r.params as f64 / 1e9),
-            gib(r.weight_bytes),
-            format!("{} KiB", r.kv_bytes_per_token / 1024),
-        ]
+        ];
+        if plain {
+            v.extend([
+                r.params.to_string(),
+                r.weight_bytes.to_string(),
+                r.kv_bytes_per_token.to_string(),
+            ]);
+        } else {
+            v.extend([
+                format!("{:.2}B", r.params as f64 / 1e9),
+                gib(r.weight_bytes),
+                format!("{} KiB", r.kv_bytes_per_token / 1024),
+            ]);
+        }
+        v
     };
     let footer = "\nAny Hugging Face config.json of the llama, mistral, qwen2, gemma2, opt or falcon\nfamilies works too: --model path/to/config.json\n";
     listing(
         args.output.format,
         &rows,
         &header,
+        &csv_header,
         cells,
         args.model.is_none().then_some(footer),
     )
@@ -157,18 +200,39 @@ pub fn hardware(args: &HardwareArgs) -> Result<Output, CliError> {
         "d2h pinned GB/s",
         "host RAM",
     ];
-    let cells = |p: &HardwareProfile| -> Vec<String> {
+    // The CSV names are the profile file's fields.
+    let csv_header = [
+        "hardware",
+        "gpu",
+        "memory_bytes",
+        "hbm_gbps",
+        "fp16_tflops",
+        "bf16_tflops",
+        "link",
+        "h2d_pinned_gbps",
+        "d2h_pinned_gbps",
+        "host_ram_bytes",
+    ];
+    let cells = |p: &HardwareProfile, plain: bool| -> Vec<String> {
+        let bytes = |b: u64| if plain { b.to_string() } else { gib(b) };
+        let num = |x: f64, decimals: usize| {
+            if plain {
+                x.to_string()
+            } else {
+                format!("{x:.decimals$}")
+            }
+        };
         vec![
             p.name.clone(),
             p.gpu.name.clone(),
-            gib(p.gpu.memory_bytes),
-            format!("{:.0}", p.gpu.mem_bandwidth / 1e9),
-            format!("{:.1}", p.gpu.peak_flops.fp16 / 1e12),
-            format!("{:.1}", p.gpu.peak_flops.bf16 / 1e12),
+            bytes(p.gpu.memory_bytes),
+            num(p.gpu.mem_bandwidth / 1e9, 0),
+            num(p.gpu.peak_flops.fp16 / 1e12, 1),
+            num(p.gpu.peak_flops.bf16 / 1e12, 1),
             p.link.kind.clone(),
-            format!("{:.2}", p.link.h2d_pinned / 1e9),
-            format!("{:.2}", p.link.d2h_pinned / 1e9),
-            gib(p.host.ram_bytes),
+            num(p.link.h2d_pinned / 1e9, 2),
+            num(p.link.d2h_pinned / 1e9, 2),
+            bytes(p.host.ram_bytes),
         ]
     };
     let footer = "\n`kvplan hardware NAME` prints a preset with the source of every number. To adapt one,\nwrite a TOML file with `base = \"NAME\"` and only the fields you change, e.g.\n  base = \"a100-40g-pcie4\"\n  [link]\n  h2d_pinned_gbps = 20.0\nand pass its path to --hardware.\n";
@@ -176,6 +240,7 @@ pub fn hardware(args: &HardwareArgs) -> Result<Output, CliError> {
         args.output.format,
         &profiles,
         &header,
+        &csv_header,
         cells,
         args.hardware.is_none().then_some(footer),
     )
@@ -824,7 +889,7 @@ fn write_trace(path: &Path, runs: &[&Simulated]) -> Result<(), CliError> {
     let csv = path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
-    write_atomically(path, "--trace", |w| {
+    write_output(path, "--trace", |w| {
         if csv {
             write_csv(&runs, w)
         } else {

@@ -5,6 +5,7 @@ mod args;
 mod commands;
 mod error;
 mod measure;
+mod output;
 mod render;
 mod scenario;
 

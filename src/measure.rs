@@ -13,10 +13,12 @@ use serde_json::json;
 
 use crate::args::{BackendArgs, CalibrateArgs, ExecArgs, Format, ValidateArgs};
 use crate::commands::{
-    CSV_FIELDS, Output, csv_row, csv_text, describe, json_line, metric_rows, split_summary,
+    CSV_FIELDS, Output, csv_number, csv_row, csv_text, describe, json_line, metric_rows,
+    split_summary,
 };
 use crate::error::CliError;
-use crate::render::{Table, gib, pct, secs, write_atomically};
+use crate::output::write_output;
+use crate::render::{Table, gib, pct, secs};
 use crate::scenario::Scenario;
 
 fn open_backend(b: &BackendArgs) -> Result<Box<dyn Executor>, CliError> {
@@ -49,7 +51,7 @@ fn write_runs(path: &Path, runs: &[Run]) -> Result<(), CliError> {
     let csv = path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
-    write_atomically(path, "--trace", |w| {
+    write_output(path, "--trace", |w| {
         if csv {
             write_csv(runs, w)
         } else {
@@ -220,9 +222,9 @@ pub fn validate(args: &ValidateArgs) -> Result<Output, CliError> {
         Format::Csv => {
             let mut rows: Vec<Vec<String>> = vec![vec![
                 "end_to_end".into(),
-                c.simulated_s.to_string(),
-                c.measured_s.to_string(),
-                c.end_to_end_error.to_string(),
+                csv_number(c.simulated_s),
+                csv_number(c.measured_s),
+                csv_number(c.end_to_end_error),
             ]];
             for (prefix, list) in [
                 ("category", &c.per_category),
@@ -230,11 +232,13 @@ pub fn validate(args: &ValidateArgs) -> Result<Output, CliError> {
                 ("step", &c.per_step),
             ] {
                 for r in list {
+                    // `step:3`, not `step:step 3`.
+                    let name = r.name.strip_prefix("step ").unwrap_or(&r.name);
                     rows.push(vec![
-                        format!("{prefix}:{}", r.name),
-                        r.simulated_s.to_string(),
-                        r.measured_s.to_string(),
-                        r.error.to_string(),
+                        format!("{prefix}:{name}"),
+                        csv_number(r.simulated_s),
+                        csv_number(r.measured_s),
+                        csv_number(r.error),
                     ]);
                 }
             }
@@ -336,7 +340,7 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Output, CliError> {
         kvplan_calibrate::today(),
         if args.quick { " --quick" } else { "" }
     );
-    write_atomically(&args.out, "--out", |w| {
+    write_output(&args.out, "--out", |w| {
         w.write_all(header.as_bytes())?;
         w.write_all(file.to_toml().as_bytes())
     })?;

@@ -1,10 +1,4 @@
-//! Rendering helpers: aligned text tables, unit formatting, and output files written whole or
-//! not at all.
-
-use std::io::Write;
-use std::path::Path;
-
-use crate::error::CliError;
+//! Rendering helpers: aligned text tables and unit formatting for people.
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
@@ -84,39 +78,6 @@ pub fn pct(f: f64) -> String {
     format!("{:.1}%", f * 100.0)
 }
 
-/// Writes `path` through a temporary file in the same directory and renames it into place, so
-/// a failure leaves no partial file behind.
-pub fn write_atomically(
-    path: &Path,
-    what: &str,
-    fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
-) -> Result<(), CliError> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let name = path.file_name().ok_or_else(|| {
-        CliError::input(format!("{what}: '{}' is not a file path", path.display()))
-    })?;
-    let tmp = dir.join(format!(
-        ".{}.{}.tmp",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let result = (|| -> std::io::Result<()> {
-        let f = std::fs::File::create(&tmp)?;
-        let mut w = std::io::BufWriter::new(f);
-        fill(&mut w)?;
-        w.flush()?;
-        w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    result.map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        CliError::input(format!("{what}: cannot write {}: {e}", path.display()))
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,20 +92,5 @@ mod tests {
         assert_eq!(lines[0], "name       value");
         assert_eq!(lines[2], "a              1");
         assert_eq!(lines[3], "long name  12345");
-    }
-
-    #[test]
-    fn failed_write_leaves_nothing() {
-        let dir = std::env::temp_dir().join(format!("kvplan-render-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let target = dir.join("out.json");
-        let e = write_atomically(&target, "--trace", |w| {
-            w.write_all(b"partial")?;
-            Err(std::io::Error::other("boom"))
-        })
-        .unwrap_err();
-        assert!(e.message.contains("boom"));
-        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

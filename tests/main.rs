@@ -3,9 +3,11 @@
 
 mod common;
 mod contract;
+mod csv_plain;
 mod determinism;
 mod errors;
 mod golden;
 mod measure;
+mod output;
 mod readme;
 mod validation;

@@ -1,0 +1,362 @@
+//! Files the user names on the command line (`--trace`, `--out`).
+//!
+//! - A symlink is followed to its final target, which is written; the link stays a link. A
+//!   dangling link creates its target.
+//! - A regular file, or a path that does not exist yet, is written through a temporary file in
+//!   the same directory and renamed into place: a failed write leaves nothing half-written and
+//!   the old content intact.
+//! - Anything else that exists (a FIFO, a character or block device, a socket) is opened and
+//!   written directly: never replaced, never renamed over.
+//! - A directory is an error.
+
+use std::fs::{self, File, Metadata, OpenOptions};
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use crate::error::CliError;
+
+/// Symlink hops followed to the target of a dangling link (Linux's own limit; loops are reported
+/// by the OS before that).
+const MAX_LINKS: usize = 40;
+
+/// Writes the output file `path` for the option `what` (used in messages) with `fill`.
+///
+/// Problems with the path itself (a directory, a missing parent directory, a symlink loop) are
+/// input errors (exit code 2); failures while opening, writing or renaming (a full disk, a
+/// device that refuses the bytes) are failures (exit code 1). Every message names the path.
+pub fn write_output(
+    path: &Path,
+    what: &str,
+    fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> Result<(), CliError> {
+    let shown = |p: &Path| {
+        if p == path {
+            format!("'{}'", path.display())
+        } else {
+            format!(
+                "'{}' (the target of symlink '{}')",
+                p.display(),
+                path.display()
+            )
+        }
+    };
+    let target = resolve(path)
+        .map_err(|e| CliError::input(format!("{what}: cannot use '{}': {e}", path.display())))?;
+    match target {
+        Target::Directory(p) => Err(CliError::input(format!(
+            "{what}: {} is a directory; give a file path",
+            shown(&p)
+        ))),
+        Target::Special(m) => write_direct(path, fill).map_err(|e| {
+            CliError::failure(format!(
+                "{what}: cannot write '{}' ({}): {e}",
+                path.display(),
+                kind_name(&m)
+            ))
+        }),
+        Target::Replace(p, old) => {
+            let dir = match p.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            let name = p.file_name().ok_or_else(|| {
+                CliError::input(format!("{what}: {} is not a file path", shown(&p)))
+            })?;
+            if !dir.is_dir() {
+                return Err(CliError::input(format!(
+                    "{what}: cannot write {}: directory '{}' does not exist",
+                    shown(&p),
+                    dir.display()
+                )));
+            }
+            write_replacing(dir, &name.to_string_lossy(), &p, old.as_ref(), fill)
+                .map_err(|e| CliError::failure(format!("{what}: cannot write {}: {e}", shown(&p))))
+        }
+    }
+}
+
+/// Where an output path leads, symlinks followed.
+enum Target {
+    /// A directory (an error).
+    Directory(PathBuf),
+    /// An existing FIFO, device or socket: opened through the given path and written in place.
+    Special(Metadata),
+    /// A regular file (with its metadata) or a path where nothing exists yet: the final path,
+    /// canonical when reached through a symlink, to be replaced whole.
+    Replace(PathBuf, Option<Metadata>),
+}
+
+fn resolve(path: &Path) -> io::Result<Target> {
+    match fs::metadata(path) {
+        Ok(m) => {
+            let linked = fs::symlink_metadata(path)?.file_type().is_symlink();
+            let real = || {
+                if linked {
+                    fs::canonicalize(path)
+                } else {
+                    Ok(path.to_path_buf())
+                }
+            };
+            Ok(if m.is_dir() {
+                Target::Directory(real()?)
+            } else if m.is_file() {
+                Target::Replace(real()?, Some(m))
+            } else {
+                // Opened through `path` itself: the kernel follows the links, including the
+                // ones under /proc that name no path (`/dev/stdout` on a pipe).
+                Target::Special(m)
+            })
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Target::Replace(dangling(path)?, None)),
+        Err(e) => Err(e),
+    }
+}
+
+/// The path that a chain of symlinks ending nowhere points at (or `path` itself when it is not
+/// a symlink), with its directory made canonical when that exists.
+fn dangling(path: &Path) -> io::Result<PathBuf> {
+    let mut p = path.to_path_buf();
+    for _ in 0..MAX_LINKS {
+        match fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let to = fs::read_link(&p)?;
+                p = match p.parent() {
+                    Some(dir) if to.is_relative() => dir.join(to),
+                    _ => to,
+                };
+            }
+            Ok(_) => break,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+            Err(e) => return Err(e),
+        }
+    }
+    if p != path
+        && let (Some(dir), Some(name)) = (p.parent(), p.file_name())
+        && let Ok(dir) = fs::canonicalize(if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        })
+    {
+        p = dir.join(name);
+    }
+    Ok(p)
+}
+
+/// Writes a FIFO, device or socket in place: no temporary file, no rename, no truncation.
+fn write_direct(
+    target: &Path,
+    fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<()> {
+    let f = OpenOptions::new().write(true).open(target)?;
+    let mut w = BufWriter::new(f);
+    fill(&mut w)?;
+    w.flush()
+}
+
+/// Writes a temporary file next to `target` and renames it over `target`; on any failure the
+/// temporary file is removed and `target` is untouched.
+fn write_replacing(
+    dir: &Path,
+    name: &str,
+    target: &Path,
+    old: Option<&Metadata>,
+    fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<()> {
+    let (tmp, f) = create_temp(dir, name)?;
+    let result = (|| -> io::Result<()> {
+        if let Some(m) = old {
+            // Keep the mode of the file being replaced.
+            f.set_permissions(m.permissions())?;
+        }
+        let mut w = BufWriter::new(f);
+        fill(&mut w)?;
+        w.flush()?;
+        w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        fs::rename(&tmp, target)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// A new temporary file in `dir`; `create_new` never opens something already there (a stale
+/// file or a planted symlink).
+fn create_temp(dir: &Path, name: &str) -> io::Result<(PathBuf, File)> {
+    let pid = std::process::id();
+    let mut n = 0u32;
+    loop {
+        let tmp = dir.join(format!(".{name}.{pid}.{n}.tmp"));
+        match OpenOptions::new().write(true).create_new(true).open(&tmp) {
+            Ok(f) => return Ok((tmp, f)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n < 100 => n += 1,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// What a non-regular file is, for messages.
+fn kind_name(m: &Metadata) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        let t = m.file_type();
+        if t.is_fifo() {
+            return "a FIFO";
+        } else if t.is_char_device() {
+            return "a character device";
+        } else if t.is_block_device() {
+            return "a block device";
+        } else if t.is_socket() {
+            return "a socket";
+        }
+    }
+    let _ = m;
+    "not a regular file"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Dir(PathBuf);
+
+    impl Dir {
+        fn new(name: &str) -> Self {
+            let d =
+                std::env::temp_dir().join(format!("kvplan-output-{}-{name}", std::process::id()));
+            let _ = fs::remove_dir_all(&d);
+            fs::create_dir_all(&d).unwrap();
+            Dir(d)
+        }
+        fn names(&self) -> Vec<String> {
+            let mut v: Vec<String> = fs::read_dir(&self.0)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn hello(w: &mut dyn Write) -> io::Result<()> {
+        w.write_all(b"hello\n")
+    }
+
+    #[test]
+    fn failed_write_leaves_nothing() {
+        let dir = Dir::new("fail");
+        let target = dir.0.join("out.json");
+        let e = write_output(&target, "--trace", |w| {
+            w.write_all(b"partial")?;
+            Err(io::Error::other("boom"))
+        })
+        .unwrap_err();
+        assert!(e.message.contains("boom"), "{}", e.message);
+        assert!(e.message.contains("out.json"), "{}", e.message);
+        assert_eq!(e.code, crate::error::EXIT_FAILURE);
+        assert!(dir.names().is_empty(), "{:?}", dir.names());
+    }
+
+    #[test]
+    fn failed_write_keeps_the_old_file() {
+        let dir = Dir::new("keep");
+        let target = dir.0.join("out.csv");
+        fs::write(&target, "old\n").unwrap();
+        write_output(&target, "--trace", |_| Err(io::Error::other("boom"))).unwrap_err();
+        assert_eq!(fs::read_to_string(&target).unwrap(), "old\n");
+        assert_eq!(dir.names(), ["out.csv"]);
+    }
+
+    #[test]
+    fn regular_file_is_replaced_whole() {
+        let dir = Dir::new("regular");
+        let target = dir.0.join("out.csv");
+        fs::write(&target, "a much longer old content\n").unwrap();
+        write_output(&target, "--out", hello).unwrap();
+        assert_eq!(fs::read_to_string(&target).unwrap(), "hello\n");
+        assert_eq!(dir.names(), ["out.csv"]);
+    }
+
+    #[test]
+    fn directory_is_an_input_error() {
+        let dir = Dir::new("isdir");
+        let e = write_output(&dir.0, "--out", hello).unwrap_err();
+        assert_eq!(e.code, crate::error::EXIT_INPUT);
+        assert!(e.message.contains("is a directory"), "{}", e.message);
+    }
+
+    #[test]
+    fn missing_directory_is_an_input_error() {
+        let dir = Dir::new("nodir");
+        let e = write_output(&dir.0.join("no/such/t.json"), "--trace", hello).unwrap_err();
+        assert_eq!(e.code, crate::error::EXIT_INPUT);
+        assert!(e.message.contains("no/such/t.json"), "{}", e.message);
+        assert!(e.message.contains("does not exist"), "{}", e.message);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn symlinks_are_written_through() {
+        use std::os::unix::fs::symlink;
+        let dir = Dir::new("links");
+        fs::create_dir(dir.0.join("real")).unwrap();
+        // An existing target through a relative link, and through a chain of two links.
+        fs::write(dir.0.join("real/a.json"), "old").unwrap();
+        symlink("real/a.json", dir.0.join("a")).unwrap();
+        symlink("a", dir.0.join("b")).unwrap();
+        write_output(&dir.0.join("b"), "--trace", hello).unwrap();
+        assert_eq!(
+            fs::read_to_string(dir.0.join("real/a.json")).unwrap(),
+            "hello\n"
+        );
+        for l in ["a", "b"] {
+            assert!(
+                fs::symlink_metadata(dir.0.join(l))
+                    .unwrap()
+                    .file_type()
+                    .is_symlink()
+            );
+        }
+        // A dangling link creates its target.
+        symlink("real/new.csv", dir.0.join("c")).unwrap();
+        write_output(&dir.0.join("c"), "--trace", hello).unwrap();
+        assert_eq!(
+            fs::read_to_string(dir.0.join("real/new.csv")).unwrap(),
+            "hello\n"
+        );
+        assert!(
+            fs::symlink_metadata(dir.0.join("c"))
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert_eq!(dir.names(), ["a", "b", "c", "real"]);
+        // A loop is an input error naming the path.
+        symlink("loop2", dir.0.join("loop1")).unwrap();
+        symlink("loop1", dir.0.join("loop2")).unwrap();
+        let e = write_output(&dir.0.join("loop1"), "--trace", hello).unwrap_err();
+        assert_eq!(e.code, crate::error::EXIT_INPUT);
+        assert!(e.message.contains("loop1"), "{}", e.message);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn replacing_keeps_the_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = Dir::new("mode");
+        let target = dir.0.join("p.toml");
+        fs::write(&target, "old").unwrap();
+        fs::set_permissions(&target, fs::Permissions::from_mode(0o640)).unwrap();
+        write_output(&target, "--out", hello).unwrap();
+        let mode = fs::metadata(&target).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o640);
+    }
+}
