@@ -192,7 +192,7 @@ fn malformed_profile_toml() {
         "neg-prof",
         &[("p.toml", "base = \"t4\"\n[gpu]\nhbm_gbps = -1\n")],
         &["--model", "opt-125m", "--hardware", "p.toml"],
-        &["gpu.hbm_gbps", "positive"],
+        &["gpu.hbm_gbps", "from 0.001 to 100000 GB/s"],
     );
     simulate_fails(
         "unk-prof",
