@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::hardware::limits::{BANDWIDTH, FLOPS, LATENCY, MEASURED_SECONDS, Range};
+use crate::hardware::limits::{BANDWIDTH, FLOPS, LATENCY, MEASURED_SECONDS, Range, show};
 
 /// Copy time vs size: `[bytes, seconds]` points, sizes strictly increasing, times non-decreasing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -32,7 +32,7 @@ impl Curve {
             if b == 0 || !MEASURED_SECONDS.contains(t) {
                 return Err(Error::invalid(
                     format!("{field}[{i}]"),
-                    format!("[{b}, {t}]"),
+                    format!("[{b}, {}]", show(t)),
                     format!(
                         "bytes must be positive and seconds more than 0, at most {}",
                         MEASURED_SECONDS.max
@@ -42,14 +42,14 @@ impl Curve {
             if i > 0 && (b <= pts[i - 1].0 || t < pts[i - 1].1) {
                 return Err(Error::invalid(
                     format!("{field}[{i}]"),
-                    format!("[{b}, {t}]"),
+                    format!("[{b}, {}]", show(t)),
                     "sizes must increase and times must not decrease",
                 ));
             }
             if b as f64 / t > BANDWIDTH.max {
                 return Err(Error::invalid(
                     format!("{field}[{i}]"),
-                    format!("[{b}, {t}]"),
+                    format!("[{b}, {}]", show(t)),
                     format!(
                         "bytes / seconds is a bandwidth above {} GB/s ({})",
                         BANDWIDTH.max / 1e9,
@@ -64,7 +64,7 @@ impl Curve {
         if !LATENCY.contains(latency) {
             return Err(Error::invalid(
                 format!("{field}[0]"),
-                format!("[{}, {latency}]", pts[0].0),
+                format!("[{}, {}]", pts[0].0, show(latency)),
                 format!(
                     "the smallest copy's time is the per-transfer latency: {}",
                     LATENCY.describe(1.0, "s")
@@ -75,7 +75,7 @@ impl Curve {
         if !BANDWIDTH.contains(bandwidth) {
             return Err(Error::invalid(
                 field.to_string(),
-                format!("{:.6} GB/s between the last two points", bandwidth / 1e9),
+                format!("{} GB/s between the last two points", show(bandwidth / 1e9)),
                 format!(
                     "the bandwidth of the largest copies {}",
                     BANDWIDTH.describe(1e9, "GB/s")
@@ -182,7 +182,7 @@ impl KernelFit {
             } else {
                 Err(Error::invalid(
                     format!("{field}.{name}"),
-                    v,
+                    show(v),
                     r.describe(scale, unit),
                 ))
             }
@@ -235,7 +235,7 @@ impl Calibration {
         self.attention.check(&f("attention"), true)?;
         self.elementwise.check(&f("elementwise"), false)?;
         for (i, g) in self.gemm.iter().enumerate() {
-            let shape = format!("m={} n={} k={} seconds={}", g.m, g.n, g.k, g.seconds);
+            let shape = format!("m={} n={} k={} seconds={}", g.m, g.n, g.k, show(g.seconds));
             if g.m == 0 || g.n == 0 || g.k == 0 || !MEASURED_SECONDS.contains(g.seconds) {
                 return Err(Error::invalid(
                     f(&format!("gemm[{i}]")),

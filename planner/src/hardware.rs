@@ -81,6 +81,17 @@ pub mod limits {
         }
     }
 
+    /// A value for an error message: plain decimals for everyday magnitudes, scientific
+    /// notation for the absurd ones (`1e-300`, not three hundred zeros).
+    pub fn show(v: f64) -> String {
+        let a = v.abs();
+        if a != 0.0 && a.is_finite() && !(1e-4..1e15).contains(&a) {
+            format!("{v:e}")
+        } else {
+            format!("{v}")
+        }
+    }
+
     /// `x` without the float noise of a unit conversion (`1000000`, not `999999.9999999999`).
     fn tidy(x: f64) -> f64 {
         format!("{x:.9e}").parse().unwrap_or(x)
@@ -399,7 +410,7 @@ impl Check<'_> {
         } else {
             Err(Error::invalid(
                 format!("{}: {field}", self.origin),
-                v,
+                limits::show(v),
                 range.describe(scale, unit),
             ))
         }
