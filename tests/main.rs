@@ -6,6 +6,7 @@ mod contract;
 mod determinism;
 mod errors;
 mod golden;
+mod inputs;
 mod measure;
 mod readme;
 mod validation;
