@@ -176,7 +176,8 @@ pub struct ScenarioArgs {
     /// Scenario TOML file; flags given as well override its fields
     #[arg(value_name = "SCENARIO")]
     pub scenario: Option<PathBuf>,
-    /// Model preset (see `kvplan models`) or path to a Hugging Face config.json
+    /// Model preset (see `kvplan models`), path to a Hugging Face config.json, or a model
+    /// directory holding one
     #[arg(long, value_name = "NAME|PATH")]
     pub model: Option<String>,
     /// Hardware preset (see `kvplan hardware`) or path to a profile TOML (alias --profile)
@@ -411,7 +412,12 @@ impl RunArgs {
                 link_latency_us: planner.link_latency_us,
             },
         };
-        base.overlay(flags).resolve()
+        let scenario = base.overlay(flags).resolve()?;
+        // Clamped or ignored settings are not errors: say so on stderr, leave stdout alone.
+        for note in &scenario.notes {
+            eprintln!("note: {note}");
+        }
+        Ok(scenario)
     }
 }
 

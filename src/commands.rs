@@ -159,7 +159,7 @@ pub fn models(args: &ModelsArgs) -> Result<Output, CliError> {
         }
         v
     };
-    let footer = "\nAny Hugging Face config.json of the llama, mistral, qwen2, gemma2, opt or falcon\nfamilies works too: --model path/to/config.json\n";
+    let footer = "\nAny Hugging Face config.json of the llama, mistral, qwen2, gemma2, opt or falcon\nfamilies works too: --model path/to/config.json (or the directory holding it)\n";
     listing(
         args.output.format,
         &rows,
@@ -235,7 +235,7 @@ pub fn hardware(args: &HardwareArgs) -> Result<Output, CliError> {
             bytes(p.host.ram_bytes),
         ]
     };
-    let footer = "\n`kvplan hardware NAME` prints a preset with the source of every number. To adapt one,\nwrite a TOML file with `base = \"NAME\"` and only the fields you change, e.g.\n  base = \"a100-40g-pcie4\"\n  [link]\n  h2d_pinned_gbps = 20.0\nand pass its path to --hardware.\n";
+    let footer = "\n`kvplan hardware NAME` prints a preset with the source of every number. To adapt one,\nwrite a TOML file with `base = \"NAME\"` (a preset, or a profile file relative to this\none) and only the fields you change, e.g.\n  base = \"a100-40g-pcie4\"\n  [link]\n  h2d_pinned_gbps = 20.0\nand pass its path to --hardware.\n";
     listing(
         args.output.format,
         &profiles,

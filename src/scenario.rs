@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
+use kvplan_planner::hardware::limits;
 use kvplan_planner::plan::{Options, Shape, SplitModel, SplitPolicy, Strategy, WeightsPlacement};
 use kvplan_planner::schedule::HostMemory;
 use kvplan_planner::{DType, HardwareProfile, ModelSpec};
@@ -108,6 +109,151 @@ pub struct Scenario {
     pub shape: Shape,
     /// Plan options.
     pub options: Options,
+    /// What resolution clamped or ignored (not errors); the CLI prints each on stderr.
+    pub notes: Vec<Note>,
+}
+
+/// A flag or scenario field that was accepted but clamped or ignored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Note {
+    /// A fixed KVPR split longer than the cache at some decode steps: clamped to the cached
+    /// length there (the planner recomputes at most what is cached).
+    SplitClamped {
+        /// The `--split` asked for.
+        tokens: u32,
+        /// Cached tokens at the first decode step.
+        first_len: u32,
+        /// Cached tokens at the last decode step.
+        last_len: u32,
+        /// Decode steps (from the first) whose cache is shorter than `tokens`.
+        clamped_steps: u32,
+        /// Decode steps in all.
+        steps: u32,
+    },
+    /// A fixed KVPR split with no decode step to apply it to (`--gen 1`).
+    SplitWithoutDecode {
+        /// The `--split` asked for.
+        tokens: u32,
+    },
+    /// A setting only another strategy reads.
+    Ignored {
+        /// The flag and scenario field, e.g. `--split (offload.split)`.
+        setting: &'static str,
+        /// The strategy in use.
+        strategy: Strategy,
+        /// The strategy that reads the setting.
+        read_by: Strategy,
+    },
+}
+
+impl std::fmt::Display for Note {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Note::SplitClamped {
+                tokens,
+                first_len,
+                last_len,
+                clamped_steps,
+                steps,
+            } if clamped_steps == steps => write!(
+                f,
+                "--split {tokens} (offload.split) is more than the cached length at every decode step ({first_len}..{last_len} tokens): it is clamped to the cached length at each step, so every step recomputes its whole cache"
+            ),
+            Note::SplitClamped {
+                tokens,
+                first_len,
+                clamped_steps,
+                ..
+            } => write!(
+                f,
+                "--split {tokens} (offload.split) is more than the cached length at decode steps 1..{clamped_steps} ({first_len}..{} tokens): it is clamped to the cached length at those steps",
+                first_len + clamped_steps - 1
+            ),
+            Note::SplitWithoutDecode { tokens } => write!(
+                f,
+                "--split {tokens} (offload.split) has no effect with --gen 1: there is no decode step to split"
+            ),
+            Note::Ignored {
+                setting,
+                strategy,
+                read_by,
+            } => write!(
+                f,
+                "{setting} is ignored with --strategy {}: only {} reads it",
+                strategy.as_str(),
+                read_by.as_str()
+            ),
+        }
+    }
+}
+
+/// The notes for settings `strategy` clamps or ignores (`devices_set`: `--devices` was given;
+/// its resolved value always holds the default).
+fn notes(strategy: Strategy, shape: &Shape, options: &Options, devices_set: bool) -> Vec<Note> {
+    let mut notes = Vec::new();
+    let mut ignored = |set: bool, setting: &'static str, read_by: Strategy| {
+        if set && strategy != read_by {
+            notes.push(Note::Ignored {
+                setting,
+                strategy,
+                read_by,
+            });
+        }
+    };
+    let fixed_split = match options.split {
+        SplitPolicy::Tokens(n) => Some(n),
+        SplitPolicy::Auto => None,
+    };
+    ignored(
+        fixed_split.is_some(),
+        "--split (offload.split)",
+        Strategy::Kvpr,
+    );
+    let h = &options.headinfer;
+    ignored(
+        h.heads_per_group.is_some(),
+        "--heads-per-group (headinfer.heads_per_group)",
+        Strategy::HeadInfer,
+    );
+    ignored(
+        h.chunk_tokens.is_some(),
+        "--chunk (headinfer.chunk)",
+        Strategy::HeadInfer,
+    );
+    let r = &options.runahead;
+    ignored(
+        devices_set,
+        "--devices (runahead.devices)",
+        Strategy::Runahead,
+    );
+    ignored(
+        r.link_gbps.is_some(),
+        "--link-gbps (runahead.link_gbps)",
+        Strategy::Runahead,
+    );
+    ignored(
+        r.link_latency_us.is_some(),
+        "--link-latency-us (runahead.link_latency_us)",
+        Strategy::Runahead,
+    );
+    if let (Some(tokens), Strategy::Kvpr) = (fixed_split, strategy) {
+        let steps = shape.decode_steps();
+        if steps == 0 {
+            notes.push(Note::SplitWithoutDecode { tokens });
+        } else if tokens > shape.cached_at(1) {
+            // Cached length at step i is prompt + i - 1: shorter than `tokens` for
+            // i <= tokens - prompt.
+            notes.push(Note::SplitClamped {
+                tokens,
+                first_len: shape.cached_at(1),
+                last_len: shape.cached_at(steps),
+                clamped_steps: (tokens - shape.prompt).min(steps),
+                steps,
+            });
+        }
+    }
+    notes
 }
 
 impl RawScenario {
@@ -293,21 +439,23 @@ impl RawScenario {
                 ))),
             }
         };
-        let positive =
-            |field: &str, v: Option<f64>, zero_ok: bool| -> Result<Option<f64>, CliError> {
-                match v {
-                    None => Ok(None),
-                    Some(x) if x.is_finite() && (x > 0.0 || (zero_ok && x == 0.0)) => Ok(Some(x)),
-                    Some(x) => Err(CliError::input(format!(
-                        "{field}: must be {} (got {x})",
-                        if zero_ok {
-                            "zero or more"
-                        } else {
-                            "a positive number"
-                        }
-                    ))),
-                }
-            };
+        // The peer-link overrides stand in for the profile's [peer] fields: the same ranges.
+        let in_range = |field: &str,
+                        v: Option<f64>,
+                        scale: f64,
+                        unit: &str,
+                        range: limits::Range|
+         -> Result<Option<f64>, CliError> {
+            match v {
+                None => Ok(None),
+                Some(x) if range.contains(x * scale) => Ok(Some(x)),
+                Some(x) => Err(CliError::input(format!(
+                    "{field}: {} (got {})",
+                    range.describe(scale, unit),
+                    limits::show(x)
+                ))),
+            }
+        };
         let headinfer = kvplan_planner::headinfer::HeadInferOptions {
             heads_per_group: opt_size(
                 "--heads-per-group (headinfer.heads_per_group)",
@@ -326,11 +474,19 @@ impl RawScenario {
                     )));
                 }
             },
-            link_gbps: positive("--link-gbps (runahead.link_gbps)", r.link_gbps, false)?,
-            link_latency_us: positive(
+            link_gbps: in_range(
+                "--link-gbps (runahead.link_gbps)",
+                r.link_gbps,
+                1e9,
+                "GB/s",
+                limits::BANDWIDTH,
+            )?,
+            link_latency_us: in_range(
                 "--link-latency-us (runahead.link_latency_us)",
                 r.link_latency_us,
-                true,
+                1e-6,
+                "us",
+                limits::LATENCY,
             )?,
         };
         // --link-gbps / --link-latency-us replace the profile's peer link for every command, so the
@@ -340,19 +496,116 @@ impl RawScenario {
         } else {
             hardware
         };
+        let options = Options {
+            weights,
+            host_memory,
+            split,
+            split_model,
+            headinfer,
+            runahead,
+        };
         Ok(Scenario {
+            notes: notes(strategy, &shape, &options, self.runahead.devices.is_some()),
             model,
             hardware,
             strategy,
             shape,
-            options: Options {
-                weights,
-                host_memory,
-                split,
-                split_model,
-                headinfer,
-                runahead,
-            },
+            options,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(prompt: u32, gen_len: u32) -> Shape {
+        Shape {
+            batch: 1,
+            gpu_batches: 1,
+            prompt,
+            gen_len,
+        }
+    }
+
+    fn split(tokens: u32) -> Options {
+        Options {
+            split: SplitPolicy::Tokens(tokens),
+            ..Options::default()
+        }
+    }
+
+    #[test]
+    fn split_notes_count_the_clamped_steps() {
+        // Cached lengths 128..=130 over 3 decode steps.
+        let s = shape(128, 4);
+        assert!(notes(Strategy::Kvpr, &s, &split(128), false).is_empty());
+        assert!(notes(Strategy::Kvpr, &s, &Options::default(), false).is_empty());
+        assert_eq!(
+            notes(Strategy::Kvpr, &s, &split(130), false),
+            [Note::SplitClamped {
+                tokens: 130,
+                first_len: 128,
+                last_len: 130,
+                clamped_steps: 2,
+                steps: 3
+            }]
+        );
+        let all = notes(Strategy::Kvpr, &s, &split(100_000), false);
+        assert_eq!(
+            all,
+            [Note::SplitClamped {
+                tokens: 100_000,
+                first_len: 128,
+                last_len: 130,
+                clamped_steps: 3,
+                steps: 3
+            }]
+        );
+        assert!(
+            all[0]
+                .to_string()
+                .contains("every decode step (128..130 tokens)")
+        );
+        assert_eq!(
+            notes(Strategy::Kvpr, &shape(128, 1), &split(5), false),
+            [Note::SplitWithoutDecode { tokens: 5 }]
+        );
+    }
+
+    #[test]
+    fn settings_of_other_strategies_are_noted_as_ignored() {
+        let s = shape(128, 4);
+        let n = notes(Strategy::GpuOnly, &s, &split(100_000), false);
+        // Ignored, so not also clamped.
+        assert_eq!(
+            n,
+            [Note::Ignored {
+                setting: "--split (offload.split)",
+                strategy: Strategy::GpuOnly,
+                read_by: Strategy::Kvpr
+            }]
+        );
+        let mut o = Options::default();
+        o.runahead.link_gbps = Some(10.0);
+        o.runahead.link_latency_us = Some(5.0);
+        o.headinfer.chunk_tokens = Some(64);
+        let n = notes(Strategy::FullTransfer, &s, &o, true);
+        assert_eq!(n.len(), 4, "{n:?}");
+        assert!(n.iter().all(|x| matches!(x, Note::Ignored { .. })));
+        assert!(
+            notes(
+                Strategy::Runahead,
+                &s,
+                &{
+                    let mut o = o.clone();
+                    o.headinfer.chunk_tokens = None;
+                    o
+                },
+                true
+            )
+            .is_empty()
+        );
+        assert_eq!(notes(Strategy::HeadInfer, &s, &o, false).len(), 2);
     }
 }

@@ -192,13 +192,127 @@ fn malformed_profile_toml() {
         "neg-prof",
         &[("p.toml", "base = \"t4\"\n[gpu]\nhbm_gbps = -1\n")],
         &["--model", "opt-125m", "--hardware", "p.toml"],
-        &["gpu.hbm_gbps", "positive"],
+        &["gpu.hbm_gbps", "from 0.001 to 100000 GB/s"],
     );
     simulate_fails(
         "unk-prof",
         &[("p.toml", "base = \"t4\"\n[gpu]\nhbm = 1\n")],
         &["--model", "opt-125m", "--hardware", "p.toml"],
         &["hbm"],
+    );
+}
+
+#[test]
+fn profile_values_outside_physical_ranges() {
+    let model = ["--model", "opt-125m", "--hardware", "p.toml"];
+    for (name, section, line, needles) in [
+        (
+            "tiny-link",
+            "link",
+            "h2d_pinned_gbps = 1e-300",
+            &[
+                "p.toml: link.h2d_pinned_gbps",
+                "0.001 to 100000 GB/s",
+                "got 1e-300",
+            ][..],
+        ),
+        (
+            "slow-latency",
+            "link",
+            "d2h_latency_us = 1e30",
+            &["p.toml: link.d2h_latency_us", "0 to 1 s", "got 1e30"][..],
+        ),
+        (
+            "tiny-peak",
+            "gpu.peak_tflops",
+            "fp16 = 1e-300",
+            &["p.toml: gpu.peak_tflops.fp16", "TFLOP/s"][..],
+        ),
+        (
+            "eff-above-1",
+            "efficiency",
+            "gemm = 1.5",
+            &["p.toml: efficiency.gemm", "at most 1"][..],
+        ),
+        (
+            "eff-zero",
+            "efficiency",
+            "memory = 0.0",
+            &["p.toml: efficiency.memory", "more than 0"][..],
+        ),
+        (
+            "nan-peer",
+            "peer",
+            "gbps = nan",
+            &["p.toml: peer.gbps", "got NaN"][..],
+        ),
+        (
+            "huge-ram",
+            "host",
+            "ram_gib = 1e9",
+            &["p.toml: host.ram_gib", "1 PiB"][..],
+        ),
+    ] {
+        let text = format!("base = \"t4\"\n[{section}]\n{line}\n");
+        simulate_fails(name, &[("p.toml", &text)], &model, needles);
+    }
+    // The peer-link overrides take the profile's ranges too.
+    simulate_fails(
+        "tiny-link-flag",
+        &[],
+        &with(&["--strategy", "runahead", "--link-gbps", "1e-300"]),
+        &["--link-gbps", "got 1e-300"],
+    );
+}
+
+#[test]
+fn profile_base_cycles_and_missing_bases() {
+    let model = ["--model", "opt-125m", "--hardware", "a.toml"];
+    simulate_fails(
+        "base-cycle",
+        &[
+            ("a.toml", "base = \"b.toml\"\n"),
+            ("b.toml", "base = \"a.toml\"\n"),
+        ],
+        &model,
+        &["include cycle", "a.toml -> ", "b.toml -> "],
+    );
+    simulate_fails(
+        "base-missing",
+        &[("a.toml", "base = \"gone.toml\"\n")],
+        &model,
+        &["a.toml: base", "gone.toml"],
+    );
+}
+
+#[test]
+fn config_json_heads_that_do_not_divide_hidden() {
+    simulate_fails(
+        "bad-heads",
+        &[(
+            "config.json",
+            r#"{"model_type":"llama","hidden_size":100,"num_attention_heads":3,"num_hidden_layers":2,"intermediate_size":256,"vocab_size":1000,"max_position_embeddings":512}"#,
+        )],
+        &["--model", "config.json", "--hardware", "t4"],
+        &[
+            "config.json: hidden_size",
+            "num_attention_heads (3)",
+            "head_dim",
+        ],
+    );
+}
+
+#[test]
+fn model_directory_without_config_json() {
+    let dir = TempDir::new("model-dir");
+    std::fs::create_dir(dir.path().join("tiny")).unwrap();
+    let out = run_in(
+        dir.path(),
+        &["simulate", "--model", "tiny", "--hardware", "t4"],
+    );
+    expect_input_error(
+        &out,
+        &["tiny/config.json", "directory without a config.json"],
     );
 }
 
@@ -309,7 +423,7 @@ fn runahead_impossible_requests() {
         "ra-zero-link",
         &[],
         &with(&["--link-gbps", "0"]),
-        &["--link-gbps", "positive"],
+        &["--link-gbps", "0.001 to 100000 GB/s"],
     );
     simulate_fails(
         "ra-neg-link",

@@ -7,6 +7,7 @@ mod csv_plain;
 mod determinism;
 mod errors;
 mod golden;
+mod inputs;
 mod measure;
 mod output;
 mod readme;

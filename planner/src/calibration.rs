@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::hardware::limits::{BANDWIDTH, FLOPS, LATENCY, MEASURED_SECONDS, Range, show};
 
 /// Copy time vs size: `[bytes, seconds]` points, sizes strictly increasing, times non-decreasing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -28,20 +29,58 @@ impl Curve {
             ));
         }
         for (i, &(b, t)) in pts.iter().enumerate() {
-            if b == 0 || !(t.is_finite() && t > 0.0) {
+            if b == 0 || !MEASURED_SECONDS.contains(t) {
                 return Err(Error::invalid(
                     format!("{field}[{i}]"),
-                    format!("[{b}, {t}]"),
-                    "bytes and seconds must be positive",
+                    format!("[{b}, {}]", show(t)),
+                    format!(
+                        "bytes must be positive and seconds more than 0, at most {}",
+                        MEASURED_SECONDS.max
+                    ),
                 ));
             }
             if i > 0 && (b <= pts[i - 1].0 || t < pts[i - 1].1) {
                 return Err(Error::invalid(
                     format!("{field}[{i}]"),
-                    format!("[{b}, {t}]"),
+                    format!("[{b}, {}]", show(t)),
                     "sizes must increase and times must not decrease",
                 ));
             }
+            if b as f64 / t > BANDWIDTH.max {
+                return Err(Error::invalid(
+                    format!("{field}[{i}]"),
+                    format!("[{b}, {}]", show(t)),
+                    format!(
+                        "bytes / seconds is a bandwidth above {} GB/s ({})",
+                        BANDWIDTH.max / 1e9,
+                        BANDWIDTH.label
+                    ),
+                ));
+            }
+        }
+        // The affine view planners use: the smallest copy's time as latency, the last segment's
+        // bandwidth.
+        let latency = self.latency_s();
+        if !LATENCY.contains(latency) {
+            return Err(Error::invalid(
+                format!("{field}[0]"),
+                format!("[{}, {}]", pts[0].0, show(latency)),
+                format!(
+                    "the smallest copy's time is the per-transfer latency: {}",
+                    LATENCY.describe(1.0, "s")
+                ),
+            ));
+        }
+        let bandwidth = 1.0 / self.secs_per_byte();
+        if !BANDWIDTH.contains(bandwidth) {
+            return Err(Error::invalid(
+                field.to_string(),
+                format!("{} GB/s between the last two points", show(bandwidth / 1e9)),
+                format!(
+                    "the bandwidth of the largest copies {}",
+                    BANDWIDTH.describe(1e9, "GB/s")
+                ),
+            ));
         }
         Ok(())
     }
@@ -137,27 +176,22 @@ pub struct KernelFit {
 
 impl KernelFit {
     fn check(&self, field: &str, needs_flops: bool) -> Result<()> {
-        let ok = |v: f64| v.is_finite() && v >= 0.0;
-        if !ok(self.overhead_us) {
-            return Err(Error::invalid(
-                format!("{field}.overhead_us"),
-                self.overhead_us,
-                "must be zero or more",
-            ));
-        }
-        if !(self.gbps.is_finite() && self.gbps > 0.0) {
-            return Err(Error::invalid(
-                format!("{field}.gbps"),
-                self.gbps,
-                "must be positive",
-            ));
-        }
-        if needs_flops && !(self.tflops.is_finite() && self.tflops > 0.0) {
-            return Err(Error::invalid(
-                format!("{field}.tflops"),
-                self.tflops,
-                "must be positive",
-            ));
+        let range = |name: &str, v: f64, scale: f64, unit: &str, r: Range| {
+            if r.contains(v * scale) {
+                Ok(())
+            } else {
+                Err(Error::invalid(
+                    format!("{field}.{name}"),
+                    show(v),
+                    r.describe(scale, unit),
+                ))
+            }
+        };
+        range("overhead_us", self.overhead_us, 1e-6, "us", LATENCY)?;
+        range("gbps", self.gbps, 1e9, "GB/s", BANDWIDTH)?;
+        // Memory-only kernels leave the FLOP rate at 0 (unused).
+        if needs_flops || self.tflops != 0.0 {
+            range("tflops", self.tflops, 1e12, "TFLOP/s", FLOPS)?;
         }
         Ok(())
     }
@@ -201,11 +235,27 @@ impl Calibration {
         self.attention.check(&f("attention"), true)?;
         self.elementwise.check(&f("elementwise"), false)?;
         for (i, g) in self.gemm.iter().enumerate() {
-            if g.m == 0 || g.n == 0 || g.k == 0 || !(g.seconds.is_finite() && g.seconds > 0.0) {
+            let shape = format!("m={} n={} k={} seconds={}", g.m, g.n, g.k, show(g.seconds));
+            if g.m == 0 || g.n == 0 || g.k == 0 || !MEASURED_SECONDS.contains(g.seconds) {
                 return Err(Error::invalid(
                     f(&format!("gemm[{i}]")),
-                    format!("m={} n={} k={} seconds={}", g.m, g.n, g.k, g.seconds),
-                    "sizes and seconds must be positive",
+                    shape,
+                    format!(
+                        "sizes must be positive and seconds more than 0, at most {}",
+                        MEASURED_SECONDS.max
+                    ),
+                ));
+            }
+            let flops = 2.0 * f64::from(g.m) * f64::from(g.n) * f64::from(g.k) / g.seconds;
+            if flops > FLOPS.max {
+                return Err(Error::invalid(
+                    f(&format!("gemm[{i}].seconds")),
+                    shape,
+                    format!(
+                        "2*m*n*k / seconds is above {} TFLOP/s ({})",
+                        FLOPS.max / 1e12,
+                        FLOPS.label
+                    ),
                 ));
             }
         }
@@ -328,5 +378,120 @@ mod tests {
         assert!((t.ratio(64, 4096, 4096, DType::Fp16).unwrap() - 3.0).abs() < 1e-12);
         assert_eq!(t.ratio(4096, 5000, 4000, DType::Fp16), Some(4.0));
         assert_eq!(t.ratio(64, 4096, 4096, DType::Bf16), None);
+    }
+
+    fn table() -> Calibration {
+        let curve = Curve(vec![(4096, 1.0e-5), (67_108_864, 2.8e-3)]);
+        Calibration {
+            backend: "cuda".into(),
+            device: "test".into(),
+            driver: "test".into(),
+            date: "2026-01-01".into(),
+            kvplan_version: "0.1.0".into(),
+            mode: "quick".into(),
+            copy: CopyTables {
+                h2d_pinned: curve.clone(),
+                d2h_pinned: curve.clone(),
+                h2d_pageable: curve.clone(),
+                d2h_pageable: curve,
+            },
+            attention: KernelFit {
+                overhead_us: 5.0,
+                tflops: 100.0,
+                gbps: 1000.0,
+            },
+            elementwise: KernelFit {
+                overhead_us: 3.0,
+                tflops: 0.0,
+                gbps: 1200.0,
+            },
+            gemm: vec![GemmPoint {
+                dtype: DType::Fp16,
+                m: 64,
+                n: 12288,
+                k: 4096,
+                seconds: 1.5e-4,
+            }],
+        }
+    }
+
+    fn error(c: &Calibration) -> String {
+        c.check("cal.toml").unwrap_err().to_string()
+    }
+
+    #[test]
+    fn absurd_tables_are_range_errors_naming_the_field() {
+        assert!(table().check("cal.toml").is_ok());
+        // A copy of 64 MiB in 1e-300 s: a bandwidth no link has.
+        let mut c = table();
+        c.copy.d2h_pinned = Curve(vec![(4096, 1e-5), (67_108_864, 1e-300)]);
+        let e = error(&c);
+        assert!(e.contains("calibration.copy.d2h_pinned[1]"), "{e}");
+        let mut c = table();
+        c.copy.h2d_pinned = Curve(vec![(4096, 1e-300), (8192, 2e-300)]);
+        let e = error(&c);
+        assert!(
+            e.contains("calibration.copy.h2d_pinned[0]") && e.contains("100000 GB/s"),
+            "{e}"
+        );
+        // Seconds of 1e30: absurd, whatever the size.
+        let mut c = table();
+        c.copy.h2d_pageable = Curve(vec![(4096, 1e-5), (8192, 1e30)]);
+        let e = error(&c);
+        assert!(
+            e.contains("calibration.copy.h2d_pageable[1]") && e.contains("at most 3600"),
+            "{e}"
+        );
+        // A smallest copy of 2 s is not a per-transfer latency.
+        let mut c = table();
+        c.copy.d2h_pageable = Curve(vec![(1 << 30, 2.0), (1 << 31, 4.0)]);
+        let e = error(&c);
+        assert!(
+            e.contains("calibration.copy.d2h_pageable[0]") && e.contains("0 to 1 s"),
+            "{e}"
+        );
+        // Large copies slower than 1 MB/s.
+        let mut c = table();
+        c.copy.d2h_pageable = Curve(vec![(1, 1e-5), (2, 2e-5)]);
+        let e = error(&c);
+        assert!(
+            e.contains("calibration.copy.d2h_pageable:") && e.contains("1 MB/s"),
+            "{e}"
+        );
+        // Fitted kernels.
+        let mut c = table();
+        c.attention.tflops = 1e-300;
+        let e = error(&c);
+        assert!(
+            e.contains("calibration.attention.tflops") && e.contains("TFLOP/s"),
+            "{e}"
+        );
+        let mut c = table();
+        c.elementwise.gbps = f64::NAN;
+        let e = error(&c);
+        assert!(
+            e.contains("calibration.elementwise.gbps") && e.contains("GB/s"),
+            "{e}"
+        );
+        let mut c = table();
+        c.elementwise.overhead_us = 1e30;
+        let e = error(&c);
+        assert!(e.contains("calibration.elementwise.overhead_us"), "{e}");
+        let mut c = table();
+        c.elementwise.tflops = -1.0;
+        let e = error(&c);
+        assert!(e.contains("calibration.elementwise.tflops"), "{e}");
+        // GEMM points.
+        let mut c = table();
+        c.gemm[0].seconds = 1e-30;
+        let e = error(&c);
+        assert!(
+            e.contains("calibration.gemm[0].seconds") && e.contains("TFLOP/s"),
+            "{e}"
+        );
+        let mut c = table();
+        c.gemm[0].seconds = f64::INFINITY;
+        let e = error(&c);
+        assert!(e.contains("calibration.gemm[0]"), "{e}");
     }
 }

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum Error {
     /// A model name that is neither a preset nor a readable file.
-    #[error("unknown model '{name}'; known models: {}; or pass the path of a Hugging Face config.json", known.join(", "))]
+    #[error("unknown model '{name}'; known models: {}; or pass the path of a Hugging Face config.json or model directory", known.join(", "))]
     UnknownModel {
         /// What the user asked for.
         name: String,

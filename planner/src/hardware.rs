@@ -2,15 +2,18 @@
 //!
 //! Presets live in `planner/profiles/*.toml`, every number with its source in a comment
 //! (`kvplan hardware --show NAME` prints the file). A user's profile file either stands alone
-//! or names a preset in `base = "..."` and overrides any subset of its fields.
+//! or names a preset or another profile file in `base = "..."` (a path relative to the naming
+//! file's directory) and overrides any subset of its fields. Every value must lie in the
+//! physical ranges of [`limits`].
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::calibration::Calibration;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use limits::Range;
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 const GB: f64 = 1e9;
@@ -32,6 +35,116 @@ pub const PRESETS: &[(&str, &str)] = presets![
     "quadro-rtx-5000",
     "t4",
 ];
+
+/// The physical ranges a profile's values must fall in, in SI units (bytes, bytes/s, seconds,
+/// FLOP/s), in one place. Values outside them are typos or unit mix-ups (GB/s written as B/s,
+/// microseconds as seconds) that would make the KVPR LP ill-conditioned or print absurd times;
+/// the bounds are wide enough for any real machine, from a laptop CPU to a rack-scale GPU.
+pub mod limits {
+    /// An accepted interval of one quantity, in SI units.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    pub struct Range {
+        /// Lower bound.
+        pub min: f64,
+        /// Whether `min` itself is excluded (`(min, max]` rather than `[min, max]`).
+        pub min_exclusive: bool,
+        /// Upper bound (inclusive).
+        pub max: f64,
+        /// The range in words, for messages (`1 MB/s to 100 TB/s`).
+        pub label: &'static str,
+    }
+
+    impl Range {
+        /// Whether `v` is a finite number inside the range.
+        pub fn contains(&self, v: f64) -> bool {
+            v.is_finite()
+                && (if self.min_exclusive {
+                    v > self.min
+                } else {
+                    v >= self.min
+                })
+                && v <= self.max
+        }
+
+        /// What is accepted, in a file's unit (`scale` SI units per `unit`), e.g.
+        /// `must be from 0.001 to 100000 GB/s (1 MB/s to 100 TB/s)`.
+        pub fn describe(&self, scale: f64, unit: &str) -> String {
+            let (lo, hi) = (tidy(self.min / scale), tidy(self.max / scale));
+            if self.min_exclusive {
+                format!(
+                    "must be more than {lo} and at most {hi} {unit} ({})",
+                    self.label
+                )
+            } else {
+                format!("must be from {lo} to {hi} {unit} ({})", self.label)
+            }
+        }
+    }
+
+    /// A value for an error message: plain decimals for everyday magnitudes, scientific
+    /// notation for the absurd ones (`1e-300`, not three hundred zeros).
+    pub fn show(v: f64) -> String {
+        let a = v.abs();
+        if a != 0.0 && a.is_finite() && !(1e-4..1e15).contains(&a) {
+            format!("{v:e}")
+        } else {
+            format!("{v}")
+        }
+    }
+
+    /// `x` without the float noise of a unit conversion (`1000000`, not `999999.9999999999`).
+    fn tidy(x: f64) -> f64 {
+        format!("{x:.9e}").parse().unwrap_or(x)
+    }
+
+    /// Host link, peer link, device memory and every calibrated or fitted bandwidth.
+    pub const BANDWIDTH: Range = Range {
+        min: 1e6,
+        min_exclusive: false,
+        max: 1e14,
+        label: "1 MB/s to 100 TB/s",
+    };
+
+    /// Per-transfer latencies and per-kernel overheads (a calibrated curve's smallest copy too).
+    pub const LATENCY: Range = Range {
+        min: 0.0,
+        min_exclusive: false,
+        max: 1.0,
+        label: "0 to 1 s",
+    };
+
+    /// Peak and fitted FLOP/s.
+    pub const FLOPS: Range = Range {
+        min: 1e9,
+        min_exclusive: false,
+        max: 1e18,
+        label: "1 GFLOP/s to 1 EFLOP/s",
+    };
+
+    /// Device memory and host RAM.
+    pub const MEMORY: Range = Range {
+        min: 0.0,
+        min_exclusive: true,
+        max: (1u64 << 50) as f64,
+        label: "more than 0, at most 1 PiB",
+    };
+
+    /// Roofline efficiency factors (fractions of peak).
+    pub const EFFICIENCY: Range = Range {
+        min: 0.0,
+        min_exclusive: true,
+        max: 1.0,
+        label: "a fraction of peak",
+    };
+
+    /// One measured op of a `[calibration]` table (a copy or a GEMM).
+    pub const MEASURED_SECONDS: Range = Range {
+        min: 0.0,
+        min_exclusive: true,
+        max: 3600.0,
+        label: "more than 0, at most an hour",
+    };
+}
 
 /// Whether the host link can copy both ways at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -289,14 +402,16 @@ struct Check<'a> {
 }
 
 impl Check<'_> {
-    fn positive(&self, field: &str, v: f64) -> Result<f64> {
-        if v.is_finite() && v > 0.0 {
-            Ok(v)
+    /// `v` (in the file's unit, `scale` SI units each) converted to SI units, if inside `range`.
+    fn range(&self, field: &str, v: f64, scale: f64, unit: &str, range: Range) -> Result<f64> {
+        let si = v * scale;
+        if range.contains(si) {
+            Ok(si)
         } else {
             Err(Error::invalid(
                 format!("{}: {field}", self.origin),
-                v,
-                "must be a positive number",
+                limits::show(v),
+                range.describe(scale, unit),
             ))
         }
     }
@@ -312,79 +427,68 @@ impl Check<'_> {
             ))
         }
     }
-
-    fn fraction(&self, field: &str, v: f64) -> Result<f64> {
-        if v.is_finite() && v > 0.0 && v <= 1.0 {
-            Ok(v)
-        } else {
-            Err(Error::invalid(
-                format!("{}: {field}", self.origin),
-                v,
-                "must be in (0, 1]",
-            ))
-        }
-    }
 }
 
 fn validate(file: ProfileFile, origin: &str) -> Result<HardwareProfile> {
-    {
-        let s = file;
-        let c = Check { origin };
-        if let Some(cal) = &s.calibration {
-            cal.check(origin)?;
-        }
-        let memory = c.positive("gpu.memory_gib", s.gpu.memory_gib)?;
-        let reserved = c.non_negative("gpu.reserved_gib", s.gpu.reserved_gib)?;
-        if reserved >= memory {
-            return Err(Error::invalid(
-                format!("{origin}: gpu.reserved_gib"),
-                reserved,
-                format!("must be less than gpu.memory_gib ({memory})"),
-            ));
-        }
-        Ok(HardwareProfile {
-            name: s.name,
-            description: s.description,
-            gpu: Gpu {
-                name: s.gpu.name,
-                memory_bytes: (memory * GIB) as u64,
-                reserved_bytes: (reserved * GIB) as u64,
-                mem_bandwidth: c.positive("gpu.hbm_gbps", s.gpu.hbm_gbps)? * GB,
-                peak_flops: PeakFlops {
-                    fp16: c.positive("gpu.peak_tflops.fp16", s.gpu.peak_tflops.fp16)? * 1e12,
-                    bf16: c.positive("gpu.peak_tflops.bf16", s.gpu.peak_tflops.bf16)? * 1e12,
-                    fp32: c.positive("gpu.peak_tflops.fp32", s.gpu.peak_tflops.fp32)? * 1e12,
-                },
-                kernel_overhead_s: c
-                    .non_negative("gpu.kernel_overhead_us", s.gpu.kernel_overhead_us)?
-                    * 1e-6,
-            },
-            efficiency: Efficiency {
-                gemm: c.fraction("efficiency.gemm", s.efficiency.gemm)?,
-                attention: c.fraction("efficiency.attention", s.efficiency.attention)?,
-                memory: c.fraction("efficiency.memory", s.efficiency.memory)?,
-            },
-            link: HostLink {
-                kind: s.link.kind,
-                duplex: s.link.duplex,
-                h2d_pinned: c.positive("link.h2d_pinned_gbps", s.link.h2d_pinned_gbps)? * GB,
-                d2h_pinned: c.positive("link.d2h_pinned_gbps", s.link.d2h_pinned_gbps)? * GB,
-                h2d_pageable: c.positive("link.h2d_pageable_gbps", s.link.h2d_pageable_gbps)? * GB,
-                d2h_pageable: c.positive("link.d2h_pageable_gbps", s.link.d2h_pageable_gbps)? * GB,
-                h2d_latency_s: c.non_negative("link.h2d_latency_us", s.link.h2d_latency_us)? * 1e-6,
-                d2h_latency_s: c.non_negative("link.d2h_latency_us", s.link.d2h_latency_us)? * 1e-6,
-            },
-            host: Host {
-                ram_bytes: (c.positive("host.ram_gib", s.host.ram_gib)? * GIB) as u64,
-            },
-            peer: PeerLink {
-                kind: s.peer.kind,
-                bandwidth: c.positive("peer.gbps", s.peer.gbps)? * GB,
-                latency_s: c.non_negative("peer.latency_us", s.peer.latency_us)? * 1e-6,
-            },
-            calibration: s.calibration,
-        })
+    use limits::{BANDWIDTH, EFFICIENCY, FLOPS, LATENCY, MEMORY};
+    let s = file;
+    let c = Check { origin };
+    if let Some(cal) = &s.calibration {
+        cal.check(origin)?;
     }
+    let memory = c.range("gpu.memory_gib", s.gpu.memory_gib, GIB, "GiB", MEMORY)?;
+    let reserved = c.non_negative("gpu.reserved_gib", s.gpu.reserved_gib)? * GIB;
+    if reserved >= memory {
+        return Err(Error::invalid(
+            format!("{origin}: gpu.reserved_gib"),
+            s.gpu.reserved_gib,
+            format!("must be less than gpu.memory_gib ({})", s.gpu.memory_gib),
+        ));
+    }
+    let gbps = |field: &str, v: f64| c.range(field, v, GB, "GB/s", BANDWIDTH);
+    let tflops = |field: &str, v: f64| c.range(field, v, 1e12, "TFLOP/s", FLOPS);
+    let micros = |field: &str, v: f64| c.range(field, v, 1e-6, "us", LATENCY);
+    let fraction = |field: &str, v: f64| c.range(field, v, 1.0, "of peak", EFFICIENCY);
+    Ok(HardwareProfile {
+        name: s.name,
+        description: s.description,
+        gpu: Gpu {
+            name: s.gpu.name,
+            memory_bytes: memory as u64,
+            reserved_bytes: reserved as u64,
+            mem_bandwidth: gbps("gpu.hbm_gbps", s.gpu.hbm_gbps)?,
+            peak_flops: PeakFlops {
+                fp16: tflops("gpu.peak_tflops.fp16", s.gpu.peak_tflops.fp16)?,
+                bf16: tflops("gpu.peak_tflops.bf16", s.gpu.peak_tflops.bf16)?,
+                fp32: tflops("gpu.peak_tflops.fp32", s.gpu.peak_tflops.fp32)?,
+            },
+            kernel_overhead_s: micros("gpu.kernel_overhead_us", s.gpu.kernel_overhead_us)?,
+        },
+        efficiency: Efficiency {
+            gemm: fraction("efficiency.gemm", s.efficiency.gemm)?,
+            attention: fraction("efficiency.attention", s.efficiency.attention)?,
+            memory: fraction("efficiency.memory", s.efficiency.memory)?,
+        },
+        link: HostLink {
+            kind: s.link.kind,
+            duplex: s.link.duplex,
+            h2d_pinned: gbps("link.h2d_pinned_gbps", s.link.h2d_pinned_gbps)?,
+            d2h_pinned: gbps("link.d2h_pinned_gbps", s.link.d2h_pinned_gbps)?,
+            h2d_pageable: gbps("link.h2d_pageable_gbps", s.link.h2d_pageable_gbps)?,
+            d2h_pageable: gbps("link.d2h_pageable_gbps", s.link.d2h_pageable_gbps)?,
+            h2d_latency_s: micros("link.h2d_latency_us", s.link.h2d_latency_us)?,
+            d2h_latency_s: micros("link.d2h_latency_us", s.link.d2h_latency_us)?,
+        },
+        host: Host {
+            ram_bytes: c.range("host.ram_gib", s.host.ram_gib, GIB, "GiB", MEMORY)? as u64,
+        },
+        peer: PeerLink {
+            kind: s.peer.kind,
+            bandwidth: gbps("peer.gbps", s.peer.gbps)?,
+            latency_s: micros("peer.latency_us", s.peer.latency_us)?,
+        },
+        calibration: s.calibration,
+    })
 }
 
 /// Converts a `toml` error into a one-line [`Error::Parse`] with the line number.
@@ -414,6 +518,124 @@ fn merge(base: &mut toml::Table, over: toml::Table) {
     }
 }
 
+/// Whether a `--hardware` value or a `base` names a file rather than a preset.
+fn looks_like_path(s: &str) -> bool {
+    s.contains('/') || s.contains('\\') || s.ends_with(".toml")
+}
+
+fn file_stem(path: &Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "profile".into())
+}
+
+/// Checks a merged profile table and converts it; `text` is the top file's, for line numbers.
+fn from_table(table: toml::Table, origin: &str, text: &str) -> Result<HardwareProfile> {
+    let raw: ProfileFile = table
+        .try_into()
+        .map_err(|e: toml::de::Error| toml_error(origin, text, &e))?;
+    validate(raw, origin)
+}
+
+/// A profile's TOML table with its `base` chain merged underneath. `dir` resolves a relative
+/// `base` path (`None`: the current directory); `chain` holds the files being read (canonical
+/// path, as shown), outermost first, so that a file that is its own base is an error.
+fn merged_table(
+    text: &str,
+    origin: &str,
+    default_name: &str,
+    dir: Option<&Path>,
+    chain: &mut Vec<(PathBuf, String)>,
+) -> Result<toml::Table> {
+    let mut table: toml::Table = toml::from_str(text).map_err(|e| toml_error(origin, text, &e))?;
+    if let Some(base) = table.remove("base") {
+        let base = base.as_str().ok_or_else(|| Error::Parse {
+            origin: origin.to_string(),
+            message: "`base` must be a string: a preset name or the path of a profile file".into(),
+        })?;
+        let mut merged = base_table(base, origin, dir, chain)?;
+        if !table.contains_key("name") {
+            merged.insert("name".into(), toml::Value::String(default_name.to_string()));
+        }
+        if !table.contains_key("description") {
+            let d = merged
+                .get("description")
+                .and_then(|v| v.as_str())
+                .unwrap_or_default();
+            merged.insert(
+                "description".into(),
+                toml::Value::String(format!("{d} (overrides from {origin})")),
+            );
+        }
+        merge(&mut merged, table);
+        table = merged;
+    } else if !table.contains_key("name") {
+        table.insert("name".into(), toml::Value::String(default_name.to_string()));
+    }
+    Ok(table)
+}
+
+/// The table `base = "..."` of `origin` names: a preset, or a profile file (resolved like
+/// `--hardware` and `kvplan calibrate --base`), itself merged with its own base and checked as a
+/// whole profile so that its errors name its file.
+fn base_table(
+    base: &str,
+    origin: &str,
+    dir: Option<&Path>,
+    chain: &mut Vec<(PathBuf, String)>,
+) -> Result<toml::Table> {
+    let path = dir.map_or_else(|| PathBuf::from(base), |d| d.join(base));
+    if !looks_like_path(base) {
+        if let Ok(text) = HardwareProfile::preset_text(base) {
+            let preset = format!("preset {base}");
+            return merged_table(text, &preset, base, None, chain);
+        }
+        if !path.is_file() {
+            return Err(Error::UnknownHardware {
+                name: base.to_string(),
+                known: HardwareProfile::preset_names(),
+            });
+        }
+    }
+    let field = format!("{origin}: base");
+    let canonical = path.canonicalize().map_err(|e| {
+        Error::invalid(
+            &field,
+            base,
+            format!(
+                "cannot read {}: {e}; use a preset name or a profile path relative to {origin}",
+                path.display()
+            ),
+        )
+    })?;
+    let shown = path.display().to_string();
+    if let Some(i) = chain.iter().position(|(p, _)| *p == canonical) {
+        let cycle: Vec<&str> = chain[i..]
+            .iter()
+            .map(|(_, s)| s.as_str())
+            .chain([shown.as_str()])
+            .collect();
+        return Err(Error::invalid(
+            &field,
+            base,
+            format!(
+                "include cycle {}; a profile cannot be its own base",
+                cycle.join(" -> ")
+            ),
+        ));
+    }
+    let text = std::fs::read_to_string(&path).map_err(|source| Error::Io {
+        path: path.clone(),
+        source,
+    })?;
+    chain.push((canonical, shown.clone()));
+    let table = merged_table(&text, &shown, &file_stem(&path), path.parent(), chain);
+    chain.pop();
+    let table = table?;
+    from_table(table.clone(), &shown, &text)?;
+    Ok(table)
+}
+
 impl HardwareProfile {
     /// Names of the embedded presets.
     pub fn preset_names() -> Vec<String> {
@@ -440,9 +662,7 @@ impl HardwareProfile {
 
     /// A preset name, or else a path to a profile TOML file.
     pub fn resolve(name_or_path: &str) -> Result<Self> {
-        let looks_like_path = name_or_path.contains('/')
-            || name_or_path.contains('\\')
-            || name_or_path.ends_with(".toml");
+        let looks_like_path = looks_like_path(name_or_path);
         if !looks_like_path && Self::preset_text(name_or_path).is_ok() {
             return Self::preset(name_or_path);
         }
@@ -462,57 +682,27 @@ impl HardwareProfile {
         })
     }
 
-    /// Reads a profile file. Its `name` defaults to the file stem.
+    /// Reads a profile file. Its `name` defaults to the file stem; a relative `base` path is
+    /// taken relative to the file's directory.
     pub fn from_file(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
             path: path.to_path_buf(),
             source,
         })?;
-        let stem = path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "profile".into());
-        Self::from_toml_str_named(&text, &path.display().to_string(), &stem)
-    }
-
-    /// Parses profile TOML. `origin` prefixes errors.
-    pub fn from_toml_str(text: &str, origin: &str) -> Result<Self> {
-        Self::from_toml_str_named(text, origin, "profile")
-    }
-
-    fn from_toml_str_named(text: &str, origin: &str, default_name: &str) -> Result<Self> {
-        let mut table: toml::Table =
-            toml::from_str(text).map_err(|e| toml_error(origin, text, &e))?;
-        if let Some(base) = table.remove("base") {
-            let base_name = base.as_str().ok_or_else(|| Error::Parse {
-                origin: origin.to_string(),
-                message: "`base` must be a preset name string".into(),
-            })?;
-            let base_text = Self::preset_text(base_name)?;
-            let mut merged: toml::Table = toml::from_str(base_text)
-                .map_err(|e| toml_error(&format!("preset {base_name}"), base_text, &e))?;
-            if !table.contains_key("name") {
-                merged.insert("name".into(), toml::Value::String(default_name.to_string()));
-            }
-            if !table.contains_key("description") {
-                let d = merged
-                    .get("description")
-                    .and_then(|v| v.as_str())
-                    .unwrap_or_default();
-                merged.insert(
-                    "description".into(),
-                    toml::Value::String(format!("{d} (overrides from {origin})")),
-                );
-            }
-            merge(&mut merged, table);
-            table = merged;
-        } else if !table.contains_key("name") {
-            table.insert("name".into(), toml::Value::String(default_name.to_string()));
+        let origin = path.display().to_string();
+        let mut chain = Vec::new();
+        if let Ok(canonical) = path.canonicalize() {
+            chain.push((canonical, origin.clone()));
         }
-        let raw: ProfileFile = table
-            .try_into()
-            .map_err(|e: toml::de::Error| toml_error(origin, text, &e))?;
-        validate(raw, origin)
+        let table = merged_table(&text, &origin, &file_stem(path), path.parent(), &mut chain)?;
+        from_table(table, &origin, &text)
+    }
+
+    /// Parses profile TOML. `origin` prefixes errors; a relative `base` path is taken relative
+    /// to the current directory.
+    pub fn from_toml_str(text: &str, origin: &str) -> Result<Self> {
+        let table = merged_table(text, origin, "profile", None, &mut Vec::new())?;
+        from_table(table, origin, text)
     }
 
     /// Host→device bandwidth (bytes/s) for pinned or pageable host memory.
@@ -594,7 +784,7 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(
-            e.contains("link.h2d_pinned_gbps") && e.contains("positive"),
+            e.contains("link.h2d_pinned_gbps") && e.contains("must be from"),
             "{e}"
         );
         let e = HardwareProfile::from_toml_str(
@@ -619,5 +809,198 @@ mod tests {
             e.contains("unknown hardware 'a200'") && e.contains("h100-sxm"),
             "{e}"
         );
+    }
+
+    fn with_override(section: &str, line: &str) -> String {
+        HardwareProfile::from_toml_str(
+            &format!("base = \"a100-40g-pcie4\"\n[{section}]\n{line}\n"),
+            "my.toml",
+        )
+        .unwrap_err()
+        .to_string()
+    }
+
+    #[test]
+    fn absurd_values_are_range_errors_naming_field_and_range() {
+        let cases = [
+            (
+                "link",
+                "h2d_pinned_gbps = 1e-300",
+                "link.h2d_pinned_gbps",
+                "GB/s",
+            ),
+            (
+                "link",
+                "d2h_pageable_gbps = 2e5",
+                "link.d2h_pageable_gbps",
+                "100 TB/s",
+            ),
+            (
+                "link",
+                "h2d_latency_us = 1e30",
+                "link.h2d_latency_us",
+                "0 to 1 s",
+            ),
+            ("link", "d2h_latency_us = -1.0", "link.d2h_latency_us", "us"),
+            ("peer", "gbps = nan", "peer.gbps", "GB/s"),
+            ("peer", "latency_us = inf", "peer.latency_us", "us"),
+            ("gpu", "hbm_gbps = 0.0", "gpu.hbm_gbps", "1 MB/s"),
+            (
+                "gpu",
+                "kernel_overhead_us = 2e6",
+                "gpu.kernel_overhead_us",
+                "1000000 us",
+            ),
+            (
+                "gpu.peak_tflops",
+                "fp16 = 1e-300",
+                "gpu.peak_tflops.fp16",
+                "TFLOP/s",
+            ),
+            (
+                "gpu.peak_tflops",
+                "fp32 = 1e9",
+                "gpu.peak_tflops.fp32",
+                "1000000 TFLOP/s",
+            ),
+            ("gpu", "memory_gib = 2e6", "gpu.memory_gib", "1 PiB"),
+            ("gpu", "memory_gib = 0.0", "gpu.memory_gib", "GiB"),
+            ("host", "ram_gib = -inf", "host.ram_gib", "GiB"),
+            ("efficiency", "gemm = 1.5", "efficiency.gemm", "at most 1"),
+            (
+                "efficiency",
+                "attention = 0.0",
+                "efficiency.attention",
+                "more than 0",
+            ),
+            (
+                "efficiency",
+                "memory = nan",
+                "efficiency.memory",
+                "fraction",
+            ),
+        ];
+        for (section, line, field, range) in cases {
+            let e = with_override(section, line);
+            assert!(
+                e.starts_with(&format!("my.toml: {field}: must be")) && e.contains(range),
+                "{line}: {e}"
+            );
+            assert!(!e.contains('\n'), "{e}");
+        }
+        // The message gives the range in the file's unit.
+        let e = with_override("link", "h2d_pinned_gbps = 1e-300");
+        assert!(
+            e.contains("from 0.001 to 100000 GB/s (1 MB/s to 100 TB/s)"),
+            "{e}"
+        );
+        // The bounds themselves are accepted.
+        for (section, line) in [
+            ("link", "h2d_pinned_gbps = 0.001"),
+            ("link", "h2d_pinned_gbps = 100000.0"),
+            ("link", "h2d_latency_us = 1000000.0"),
+            ("gpu.peak_tflops", "fp32 = 0.001"),
+            ("efficiency", "gemm = 1.0"),
+        ] {
+            HardwareProfile::from_toml_str(
+                &format!("base = \"a100-40g-pcie4\"\n[{section}]\n{line}\n"),
+                "ok.toml",
+            )
+            .unwrap_or_else(|e| panic!("{line}: {e}"));
+        }
+    }
+
+    #[test]
+    fn every_preset_lies_inside_the_limits_with_room() {
+        // The limits are meant for typos, not for real machines: every preset is at least 10x
+        // inside them.
+        for name in HardwareProfile::preset_names() {
+            let p = HardwareProfile::preset(&name).unwrap();
+            for bw in [
+                p.gpu.mem_bandwidth,
+                p.link.h2d_pinned,
+                p.link.d2h_pageable,
+                p.peer.bandwidth,
+            ] {
+                assert!(bw >= 10.0 * limits::BANDWIDTH.min && bw * 10.0 <= limits::BANDWIDTH.max);
+            }
+            let f = p.gpu.peak_flops;
+            for v in [f.fp16, f.bf16, f.fp32] {
+                assert!(v >= 10.0 * limits::FLOPS.min && v * 10.0 <= limits::FLOPS.max);
+            }
+            assert!(p.link.h2d_latency_s * 10.0 <= limits::LATENCY.max);
+        }
+    }
+
+    /// A fresh directory for file tests.
+    fn temp_dir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("kvplan-hw-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn base_may_be_a_profile_file_relative_to_the_including_file() {
+        let d = temp_dir("base-file");
+        std::fs::create_dir_all(d.join("site")).unwrap();
+        // site/host.toml: a preset with more RAM; mine.toml: that file with a slower link.
+        std::fs::write(
+            d.join("site/host.toml"),
+            "base = \"a100-40g-pcie4\"\nname = \"site\"\n[host]\nram_gib = 1024.0\n",
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("mine.toml"),
+            "base = \"site/host.toml\"\n[link]\nh2d_pinned_gbps = 20.0\n",
+        )
+        .unwrap();
+        let p = HardwareProfile::from_file(&d.join("mine.toml")).unwrap();
+        let a = HardwareProfile::preset("a100-40g-pcie4").unwrap();
+        assert_eq!(p.name, "mine");
+        assert_eq!(p.host.ram_bytes, 1024 << 30);
+        assert_eq!(p.link.h2d_pinned, 20e9);
+        assert_eq!(p.link.d2h_pinned, a.link.d2h_pinned);
+        assert_eq!(p.gpu, a.gpu);
+        // Same as --hardware PATH.
+        let q = HardwareProfile::resolve(&d.join("mine.toml").display().to_string()).unwrap();
+        assert_eq!(p, q);
+        // A bad value in the base names the base file.
+        std::fs::write(d.join("bad.toml"), "base = \"t4\"\n[peer]\ngbps = 1e-300\n").unwrap();
+        std::fs::write(d.join("top.toml"), "base = \"bad.toml\"\n").unwrap();
+        let e = HardwareProfile::from_file(&d.join("top.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("bad.toml: peer.gbps"), "{e}");
+        // A missing base file names the field and the path it looked for.
+        std::fs::write(d.join("lost.toml"), "base = \"nowhere/x.toml\"\n").unwrap();
+        let e = HardwareProfile::from_file(&d.join("lost.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("lost.toml: base") && e.contains("nowhere/x.toml"),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn base_cycles_are_errors() {
+        let d = temp_dir("base-cycle");
+        std::fs::write(d.join("a.toml"), "base = \"b.toml\"\n").unwrap();
+        std::fs::write(d.join("b.toml"), "base = \"./a.toml\"\n").unwrap();
+        std::fs::write(d.join("self.toml"), "base = \"self.toml\"\n").unwrap();
+        let e = HardwareProfile::from_file(&d.join("a.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("include cycle") && e.contains("a.toml -> ") && e.contains("b.toml -> "),
+            "{e}"
+        );
+        let e = HardwareProfile::from_file(&d.join("self.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("include cycle"), "{e}");
+        let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -182,7 +182,8 @@ impl ModelSpec {
         Self::from_hf_config_str(text, n, &format!("preset {n}"))
     }
 
-    /// A preset name, or else a path to a Hugging Face `config.json`.
+    /// A preset name, or else a path to a Hugging Face `config.json` or to a model directory
+    /// holding one (`DIR/config.json`, as `save_pretrained` and the Hub lay it out).
     pub fn resolve(name_or_path: &str) -> Result<Self> {
         let looks_like_path = name_or_path.contains('/')
             || name_or_path.contains('\\')
@@ -193,6 +194,9 @@ impl ModelSpec {
         let path = Path::new(name_or_path);
         if path.is_file() {
             return Self::from_hf_config_file(path);
+        }
+        if path.is_dir() {
+            return Self::from_model_dir(path);
         }
         if looks_like_path {
             return Err(Error::Io {
@@ -214,6 +218,34 @@ impl ModelSpec {
         })?;
         let origin = path.display().to_string();
         Self::from_hf_config_str(&text, &origin, &origin)
+    }
+
+    /// Reads `dir/config.json` (a Hugging Face model directory). The model is named after the
+    /// directory.
+    pub fn from_model_dir(dir: &Path) -> Result<Self> {
+        let config = dir.join("config.json");
+        if !config.is_file() {
+            return Err(Error::Io {
+                path: config,
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!(
+                        "{} is a directory without a config.json; pass a Hugging Face model directory or the config.json itself",
+                        dir.display()
+                    ),
+                ),
+            });
+        }
+        let text = std::fs::read_to_string(&config).map_err(|source| Error::Io {
+            path: config.clone(),
+            source,
+        })?;
+        let name = dir.display().to_string();
+        Self::from_hf_config_str(
+            &text,
+            name.trim_end_matches(['/', '\\']),
+            &config.display().to_string(),
+        )
     }
 
     /// Parses the text of a Hugging Face `config.json`. `name` becomes [`ModelSpec::name`];
@@ -464,6 +496,32 @@ impl Cfg<'_> {
             .ok_or_else(|| self.missing(keys[0], hint))
     }
 
+    /// `hidden / heads` for a config without `head_dim`: Hugging Face derives the head size this
+    /// way and rejects a width the heads do not divide, so a remainder is an error (a config
+    /// whose heads are not `hidden / heads` wide must say `head_dim`). Zero heads are left to
+    /// [`ModelSpec::validate`], which names the field.
+    fn implied_head_dim(
+        &self,
+        hidden: u32,
+        heads: u32,
+        hidden_field: &str,
+        heads_field: &str,
+    ) -> Result<u32> {
+        match hidden.checked_div(heads) {
+            None => Ok(0),
+            Some(d) if d * heads == hidden => Ok(d),
+            Some(_) => Err(Error::invalid(
+                format!("{}: {hidden_field}", self.origin),
+                hidden,
+                format!(
+                    "must be a multiple of {heads_field} ({heads}) when the config has no \
+                     head_dim; add \"head_dim\" if the heads are not {hidden_field} / \
+                     {heads_field} wide"
+                ),
+            )),
+        }
+    }
+
     fn bool_or(&self, key: &str, default: bool) -> Result<bool> {
         match self.get(&[key]) {
             None => Ok(default),
@@ -500,7 +558,7 @@ impl Cfg<'_> {
 fn opt(c: &Cfg, name: &str) -> Result<ModelSpec> {
     let hidden = c.u32(&["hidden_size"], "the model width, e.g. 4096")?;
     let heads = c.u32(&["num_attention_heads"], "query heads")?;
-    let head_dim = hidden.checked_div(heads).unwrap_or(0);
+    let head_dim = c.implied_head_dim(hidden, heads, "hidden_size", "num_attention_heads")?;
     let embed_proj = c.opt_u32(&["word_embed_proj_dim"])?.unwrap_or(hidden);
     let max_pos = c.u32(&["max_position_embeddings"], "e.g. 2048")?;
     let bias = c.bool_or("enable_bias", true)?;
@@ -537,8 +595,7 @@ fn llama_like(c: &Cfg, name: &str, family: Family) -> Result<ModelSpec> {
         None if family == Family::Gemma2 => {
             return Err(c.missing("head_dim", "Gemma 2 sets it explicitly, e.g. 256"));
         }
-        None if heads > 0 => hidden / heads,
-        None => 0,
+        None => c.implied_head_dim(hidden, heads, "hidden_size", "num_attention_heads")?,
     };
     let (qkv_bias, proj_bias) = match family {
         Family::Qwen2 => (true, false),
@@ -585,6 +642,10 @@ fn falcon(c: &Cfg, name: &str) -> Result<ModelSpec> {
     } else {
         heads
     };
+    let head_dim = match c.opt_u32(&["head_dim"])? {
+        Some(d) => d,
+        None => c.implied_head_dim(hidden, heads, "hidden_size", "num_attention_heads")?,
+    };
     let parallel = c.bool_or("parallel_attn", true)?;
     let bias = c.bool_or("bias", false)?;
     let ffn = c.opt_u32(&["ffn_hidden_size"])?.unwrap_or(4 * hidden);
@@ -596,9 +657,7 @@ fn falcon(c: &Cfg, name: &str) -> Result<ModelSpec> {
         hidden,
         num_heads: heads,
         num_kv_heads: kv_heads,
-        head_dim: c
-            .opt_u32(&["head_dim"])?
-            .unwrap_or(hidden.checked_div(heads).unwrap_or(0)),
+        head_dim,
         ffn_dim: ffn,
         vocab: c.u32(&["vocab_size"], "e.g. 65024")?,
         max_position: c.opt_u32(&["max_position_embeddings"])?.unwrap_or(2048),
@@ -751,5 +810,125 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("hidden_size") && e.contains("at least 1"), "{e}");
+    }
+
+    const LLAMA_TINY: &str = r#""model_type":"llama","num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"intermediate_size":256,"vocab_size":1000,"max_position_embeddings":512"#;
+
+    #[test]
+    fn hidden_not_divisible_by_heads_needs_an_explicit_head_dim() {
+        // 100 / 3: Hugging Face would reject this config; so does kvplan, naming the fix.
+        for model_type in ["llama", "mistral", "qwen2"] {
+            let text = format!(
+                r#"{{"model_type":"{model_type}","hidden_size":100,"num_attention_heads":3,"num_hidden_layers":2,"intermediate_size":256,"vocab_size":1000,"max_position_embeddings":512}}"#
+            );
+            let e = ModelSpec::from_hf_config_str(&text, "x", "x.json")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with("x.json: hidden_size")
+                    && e.contains("multiple of num_attention_heads (3)")
+                    && e.contains("head_dim")
+                    && e.contains("got 100"),
+                "{model_type}: {e}"
+            );
+        }
+        let e = ModelSpec::from_hf_config_str(
+            r#"{"model_type":"opt","hidden_size":100,"num_attention_heads":3,"num_hidden_layers":2,"ffn_dim":400,"vocab_size":1000,"max_position_embeddings":512}"#,
+            "x",
+            "x.json",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("hidden_size") && e.contains("multiple"), "{e}");
+        let e = ModelSpec::from_hf_config_str(
+            r#"{"model_type":"falcon","hidden_size":100,"num_attention_heads":3,"num_hidden_layers":2,"vocab_size":1000}"#,
+            "x",
+            "x.json",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("hidden_size") && e.contains("multiple"), "{e}");
+        // Divisible: head_dim = hidden / heads, q_dim = hidden.
+        let m = ModelSpec::from_hf_config_str(
+            &format!(r#"{{{LLAMA_TINY},"hidden_size":128}}"#),
+            "x",
+            "x.json",
+        )
+        .unwrap();
+        assert_eq!((m.head_dim, m.q_dim(), m.kv_dim()), (32, 128, 64));
+    }
+
+    #[test]
+    fn explicit_head_dim_wins_and_q_dim_may_differ_from_hidden() {
+        // hidden 100 is not 4 heads x 32, but head_dim says so: Q is 128 wide, K and V 64 each.
+        let m = ModelSpec::from_hf_config_str(
+            &format!(r#"{{{LLAMA_TINY},"hidden_size":100,"head_dim":32}}"#),
+            "x",
+            "x.json",
+        )
+        .unwrap();
+        assert_eq!(
+            (m.hidden, m.head_dim, m.q_dim(), m.kv_dim()),
+            (100, 32, 128, 64)
+        );
+        // Parameters: W_Q (h x q), W_O (q x h), W_K and W_V (h x kv each) use the right widths.
+        let (kv_proj, q_o, _) = m.layer_param_parts();
+        assert_eq!(kv_proj, 2 * 100 * 64);
+        assert_eq!(q_o, 100 * 128 + 128 * 100 + 100);
+        // The KV cache follows kv_dim, the recompute activations follow hidden.
+        assert_eq!(m.kv_bytes_per_token_layer(), 2 * 64 * 2);
+        assert_eq!(m.act_bytes_per_token_layer(), 100 * 2);
+        // Falcon reads head_dim too.
+        let f = ModelSpec::from_hf_config_str(
+            r#"{"model_type":"falcon","hidden_size":100,"num_attention_heads":4,"head_dim":32,"num_hidden_layers":2,"vocab_size":1000}"#,
+            "x",
+            "x.json",
+        )
+        .unwrap();
+        assert_eq!((f.head_dim, f.q_dim()), (32, 128));
+    }
+
+    fn temp_dir(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("kvplan-model-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn a_model_directory_reads_its_config_json() {
+        let d = temp_dir("dir");
+        let model = d.join("tiny-llama");
+        std::fs::create_dir_all(&model).unwrap();
+        std::fs::write(
+            model.join("config.json"),
+            format!(r#"{{{LLAMA_TINY},"hidden_size":128}}"#),
+        )
+        .unwrap();
+        let from_dir = ModelSpec::resolve(&model.display().to_string()).unwrap();
+        let from_file =
+            ModelSpec::resolve(&model.join("config.json").display().to_string()).unwrap();
+        assert_eq!(from_dir.name, model.display().to_string());
+        assert_eq!(
+            ModelSpec {
+                name: from_file.name.clone(),
+                ..from_dir
+            },
+            from_file
+        );
+        // With a trailing slash too.
+        assert!(ModelSpec::resolve(&format!("{}/", model.display())).is_ok());
+        // A directory without config.json: the error names the path it looked for.
+        let empty = d.join("empty");
+        std::fs::create_dir_all(&empty).unwrap();
+        let e = ModelSpec::resolve(&empty.display().to_string())
+            .unwrap_err()
+            .to_string();
+        let want = empty.join("config.json").display().to_string();
+        assert!(
+            e.contains(&want) && e.contains("directory without a config.json"),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&d);
     }
 }
