@@ -315,17 +315,19 @@ impl RawScenario {
                     )));
                 }
             },
-            link_gbps: positive("--link-gbps (runahead.link_gbps)", r.link_gbps, false)?,
-            link_latency_us: positive(
+        };
+        let link = kvplan_planner::runahead::LinkOverride {
+            gbps: positive("--link-gbps (runahead.link_gbps)", r.link_gbps, false)?,
+            latency_us: positive(
                 "--link-latency-us (runahead.link_latency_us)",
                 r.link_latency_us,
                 true,
             )?,
         };
-        // --link-gbps / --link-latency-us replace the profile's peer link for every command, so the
-        // planner, the simulator and the executor see the same link.
-        let hardware = if runahead.link_gbps.is_some() || runahead.link_latency_us.is_some() {
-            kvplan_planner::runahead::with_link_override(&hardware, &runahead)?
+        // --link-gbps / --link-latency-us replace the profile's peer link once, here, for every
+        // command: the planner, the simulator and the executor get the same link.
+        let hardware = if link.is_some() {
+            kvplan_planner::runahead::with_link_override(&hardware, &link)?
         } else {
             hardware
         };
