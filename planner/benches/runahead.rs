@@ -78,5 +78,44 @@ fn partition(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, partition);
+/// The CLI case `kvplan plan runahead --model llama-2-7b --hardware h200 --devices 64 --context
+/// 131072`: the whole plan with 64 devices offered.
+fn plan_64(c: &mut Criterion) {
+    let model = ModelSpec::preset("llama-2-7b").unwrap();
+    let hw = HardwareProfile::preset("h200").unwrap();
+    let cost = CostModel::new(&hw);
+    let shape = Shape {
+        batch: 1,
+        gpu_batches: 1,
+        prompt: CONTEXT,
+        gen_len: 1,
+    };
+    let options = Options {
+        runahead: RunaheadOptions { devices: 64 },
+        ..Options::default()
+    };
+    let mut group = c.benchmark_group("runahead plan P=64 128K");
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(100))
+        .measurement_time(Duration::from_secs(10));
+    group.bench_function("llama-2-7b h200", |b| {
+        b.iter(|| {
+            black_box(
+                plan(
+                    &model,
+                    &hw,
+                    &cost,
+                    &shape,
+                    Strategy::Runahead,
+                    black_box(&options),
+                )
+                .unwrap(),
+            )
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, partition, plan_64);
 criterion_main!(benches);
