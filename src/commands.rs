@@ -520,6 +520,14 @@ pub fn plan_runahead(args: &PlanArgs) -> Result<Output, CliError> {
             }
             out.push_str(&t.render());
             let _ = writeln!(out, "speed-up over one device: x{:.3}", d.speedup);
+            let _ = writeln!(
+                out,
+                "decode device: {} (holds the whole KV cache); peer link traffic {} ({:.1} GB/s): {:?} bytes sent per device",
+                d.decode_device,
+                gib(d.peer_bytes),
+                d.link_gbps,
+                d.peer_bytes_by_device
+            );
             let _ = writeln!(out, "{}", memory_line(&p));
             for n in &p.notes {
                 let _ = writeln!(out, "note: {n}");

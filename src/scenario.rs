@@ -190,7 +190,13 @@ impl std::fmt::Display for Note {
 
 /// The notes for settings `strategy` clamps or ignores (`devices_set`: `--devices` was given;
 /// its resolved value always holds the default).
-fn notes(strategy: Strategy, shape: &Shape, options: &Options, devices_set: bool) -> Vec<Note> {
+fn notes(
+    strategy: Strategy,
+    shape: &Shape,
+    options: &Options,
+    devices_set: bool,
+    link: &kvplan_planner::runahead::LinkOverride,
+) -> Vec<Note> {
     let mut notes = Vec::new();
     let mut ignored = |set: bool, setting: &'static str, read_by: Strategy| {
         if set && strategy != read_by {
@@ -221,19 +227,18 @@ fn notes(strategy: Strategy, shape: &Shape, options: &Options, devices_set: bool
         "--chunk (headinfer.chunk)",
         Strategy::HeadInfer,
     );
-    let r = &options.runahead;
     ignored(
         devices_set,
         "--devices (runahead.devices)",
         Strategy::Runahead,
     );
     ignored(
-        r.link_gbps.is_some(),
+        link.gbps.is_some(),
         "--link-gbps (runahead.link_gbps)",
         Strategy::Runahead,
     );
     ignored(
-        r.link_latency_us.is_some(),
+        link.latency_us.is_some(),
         "--link-latency-us (runahead.link_latency_us)",
         Strategy::Runahead,
     );
@@ -474,14 +479,16 @@ impl RawScenario {
                     )));
                 }
             },
-            link_gbps: in_range(
+        };
+        let link = kvplan_planner::runahead::LinkOverride {
+            gbps: in_range(
                 "--link-gbps (runahead.link_gbps)",
                 r.link_gbps,
                 1e9,
                 "GB/s",
                 limits::BANDWIDTH,
             )?,
-            link_latency_us: in_range(
+            latency_us: in_range(
                 "--link-latency-us (runahead.link_latency_us)",
                 r.link_latency_us,
                 1e-6,
@@ -489,10 +496,10 @@ impl RawScenario {
                 limits::LATENCY,
             )?,
         };
-        // --link-gbps / --link-latency-us replace the profile's peer link for every command, so the
-        // planner, the simulator and the executor see the same link.
-        let hardware = if runahead.link_gbps.is_some() || runahead.link_latency_us.is_some() {
-            kvplan_planner::runahead::with_link_override(&hardware, &runahead)?
+        // --link-gbps / --link-latency-us replace the profile's peer link once, here, for every
+        // command: the planner, the simulator and the executor get the same link.
+        let hardware = if link.is_some() {
+            kvplan_planner::runahead::with_link_override(&hardware, &link)?
         } else {
             hardware
         };
@@ -505,7 +512,13 @@ impl RawScenario {
             runahead,
         };
         Ok(Scenario {
-            notes: notes(strategy, &shape, &options, self.runahead.devices.is_some()),
+            notes: notes(
+                strategy,
+                &shape,
+                &options,
+                self.runahead.devices.is_some(),
+                &link,
+            ),
             model,
             hardware,
             strategy,

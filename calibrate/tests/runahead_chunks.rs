@@ -6,7 +6,7 @@ use kvplan_calibrate::{Measurements, build_profile};
 use kvplan_exec::{BackendKind, DeviceInfo, ExecOptions};
 use kvplan_planner::calibration::{CopyTables, Curve};
 use kvplan_planner::plan::{Options, Shape, Strategy, plan};
-use kvplan_planner::runahead::{self, ChunkCosts, ModelCosts, RunaheadOptions};
+use kvplan_planner::runahead::{ChunkCosts, ModelCosts};
 use kvplan_planner::schedule::OpKind;
 use kvplan_planner::{CostModel, HardwareProfile, ModelSpec};
 
@@ -114,8 +114,7 @@ fn calibrated_chunk_costs_reach_the_runahead_planner() {
     // Through the TOML file, as `--hardware calibrated.toml` reads it.
     let hw = HardwareProfile::from_toml_str(&file.to_toml(), "calibrated.toml").unwrap();
     let cost = CostModel::new(&hw);
-    let link = runahead::link_of(&hw, &RunaheadOptions::default()).unwrap();
-    let costs = ModelCosts::new(&m, &cost, 1, link);
+    let costs = ModelCosts::new(&m, &cost, 1);
     // The planner's per-chunk attention is the fitted model: within 5% of the measured points.
     for &(c, p) in &shapes {
         let measured = truth(&chunk_prefix_attention(&m, c, p)) * 1.02;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use kvplan_planner::plan::{Options, Shape, Strategy, plan};
-use kvplan_planner::runahead::{self, ModelCosts, RunaheadOptions, optimise};
+use kvplan_planner::runahead::{self, LinkOverride, ModelCosts, RunaheadOptions, optimise};
 use kvplan_planner::{CostModel, HardwareProfile, ModelSpec};
 
 const CONTEXT: u32 = 128 * 1024;
@@ -25,13 +25,12 @@ fn partition(c: &mut Criterion) {
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(5));
     for gbps in [None, Some(10.0)] {
-        let ro = RunaheadOptions {
-            devices: DEVICES,
-            link_gbps: gbps,
-            link_latency_us: None,
+        let link = LinkOverride {
+            gbps,
+            latency_us: None,
         };
-        let cost = CostModel::new(&runahead::with_link_override(&hw, &ro).unwrap());
-        let costs = ModelCosts::new(&model, &cost, 1, runahead::link_of(&hw, &ro).unwrap());
+        let cost = CostModel::new(&runahead::with_link_override(&hw, &link).unwrap());
+        let costs = ModelCosts::new(&model, &cost, 1);
         let label = match gbps {
             None => "nvlink 300 GB/s".to_string(),
             Some(g) => format!("{g} GB/s"),
@@ -53,10 +52,7 @@ fn partition(c: &mut Criterion) {
         gen_len: 1,
     };
     let options = Options {
-        runahead: RunaheadOptions {
-            devices: DEVICES,
-            ..RunaheadOptions::default()
-        },
+        runahead: RunaheadOptions { devices: DEVICES },
         ..Options::default()
     };
     let mut group = c.benchmark_group("runahead plan P=8 128K");
@@ -82,5 +78,44 @@ fn partition(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, partition);
+/// The CLI case `kvplan plan runahead --model llama-2-7b --hardware h200 --devices 64 --context
+/// 131072`: the whole plan with 64 devices offered.
+fn plan_64(c: &mut Criterion) {
+    let model = ModelSpec::preset("llama-2-7b").unwrap();
+    let hw = HardwareProfile::preset("h200").unwrap();
+    let cost = CostModel::new(&hw);
+    let shape = Shape {
+        batch: 1,
+        gpu_batches: 1,
+        prompt: CONTEXT,
+        gen_len: 1,
+    };
+    let options = Options {
+        runahead: RunaheadOptions { devices: 64 },
+        ..Options::default()
+    };
+    let mut group = c.benchmark_group("runahead plan P=64 128K");
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(100))
+        .measurement_time(Duration::from_secs(10));
+    group.bench_function("llama-2-7b h200", |b| {
+        b.iter(|| {
+            black_box(
+                plan(
+                    &model,
+                    &hw,
+                    &cost,
+                    &shape,
+                    Strategy::Runahead,
+                    black_box(&options),
+                )
+                .unwrap(),
+            )
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, partition, plan_64);
 criterion_main!(benches);

@@ -1,0 +1,601 @@
+//! KV-Runahead (METHODS.md section 3): parallel prefill over `P` devices with an uneven context
+//! partition and a point-to-point KV chain.
+//!
+//! # The schedule
+//!
+//! Device `i` holds the chunk `[s_i, s_i + c_i)` of the context. Per layer `j` it runs, on its
+//! compute stream, `ln1` and `qkv_proj` of its `c_i` rows (no dependency on other devices), then
+//! the causal attention of its `c_i` queries over `s_i + c_i` keys, which waits for the
+//! accumulated K,V of chunks `< i` of layer `j` sent by device `i - 1`, then `out_proj` and the
+//! FFN. On its peer stream (to `i + 1`) it sends the accumulated K,V of chunks `<= i` of layer `j`
+//! (`s_i + c_i` tokens) once its own `qkv_proj` of layer `j` is done and device `i - 1`'s send of
+//! layer `j` has arrived; sends are asynchronous and overlap compute. The last device runs the
+//! final norm, LM head and sampling: the end of `sample` is the TTFT. Non-last devices skip the
+//! attention and FFN of the last layer (their outputs feed nothing: the first token needs only
+//! the last position, and the cache needs only K,V), so the prefill makespan equals the TTFT.
+//! With `gen > 1`, decode runs on the last device, which holds the whole KV cache.
+//!
+//! # Closed form (equal to simulating the schedule)
+//!
+//! Every layer of a device costs the same: `e_i` (embedding), `a_i` (`ln1 + qkv_proj`), `t_i`
+//! (attention), `g_i` (`out_proj` .. `ffn_down`), `w_i = a_i + t_i + g_i`, and the send
+//! `x_i = latency + (s_i + c_i) K,V bytes / bandwidth`. The schedule is a DAG whose ops each
+//! have their own stream (one engine per stream), so every op starts at the longest path to it.
+//! A path to the end crosses each device `k..=D` it visits once through its peer stream (one
+//! `x_i` each), starts at some device `k` with `e_k + a_k`, ends with `t_D + g_D + h`, and makes
+//! exactly `L - 1` layer steps, each along one device's compute chain (`w_i`) or peer chain
+//! (`x_i`). A maximal path puts every step on the slowest chain it visits, so
+//!
+//! ```text
+//! TTFT = h + max_k [ e_k + a_k + U_k + (L - 1) rho_k ]
+//! U_k   = t_D + g_D + sum_{i=k}^{D-1} x_i          (the fill: one layer through the chain)
+//! rho_k = max( w_k..w_D, x_k..x_{D-1} )            (the slowest chain from k on)
+//! ```
+//!
+//! `D + 1` devices, `h` = final norm + LM head + sample. [`ttft`] evaluates this in `O(P)`;
+//! [`ttft_by_layers`] runs the per-layer recurrence; tests hold both to the simulator.
+//!
+//! # The optimiser
+//!
+//! Placing devices from the last to the first, a partial partition (devices `k..=D`, chunk `k`
+//! starting at `s_k`) is summarised by `(U_k, rho_k, Z_k)` with `Z_k = max_{k' >= k} term_k'`.
+//! The devices still to be placed see the suffix only through `U_k` and `rho_k`, every later
+//! term is non-decreasing in both (`U_{k-1} = U_k + x_{k-1}`, `rho_{k-1} = max(rho_k, ..)`), and
+//! the TTFT is `h + max(Z_k, later terms)`: a summary no larger in all three coordinates than
+//! another at the same boundary is never worse, so keeping the whole Pareto front of
+//! `(U, rho, Z)` per (device count, boundary) loses nothing. [`optimise`] runs this DP on a grid
+//! of at most [`GRID_CELLS`] cells; it is **exact over every partition whose boundaries lie on
+//! the grid**, i.e. over every partition when the context has at most [`GRID_CELLS`] tokens
+//! (tested against brute force over all compositions, at token and at block granularity). States
+//! that cannot beat the equal-chunk incumbent are dropped (a valid bound: later terms only add).
+//! Longer contexts are then refined by the same exact DP over windows of `±`[`WINDOW`] steps
+//! around every boundary, all boundaries moving at once, the step shrinking 4x per round down to
+//! one token (a round whose optimum reaches a window's edge is repeated at the same step; rounds
+//! at one token repeat while they improve). The result is therefore optimal on the grid, no
+//! worse than the grid optimum, and optimal against every simultaneous move of all boundaries
+//! by up to `WINDOW` tokens; the equal-chunk partition is always a candidate, so it is never
+//! worse than even chunks. Tests check that 48 coarse cells plus refinement reach the same TTFT
+//! as a 128-cell exact grid (to 1e-6), and beat the exact 512-token block optimum.
+//! The paper's hierarchical grid search has none of these guarantees and samples the TTFT by
+//! running the model; here each candidate costs `O(1)` cost-model calls.
+//!
+//! One DP pass yields the best partition for every device count `1..=P`.
+//!
+//! # The device count
+//!
+//! Each count's partition that fits in memory is a candidate, and its TTFT `t_p` is taken by
+//! simulating its chain schedule on the discrete-event engine ([`crate::engine`]) with the
+//! plan's [`CostModel`]. With `t* = min_p t_p`, the plan uses the fewest devices `p` with
+//! `t_p <= (1 + DEVICE_TOLERANCE) t*` ([`DEVICE_TOLERANCE`] = 1%), except that it uses one
+//! device when one fits and `t_p > (1 - MIN_GAIN) t_1` ([`MIN_GAIN`] = 10%): more devices
+//! must cut the TTFT by at least 10%. Neither threshold is an option. [`choose_devices`]
+//! applies the rule.
+//!
+//! # The link
+//!
+//! Peer sends take the [`CostModel`]'s peer link, both in the optimiser ([`ModelCosts`]) and on
+//! the engine. `--link-gbps` / `--link-latency-us` are applied once, where the hardware is
+//! resolved ([`with_link_override`]), so the plan and `kvplan_sim::simulate` use one link.
+//!
+//! # Memory
+//!
+//! The last device holds the weights and the K,V of the whole context (plus decoded tokens):
+//! when that alone exceeds the GPU, [`plan`] fails with [`Error::DoesNotFit`] before searching.
+
+mod costs;
+mod memory;
+mod optimiser;
+mod schedule;
+
+pub use costs::{Blocks, ChunkCost, ChunkCosts, ModelCosts, even_partition, ttft, ttft_by_layers};
+pub use optimiser::{DeviceOptimum, GRID_CELLS, Optimum, WINDOW, optimise, optimise_on_grid};
+pub use schedule::{chain_schedule, chunk_schedule, tensor_parallel_schedule};
+
+use serde::Serialize;
+
+use crate::cost::{CostModel, LinkCost};
+use crate::engine::{self, EngineMap};
+use crate::error::{Error, Result};
+use crate::hardware::HardwareProfile;
+use crate::model::ModelSpec;
+use crate::plan::{Options, Order, Plan, Shape, Strategy, WeightsPlacement};
+use crate::schedule::{OpId, Schedule};
+
+/// Device-count rule, closeness to the best: the plan uses the fewest devices whose simulated
+/// TTFT is at most `(1 + DEVICE_TOLERANCE)` times the best over all device counts.
+pub const DEVICE_TOLERANCE: f64 = 0.01;
+
+/// Device-count rule, gain over one device: a multi-device plan is used only when its simulated
+/// TTFT is at least this fraction lower than one device's (`t_P <= (1 - MIN_GAIN) t_1`), else
+/// the prompt stays on one device: a few percent of TTFT is not worth tying up more GPUs and a
+/// chain of peer transfers (the published behaviour: short prompts on a slow link stay on one
+/// GPU). Not an option: the rule is fixed.
+pub const MIN_GAIN: f64 = 0.10;
+
+/// KV-Runahead options.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunaheadOptions {
+    /// Devices available (`P`).
+    pub devices: u32,
+}
+
+impl Default for RunaheadOptions {
+    fn default() -> Self {
+        RunaheadOptions { devices: 4 }
+    }
+}
+
+/// A replacement for a profile's `[peer]` link (`--link-gbps`, `--link-latency-us`). It is
+/// applied once, where the hardware is resolved ([`with_link_override`]); the planner and the
+/// simulator then take the link from the same [`CostModel`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct LinkOverride {
+    /// Device-to-device bandwidth, GB/s (else the profile's).
+    pub gbps: Option<f64>,
+    /// Device-to-device latency, microseconds (else the profile's).
+    pub latency_us: Option<f64>,
+}
+
+impl LinkOverride {
+    /// Whether it replaces anything.
+    pub fn is_some(&self) -> bool {
+        self.gbps.is_some() || self.latency_us.is_some()
+    }
+}
+
+/// TTFT of each method, seconds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TtftByMethod {
+    /// The chosen KV-Runahead partition.
+    pub runahead: f64,
+    /// All prefill on one device.
+    pub single_device: f64,
+    /// Equal chunks with the same chain.
+    pub even_chain: f64,
+    /// Tensor/sequence-parallel prefill with an all-gather of K, V.
+    pub tensor_parallel: f64,
+}
+
+/// The decisions of a KV-Runahead plan.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunaheadDetails {
+    /// Devices the chosen plan uses (may be fewer than offered).
+    pub devices_used: u32,
+    /// Context tokens per device, in chain order; sums to the context.
+    pub partition: Vec<u32>,
+    /// Predicted TTFT per method (simulated on the engine).
+    pub ttft_s: TtftByMethod,
+    /// `single_device / runahead`.
+    pub speedup: f64,
+    /// Devices offered (`--devices`, capped at the context length). The `even_chain` and
+    /// `tensor_parallel` baselines use all of them.
+    pub devices_offered: u32,
+    /// `tensor_parallel / runahead` (the comparison the KV-Runahead paper reports).
+    pub speedup_vs_tensor_parallel: f64,
+    /// Simulated TTFT of the best partition found with `1, 2, ..., devices_offered` devices,
+    /// seconds; `null` where that partition does not fit in memory (not a candidate).
+    pub ttft_by_devices_s: Vec<Option<f64>>,
+    /// The device (chain index) that holds the whole KV cache, samples the first token and runs
+    /// the decode steps: the last of the chain.
+    pub decode_device: u32,
+    /// Peer link used (the cost model's): bandwidth, GB/s.
+    pub link_gbps: f64,
+    /// Peer link used: per-transfer latency, microseconds.
+    pub link_latency_us: f64,
+    /// Bytes the chosen plan sends over peer links (all layers, all devices).
+    pub peer_bytes: u64,
+    /// Bytes device `i` sends to device `i + 1` (all layers), in chain order; the decode device
+    /// sends nothing and receives the last entry before it.
+    pub peer_bytes_by_device: Vec<u64>,
+    /// Bytes the tensor-parallel baseline sends between devices (all layers).
+    pub tensor_parallel_peer_bytes: u64,
+    /// What limits the chosen plan: `compute` (a device's layer work) or `link` (a send).
+    pub bottleneck: &'static str,
+    /// How the partition was found.
+    pub search: SearchInfo,
+}
+
+/// How [`optimise`] searched.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SearchInfo {
+    /// Cells of the coarse grid (the context when it has at most [`GRID_CELLS`] tokens).
+    pub grid_cells: u32,
+    /// Tokens per coarse cell (1: every partition was searched exactly).
+    pub cell_tokens: u32,
+    /// Whether the coarse search covered every partition (context <= [`GRID_CELLS`] tokens).
+    pub exact: bool,
+    /// Refinement rounds run for the chosen device count.
+    pub refine_rounds: u32,
+    /// Pareto states kept by the coarse DP (all device counts).
+    pub states: u64,
+    /// Whether the chosen partition is a local optimum at token resolution (see
+    /// [`DeviceOptimum::local_optimum`]).
+    pub local_optimum: bool,
+}
+
+// ---- the link -------------------------------------------------------------------------------
+
+/// The peer link of `hw` with `link`'s replacements.
+pub fn link_of(hw: &HardwareProfile, link: &LinkOverride) -> Result<LinkCost> {
+    let bw = match link.gbps {
+        Some(g) if g.is_finite() && g > 0.0 => g * 1e9,
+        Some(g) => {
+            return Err(Error::invalid(
+                "--link-gbps",
+                g,
+                "must be a positive device-to-device bandwidth in GB/s (e.g. 300 for NVLink 3, 10 or 1 for a slow link)",
+            ));
+        }
+        None => hw.peer.bandwidth,
+    };
+    let lat = match link.latency_us {
+        Some(l) if l.is_finite() && l >= 0.0 => l * 1e-6,
+        Some(l) => {
+            return Err(Error::invalid(
+                "--link-latency-us",
+                l,
+                "must be zero or more microseconds",
+            ));
+        }
+        None => hw.peer.latency_s,
+    };
+    Ok(LinkCost {
+        latency_s: lat,
+        secs_per_byte: 1.0 / bw,
+    })
+}
+
+/// `hw` with its `[peer]` link replaced by `link`: the one place a link override is applied.
+/// Resolve the hardware with it once and build the [`CostModel`] that both [`plan`] and the
+/// simulator get, so the simulator's peer sends take exactly what the planner assumed.
+pub fn with_link_override(hw: &HardwareProfile, link: &LinkOverride) -> Result<HardwareProfile> {
+    let l = link_of(hw, link)?;
+    let mut out = hw.clone();
+    out.peer.bandwidth = 1.0 / l.secs_per_byte;
+    out.peer.latency_s = l.latency_s;
+    if link.is_some() {
+        out.peer.kind = format!("{} (overridden)", hw.peer.kind);
+    }
+    Ok(out)
+}
+
+// ---- evaluation on the engine ---------------------------------------------------------------
+
+/// The end of `op` when `schedule` runs on the discrete-event engine with durations from `cost`
+/// (peer sends from its peer link): what `kvplan_sim::simulate` gives.
+fn simulated_end(schedule: &Schedule, cost: &CostModel, op: OpId) -> Result<f64> {
+    let ops = schedule.ops();
+    let engines = EngineMap::for_link(schedule, cost.duplex());
+    let spans = engine::run_with(schedule, &engines, |i| cost.duration(&ops[i].kind))
+        .map_err(|e| Error::InvalidSchedule(e.to_string()))?;
+    Ok(spans[op.index()].end)
+}
+
+/// Simulated TTFT of the chain over `partition` (prefill only).
+fn simulated_ttft(
+    model: &ModelSpec,
+    batch: u32,
+    partition: &[u32],
+    cost: &CostModel,
+) -> Result<f64> {
+    let (s, sample) = chain_schedule(model, batch, partition, 1);
+    simulated_end(&s, cost, sample)
+}
+
+/// The device-count rule of the module docs over `candidates` (index `i`: `i + 1` devices;
+/// `None`: not a candidate). Returns the chosen index and whether the gain rule sent the prompt
+/// back to one device.
+///
+/// # Panics
+/// If no candidate is `Some`.
+pub fn choose_devices(candidates: &[Option<f64>]) -> (usize, bool) {
+    let best = candidates
+        .iter()
+        .flatten()
+        .copied()
+        .fold(f64::INFINITY, f64::min);
+    assert!(best.is_finite(), "at least one candidate");
+    let limit = best * (1.0 + DEVICE_TOLERANCE);
+    let chosen = candidates
+        .iter()
+        .position(|t| t.is_some_and(|t| t <= limit))
+        .expect("the best is within the limit");
+    match candidates[0] {
+        Some(one) if chosen > 0 && candidates[chosen].expect("chosen") > (1.0 - MIN_GAIN) * one => {
+            (0, true)
+        }
+        _ => (chosen, false),
+    }
+}
+
+// ---- the plan -------------------------------------------------------------------------------
+
+/// Plans KV-Runahead for `shape` (`shape.prompt` is the context length; `shape.batch`
+/// sequences; `shape.gen_len - 1` decode steps follow on the last device) on `cost`, whose peer
+/// link is the one assumed (apply `--link-gbps` / `--link-latency-us` with
+/// [`with_link_override`] when resolving `hw`, and simulate with the same cost model).
+///
+/// Fails with [`Error::DoesNotFit`] before any search when the last device cannot hold the
+/// whole context's K,V and the weights however many devices are offered. The partition
+/// minimises the TTFT for each device count ([`optimise`]); the device count follows the rule
+/// of the module docs ([`choose_devices`]).
+pub fn plan(
+    model: &ModelSpec,
+    hw: &HardwareProfile,
+    cost: &CostModel,
+    shape: &Shape,
+    options: &Options,
+) -> Result<Plan> {
+    let ro = &options.runahead;
+    if ro.devices == 0 {
+        return Err(Error::invalid(
+            "--devices",
+            0,
+            "must be at least 1: the number of GPUs to split the prefill over",
+        ));
+    }
+    if shape.prompt == 0 {
+        return Err(Error::invalid(
+            "--context (--prompt)",
+            0,
+            "must be at least 1 token",
+        ));
+    }
+    if shape.batch == 0 || shape.gen_len == 0 {
+        return Err(Error::invalid(
+            if shape.batch == 0 { "--batch" } else { "--gen" },
+            0,
+            "must be at least 1",
+        ));
+    }
+    if u64::from(shape.batch) * u64::from(shape.prompt) > u64::from(u32::MAX) {
+        return Err(Error::invalid(
+            "--batch x --context",
+            u64::from(shape.batch) * u64::from(shape.prompt),
+            "must stay below 2^32 tokens",
+        ));
+    }
+    if shape.gpu_batches != 1 {
+        return Err(Error::invalid(
+            "--gpu-batches",
+            shape.gpu_batches,
+            "KV-Runahead prefills one batch; use --gpu-batches 1",
+        ));
+    }
+    if options.weights == WeightsPlacement::Offload {
+        return Err(Error::invalid(
+            "--weights",
+            "offload",
+            "KV-Runahead keeps a replica of the weights on every device; use --weights auto or gpu",
+        ));
+    }
+    let n = shape.prompt;
+    let b = shape.batch;
+    let offered = ro.devices.min(n);
+    let what = |p: usize| {
+        format!(
+            "runahead plan for {} on {} ({} device{})",
+            model.name,
+            hw.name,
+            p,
+            if p == 1 { "" } else { "s" }
+        )
+    };
+    let advice = "reduce --context (--prompt), --batch or --gen: the last device keeps the whole context's KV cache, so more --devices only shrink the activations; or use a GPU with more memory";
+    // Fail fast: no partition over any number of devices can go below the last device's floor.
+    let floor = memory::floor(model, b, n, shape.gen_len);
+    if floor.gpu_bytes() > hw.gpu.usable_bytes() {
+        let advice = if model.weight_bytes() > hw.gpu.usable_bytes() {
+            "the weights alone exceed one GPU and KV-Runahead keeps a replica on every device; use a GPU with more memory"
+        } else {
+            advice
+        };
+        let what = format!(
+            "{}, last device, with any partition",
+            what(offered as usize)
+        );
+        floor.check(hw, &what, advice, "")?;
+    }
+    let link = cost.peer();
+    let costs = ModelCosts::new(model, cost, b);
+    let fits = |part: &[u32]| {
+        memory::device_memory(model, b, part, shape.gen_len)
+            .0
+            .gpu_bytes()
+            <= hw.gpu.usable_bytes()
+    };
+    let opt = optimise(&costs, n, offered);
+    // Every searched device count's partition, simulated on the engine.
+    let mut simulated: Vec<Option<f64>> = vec![None; offered as usize];
+    for (i, d) in opt.by_devices.iter().enumerate() {
+        if fits(&d.partition) {
+            simulated[i] = Some(simulated_ttft(model, b, &d.partition, cost)?);
+        }
+    }
+    if simulated.iter().all(Option::is_none) {
+        // Above the floor, yet no partition found fits: report the one needing least memory.
+        let d = opt
+            .by_devices
+            .iter()
+            .min_by_key(|d| {
+                memory::device_memory(model, b, &d.partition, shape.gen_len)
+                    .0
+                    .gpu_bytes()
+            })
+            .expect("one device count");
+        let (mem, i) = memory::device_memory(model, b, &d.partition, shape.gen_len);
+        let what = format!("{}, device {i}", what(d.partition.len()));
+        return Err(mem.check(hw, &what, advice, "").err().unwrap_or_else(|| {
+            Error::invalid("--context (--prompt)", n, "does not fit in GPU memory")
+        }));
+    }
+    let (ci, stayed) = choose_devices(&simulated);
+    let chosen = &opt.by_devices[ci];
+    let runahead = simulated[ci].expect("a candidate");
+    let single = match simulated[0] {
+        Some(t) => t,
+        None => simulated_ttft(model, b, &[n], cost)?,
+    };
+    let mut notes = Vec::new();
+    if stayed {
+        let (bi, bt) = simulated
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| t.map(|t| (i, t)))
+            .min_by(|a, c| a.1.total_cmp(&c.1))
+            .expect("a candidate");
+        notes.push(format!(
+            "{} devices would cut TTFT by only {:.1}% ({:.3} ms -> {:.3} ms; less than {:.0}%): the prompt stays on one device",
+            bi + 1,
+            100.0 * (1.0 - bt / single),
+            single * 1e3,
+            bt * 1e3,
+            100.0 * MIN_GAIN
+        ));
+    } else if let Some((bi, bt)) = simulated
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| t.map(|t| (i, t)))
+        .min_by(|a, c| a.1.total_cmp(&c.1))
+        .filter(|&(bi, _)| bi != ci)
+    {
+        notes.push(format!(
+            "{} of {offered} devices used: the best, {} devices, would give {:.3} ms against {:.3} ms ({:+.2}%, within {:.0}%)",
+            ci + 1,
+            bi + 1,
+            bt * 1e3,
+            runahead * 1e3,
+            100.0 * (bt / runahead - 1.0),
+            100.0 * DEVICE_TOLERANCE
+        ));
+    }
+    let even_chain = simulated_ttft(model, b, &even_partition(n, offered), cost)?;
+    let (tp_sched, tp_sample) = tensor_parallel_schedule(model, b, n, offered);
+    let tensor_parallel = simulated_end(&tp_sched, cost, tp_sample)?;
+    let est_ops = chosen.partition.len() as u64 * (u64::from(model.num_layers) * 9 + 4)
+        + u64::from(shape.gen_len) * (u64::from(model.num_layers) * 8 + 3);
+    if est_ops > crate::plan::MAX_OPS {
+        return Err(Error::invalid(
+            "--gen",
+            shape.gen_len,
+            format!(
+                "the schedule would have about {est_ops} ops (limit {}); reduce --gen",
+                crate::plan::MAX_OPS
+            ),
+        ));
+    }
+    let (schedule, _) = chain_schedule(model, b, &chosen.partition, shape.gen_len);
+    let (memory, dev) = memory::device_memory(model, b, &chosen.partition, shape.gen_len);
+    notes.push(format!(
+        "memory is device {dev}'s, the fullest: every device holds the weights, device i the K,V of tokens 0..s_i + c_i of every layer"
+    ));
+    memory.check(
+        hw,
+        &format!("{}, device {dev}", what(chosen.partition.len())),
+        advice,
+        "",
+    )?;
+    debug_assert!({
+        let t = ttft(&costs, &chosen.partition);
+        (t - runahead).abs() <= 1e-9 * runahead
+    });
+    if simulated[0].is_none() {
+        notes.push(
+            "the single-device baseline would not fit in one GPU's memory (its TTFT is reported anyway)".into(),
+        );
+    }
+    if shape.prompt > model.max_position {
+        notes.push(format!(
+            "context {} exceeds {}'s max_position_embeddings ({}); planned anyway",
+            shape.prompt, model.name, model.max_position
+        ));
+    }
+    let decode_device = chosen.partition.len() as u32 - 1;
+    if shape.gen_len > 1 {
+        notes.push(format!(
+            "TTFT is the prefill; the {} decode steps run on device {decode_device}, the last of the chain, which holds the whole KV cache",
+            shape.gen_len - 1
+        ));
+    }
+    let part = &chosen.partition;
+    let st = costs::starts(part);
+    let peer_bytes_by_device: Vec<u64> = part
+        .iter()
+        .zip(&st)
+        .enumerate()
+        .map(|(i, (&c, &s))| {
+            if i + 1 < part.len() {
+                costs.kv_bytes(s + c) * u64::from(model.num_layers)
+            } else {
+                0
+            }
+        })
+        .collect();
+    let bottleneck = {
+        let (mut w, mut x) = (0.0f64, 0.0f64);
+        for (i, (&c, &s)) in part.iter().zip(&st).enumerate() {
+            w = w.max(costs.chunk(c, s).layer());
+            if i + 1 < part.len() {
+                x = x.max(costs.link(s + c));
+            }
+        }
+        if x > w { "link" } else { "compute" }
+    };
+    notes.push(format!(
+        "partition by exact Pareto DP over {} grid cells of {} token{}{}",
+        opt.grid_cells,
+        opt.cell_tokens,
+        if opt.cell_tokens == 1 { "" } else { "s" },
+        if opt.exact {
+            " (every partition)"
+        } else {
+            ", refined to single tokens"
+        }
+    ));
+    let peer_bytes = schedule::peer_bytes(&schedule);
+    debug_assert_eq!(peer_bytes, peer_bytes_by_device.iter().sum::<u64>());
+    let details = RunaheadDetails {
+        devices_used: part.len() as u32,
+        partition: part.clone(),
+        ttft_s: TtftByMethod {
+            runahead,
+            single_device: single,
+            even_chain,
+            tensor_parallel,
+        },
+        speedup: single / runahead,
+        devices_offered: offered,
+        speedup_vs_tensor_parallel: tensor_parallel / runahead,
+        ttft_by_devices_s: simulated,
+        decode_device,
+        link_gbps: 1e-9 / link.secs_per_byte,
+        link_latency_us: link.latency_s * 1e6,
+        peer_bytes,
+        peer_bytes_by_device,
+        tensor_parallel_peer_bytes: schedule::peer_bytes(&tp_sched),
+        bottleneck,
+        search: SearchInfo {
+            grid_cells: opt.grid_cells,
+            cell_tokens: opt.cell_tokens,
+            exact: opt.exact,
+            refine_rounds: chosen.refine_rounds,
+            states: opt.states,
+            local_optimum: chosen.local_optimum,
+        },
+    };
+    Ok(Plan {
+        strategy: Strategy::Runahead,
+        model: model.name.clone(),
+        hardware: hw.name.clone(),
+        shape: *shape,
+        order: Order::RowByRow,
+        weights_on_gpu: true,
+        host_memory: options.host_memory,
+        memory,
+        splits: vec![],
+        headinfer: None,
+        runahead: Some(details),
+        notes,
+        schedule,
+    })
+}
