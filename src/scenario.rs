@@ -531,6 +531,12 @@ impl RawScenario {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kvplan_planner::runahead::LinkOverride;
+
+    const NO_LINK: LinkOverride = LinkOverride {
+        gbps: None,
+        latency_us: None,
+    };
 
     fn shape(prompt: u32, gen_len: u32) -> Shape {
         Shape {
@@ -552,10 +558,10 @@ mod tests {
     fn split_notes_count_the_clamped_steps() {
         // Cached lengths 128..=130 over 3 decode steps.
         let s = shape(128, 4);
-        assert!(notes(Strategy::Kvpr, &s, &split(128), false).is_empty());
-        assert!(notes(Strategy::Kvpr, &s, &Options::default(), false).is_empty());
+        assert!(notes(Strategy::Kvpr, &s, &split(128), false, &NO_LINK).is_empty());
+        assert!(notes(Strategy::Kvpr, &s, &Options::default(), false, &NO_LINK).is_empty());
         assert_eq!(
-            notes(Strategy::Kvpr, &s, &split(130), false),
+            notes(Strategy::Kvpr, &s, &split(130), false, &NO_LINK),
             [Note::SplitClamped {
                 tokens: 130,
                 first_len: 128,
@@ -564,7 +570,7 @@ mod tests {
                 steps: 3
             }]
         );
-        let all = notes(Strategy::Kvpr, &s, &split(100_000), false);
+        let all = notes(Strategy::Kvpr, &s, &split(100_000), false, &NO_LINK);
         assert_eq!(
             all,
             [Note::SplitClamped {
@@ -581,7 +587,7 @@ mod tests {
                 .contains("every decode step (128..130 tokens)")
         );
         assert_eq!(
-            notes(Strategy::Kvpr, &shape(128, 1), &split(5), false),
+            notes(Strategy::Kvpr, &shape(128, 1), &split(5), false, &NO_LINK),
             [Note::SplitWithoutDecode { tokens: 5 }]
         );
     }
@@ -589,7 +595,7 @@ mod tests {
     #[test]
     fn settings_of_other_strategies_are_noted_as_ignored() {
         let s = shape(128, 4);
-        let n = notes(Strategy::GpuOnly, &s, &split(100_000), false);
+        let n = notes(Strategy::GpuOnly, &s, &split(100_000), false, &NO_LINK);
         // Ignored, so not also clamped.
         assert_eq!(
             n,
@@ -600,10 +606,12 @@ mod tests {
             }]
         );
         let mut o = Options::default();
-        o.runahead.link_gbps = Some(10.0);
-        o.runahead.link_latency_us = Some(5.0);
+        let link = LinkOverride {
+            gbps: Some(10.0),
+            latency_us: Some(5.0),
+        };
         o.headinfer.chunk_tokens = Some(64);
-        let n = notes(Strategy::FullTransfer, &s, &o, true);
+        let n = notes(Strategy::FullTransfer, &s, &o, true, &link);
         assert_eq!(n.len(), 4, "{n:?}");
         assert!(n.iter().all(|x| matches!(x, Note::Ignored { .. })));
         assert!(
@@ -615,10 +623,11 @@ mod tests {
                     o.headinfer.chunk_tokens = None;
                     o
                 },
-                true
+                true,
+                &link
             )
             .is_empty()
         );
-        assert_eq!(notes(Strategy::HeadInfer, &s, &o, false).len(), 2);
+        assert_eq!(notes(Strategy::HeadInfer, &s, &o, false, &link).len(), 2);
     }
 }
