@@ -8,7 +8,8 @@ use crate::error::{Error, Result};
 use crate::model::ModelSpec;
 use crate::plan::{Shape, layer_kernels};
 use crate::schedule::{
-    HostMemory, LabelId, OpId, OpKind, Payload, Phase, Schedule, ScheduleBuilder, StreamKind, Tag,
+    HostMemory, LabelId, OpId, OpKind, Payload, Phase, Ring, Schedule, ScheduleBuilder, StreamKind,
+    Tag,
 };
 
 /// Most ops a HeadInfer schedule may have (about 2.5 GiB of schedule and timeline).
@@ -53,24 +54,6 @@ impl Layout {
                 heads_per_group: Some(heads_per_group),
             },
         }
-    }
-}
-
-/// A two-slot ring: the op that last used each of the two buffers.
-#[derive(Default)]
-struct Ring {
-    slots: [Option<OpId>; 2],
-    next: usize,
-}
-
-impl Ring {
-    fn reuse_dep(&self) -> Option<OpId> {
-        self.slots[self.next]
-    }
-
-    fn push(&mut self, op: OpId) {
-        self.slots[self.next] = Some(op);
-        self.next ^= 1;
     }
 }
 
