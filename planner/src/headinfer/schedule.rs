@@ -4,7 +4,9 @@
 use serde::Serialize;
 
 use super::memory::{MemStrategy, heads_error};
+use crate::cost::CostModel;
 use crate::error::{Error, Result};
+use crate::hardware::Duplex;
 use crate::model::ModelSpec;
 use crate::plan::{Shape, layer_kernels};
 use crate::schedule::{
@@ -79,6 +81,101 @@ pub fn estimated_ops(model: &ModelSpec, shape: &Shape, layout: &Layout) -> u64 {
     passes * (u64::from(model.num_layers) * per_layer + 4)
 }
 
+/// The op kinds of one pass — a prefill chunk `[start, start + n)` or a decode step — shared by
+/// [`build_schedule`] and [`busy_seconds`], so the bound and the schedule cannot drift apart.
+struct Pass {
+    phase: Phase,
+    step: u32,
+    embed: OpKind,
+    /// `ln1` .. `ffn_down` over all heads (index 2, the attention, only without offload).
+    kernels: [(&'static str, OpKind); 8],
+    /// Per head group: the prefetch of the group's `start` earlier tokens (none for the first
+    /// chunk), the append of the new K,V, the attention, the write-back of the new K,V.
+    prefetch: Option<OpKind>,
+    append: OpKind,
+    attention: OpKind,
+    store: OpKind,
+    final_norm: OpKind,
+    /// `lm_head` and `sample`: the last prefill chunk and every decode step.
+    head: Option<(OpKind, OpKind)>,
+}
+
+/// The passes of `shape` with prefill chunks of `chunk` tokens: `(phase, step, start, n)`.
+fn passes(shape: &Shape, chunk: u32) -> impl Iterator<Item = (Phase, u32, u32, u32)> + '_ {
+    let chunk = chunk.clamp(1, shape.prompt.max(1));
+    let prefill = (0..shape.prompt.div_ceil(chunk)).map(move |k| {
+        let start = k * chunk;
+        (Phase::Prefill, 0, start, chunk.min(shape.prompt - start))
+    });
+    let decode = (1..shape.gen_len).map(|t| (Phase::Decode, t, shape.cached_at(t), 1));
+    prefill.chain(decode)
+}
+
+impl Pass {
+    /// The ops of pass `(phase, step, start, n)` with `g` KV heads per group.
+    fn new(
+        model: &ModelSpec,
+        shape: &Shape,
+        g: u32,
+        host: HostMemory,
+        (phase, step, start, n): (Phase, u32, u32, u32),
+    ) -> Pass {
+        let p = model.dtype_bytes();
+        let b = shape.batch;
+        let bu = u64::from(b);
+        let h = u64::from(model.hidden);
+        // K and V of one token of one group.
+        let group_tok = 2 * u64::from(g) * u64::from(model.head_dim) * p;
+        Pass {
+            phase,
+            step,
+            embed: OpKind::Elementwise {
+                bytes: 2 * bu * u64::from(n) * h * p,
+            },
+            kernels: layer_kernels(model, b, n, start + n),
+            prefetch: (start > 0).then_some(OpKind::H2D {
+                bytes: bu * u64::from(start) * group_tok,
+                payload: Payload::Cache,
+                host,
+            }),
+            append: OpKind::Elementwise {
+                bytes: 2 * bu * u64::from(n) * group_tok,
+            },
+            attention: OpKind::Attention {
+                batch: b,
+                q_heads: (g * model.gqa_group()) as u16,
+                kv_heads: g as u16,
+                q_len: n,
+                kv_len: start + n,
+                head_dim: model.head_dim as u16,
+                causal: n > 1,
+                dtype: model.dtype,
+            },
+            store: OpKind::D2H {
+                bytes: bu * u64::from(n) * group_tok,
+                payload: Payload::Cache,
+                host,
+            },
+            final_norm: OpKind::Elementwise {
+                bytes: 2 * bu * h * p,
+            },
+            // Only the last position's logits (prefill) or the new token's (decode).
+            head: (phase == Phase::Decode || start + n == shape.prompt).then_some((
+                OpKind::Gemm {
+                    m: b,
+                    n: model.vocab,
+                    k: model.hidden,
+                    batch: 1,
+                    dtype: model.dtype,
+                },
+                OpKind::Elementwise {
+                    bytes: bu * u64::from(model.vocab) * 4,
+                },
+            )),
+        }
+    }
+}
+
 /// Builds the prefill and decode schedule of `layout` (see the module docs). Streams
 /// `gpu0.compute`, and with offload `gpu0.h2d` (prefetch) and `gpu0.d2h` (write-back).
 ///
@@ -135,147 +232,121 @@ pub fn build_schedule(
         Some(g) => (g, (model.num_kv_heads / g) as usize),
         None => (model.num_kv_heads, 0),
     };
-    let p = model.dtype_bytes();
-    let b = shape.batch;
-    let bu = u64::from(b);
-    let h = u64::from(model.hidden);
-    // K and V of one token of one group.
-    let group_tok = 2 * u64::from(g) * u64::from(model.head_dim) * p;
-    let q_heads = (g * model.gqa_group()) as u16;
     let mut ring = Ring::default();
     let mut last_store: Vec<Option<OpId>> = vec![None; layers * groups];
-    let chunk = layout.chunk_tokens.clamp(1, shape.prompt);
 
-    // (phase, step, start, n): prefill chunks, then decode steps.
-    let prefill = (0..shape.prompt.div_ceil(chunk)).map(|k| {
-        let start = k * chunk;
-        (Phase::Prefill, 0, start, chunk.min(shape.prompt - start))
-    });
-    let decode = (1..shape.gen_len).map(|t| (Phase::Decode, t, shape.cached_at(t), 1));
-    for (phase, step, start, n) in prefill.chain(decode) {
+    for at in passes(shape, layout.chunk_tokens) {
+        let pass = Pass::new(model, shape, g, host, at);
         let tag = |layer: u16, group: u16| Tag {
-            phase,
-            step,
+            phase: pass.phase,
+            step: pass.step,
             layer,
             batch: 0,
             group,
         };
-        let kernels = layer_kernels(model, b, n, start + n);
-        sb.push(
-            OpKind::Elementwise {
-                bytes: 2 * bu * u64::from(n) * h * p,
-            },
-            c,
-            lb.embed,
-            tag(Tag::NONE, Tag::NONE),
-            &[],
-        );
+        sb.push(pass.embed, c, lb.embed, tag(Tag::NONE, Tag::NONE), &[]);
         for j in 0..layers {
             let t = tag(j as u16, Tag::NONE);
-            sb.push(kernels[0].1, c, lb.kernels[0], t, &[]);
-            let qkv = sb.push(kernels[1].1, c, lb.kernels[1], t, &[]);
+            sb.push(pass.kernels[0].1, c, lb.kernels[0], t, &[]);
+            let qkv = sb.push(pass.kernels[1].1, c, lb.kernels[1], t, &[]);
             match links {
                 None => {
-                    sb.push(kernels[2].1, c, lb.kernels[2], t, &[]);
+                    sb.push(pass.kernels[2].1, c, lb.kernels[2], t, &[]);
                 }
                 Some((h2d, d2h)) => {
                     for i in 0..groups {
                         let gt = tag(j as u16, i as u16);
                         let unit = j * groups + i;
-                        let load = (start > 0).then(|| {
+                        let load = pass.prefetch.map(|k| {
                             sb.push(
-                                OpKind::H2D {
-                                    bytes: bu * u64::from(start) * group_tok,
-                                    payload: Payload::Cache,
-                                    host,
-                                },
+                                k,
                                 h2d,
                                 lb.prefetch,
                                 gt,
                                 &[ring.reuse_dep(), last_store[unit]],
                             )
                         });
-                        sb.push(
-                            OpKind::Elementwise {
-                                bytes: 2 * bu * u64::from(n) * group_tok,
-                            },
-                            c,
-                            lb.append,
-                            gt,
-                            &[],
-                        );
-                        let attn = sb.push(
-                            OpKind::Attention {
-                                batch: b,
-                                q_heads,
-                                kv_heads: g as u16,
-                                q_len: n,
-                                kv_len: start + n,
-                                head_dim: model.head_dim as u16,
-                                causal: n > 1,
-                                dtype: model.dtype,
-                            },
-                            c,
-                            lb.kernels[2],
-                            gt,
-                            &[load],
-                        );
+                        sb.push(pass.append, c, lb.append, gt, &[]);
+                        let attn = sb.push(pass.attention, c, lb.kernels[2], gt, &[load]);
                         ring.push(attn);
-                        last_store[unit] = Some(sb.push(
-                            OpKind::D2H {
-                                bytes: bu * u64::from(n) * group_tok,
-                                payload: Payload::Cache,
-                                host,
-                            },
-                            d2h,
-                            lb.store,
-                            gt,
-                            &[Some(qkv)],
-                        ));
+                        last_store[unit] =
+                            Some(sb.push(pass.store, d2h, lb.store, gt, &[Some(qkv)]));
                     }
                 }
             }
-            for (k, label) in kernels.iter().zip(lb.kernels).skip(3) {
+            for (k, label) in pass.kernels.iter().zip(lb.kernels).skip(3) {
                 sb.push(k.1, c, label, t, &[]);
             }
         }
         let t = tag(Tag::NONE, Tag::NONE);
-        sb.push(
-            OpKind::Elementwise {
-                bytes: 2 * bu * h * p,
-            },
-            c,
-            lb.final_norm,
-            t,
-            &[],
-        );
-        // Only the last position's logits (prefill) or the new token's (decode).
-        if phase == Phase::Decode || start + n == shape.prompt {
-            sb.push(
-                OpKind::Gemm {
-                    m: b,
-                    n: model.vocab,
-                    k: model.hidden,
-                    batch: 1,
-                    dtype: model.dtype,
-                },
-                c,
-                lb.lm_head,
-                t,
-                &[],
-            );
-            sb.push(
-                OpKind::Elementwise {
-                    bytes: bu * u64::from(model.vocab) * 4,
-                },
-                c,
-                lb.sample,
-                t,
-                &[],
-            );
+        sb.push(pass.final_norm, c, lb.final_norm, t, &[]);
+        if let Some((lm_head, sample)) = pass.head {
+            sb.push(lm_head, c, lb.lm_head, t, &[]);
+            sb.push(sample, c, lb.sample, t, &[]);
         }
     }
     Ok(sb.build())
+}
+
+/// Busy seconds of each stream of a schedule: the sums of its ops' durations.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct Busy {
+    /// `gpu0.compute`.
+    pub compute: f64,
+    /// `gpu0.h2d` (prefetch).
+    pub h2d: f64,
+    /// `gpu0.d2h` (write-back).
+    pub d2h: f64,
+}
+
+impl Busy {
+    /// A lower bound on the makespan: an engine runs one op at a time, and with a half-duplex
+    /// link the two copy streams share one engine.
+    pub fn bound(&self, duplex: Duplex) -> f64 {
+        let link = match duplex {
+            Duplex::Full => self.h2d.max(self.d2h),
+            Duplex::Half => self.h2d + self.d2h,
+        };
+        self.compute.max(link)
+    }
+}
+
+/// The [`Busy`] seconds of the schedule [`build_schedule`] would build, on `cost`, without
+/// building it: one duration per op kind and pass, times layers and groups (every layer of a
+/// pass has the same ops). Takes microseconds per pass where the schedule takes
+/// `layers × (7 + 4·groups)` ops.
+pub fn busy_seconds(
+    model: &ModelSpec,
+    shape: &Shape,
+    layout: &Layout,
+    host: HostMemory,
+    cost: &CostModel,
+) -> Busy {
+    let (g, groups) = match layout.heads_per_group {
+        Some(g) => (g.max(1), f64::from(model.num_kv_heads / g.max(1))),
+        None => (model.num_kv_heads, 0.0),
+    };
+    let layers = f64::from(model.num_layers);
+    let d = |k: &OpKind| cost.duration(k);
+    let mut busy = Busy::default();
+    for at in passes(shape, layout.chunk_tokens) {
+        let pass = Pass::new(model, shape, g, host, at);
+        // Without offload one attention over all heads (kernel 2); with offload one per group.
+        let mut layer: f64 = (pass.kernels.iter().enumerate())
+            .filter(|&(i, _)| groups == 0.0 || i != 2)
+            .map(|(_, k)| d(&k.1))
+            .sum();
+        if groups > 0.0 {
+            layer += groups * (d(&pass.append) + d(&pass.attention));
+            busy.h2d += layers * groups * pass.prefetch.as_ref().map_or(0.0, d);
+            busy.d2h += layers * groups * d(&pass.store);
+        }
+        busy.compute += d(&pass.embed)
+            + layers * layer
+            + d(&pass.final_norm)
+            + pass.head.map_or(0.0, |(a, b)| d(&a) + d(&b));
+    }
+    busy
 }
 
 #[cfg(test)]
