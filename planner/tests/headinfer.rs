@@ -416,6 +416,17 @@ fn impossible_requests_are_clear_errors() {
             && e.contains("--prompt"),
         "{e}"
     );
+    // Everything that fits memory is over the op limit (two million decode steps): the error
+    // is the schedule builder's, naming the fix.
+    let e = run(
+        &ModelSpec::preset("opt-125m").unwrap(),
+        &HardwareProfile::preset("a100-80g-sxm").unwrap(),
+        Shape {
+            gen_len: 2_000_000,
+            ..shape(1000)
+        },
+    );
+    assert!(e.contains("limit 20000000") && e.contains("--gen"), "{e}");
     // Weights that do not fit the card.
     let e = run(&ModelSpec::preset("llama-3-70b").unwrap(), &hw, shape(1000));
     assert!(e.contains("weights alone do not fit"), "{e}");

@@ -223,18 +223,22 @@ pub fn plan(
         "reduce --prompt (--context) or --batch, or raise host.ram_gib in a profile file (kvplan capacity --host-ram GB shows what fits)",
     )?;
     let Some(choice) = choose(model, hw, cost, shape, host, &groups, &chunks)? else {
-        // Something fits memory but every schedule that fits is over the op limit: the
-        // largest chunk and group that fit give the fewest ops, and build_schedule's error.
-        let (c, g) = (chunks[chunks.len() - 1], groups[groups.len() - 1]);
-        build_schedule(
-            model,
-            shape,
-            &Layout {
-                chunk_tokens: c,
-                heads_per_group: Some(g),
-            },
-            host,
-        )?;
+        // Something fits memory but every schedule that fits is over the op limit: build the
+        // one with the fewest ops for build_schedule's error (which names the fix).
+        let fewest = (groups.iter())
+            .flat_map(|&g| {
+                chunks.iter().map(move |&c| Layout {
+                    chunk_tokens: c,
+                    heads_per_group: Some(g),
+                })
+            })
+            .filter(|l| {
+                let (c, g) = (l.chunk_tokens, l.heads_per_group.unwrap_or(1));
+                plan_memory(model, shape, c, g).peak_gpu <= budget
+            })
+            .min_by_key(|l| estimated_ops(model, shape, l))
+            .expect("the least-memory candidate fits");
+        build_schedule(model, shape, &fewest, host)?;
         return Err(Error::invalid("--prompt", shape.prompt, "no schedule fits"));
     };
     let best = choice.best;
