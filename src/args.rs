@@ -133,8 +133,8 @@ A scenario TOML file can replace the flags (flags override it):
   host_memory = \"pinned\" # pinned | pageable
   split = \"auto\"         # auto | recomputed tokens per step
   [headinfer]
-  heads_per_group = 2    # else adaptive
-  chunk = 10240          # else from the roofline
+  heads_per_group = 2    # else the fastest simulated
+  chunk = 10240          # else the fastest simulated
   [runahead]
   devices = 4
   link_gbps = 10.0       # else the profile's [peer] link
@@ -250,10 +250,10 @@ pub struct RunArgs {
 /// HeadInfer and KV-Runahead options.
 #[derive(Debug, Args)]
 pub struct PlannerArgs {
-    /// HeadInfer: KV heads per offload group [default: adaptive]
+    /// HeadInfer: KV heads per offload group [default: the fastest simulated that fits]
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub heads_per_group: Option<i64>,
-    /// HeadInfer: prefill chunk tokens [default: from the roofline]
+    /// HeadInfer: prefill chunk tokens [default: the fastest simulated that fits]
     #[arg(long, value_name = "TOKENS", allow_negative_numbers = true)]
     pub chunk: Option<i64>,
     /// KV-Runahead: devices to split the prefill over [default: 4]

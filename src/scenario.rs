@@ -50,9 +50,9 @@ pub struct RawScenario {
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawHeadInfer {
-    /// KV heads per offload group (else adaptive).
+    /// KV heads per offload group (else the fastest simulated that fits).
     pub heads_per_group: Option<i64>,
-    /// Prefill chunk tokens (else from the roofline).
+    /// Prefill chunk tokens (else the fastest simulated that fits).
     pub chunk: Option<i64>,
 }
 

@@ -651,9 +651,44 @@ impl ScheduleBuilder {
     }
 }
 
+/// A two-slot ring for double (ping-pong) buffering: the op that last used each of two buffers.
+/// Uses alternate between the buffers; before a buffer is filled again, its previous user must
+/// have finished ([`Ring::reuse_dep`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ring {
+    slots: [Option<OpId>; 2],
+    next: usize,
+}
+
+impl Ring {
+    /// The op that must finish before the next use of the buffer about to be reused (`None`
+    /// while that buffer has not been used).
+    pub fn reuse_dep(&self) -> Option<OpId> {
+        self.slots[self.next]
+    }
+
+    /// Records `op` as the user of the buffer about to be reused and turns to the other one.
+    pub fn push(&mut self, op: OpId) {
+        self.slots[self.next] = Some(op);
+        self.next ^= 1;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ring_alternates_and_depends_on_the_use_two_back() {
+        let mut r = Ring::default();
+        assert_eq!(r.reuse_dep(), None);
+        r.push(OpId(1));
+        assert_eq!(r.reuse_dep(), None);
+        r.push(OpId(2));
+        assert_eq!(r.reuse_dep(), Some(OpId(1)));
+        r.push(OpId(3));
+        assert_eq!(r.reuse_dep(), Some(OpId(2)));
+    }
 
     #[test]
     fn causal_pairs_count_the_triangle() {

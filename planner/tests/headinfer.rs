@@ -277,20 +277,28 @@ fn adaptive_groups_follow_the_papers_policy_on_the_4090() {
         let d = headinfer::adaptive_heads_per_group(&m, &hw, &shape(s), DEFAULT_CHUNK_TOKENS);
         assert_eq!(d, Some(g), "{k}K");
     }
-    let p = plan(
-        &m,
-        &hw,
-        &cost,
-        &shape(1_024_000),
-        Strategy::HeadInfer,
-        &Options::default(),
-    )
-    .unwrap();
+    // The planner times the candidates instead: at 1M tokens 8 heads per group do not fit, and
+    // the fastest is no larger a group than the paper's (smaller groups leave room for larger
+    // chunks, which prefetch less), and no slower than the paper's choice (4, 10K).
+    let s = shape(1_024_000);
+    let p = plan(&m, &hw, &cost, &s, Strategy::HeadInfer, &Options::default()).unwrap();
     let d = p.headinfer.as_ref().unwrap();
-    assert_eq!((d.heads_per_group, d.groups_per_layer), (4, 2));
-    assert_eq!(d.chunk_tokens, DEFAULT_CHUNK_TOKENS);
-    assert_eq!(d.prefill_chunks, 100);
+    assert!(d.heads_per_group <= 4, "{}", d.heads_per_group);
+    assert_eq!(d.heads_per_group * d.groups_per_layer, 8);
+    assert!(d.chunk_tokens >= DEFAULT_CHUNK_TOKENS, "{}", d.chunk_tokens);
+    assert_eq!(d.prefill_chunks, 1_024_000_u32.div_ceil(d.chunk_tokens));
     assert!(d.adaptive);
+    let papers = Layout {
+        chunk_tokens: DEFAULT_CHUNK_TOKENS,
+        heads_per_group: Some(4),
+    };
+    let t_papers =
+        headinfer::predicted_seconds(&m, &s, &papers, HostMemory::Pinned, &cost).unwrap();
+    assert!(
+        d.predicted_seconds <= t_papers,
+        "{} vs {t_papers}",
+        d.predicted_seconds
+    );
     // The roofline: offloaded attention is compute-bound from ~1.4K tokens (well below 10K).
     assert!(
         (1000..3000).contains(&d.roofline_chunk_tokens),
@@ -408,6 +416,17 @@ fn impossible_requests_are_clear_errors() {
             && e.contains("--prompt"),
         "{e}"
     );
+    // Everything that fits memory is over the op limit (two million decode steps): the error
+    // is the schedule builder's, naming the fix.
+    let e = run(
+        &ModelSpec::preset("opt-125m").unwrap(),
+        &HardwareProfile::preset("a100-80g-sxm").unwrap(),
+        Shape {
+            gen_len: 2_000_000,
+            ..shape(1000)
+        },
+    );
+    assert!(e.contains("limit 20000000") && e.contains("--gen"), "{e}");
     // Weights that do not fit the card.
     let e = run(&ModelSpec::preset("llama-3-70b").unwrap(), &hw, shape(1000));
     assert!(e.contains("weights alone do not fit"), "{e}");
@@ -541,6 +560,169 @@ fn simulated_prefill_matches_table_6() {
     }
 }
 
+// ---- the decision rule: the fastest candidate, within 1% of brute force ------------------------
+
+/// The candidates of the decision rule, enumerated here independently of the planner: every
+/// divisor of the KV heads × the chunks `2^7 ..= 2^16`, 10,240, the roofline chunk and the
+/// context (each at most the context and 65,536), that fit the usable GPU memory and the op
+/// limit. Returns `(g, chunk, full-schedule makespan)` for each.
+fn brute_force(m: &ModelSpec, hw: &HardwareProfile, s: &Shape) -> Vec<(u32, u32, f64)> {
+    let cost = CostModel::new(hw);
+    let roofline = headinfer::roofline_chunk(m, &cost, HostMemory::Pinned);
+    let mut chunks: Vec<u32> = (7..=16).map(|e| 1u32 << e).collect();
+    chunks.extend([10_240, roofline, s.prompt]);
+    let mut chunks: Vec<u32> = chunks
+        .into_iter()
+        .map(|c| c.min(s.prompt).min(65_536))
+        .collect();
+    chunks.sort_unstable();
+    chunks.dedup();
+    let mut out = Vec::new();
+    for g in (1..=m.num_kv_heads).filter(|g| m.num_kv_heads % g == 0) {
+        for &c in &chunks {
+            let cfg = MemoryConfig {
+                batch: s.batch,
+                chunk_tokens: c,
+                heads_per_group: g,
+                ..MemoryConfig::default()
+            };
+            if memory(m, MemStrategy::HeadInfer, s.max_len(), &cfg).peak_gpu > hw.gpu.usable_bytes()
+            {
+                continue;
+            }
+            let layout = Layout {
+                chunk_tokens: c,
+                heads_per_group: Some(g),
+            };
+            if headinfer::estimated_ops(m, s, &layout) > headinfer::MAX_OPS {
+                continue;
+            }
+            let sched = headinfer::build_schedule(m, s, &layout, HostMemory::Pinned).unwrap();
+            out.push((
+                g,
+                c,
+                kvplan_sim::simulate(&sched, &cost).unwrap().makespan(),
+            ));
+        }
+    }
+    out
+}
+
+/// (model, hardware, GPU GiB override, context, gen): short and long contexts, GQA and MHA,
+/// fast and slow links, and GPUs shrunk until memory decides between the candidates.
+const RULE_CASES: [(&str, &str, Option<f64>, u32, u32); 9] = [
+    ("llama-3-8b", "rtx-4090", None, 16_384, 1),
+    ("llama-3-8b", "rtx-4090", None, 65_536, 2),
+    ("llama-3-8b", "rtx-4090", Some(19.0), 60_000, 2),
+    ("llama-3-8b", "t4", Some(19.5), 40_000, 1),
+    ("qwen2-7b", "a100-40g-pcie4", None, 50_000, 3),
+    ("mistral-7b", "h100-pcie", Some(18.5), 64_000, 1),
+    ("opt-1.3b", "t4", None, 20_000, 2),
+    ("opt-1.3b", "quadro-rtx-5000", Some(6.0), 30_000, 1),
+    ("opt-125m", "a100-40g-pcie4", None, 3_000, 4),
+];
+
+#[test]
+fn chosen_group_and_chunk_are_within_1_percent_of_brute_force() {
+    for (mn, hn, gib, context, gen_len) in RULE_CASES {
+        let m = ModelSpec::preset(mn).unwrap();
+        let mut hw = HardwareProfile::preset(hn).unwrap();
+        if let Some(g) = gib {
+            hw.gpu.memory_bytes = (g * GIB) as u64;
+        }
+        let cost = CostModel::new(&hw);
+        let s = Shape {
+            batch: 1,
+            gpu_batches: 1,
+            prompt: context,
+            gen_len,
+        };
+        let all = brute_force(&m, &hw, &s);
+        assert!(!all.is_empty(), "{mn} on {hn}: nothing fits");
+        let best = all.iter().map(|x| x.2).fold(f64::INFINITY, f64::min);
+        let p = plan(&m, &hw, &cost, &s, Strategy::HeadInfer, &Options::default()).unwrap();
+        let d = p.headinfer.as_ref().unwrap();
+        let chosen = kvplan_sim::simulate(&p.schedule, &cost).unwrap().makespan();
+        let (worst_g, worst_c, worst) = all
+            .iter()
+            .fold((0, 0, 0.0), |a, x| if x.2 > a.2 { *x } else { a });
+        eprintln!(
+            "{mn} on {hn} ({:.1} GiB), {context} tokens, gen {gen_len}: chose g {} chunk {} ({chosen:.4} s, predicted {:.4}); best of {} {best:.4} s; worst g {worst_g} chunk {worst_c} {worst:.4} s; {} timed",
+            hw.gpu.memory_bytes as f64 / GIB,
+            d.heads_per_group,
+            d.chunk_tokens,
+            d.predicted_seconds,
+            all.len(),
+            d.candidates_timed,
+        );
+        assert!(
+            chosen <= 1.01 * best,
+            "{mn} on {hn} at {context}: chose {chosen} s, brute force {best} s"
+        );
+        // The planner saw the same candidates and predicted the chosen one's time.
+        assert_eq!(d.candidates_fit as usize, all.len(), "{mn} on {hn}");
+        assert!((d.predicted_seconds / chosen - 1.0).abs() < 1e-9);
+    }
+}
+
+#[test]
+fn predicted_seconds_equal_the_full_schedules_makespan() {
+    let cases = [
+        ("llama-3-8b", "rtx-4090", 300_000u32, 2u32, false),
+        ("llama-3-8b", "h100-pcie", 50_000, 1, true),
+        ("qwen2-7b", "a100-40g-pcie4", 100_000, 3, false),
+        ("opt-1.3b", "t4", 20_000, 2, true),
+        ("mistral-7b", "quadro-rtx-5000", 40_000, 1, false),
+    ];
+    for (mn, hn, context, gen_len, half) in cases {
+        let m = ModelSpec::preset(mn).unwrap();
+        let mut hw = HardwareProfile::preset(hn).unwrap();
+        if half {
+            hw.link.duplex = kvplan_planner::hardware::Duplex::Half;
+        }
+        let cost = CostModel::new(&hw);
+        let s = Shape {
+            batch: 1,
+            gpu_batches: 1,
+            prompt: context,
+            gen_len,
+        };
+        for g in headinfer::divisors(m.num_kv_heads) {
+            for chunk in [1024u32, 1425, 4096, 10_240, 32_768] {
+                let host = if half {
+                    HostMemory::Pageable
+                } else {
+                    HostMemory::Pinned
+                };
+                let layout = Layout {
+                    chunk_tokens: chunk,
+                    heads_per_group: Some(g),
+                };
+                let sched = headinfer::build_schedule(&m, &s, &layout, host).unwrap();
+                let full = kvplan_sim::simulate(&sched, &cost).unwrap().makespan();
+                let predicted = headinfer::predicted_seconds(&m, &s, &layout, host, &cost).unwrap();
+                assert!(
+                    (predicted / full - 1.0).abs() < 1e-9,
+                    "{mn} on {hn}, g {g}, chunk {chunk}: {predicted} vs {full}"
+                );
+                // The busy-time bound is the schedule's per-stream sums, and bounds it.
+                let busy = headinfer::busy_seconds(&m, &s, &layout, host, &cost);
+                let mut sums = [0.0f64; 3];
+                for op in sched.ops() {
+                    sums[op.stream.index()] += cost.duration(&op.kind);
+                }
+                for (got, want) in [busy.compute, busy.h2d, busy.d2h].iter().zip(sums) {
+                    assert!(
+                        (got - want).abs() <= 1e-9 * want.max(1e-12),
+                        "{got} vs {want}"
+                    );
+                }
+                assert!(busy.bound(hw.link.duplex) <= full * (1.0 + 1e-12));
+            }
+        }
+    }
+}
+
 // ---- property tests --------------------------------------------------------------------------
 
 /// Checks the ping-pong discipline of an offloading HeadInfer schedule on `t`: every prefetch
@@ -623,12 +805,18 @@ proptest! {
                 prop_assert!(p.memory.host_bytes() <= hw.host.ram_bytes);
                 let d = p.headinfer.unwrap();
                 prop_assert_eq!(m.num_kv_heads % d.heads_per_group, 0);
-                // The adaptive choice is the largest group that fits: the next one does not.
-                if let Some(b) = headinfer::divisors(m.num_kv_heads).into_iter().find(|&x| x > d.heads_per_group) {
-                    let bigger = memory(&m, MemStrategy::HeadInfer, s.max_len(), &MemoryConfig {
+                // The adaptive choice is the fastest group that fits (the chunk is fixed here):
+                // every other group either does not fit or is not faster.
+                for b in headinfer::divisors(m.num_kv_heads) {
+                    let other = memory(&m, MemStrategy::HeadInfer, s.max_len(), &MemoryConfig {
                         batch, chunk_tokens: d.chunk_tokens, heads_per_group: b, ..MemoryConfig::default()
                     });
-                    prop_assert!(bigger.peak_gpu > hw.gpu.usable_bytes());
+                    if b == d.heads_per_group || other.peak_gpu > hw.gpu.usable_bytes() {
+                        continue;
+                    }
+                    let layout = Layout { chunk_tokens: d.chunk_tokens, heads_per_group: Some(b) };
+                    let t = headinfer::predicted_seconds(&m, &s, &layout, HostMemory::Pinned, &cost).unwrap();
+                    prop_assert!(t >= d.predicted_seconds * (1.0 - headinfer::TIE), "{b}: {t} vs {}", d.predicted_seconds);
                 }
             }
             Err(Error::DoesNotFit { .. }) => {}
