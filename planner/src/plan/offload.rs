@@ -1,0 +1,324 @@
+//! Plans for one fixed batch with the KV cache offloaded (KVPR, full transfer) or resident
+//! (gpu-only): weight placement, the KVPR split, memory, and the schedule.
+
+use crate::cost::CostModel;
+use crate::error::{Error, Result};
+use crate::hardware::HardwareProfile;
+use crate::memory::MemoryPlan;
+use crate::model::ModelSpec;
+
+use super::offload_schedule::{Layout, build_schedule};
+use super::split::kvpr_splits;
+use super::types::{MAX_OPS, Options, Order, Plan, Shape, StepSplit, Strategy, WeightsPlacement};
+
+/// Peak memory of a strategy. `recompute_activations`: KVPR keeps layer inputs for
+/// recomputation (only when some step recomputes).
+pub fn memory_plan(
+    m: &ModelSpec,
+    shape: &Shape,
+    strategy: Strategy,
+    weights_on_gpu: bool,
+    recompute_activations: bool,
+) -> MemoryPlan {
+    let p = m.dtype_bytes();
+    let b = u64::from(shape.batch);
+    let k = u64::from(shape.gpu_batches);
+    let s = u64::from(shape.prompt);
+    let len = shape.max_len();
+    let h = u64::from(m.hidden);
+    let layers = u64::from(m.num_layers);
+    let kv_tok = m.kv_bytes_per_token_layer();
+    let mut mem = MemoryPlan::default();
+    if weights_on_gpu {
+        mem.gpu("weights", m.weight_bytes());
+    } else {
+        mem.gpu(
+            "weights (embeddings + 2 layer buffers)",
+            m.embedding_bytes() + 2 * m.layer_weights().total(),
+        );
+        mem.host("weights", m.weight_bytes());
+    }
+    if strategy.offloads_kv() {
+        mem.gpu("kv buffers (2 layers x 1 GPU batch)", 2 * b * len * kv_tok);
+        mem.host("kv cache", shape.total_batch() * len * layers * kv_tok);
+    } else {
+        mem.gpu("kv cache", shape.total_batch() * len * layers * kv_tok);
+    }
+    if recompute_activations {
+        mem.gpu(
+            "recompute activation buffers (2 x 1 GPU batch)",
+            2 * b * len * h * p,
+        );
+        mem.host(
+            "recompute activations",
+            shape.total_batch() * len * layers * h * p,
+        );
+    }
+    // Prefill of one GPU batch is the activation peak: residual, normed input, QKV, attention
+    // output, FFN intermediate and its activation; plus fp32 logits of the last position.
+    let per_token =
+        h + h + m.q_dim() + 2 * m.kv_dim() + m.q_dim() + m.ffn_up_width() + u64::from(m.ffn_dim);
+    let act = b * s * per_token * p + b * u64::from(m.vocab) * 4;
+    mem.gpu("activations (prefill peak)", act);
+    if k > 1 {
+        mem.gpu("hidden states of all GPU batches", k * b * h * p);
+    }
+    mem
+}
+
+fn fits(mem: &MemoryPlan, hw: &HardwareProfile) -> bool {
+    mem.gpu_bytes() <= hw.gpu.usable_bytes()
+}
+
+/// Plans KVPR, full transfer or gpu-only (`strategy`) for `shape` of `model` on `hw`; the shape
+/// is already validated ([`super::plan`] dispatches here).
+pub(crate) fn plan(
+    model: &ModelSpec,
+    hw: &HardwareProfile,
+    cost: &CostModel,
+    shape: &Shape,
+    strategy: Strategy,
+    options: &Options,
+) -> Result<Plan> {
+    let mut notes = Vec::new();
+    let steps = u64::from(shape.gen_len);
+    let est_ops = steps * u64::from(model.num_layers) * u64::from(shape.gpu_batches) * 16;
+    if est_ops > MAX_OPS {
+        return Err(Error::invalid(
+            "--gen",
+            shape.gen_len,
+            format!(
+                "the schedule would have about {est_ops} ops (limit {MAX_OPS}); reduce --gen or --gpu-batches"
+            ),
+        ));
+    }
+    if shape.max_len() > u64::from(model.max_position) {
+        notes.push(format!(
+            "prompt + gen = {} exceeds {}'s max_position_embeddings ({}); simulated anyway",
+            shape.max_len(),
+            model.name,
+            model.max_position
+        ));
+    }
+    let what = format!(
+        "{} plan for {} on {}",
+        strategy.as_str(),
+        model.name,
+        hw.name
+    );
+    let kvpr = strategy == Strategy::Kvpr;
+    // Splits, whether any step recomputes, and the memory that needs, for one weight placement.
+    let decide = |weights_on_gpu: bool| -> Result<(Vec<StepSplit>, bool, MemoryPlan)> {
+        let splits = if kvpr {
+            kvpr_splits(
+                cost,
+                model,
+                shape,
+                weights_on_gpu,
+                options.host_memory,
+                options.split,
+                options.split_model,
+            )?
+        } else {
+            Vec::new()
+        };
+        let keeps_x = splits.iter().any(|s| s.split.recompute_tokens > 0);
+        let memory = memory_plan(model, shape, strategy, weights_on_gpu, keeps_x);
+        Ok((splits, keeps_x, memory))
+    };
+    let (weights_on_gpu, (splits, keeps_x, memory)) = match (strategy, options.weights) {
+        (Strategy::GpuOnly, WeightsPlacement::Offload) => {
+            return Err(Error::invalid(
+                "--weights",
+                "offload",
+                "gpu-only keeps everything on the GPU; use --strategy kvpr or full-transfer to offload",
+            ));
+        }
+        (Strategy::GpuOnly, _) | (_, WeightsPlacement::Gpu) => (true, decide(true)?),
+        (_, WeightsPlacement::Offload) => (false, decide(false)?),
+        (_, WeightsPlacement::Auto) => {
+            let resident = decide(true)?;
+            if fits(&resident.2, hw) {
+                (true, resident)
+            } else {
+                notes.push(format!(
+                    "weights ({:.1} GiB) do not fit next to the KV buffers and activations: offloaded layer by layer (--weights auto)",
+                    model.weight_bytes() as f64 / (1u64 << 30) as f64
+                ));
+                (false, decide(false)?)
+            }
+        }
+    };
+    if kvpr && !keeps_x {
+        notes.push(
+            "no decode step recomputes (l = 0 throughout): KVPR is plain KV transfer here, and no activations are kept for recomputation"
+                .into(),
+        );
+    }
+    let gpu_advice = match (strategy, weights_on_gpu) {
+        (Strategy::GpuOnly, _) => {
+            "offload the KV cache (--strategy kvpr or full-transfer), or reduce --batch / --prompt / --gen"
+        }
+        (_, true) => {
+            "offload the weights (--weights offload or auto), or reduce --batch / --prompt"
+        }
+        (_, false) => "reduce --batch or --prompt, or use a GPU with more memory",
+    };
+    memory.check(
+        hw,
+        &what,
+        gpu_advice,
+        "reduce --batch, --gpu-batches, --prompt or --gen, or raise host.ram_gib in a profile file",
+    )?;
+    let layout = Layout {
+        model,
+        shape,
+        strategy,
+        weights_on_gpu,
+        keeps_x,
+        host: options.host_memory,
+    };
+    let schedule = build_schedule(&layout, 0..=shape.gen_len - 1, &|step| {
+        splits[(step - 1) as usize].split.recompute_tokens
+    });
+    Ok(Plan {
+        strategy,
+        model: model.name.clone(),
+        hardware: hw.name.clone(),
+        shape: *shape,
+        order: if shape.gpu_batches > 1 {
+            Order::ColumnByColumn
+        } else {
+            Order::RowByRow
+        },
+        weights_on_gpu,
+        host_memory: options.host_memory,
+        memory,
+        splits,
+        headinfer: None,
+        runahead: None,
+        notes,
+        schedule,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::plan;
+    use crate::schedule::{OpKind, Payload};
+
+    fn setup(model: &str, hw: &str) -> (ModelSpec, HardwareProfile, CostModel) {
+        let m = ModelSpec::preset(model).unwrap();
+        let hw = HardwareProfile::preset(hw).unwrap();
+        let c = CostModel::new(&hw);
+        (m, hw, c)
+    }
+
+    #[test]
+    fn kvpr_plan_is_valid_and_splits_grow_with_context() {
+        let (m, hw, c) = setup("opt-6.7b", "a100-40g-pcie4");
+        let shape = Shape {
+            batch: 64,
+            gpu_batches: 1,
+            prompt: 128,
+            gen_len: 8,
+        };
+        let p = plan(&m, &hw, &c, &shape, Strategy::Kvpr, &Options::default()).unwrap();
+        p.schedule.validate().unwrap();
+        assert!(p.weights_on_gpu);
+        assert_eq!(p.splits.len(), 7);
+        assert!(
+            p.splits
+                .iter()
+                .all(|s| s.split.recompute_tokens > 0 && s.split.recompute_tokens < s.seq_len)
+        );
+        assert!(
+            p.splits
+                .windows(2)
+                .all(|w| w[0].split.recompute_tokens <= w[1].split.recompute_tokens)
+        );
+    }
+
+    #[test]
+    fn gqa_model_gets_zero_split_everywhere() {
+        let (m, hw, c) = setup("llama-3-8b", "a100-40g-pcie4");
+        let shape = Shape {
+            batch: 8,
+            gpu_batches: 1,
+            prompt: 1024,
+            gen_len: 4,
+        };
+        let p = plan(&m, &hw, &c, &shape, Strategy::Kvpr, &Options::default()).unwrap();
+        assert!(p.splits.iter().all(|s| s.split.recompute_tokens == 0));
+        assert!(
+            p.splits
+                .iter()
+                .all(|s| s.split.reason == crate::kvpr::Reason::ActivationsNotCheaper)
+        );
+    }
+
+    #[test]
+    fn gpu_only_that_cannot_fit_says_by_how_much() {
+        let (m, hw, c) = setup("opt-30b", "a100-40g-pcie4");
+        let shape = Shape {
+            batch: 64,
+            gpu_batches: 1,
+            prompt: 512,
+            gen_len: 32,
+        };
+        let e = plan(&m, &hw, &c, &shape, Strategy::GpuOnly, &Options::default()).unwrap_err();
+        let s = e.to_string();
+        assert!(
+            s.contains("short by") && s.contains("--strategy kvpr"),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn column_schedule_loads_each_layer_once_per_step() {
+        let (m, hw, c) = setup("opt-30b", "a100-40g-pcie4");
+        let shape = Shape {
+            batch: 8,
+            gpu_batches: 4,
+            prompt: 64,
+            gen_len: 3,
+        };
+        let p = plan(&m, &hw, &c, &shape, Strategy::Kvpr, &Options::default()).unwrap();
+        assert!(!p.weights_on_gpu);
+        assert_eq!(p.order, Order::ColumnByColumn);
+        let weight_loads = p
+            .schedule
+            .ops()
+            .iter()
+            .filter(|o| {
+                matches!(
+                    o.kind,
+                    OpKind::H2D {
+                        payload: Payload::Weights,
+                        ..
+                    }
+                )
+            })
+            .count();
+        assert_eq!(weight_loads, 3 * 48 * 3);
+        // Every decode (layer, GPU batch) unit fetches its cache as KV, as activations, or both.
+        let mut units = std::collections::BTreeSet::new();
+        for o in p.schedule.ops() {
+            if let OpKind::H2D {
+                payload: Payload::Cache | Payload::RecomputeActivation,
+                ..
+            } = o.kind
+            {
+                units.insert((o.tag.step, o.tag.layer, o.tag.batch));
+            }
+        }
+        assert_eq!(units.len(), 2 * 48 * 4);
+        // With weights crossing the link anyway, the GPU idles: recompute every cached token.
+        assert!(
+            p.splits
+                .iter()
+                .all(|s| s.split.recompute_tokens == s.seq_len)
+        );
+    }
+}

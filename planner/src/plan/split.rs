@@ -1,0 +1,282 @@
+//! KVPR's split for every decode step: the per-step [`SplitProblem`] read from the cost model,
+//! and the search that times candidate splits on the emitted schedule.
+
+use crate::cost::CostModel;
+use crate::error::{Error, Result};
+use crate::kvpr::{Split, SplitProblem};
+use crate::model::ModelSpec;
+use crate::schedule::{HostMemory, OpKind, StreamKind};
+
+use super::kernels::{layer_compute_s, recompute_gemm};
+use super::offload_schedule::{Layout, build_schedule};
+use super::types::{Shape, SplitModel, SplitPolicy, StepSplit, Strategy};
+
+/// The split problem of decode step `step` (cost terms from `cost`).
+pub fn split_problem(
+    cost: &CostModel,
+    m: &ModelSpec,
+    shape: &Shape,
+    weights_on_gpu: bool,
+    host: HostMemory,
+    step: u32,
+    model: SplitModel,
+) -> SplitProblem {
+    let b = shape.batch;
+    let s = shape.cached_at(step);
+    let link = cost.h2d(host);
+    let p = m.dtype_bytes() as f64;
+    let w = m.layer_weights();
+    let paper = model == SplitModel::Paper;
+    let (weights_s, weights_kv_s) = if weights_on_gpu || paper {
+        (0.0, 0.0)
+    } else {
+        (
+            link.time(w.kv_proj) + link.time(w.q_o_proj) + link.time(w.ffn),
+            link.time(w.kv_proj),
+        )
+    };
+    // Recompute GEMM roofline terms, scaled by the calibrated ratio at this step's size.
+    let rc = recompute_gemm(m, b, s);
+    let ratio = match rc {
+        OpKind::Gemm {
+            m: rows,
+            n,
+            k,
+            dtype,
+            ..
+        } => cost.gemm_ratio(rows, n, k, dtype),
+        _ => 1.0,
+    };
+    let g0 = cost.gemm_cost(m.dtype);
+    let g = crate::cost::KernelCost {
+        overhead_s: g0.overhead_s * ratio,
+        secs_per_flop: g0.secs_per_flop * ratio,
+        secs_per_byte: g0.secs_per_byte * ratio,
+    };
+    let bf = f64::from(b);
+    let h = f64::from(m.hidden);
+    let kvd = m.kv_dim() as f64;
+    let e = cost.elementwise_cost();
+    SplitProblem {
+        seq_len: s,
+        gpu_batches: shape.gpu_batches,
+        weights_s,
+        weights_kv_s,
+        copy_latency_s: link.latency_s,
+        act_s_per_token: bf * m.act_bytes_per_token_layer() as f64 * link.secs_per_byte,
+        kv_s_per_token: bf * m.kv_bytes_per_token_layer() as f64 * link.secs_per_byte,
+        recompute_overhead_s: g.overhead_s + e.overhead_s,
+        recompute_flop_s_per_token: 2.0 * bf * 2.0 * kvd * h * g.secs_per_flop,
+        recompute_mem_fixed_s: h * 2.0 * kvd * p * g.secs_per_byte,
+        recompute_mem_s_per_token: bf * (h + 2.0 * kvd) * p * g.secs_per_byte,
+        concat_s_per_token: 2.0 * bf * m.kv_bytes_per_token_layer() as f64 * e.secs_per_byte,
+        main_compute_s: if paper {
+            0.0
+        } else {
+            layer_compute_s(cost, m, b, 1, s + 1)
+        },
+        serial_prefetch: paper,
+    }
+}
+
+/// KVPR splits for every decode step.
+///
+/// `SplitModel::Paper` takes each step's LP optimum of the paper's Eq. 10. `SplitModel::Schedule`
+/// (the default) chooses what the simulator will run fastest: each step's candidate splits are
+/// timed on the discrete-event engine ([`crate::engine`]) in a two-step probe of the very
+/// schedule [`plan`](super::plan) emits (see [`probe_step_s`]); the LP optimum of the schedule's steady-state
+/// model seeds the search. See [`search_split`] for the candidates and the anchors.
+pub fn kvpr_splits(
+    cost: &CostModel,
+    m: &ModelSpec,
+    shape: &Shape,
+    weights_on_gpu: bool,
+    host: HostMemory,
+    policy: SplitPolicy,
+    model: SplitModel,
+) -> Result<Vec<StepSplit>> {
+    let steps = shape.decode_steps();
+    let problems: Vec<SplitProblem> = (1..=steps)
+        .map(|step| split_problem(cost, m, shape, weights_on_gpu, host, step, model))
+        .collect();
+    let chosen: Vec<Split> = match (policy, model) {
+        (SplitPolicy::Tokens(l), _) => problems.iter().map(|p| p.fixed(l)).collect(),
+        (SplitPolicy::Auto, SplitModel::Paper) => {
+            problems.iter().map(|p| p.solve()).collect::<Result<_>>()?
+        }
+        (SplitPolicy::Auto, SplitModel::Schedule) => {
+            let probe = Probe {
+                cost,
+                m,
+                shape,
+                weights_on_gpu,
+                host,
+            };
+            let anchors = anchor_steps(steps);
+            let mut at_anchor = Vec::with_capacity(anchors.len());
+            // Probes with activations stored (any recomputation needs them at every step),
+            // against plain transfer without them.
+            let (mut with_x, mut without_x) = (0.0, 0.0);
+            for &step in &anchors {
+                let p = &problems[(step - 1) as usize];
+                let seed = p.solve()?.recompute_tokens;
+                let (l, t) = search_split(&probe, step, p.seq_len, seed)?;
+                at_anchor.push(l);
+                with_x += t;
+                without_x += probe_step_s(&probe, step, 0, false)?;
+            }
+            if without_x <= with_x {
+                at_anchor.iter_mut().for_each(|l| *l = 0);
+            }
+            (1..=steps)
+                .map(|step| {
+                    let p = &problems[(step - 1) as usize];
+                    p.chosen(interpolate(&anchors, &at_anchor, step).min(p.seq_len))
+                })
+                .collect()
+        }
+    };
+    Ok(problems
+        .iter()
+        .zip(chosen)
+        .enumerate()
+        .map(|(i, (p, split))| StepSplit {
+            step: i as u32 + 1,
+            seq_len: p.seq_len,
+            split,
+        })
+        .collect())
+}
+
+/// Decode steps whose split is searched on the simulator: all of them up to
+/// [`MAX_SEARCHED_STEPS`], else that many evenly spaced from the first to the last (the optimum
+/// moves smoothly with `s'`; steps between anchors interpolate).
+fn anchor_steps(steps: u32) -> Vec<u32> {
+    if steps <= MAX_SEARCHED_STEPS {
+        return (1..=steps).collect();
+    }
+    let n = u64::from(MAX_SEARCHED_STEPS - 1);
+    let mut v: Vec<u32> = (0..=n)
+        .map(|i| 1 + (i * u64::from(steps - 1) / n) as u32)
+        .collect();
+    v.dedup();
+    v
+}
+
+/// Most decode steps searched one by one (see [`anchor_steps`]).
+pub const MAX_SEARCHED_STEPS: u32 = 12;
+
+/// The split at `step`: the anchors' splits, linearly interpolated between anchors.
+fn interpolate(anchors: &[u32], values: &[u32], step: u32) -> u32 {
+    match anchors.binary_search(&step) {
+        Ok(i) => values[i],
+        Err(i) => {
+            let (a0, a1) = (anchors[i - 1], anchors[i]);
+            let (v0, v1) = (f64::from(values[i - 1]), f64::from(values[i]));
+            let t = f64::from(step - a0) / f64::from(a1 - a0);
+            (v0 + t * (v1 - v0)).round().max(0.0) as u32
+        }
+    }
+}
+
+/// What a probe needs to build and time decode steps of one plan.
+struct Probe<'a> {
+    cost: &'a CostModel,
+    m: &'a ModelSpec,
+    shape: &'a Shape,
+    weights_on_gpu: bool,
+    host: HostMemory,
+}
+
+/// Largest cached length searched exhaustively; longer ones start from a 17-point grid.
+const EXHAUSTIVE_UP_TO: u32 = 32;
+
+/// The split of one decode step that the simulated probe runs fastest: every `l` in `0..=s'`
+/// for short contexts, else a 17-point grid plus the LP `seed`, then a ternary search between
+/// the best point's neighbours. Ties go to the smaller `l` (fewer activations stored).
+fn search_split(probe: &Probe, step: u32, seq_len: u32, seed: u32) -> Result<(u32, f64)> {
+    let mut cache: std::collections::BTreeMap<u32, f64> = Default::default();
+    let mut eval = |l: u32| -> Result<f64> {
+        if let Some(&t) = cache.get(&l) {
+            return Ok(t);
+        }
+        let t = probe_step_s(probe, step, l, true)?;
+        cache.insert(l, t);
+        Ok(t)
+    };
+    let mut grid: Vec<u32> = if seq_len <= EXHAUSTIVE_UP_TO {
+        (0..=seq_len).collect()
+    } else {
+        (0..=16u64)
+            .map(|i| (i * u64::from(seq_len) / 16) as u32)
+            .collect()
+    };
+    grid.push(seed.min(seq_len));
+    grid.sort_unstable();
+    grid.dedup();
+    let mut best = (f64::INFINITY, 0u32);
+    for &l in &grid {
+        let t = eval(l)?;
+        if t < best.0 {
+            best = (t, l);
+        }
+    }
+    if seq_len > EXHAUSTIVE_UP_TO {
+        let i = grid.binary_search(&best.1).expect("best is a grid point");
+        let (mut lo, mut hi) = (grid[i.saturating_sub(1)], grid[(i + 1).min(grid.len() - 1)]);
+        while hi - lo > 2 {
+            let a = lo + (hi - lo) / 3;
+            let b = hi - (hi - lo) / 3;
+            if eval(a)? <= eval(b)? {
+                hi = b;
+            } else {
+                lo = a;
+            }
+        }
+        for l in lo..=hi {
+            let t = eval(l)?;
+            if t < best.0 || (t == best.0 && l < best.1) {
+                best = (t, l);
+            }
+        }
+    }
+    Ok((best.1, best.0))
+}
+
+/// Simulated seconds of decode step `step` with split `l`, in context: the schedule [`plan`](super::plan)
+/// emits for the step before it (prefill at step 1) and the step itself, both recomputing `l`
+/// tokens, timed on the engine; the step's time runs from the last kernel of the step before to
+/// its own last kernel, so prefetches into it overlap the step before as they do in the whole
+/// run, and stores draining after a step's kernels are charged only where they delay a kernel.
+fn probe_step_s(probe: &Probe, step: u32, l: u32, keeps_x: bool) -> Result<f64> {
+    let (a, b) = (step - 1, step);
+    let l_at = |st: u32| l.min(probe.shape.cached_at(st.max(1)));
+    let layout = Layout {
+        model: probe.m,
+        shape: probe.shape,
+        strategy: Strategy::Kvpr,
+        weights_on_gpu: probe.weights_on_gpu,
+        keeps_x,
+        host: probe.host,
+    };
+    let schedule = build_schedule(&layout, a..=b, &l_at);
+    let ops = schedule.ops();
+    let engines = crate::engine::EngineMap::for_link(&schedule, probe.cost.duplex());
+    let spans = crate::engine::run_with(&schedule, &engines, |i| probe.cost.duration(&ops[i].kind))
+        .map_err(|e| Error::Solver {
+            what: format!("the KVPR split probe at step {step}"),
+            message: e.to_string(),
+        })?;
+    // Each step ends with its last kernel; stores may still drain into the next step.
+    let streams = schedule.streams();
+    let kernels_end = |step: u32| {
+        ops.iter()
+            .zip(&spans)
+            .filter(|(o, _)| {
+                o.tag.step == step && streams[o.stream.index()].kind == StreamKind::Compute
+            })
+            .map(|(_, s)| s.end)
+            .fold(0.0, f64::max)
+    };
+    Ok(kernels_end(b) - kernels_end(a))
+}

@@ -1,0 +1,254 @@
+//! The vocabulary of a plan: strategy, batch shape, options and the plan itself.
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::kvpr::Split;
+use crate::memory::MemoryPlan;
+use crate::schedule::{HostMemory, Schedule};
+
+/// Most ops a single plan may emit (about 6 GiB of schedule and timeline).
+pub const MAX_OPS: u64 = 50_000_000;
+
+/// How the KV cache is handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    /// KV cache on the host; per step, recompute a prefix from activations, transfer the rest.
+    Kvpr,
+    /// KV cache on the host, all of it transferred every step (FlexGen / HF Accelerate offload).
+    FullTransfer,
+    /// Everything resident on the GPU.
+    GpuOnly,
+    /// HeadInfer: KV offloaded per head group, chunked prefill (long contexts).
+    HeadInfer,
+    /// KV-Runahead: prefill split across devices with a point-to-point KV chain (TTFT).
+    Runahead,
+}
+
+impl Strategy {
+    /// The KV-offload strategies `--compare` runs side by side.
+    pub const ALL: [Strategy; 3] = [Strategy::Kvpr, Strategy::FullTransfer, Strategy::GpuOnly];
+
+    /// Every strategy, for parsing and help text.
+    pub const NAMES: [Strategy; 5] = [
+        Strategy::Kvpr,
+        Strategy::FullTransfer,
+        Strategy::GpuOnly,
+        Strategy::HeadInfer,
+        Strategy::Runahead,
+    ];
+
+    /// The name used on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Kvpr => "kvpr",
+            Strategy::FullTransfer => "full-transfer",
+            Strategy::GpuOnly => "gpu-only",
+            Strategy::HeadInfer => "headinfer",
+            Strategy::Runahead => "runahead",
+        }
+    }
+
+    /// Parses a command-line name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::NAMES.into_iter().find(|x| x.as_str() == s)
+    }
+
+    /// Whether the KV cache lives on the host (KVPR, full transfer).
+    pub fn offloads_kv(self) -> bool {
+        matches!(self, Strategy::Kvpr | Strategy::FullTransfer)
+    }
+}
+
+/// Where the weights live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WeightsPlacement {
+    /// On the GPU when they fit next to everything else, else offloaded.
+    Auto,
+    /// Resident on the GPU.
+    Gpu,
+    /// On the host, loaded layer by layer.
+    Offload,
+}
+
+/// How the KVPR split is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "lowercase", tag = "policy", content = "value")]
+pub enum SplitPolicy {
+    /// The LP optimum per step.
+    Auto,
+    /// A fixed number of recomputed tokens (clamped to the cached length).
+    Tokens(u32),
+}
+
+/// Which per-layer time the KVPR split minimises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SplitModel {
+    /// The emitted schedule's steady state (default): activations and `W_K,W_V` are prefetched
+    /// during the previous layer, so they cost link time only; the split is then checked on the
+    /// simulated schedule itself (see [`kvpr_splits`]).
+    #[default]
+    Schedule,
+    /// The KVPR paper's Eq. 10, `X(l) + max(R(l), KV(s'-l))` per GPU batch: the activation copy
+    /// is charged in series before recomputation, weights and the layer's other kernels are
+    /// left out. Kept for comparison with the paper.
+    Paper,
+}
+
+impl SplitModel {
+    /// The name used on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SplitModel::Schedule => "schedule",
+            SplitModel::Paper => "paper",
+        }
+    }
+}
+
+/// The batch being generated: `gpu_batches` GPU batches of `batch` sequences, each with a
+/// `prompt`-token prompt, generating `gen` tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Shape {
+    /// Sequences per GPU batch.
+    pub batch: u32,
+    /// GPU batches sharing one weight load per layer (1 = row-by-row).
+    pub gpu_batches: u32,
+    /// Prompt tokens per sequence.
+    pub prompt: u32,
+    /// Tokens generated per sequence (the first comes from prefill).
+    #[serde(rename = "gen")]
+    pub gen_len: u32,
+}
+
+impl Shape {
+    /// Checks every size is at least 1.
+    pub fn validate(&self) -> Result<()> {
+        for (f, v) in [
+            ("--batch", self.batch),
+            ("--gpu-batches", self.gpu_batches),
+            ("--prompt", self.prompt),
+            ("--gen", self.gen_len),
+        ] {
+            if v == 0 {
+                return Err(Error::invalid(f, v, "must be at least 1"));
+            }
+        }
+        if u64::from(self.batch) * u64::from(self.prompt) > u64::from(u32::MAX) {
+            return Err(Error::invalid(
+                "--batch x --prompt",
+                u64::from(self.batch) * u64::from(self.prompt),
+                "must stay below 2^32 tokens per GPU batch",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Sequences in all GPU batches.
+    pub fn total_batch(&self) -> u64 {
+        u64::from(self.batch) * u64::from(self.gpu_batches)
+    }
+
+    /// Longest sequence the KV cache must hold (`prompt + gen`, as FlexGen and KVPR size it).
+    pub fn max_len(&self) -> u64 {
+        u64::from(self.prompt) + u64::from(self.gen_len)
+    }
+
+    /// Decode steps (`gen - 1`: the first token comes from prefill).
+    pub fn decode_steps(&self) -> u32 {
+        self.gen_len - 1
+    }
+
+    /// Cached tokens at decode step `i` (1-based): `prompt + i - 1`.
+    pub fn cached_at(&self, step: u32) -> u32 {
+        self.prompt + step - 1
+    }
+}
+
+/// Options of a plan.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Options {
+    /// Where weights live.
+    pub weights: WeightsPlacement,
+    /// Host memory kind of the offloaded KV cache, activations and weights.
+    pub host_memory: HostMemory,
+    /// KVPR split policy.
+    pub split: SplitPolicy,
+    /// What the automatic KVPR split minimises.
+    pub split_model: SplitModel,
+    /// HeadInfer options.
+    pub headinfer: crate::headinfer::HeadInferOptions,
+    /// KV-Runahead options.
+    pub runahead: crate::runahead::RunaheadOptions,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            weights: WeightsPlacement::Auto,
+            host_memory: HostMemory::Pinned,
+            split: SplitPolicy::Auto,
+            split_model: SplitModel::Schedule,
+            headinfer: Default::default(),
+            runahead: Default::default(),
+        }
+    }
+}
+
+/// The split decision of one decode step.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepSplit {
+    /// Decode step (1-based).
+    pub step: u32,
+    /// Cached tokens `s'`.
+    pub seq_len: u32,
+    /// The decision.
+    #[serde(flatten)]
+    pub split: Split,
+}
+
+/// Loop order of the schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Order {
+    /// One GPU batch goes through all layers (latency workloads).
+    RowByRow,
+    /// Each layer runs all GPU batches before the next (throughput workloads).
+    ColumnByColumn,
+}
+
+/// A plan: the decisions, the memory it needs, and the schedule that carries it out.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    /// Strategy.
+    pub strategy: Strategy,
+    /// Model name.
+    pub model: String,
+    /// Hardware profile name.
+    pub hardware: String,
+    /// The batch.
+    pub shape: Shape,
+    /// Loop order.
+    pub order: Order,
+    /// Whether the weights are resident on the GPU.
+    pub weights_on_gpu: bool,
+    /// Host memory kind of offloaded data.
+    pub host_memory: HostMemory,
+    /// Peak memory.
+    pub memory: MemoryPlan,
+    /// KVPR split per decode step (empty for other strategies).
+    pub splits: Vec<StepSplit>,
+    /// HeadInfer decisions (HeadInfer plans only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub headinfer: Option<crate::headinfer::HeadInferDetails>,
+    /// KV-Runahead decisions (KV-Runahead plans only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runahead: Option<crate::runahead::RunaheadDetails>,
+    /// Things the user should know (auto decisions, warnings).
+    pub notes: Vec<String>,
+    /// The schedule.
+    #[serde(skip)]
+    pub schedule: Schedule,
+}
