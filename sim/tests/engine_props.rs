@@ -505,7 +505,7 @@ fn unit(tag: &Tag) -> Unit {
 /// 2e: in a simulated KVPR plan with an interior split, every `load_kv` / `load_x` ends before
 /// the kernel that consumes it starts (attention / recompute of the same unit), and the
 /// attention of each unit starts after both loads of that unit. Row-by-row and
-/// column-by-column (two GPU batches), weights resident so the split is interior.
+/// column-by-column (two GPU batches), weights resident, a fixed interior split.
 #[test]
 fn kvpr_loads_finish_before_their_consumers() {
     use std::collections::BTreeMap;
@@ -517,8 +517,10 @@ fn kvpr_loads_finish_before_their_consumers() {
             prompt: 256,
             gen_len: 4,
         };
+        // A fixed interior split (the automatic one recomputes everything at this size).
         let opts = Options {
             weights: WeightsPlacement::Gpu,
+            split: kvplan_planner::plan::SplitPolicy::Tokens(100),
             ..Options::default()
         };
         let p = plan(&m, &hw, &cost, &shape, PlanStrategy::Kvpr, &opts).unwrap();
