@@ -395,7 +395,7 @@ pub fn plan_kvpr(args: &PlanArgs) -> Result<Output, CliError> {
                 p.memory
                     .gpu
                     .iter()
-                    .map(|i| format!("{} {}", i.name, gib(i.bytes)))
+                    .map(|i| format!("{} {}", i.kind.name(), gib(i.bytes)))
                     .collect::<Vec<_>>()
                     .join(", "),
                 gib(p.memory.host_bytes())
@@ -459,7 +459,7 @@ fn memory_line(p: &Plan) -> String {
         p.memory
             .gpu
             .iter()
-            .map(|i| format!("{} {}", i.name, gib(i.bytes)))
+            .map(|i| format!("{} {}", i.kind.name(), gib(i.bytes)))
             .collect::<Vec<_>>()
             .join(", "),
         gib(p.memory.host_bytes())

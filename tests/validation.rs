@@ -96,7 +96,7 @@ fn kvpr_table3_cache_size() {
             p.weights_on_gpu,
             false,
         )
-        .host_item("kv cache") as f64
+        .host_item(kvplan_planner::memory::MemoryKind::KvCache) as f64
             / GIB;
         let published = num(&r, 4);
         assert!(

@@ -308,7 +308,8 @@ fn adaptive_groups_follow_the_papers_policy_on_the_4090() {
     assert!(p.weights_on_gpu && p.splits.is_empty() && p.runahead.is_none());
     assert!(p.memory.gpu_bytes() <= hw.gpu.usable_bytes());
     assert_eq!(
-        p.memory.host_item("kv cache"),
+        p.memory
+            .host_item(kvplan_planner::memory::MemoryKind::KvCache),
         1_024_001 * m.kv_bytes_per_token()
     );
     let names: Vec<&str> = p

@@ -500,10 +500,15 @@ fn schedule_has_the_chain_shape() {
     assert_eq!(decode_devices.into_iter().collect::<Vec<_>>(), vec![2]);
     // Memory: the last device holds the whole context's (and the decoded tokens') K,V.
     assert_eq!(
-        p.memory.gpu_item("kv cache"),
+        p.memory
+            .gpu_item(kvplan_planner::memory::MemoryKind::KvCache),
         (8192 + 4) * m.kv_bytes_per_token()
     );
-    assert_eq!(p.memory.gpu_item("weights"), m.weight_bytes());
+    assert_eq!(
+        p.memory
+            .gpu_item(kvplan_planner::memory::MemoryKind::Weights),
+        m.weight_bytes()
+    );
     assert!(
         p.notes.iter().any(|n| n.contains("decode")),
         "{:?}",

@@ -5,7 +5,9 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::hardware::HardwareProfile;
-use crate::memory::MemoryPlan;
+use crate::memory::{
+    AttentionImpl, MemoryKind, MemoryPlan, PrefillPass, WorkingSet, prefill_working_set,
+};
 use crate::model::ModelSpec;
 use crate::plan::Shape;
 
@@ -121,25 +123,6 @@ impl Default for MemoryConfig {
     }
 }
 
-/// The prefill forward pass's transient memory at its peak, beyond the stored KV (bytes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct WorkingSet {
-    /// Per-row tensors of the attention block: residual, normed input, input embeddings
-    /// (`3h`), Q and the attention output (`2·q_dim`), this layer's new K,V (`2·kv_dim`).
-    pub attention_rows: u64,
-    /// Per-row tensors of the MLP: `3h` as above plus `act(gate)`, `up` and their product
-    /// (`3·ffn`; `2·ffn` for an ungated FFN).
-    pub mlp_rows: u64,
-    /// Hugging Face's 4-D additive causal mask of a chunk over its prefix (`chunk × S`,
-    /// materialised when a chunk attends over earlier chunks; lives for the whole forward).
-    pub causal_mask: u64,
-    /// K,V of one layer expanded from KV heads to query heads for SDPA (`repeat_kv`, GQA only),
-    /// plus the old copy of the layer's cache while `torch.cat` appends the chunk (chunked only).
-    pub attention_prefix: u64,
-    /// The peak: `causal_mask + max(attention_rows + attention_prefix, mlp_rows)`.
-    pub peak: u64,
-}
-
 /// GPU and host memory of one strategy at one context length (bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct MemoryBreakdown {
@@ -179,18 +162,18 @@ impl MemoryBreakdown {
     /// The GPU side as named allocations (what a plan's [`MemoryPlan`] holds).
     pub fn memory_plan(&self) -> MemoryPlan {
         let mut m = MemoryPlan::default();
-        m.gpu("weights", self.weights);
-        let kv_name = match self.strategy {
-            MemStrategy::Standard | MemStrategy::ChunkedPrefill => "kv cache",
-            MemStrategy::KvQuant4bit => "kv cache (4-bit)",
-            MemStrategy::LayerOffload => "kv buffers (2 layers)",
-            MemStrategy::HeadInfer => "kv ping-pong buffers (2 head groups)",
+        m.gpu(MemoryKind::Weights, self.weights);
+        let kv = match self.strategy {
+            MemStrategy::Standard | MemStrategy::ChunkedPrefill => MemoryKind::KvCache,
+            MemStrategy::KvQuant4bit => MemoryKind::KvCache4bit,
+            MemStrategy::LayerOffload => MemoryKind::KvLayerBuffers,
+            MemStrategy::HeadInfer => MemoryKind::KvGroupBuffers,
         };
-        m.gpu(kv_name, self.kv_gpu);
-        m.gpu("kv quantisation scales", self.kv_quant_scales);
-        m.gpu("prefill working set", self.working_set.peak);
-        m.gpu("runtime reserve", self.runtime_reserve);
-        m.host("kv cache", self.kv_host);
+        m.gpu(kv, self.kv_gpu);
+        m.gpu(MemoryKind::KvQuantScales, self.kv_quant_scales);
+        m.gpu(MemoryKind::Activations, self.working_set.peak);
+        m.gpu(MemoryKind::RuntimeReserve, self.runtime_reserve);
+        m.host(MemoryKind::KvCache, self.kv_host);
         m
     }
 }
@@ -212,7 +195,6 @@ pub fn memory(
     let s = context;
     let tokens = mul(b, s);
     let h = u64::from(model.hidden);
-    let q = model.q_dim();
     let kvd = model.kv_dim();
     let ffn = u64::from(model.ffn_dim);
     let kv_layer = model.kv_bytes_per_token_layer();
@@ -239,42 +221,25 @@ pub fn memory(
         MemStrategy::HeadInfer => (mul(tokens, 2 * g * 2 * u64::from(model.head_dim) * p), 0),
     };
     // The working set of the runtime's prefill forward pass.
-    let ffn_live = if model.gated_ffn { 3 } else { 2 };
-    let attn_row = (3 * h + 2 * q + 2 * kvd) * p;
-    let mlp_row = (3 * h + ffn_live * ffn) * p;
-    let gqa_expand = if q > kvd { 2 * q * p } else { 0 };
-    let (causal_mask, attention_prefix) = match strategy {
+    let attention = match strategy {
         // One pass with `is_causal` (no mask); SDPA gets K,V expanded to the query heads.
         MemStrategy::Standard | MemStrategy::KvQuant4bit | MemStrategy::LayerOffload => {
-            (0, mul(tokens, gqa_expand))
+            AttentionImpl::Sdpa
         }
-        MemStrategy::ChunkedPrefill => {
-            if s > chunk {
-                (
-                    mul(mul(b, chunk), mul(s, p)),
-                    mul(tokens, gqa_expand).saturating_add(mul(mul(b, s - chunk), kv_layer)),
-                )
-            } else {
-                (0, mul(tokens, gqa_expand))
-            }
-        }
+        MemStrategy::ChunkedPrefill => AttentionImpl::ChunkedSdpa,
         // FlashAttention: native GQA, causal offset for the chunk; K,V in the group buffers.
-        MemStrategy::HeadInfer => (0, 0),
+        MemStrategy::HeadInfer => AttentionImpl::Fused,
     };
-    let attention_rows = mul(rows, attn_row);
-    let mlp_rows = mul(rows, mlp_row);
-    let peak = causal_mask.saturating_add(
-        attention_rows
-            .saturating_add(attention_prefix)
-            .max(mlp_rows),
+    let working_set = prefill_working_set(
+        model,
+        &PrefillPass {
+            batch: b,
+            q_tokens: if strategy.chunked() { chunk } else { s },
+            context: s,
+            attention,
+            logits_rows: 0,
+        },
     );
-    let working_set = WorkingSet {
-        attention_rows,
-        mlp_rows,
-        causal_mask,
-        attention_prefix,
-        peak,
-    };
     let weights = model.weight_bytes();
     let kv_host = if strategy.offloads_kv() { full_kv } else { 0 };
     let total_kv = match strategy {
@@ -295,7 +260,7 @@ pub fn memory(
         peak_gpu: weights
             .saturating_add(kv_gpu)
             .saturating_add(kv_quant_scales)
-            .saturating_add(peak)
+            .saturating_add(working_set.peak)
             .saturating_add(cfg.runtime_reserve),
         kv_host,
         total_kv,

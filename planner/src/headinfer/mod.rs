@@ -86,10 +86,11 @@ use crate::hardware::HardwareProfile;
 use crate::model::ModelSpec;
 use crate::plan::{Options, Order, Plan, Shape, Strategy, WeightsPlacement};
 
+pub use crate::memory::WorkingSet;
 pub use memory::{
     BindingLimit, CAPACITY_SEARCH_LIMIT, CapacityOptions, CapacityReport, DEFAULT_CHUNK_TOKENS,
-    MemStrategy, MemoryBreakdown, MemoryConfig, RUNTIME_RESERVE_BYTES, StrategyCapacity,
-    WorkingSet, capacity, capacity_report, divisors, memory,
+    MemStrategy, MemoryBreakdown, MemoryConfig, RUNTIME_RESERVE_BYTES, StrategyCapacity, capacity,
+    capacity_report, divisors, memory,
 };
 use memory::{GIB, heads_error, plan_memory};
 pub use optimiser::{

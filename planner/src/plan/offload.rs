@@ -4,7 +4,7 @@
 use crate::cost::CostModel;
 use crate::error::{Error, Result};
 use crate::hardware::HardwareProfile;
-use crate::memory::MemoryPlan;
+use crate::memory::{AttentionImpl, MemoryKind, MemoryPlan, PrefillPass, prefill_working_set};
 use crate::model::ModelSpec;
 
 use super::offload_schedule::{Layout, build_schedule};
@@ -30,38 +30,47 @@ pub fn memory_plan(
     let kv_tok = m.kv_bytes_per_token_layer();
     let mut mem = MemoryPlan::default();
     if weights_on_gpu {
-        mem.gpu("weights", m.weight_bytes());
+        mem.gpu(MemoryKind::Weights, m.weight_bytes());
     } else {
         mem.gpu(
-            "weights (embeddings + 2 layer buffers)",
+            MemoryKind::WeightBuffers,
             m.embedding_bytes() + 2 * m.layer_weights().total(),
         );
-        mem.host("weights", m.weight_bytes());
+        mem.host(MemoryKind::Weights, m.weight_bytes());
     }
     if strategy.offloads_kv() {
-        mem.gpu("kv buffers (2 layers x 1 GPU batch)", 2 * b * len * kv_tok);
-        mem.host("kv cache", shape.total_batch() * len * layers * kv_tok);
+        mem.gpu(MemoryKind::KvLayerBuffers, 2 * b * len * kv_tok);
+        mem.host(
+            MemoryKind::KvCache,
+            shape.total_batch() * len * layers * kv_tok,
+        );
     } else {
-        mem.gpu("kv cache", shape.total_batch() * len * layers * kv_tok);
+        mem.gpu(
+            MemoryKind::KvCache,
+            shape.total_batch() * len * layers * kv_tok,
+        );
     }
     if recompute_activations {
-        mem.gpu(
-            "recompute activation buffers (2 x 1 GPU batch)",
-            2 * b * len * h * p,
-        );
+        mem.gpu(MemoryKind::RecomputeActivationBuffers, 2 * b * len * h * p);
         mem.host(
-            "recompute activations",
+            MemoryKind::RecomputeActivations,
             shape.total_batch() * len * layers * h * p,
         );
     }
-    // Prefill of one GPU batch is the activation peak: residual, normed input, QKV, attention
-    // output, FFN intermediate and its activation; plus fp32 logits of the last position.
-    let per_token =
-        h + h + m.q_dim() + 2 * m.kv_dim() + m.q_dim() + m.ffn_up_width() + u64::from(m.ffn_dim);
-    let act = b * s * per_token * p + b * u64::from(m.vocab) * 4;
-    mem.gpu("activations (prefill peak)", act);
+    // Prefill of one GPU batch (one SDPA pass over the prompt) is the activation peak.
+    let act = prefill_working_set(
+        m,
+        &PrefillPass {
+            batch: b,
+            q_tokens: s,
+            context: s,
+            attention: AttentionImpl::Sdpa,
+            logits_rows: b,
+        },
+    );
+    mem.gpu(MemoryKind::Activations, act.peak);
     if k > 1 {
-        mem.gpu("hidden states of all GPU batches", k * b * h * p);
+        mem.gpu(MemoryKind::HiddenStates, k * b * h * p);
     }
     mem
 }

@@ -1,28 +1,32 @@
 //! Per-device memory of a KV-Runahead partition, and the floor no partition can go below.
 
 use super::costs::starts;
-use crate::memory::MemoryPlan;
+use crate::memory::{AttentionImpl, MemoryKind, MemoryPlan, PrefillPass, prefill_working_set};
 use crate::model::ModelSpec;
-use crate::plan::{Shape, Strategy};
 
 /// One device's memory: the weights, the K,V of `kv_tokens` tokens of every layer (`batch`
 /// sequences), and the prefill activations of a `chunk`-token chunk.
 fn one_device(m: &ModelSpec, batch: u32, kv_tokens: u64, chunk: u32) -> MemoryPlan {
-    let shape = Shape {
-        batch,
-        gpu_batches: 1,
-        prompt: chunk,
-        gen_len: 1,
-    };
-    let act = crate::plan::memory_plan(m, &shape, Strategy::GpuOnly, true, false)
-        .gpu_item("activations (prefill peak)");
+    // The chunk attends over its prefix with a causal offset (FlashAttention-style), and the
+    // last device ends with one row of logits per sequence.
+    let act = prefill_working_set(
+        m,
+        &PrefillPass {
+            batch: u64::from(batch),
+            q_tokens: u64::from(chunk),
+            context: kv_tokens.max(u64::from(chunk)),
+            attention: AttentionImpl::Fused,
+            logits_rows: u64::from(batch),
+        },
+    )
+    .peak;
     let mut mem = MemoryPlan::default();
-    mem.gpu("weights", m.weight_bytes());
+    mem.gpu(MemoryKind::Weights, m.weight_bytes());
     mem.gpu(
-        "kv cache",
+        MemoryKind::KvCache,
         kv_tokens * m.kv_bytes_per_token() * u64::from(batch),
     );
-    mem.gpu("activations (prefill peak)", act);
+    mem.gpu(MemoryKind::Activations, act);
     mem
 }
 
