@@ -139,6 +139,37 @@ fn paper_model_is_reproducible_and_differs() {
     assert!(schedule < paper, "schedule {schedule} vs paper {paper}");
 }
 
+/// The property: a case that fits has its automatic split within [`TOLERANCE`] of the best
+/// fixed one (cases that do not fit, e.g. weights forced onto a too-small GPU, are skipped).
+fn check_random(c: &Case) -> Result<(), TestCaseError> {
+    let cost = CostModel::new(&c.hw);
+    let options = Options {
+        weights: c.weights,
+        host_memory: c.host,
+        ..Options::default()
+    };
+    prop_assume!(
+        kvplan_planner::plan::plan(
+            &c.model,
+            &c.hw,
+            &cost,
+            &c.shape,
+            PlanStrategy::Kvpr,
+            &options
+        )
+        .is_ok()
+    );
+    let (auto, best, l) = compare(c);
+    prop_assert!(
+        auto <= best * (1.0 + TOLERANCE),
+        "auto {} s vs best fixed l = {} {} s",
+        auto,
+        l,
+        best
+    );
+    Ok(())
+}
+
 fn any_case() -> impl Strategy<Value = Case> {
     (
         prop::sample::select(vec!["opt-125m", "opt-1.3b", "llama-2-7b"]),
@@ -180,16 +211,7 @@ proptest! {
     /// Random small cases: brute force over every `l` from 0 to the longest cached length.
     #[test]
     fn auto_split_is_within_one_percent_of_brute_force(c in any_case()) {
-        let cost = CostModel::new(&c.hw);
-        let options = Options { weights: c.weights, host_memory: c.host, ..Options::default() };
-        // Skip cases that do not fit (weights forced onto a too-small GPU).
-        prop_assume!(kvplan_planner::plan::plan(
-            &c.model, &c.hw, &cost, &c.shape, PlanStrategy::Kvpr, &options).is_ok());
-        let (auto, best, l) = compare(&c);
-        prop_assert!(
-            auto <= best * (1.0 + TOLERANCE),
-            "auto {} s vs best fixed l = {} {} s", auto, l, best
-        );
+        check_random(&c)?;
     }
 }
 
@@ -221,14 +243,6 @@ proptest! {
     /// steps): brute force over a 17-point grid.
     #[test]
     fn auto_split_is_within_one_percent_on_realistic_cases(c in large_case()) {
-        let cost = CostModel::new(&c.hw);
-        let options = Options { weights: c.weights, host_memory: c.host, ..Options::default() };
-        prop_assume!(kvplan_planner::plan::plan(
-            &c.model, &c.hw, &cost, &c.shape, PlanStrategy::Kvpr, &options).is_ok());
-        let (auto, best, l) = compare(&c);
-        prop_assert!(
-            auto <= best * (1.0 + TOLERANCE),
-            "auto {} s vs best fixed l = {} {} s", auto, l, best
-        );
+        check_random(&c)?;
     }
 }
