@@ -5,7 +5,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::scenario::{RawHeadInfer, RawOffload, RawRunahead, RawScenario, RawWorkload, Scenario};
+use kvplan_planner::scenario::{
+    RawHeadInfer, RawOffload, RawRunahead, RawScenario, RawWorkload, Scenario,
+};
 
 const ABOUT: &str = "Plan and simulate KV-cache offload and recomputation for LLM inference";
 
@@ -376,16 +378,12 @@ pub struct SimulateArgs {
 }
 
 impl RunArgs {
-    /// The scenario file (if any) overlaid with these flags, checked. `strategy` is the
-    /// command's `--strategy` (or the planner a `plan` subcommand fixes).
-    pub fn resolve(&self, strategy: Option<String>) -> Result<Scenario, crate::error::CliError> {
+    /// These flags as a raw scenario (`strategy`: the command's `--strategy`, or the planner a
+    /// `plan` subcommand fixes), to overlay on a scenario file's.
+    pub fn to_raw(&self, strategy: Option<String>) -> RawScenario {
         let (sc, workload, offload, planner) =
             (&self.scenario, &self.workload, &self.offload, &self.planner);
-        let base = match &sc.scenario {
-            Some(p) => RawScenario::from_file(p)?,
-            None => RawScenario::default(),
-        };
-        let flags = RawScenario {
+        RawScenario {
             model: sc.model.clone(),
             hardware: sc.hardware.clone(),
             strategy,
@@ -411,11 +409,20 @@ impl RunArgs {
                 link_gbps: planner.link_gbps,
                 link_latency_us: planner.link_latency_us,
             },
+        }
+    }
+
+    /// The scenario file (if any) overlaid with these flags, resolved by the planner; its notes
+    /// go to stderr.
+    pub fn resolve(&self, strategy: Option<String>) -> Result<Scenario, crate::error::CliError> {
+        let base = match &self.scenario.scenario {
+            Some(p) => RawScenario::from_file(p)?,
+            None => RawScenario::default(),
         };
-        let scenario = base.overlay(flags).resolve()?;
+        let scenario = base.overlay(self.to_raw(strategy)).resolve()?;
         // Clamped or ignored settings are not errors: say so on stderr, leave stdout alone.
         for note in &scenario.notes {
-            eprintln!("note: {note}");
+            eprintln!("note: {}", crate::messages::note(note));
         }
         Ok(scenario)
     }

@@ -3,11 +3,13 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use kvplan_planner::plan::{Plan, Strategy, plan};
-use kvplan_planner::report::RunReport;
+use kvplan_planner::plan::{Plan, Strategy};
+use kvplan_planner::report::{RunReport, recompute_fraction, saved_fraction, ttft_speedups};
+use kvplan_planner::scenario::Scenario;
 use kvplan_planner::schedule::Category;
 use kvplan_planner::timeline::{Run, write_chrome_trace, write_csv};
-use kvplan_planner::{CostModel, HardwareProfile, ModelSpec, Timeline};
+use kvplan_planner::{HardwareProfile, ModelSpec};
+use kvplan_sim::run::{SimulatedRun, compare, simulate_scenario};
 use serde::Serialize;
 use serde_json::json;
 
@@ -15,7 +17,6 @@ use crate::args::{CapacityArgs, Format, HardwareArgs, ModelsArgs, PlanArgs, Simu
 use crate::error::CliError;
 use crate::output::write_output;
 use crate::render::{Table, gib, pct, secs};
-use crate::scenario::Scenario;
 
 /// Text for stdout.
 pub type Output = String;
@@ -279,16 +280,9 @@ pub(crate) fn describe(p: &Plan) -> String {
 
 /// `kvplan plan kvpr`.
 pub fn plan_kvpr(args: &PlanArgs) -> Result<Output, CliError> {
-    let sc = args.run.resolve(Some("kvpr".into()))?;
-    let cost = CostModel::new(&sc.hardware);
-    let p = plan(
-        &sc.model,
-        &sc.hardware,
-        &cost,
-        &sc.shape,
-        Strategy::Kvpr,
-        &sc.options,
-    )?;
+    let sc = args.run.resolve(Some(Strategy::Kvpr.as_str().into()))?;
+    let cost = sc.cost_model();
+    let p = sc.plan_with(&cost, Strategy::Kvpr)?;
     let problem0 = kvplan_planner::plan::split_problem(
         &cost,
         &sc.model,
@@ -306,7 +300,7 @@ pub fn plan_kvpr(args: &PlanArgs) -> Result<Output, CliError> {
                 "step": s.step,
                 "seq_len": s.seq_len,
                 "recompute_tokens": s.split.recompute_tokens,
-                "recompute_fraction": f64::from(s.split.recompute_tokens) / f64::from(s.seq_len.max(1)),
+                "recompute_fraction": recompute_fraction(s),
                 "layer_s": s.split.layer_s,
                 "transfer_only_layer_s": s.split.transfer_only_s,
                 "bound": s.split.bound,
@@ -353,8 +347,7 @@ pub fn plan_kvpr(args: &PlanArgs) -> Result<Output, CliError> {
                         s.step.to_string(),
                         s.seq_len.to_string(),
                         s.split.recompute_tokens.to_string(),
-                        (f64::from(s.split.recompute_tokens) / f64::from(s.seq_len.max(1)))
-                            .to_string(),
+                        recompute_fraction(s).to_string(),
                         s.split.layer_s.to_string(),
                         s.split.transfer_only_s.to_string(),
                         serde_json::to_value(s.split.bound)
@@ -415,15 +408,14 @@ pub fn plan_kvpr(args: &PlanArgs) -> Result<Output, CliError> {
                 "bound",
             ]);
             for s in &p.splits {
-                let saved = 1.0 - s.split.layer_s / s.split.transfer_only_s;
                 t.row(&[
                     s.step.to_string(),
                     s.seq_len.to_string(),
                     s.split.recompute_tokens.to_string(),
-                    pct(f64::from(s.split.recompute_tokens) / f64::from(s.seq_len.max(1))),
+                    pct(recompute_fraction(s)),
                     secs(s.split.layer_s),
                     secs(s.split.transfer_only_s),
-                    pct(saved),
+                    pct(saved_fraction(s)),
                     serde_json::to_value(s.split.bound)
                         .unwrap()
                         .as_str()
@@ -440,15 +432,7 @@ pub fn plan_kvpr(args: &PlanArgs) -> Result<Output, CliError> {
 /// Resolves a `plan <planner>` command's scenario with the strategy fixed.
 fn plan_for(args: &PlanArgs, strategy: Strategy) -> Result<(Scenario, Plan), CliError> {
     let sc = args.run.resolve(Some(strategy.as_str().into()))?;
-    let cost = CostModel::new(&sc.hardware);
-    let p = plan(
-        &sc.model,
-        &sc.hardware,
-        &cost,
-        &sc.shape,
-        strategy,
-        &sc.options,
-    )?;
+    let p = sc.plan_with(&sc.cost_model(), strategy)?;
     Ok((sc, p))
 }
 
@@ -509,14 +493,15 @@ pub fn plan_runahead(args: &PlanArgs) -> Result<Output, CliError> {
                 d.partition
             );
             let mut t = Table::new(&["method", "TTFT", "vs one device"]);
-            let t1 = d.ttft_s.single_device;
-            for (name, v) in [
-                ("runahead (chosen)", d.ttft_s.runahead),
-                ("single device", d.ttft_s.single_device),
-                ("even chunks, same chain", d.ttft_s.even_chain),
-                ("tensor parallel + all-gather", d.ttft_s.tensor_parallel),
-            ] {
-                t.row(&[name.to_string(), secs(v), format!("x{:.3}", t1 / v)]);
+            for (method, v, speedup) in ttft_speedups(&d.ttft_s) {
+                let name = match method {
+                    "runahead" => "runahead (chosen)",
+                    "single_device" => "single device",
+                    "even_chain" => "even chunks, same chain",
+                    "tensor_parallel" => "tensor parallel + all-gather",
+                    other => other,
+                };
+                t.row(&[name.to_string(), secs(v), format!("x{speedup:.3}")]);
             }
             out.push_str(&t.render());
             let _ = writeln!(out, "speed-up over one device: x{:.3}", d.speedup);
@@ -583,9 +568,7 @@ pub fn plan_headinfer(args: &PlanArgs) -> Result<Output, CliError> {
             let _ = writeln!(
                 out,
                 "KV heads per offload group: {} ({} groups per layer); prefill chunk: {} tokens",
-                d.heads_per_group,
-                sc.model.num_kv_heads / d.heads_per_group.max(1),
-                d.chunk_tokens
+                d.heads_per_group, d.groups_per_layer, d.chunk_tokens
             );
             let _ = writeln!(out, "{}", memory_line(&p));
             for n in &p.notes {
@@ -742,9 +725,7 @@ pub(crate) fn split_summary(p: &Plan) -> Option<String> {
         ));
     }
     let (first, last) = (p.splits.first()?, p.splits.last()?);
-    let frac = |s: &kvplan_planner::plan::StepSplit| {
-        pct(f64::from(s.split.recompute_tokens) / f64::from(s.seq_len.max(1)))
-    };
+    let frac = |s| pct(recompute_fraction(s));
     Some(format!(
         "kvpr split: recompute {} of {} cached tokens per layer at step {} ({}) .. {} of {} at step {} ({}); `kvplan plan kvpr` shows every step and why",
         first.split.recompute_tokens,
@@ -756,34 +737,6 @@ pub(crate) fn split_summary(p: &Plan) -> Option<String> {
         last.step,
         frac(last)
     ))
-}
-
-struct Simulated {
-    plan: Plan,
-    timeline: Timeline,
-    report: RunReport,
-}
-
-fn simulate_one(
-    sc: &Scenario,
-    cost: &CostModel,
-    strategy: Strategy,
-) -> Result<Simulated, CliError> {
-    let p = plan(
-        &sc.model,
-        &sc.hardware,
-        cost,
-        &sc.shape,
-        strategy,
-        &sc.options,
-    )?;
-    let timeline = kvplan_sim::simulate(&p.schedule, cost)?;
-    let report = RunReport::new(&p, &timeline);
-    Ok(Simulated {
-        plan: p,
-        timeline,
-        report,
-    })
 }
 
 pub(crate) const CSV_FIELDS: [&str; 24] = [
@@ -885,7 +838,7 @@ pub(crate) fn metric_rows(r: &RunReport) -> Vec<(&'static str, String)> {
     v
 }
 
-fn write_trace(path: &Path, runs: &[&Simulated]) -> Result<(), CliError> {
+fn write_trace(path: &Path, runs: &[&SimulatedRun]) -> Result<(), CliError> {
     let runs: Vec<Run> = runs
         .iter()
         .map(|s| Run {
@@ -909,9 +862,8 @@ fn write_trace(path: &Path, runs: &[&Simulated]) -> Result<(), CliError> {
 /// `kvplan simulate`.
 pub fn simulate(args: &SimulateArgs) -> Result<Output, CliError> {
     let sc = args.run.resolve(args.strategy.clone())?;
-    let cost = CostModel::new(&sc.hardware);
     if !args.compare {
-        let s = simulate_one(&sc, &cost, sc.strategy)?;
+        let s = simulate_scenario(&sc)?;
         if let Some(path) = &args.trace {
             write_trace(path, &[&s])?;
         }
@@ -945,46 +897,12 @@ pub fn simulate(args: &SimulateArgs) -> Result<Output, CliError> {
         };
     }
 
-    // --compare: every strategy; those that cannot run are reported, not fatal.
-    let mut done: Vec<Simulated> = Vec::new();
-    let mut skipped: Vec<(Strategy, CliError)> = Vec::new();
-    for st in Strategy::ALL {
-        // gpu-only has no placement choice: everything is resident, or it does not fit.
-        let mut sc_st = sc.clone();
-        if st == Strategy::GpuOnly {
-            sc_st.options.weights = kvplan_planner::plan::WeightsPlacement::Gpu;
-        }
-        match simulate_one(&sc_st, &cost, st) {
-            Ok(s) => done.push(s),
-            Err(e) if e.code == crate::error::EXIT_INPUT => skipped.push((st, e)),
-            Err(e) => return Err(e),
-        }
-    }
-    if done.is_empty() {
-        let msgs: Vec<String> = skipped
-            .iter()
-            .map(|(s, e)| format!("{}: {}", s.as_str(), e.message))
-            .collect();
-        return Err(CliError::input(format!(
-            "no strategy can run this scenario; {}",
-            msgs.join("; ")
-        )));
-    }
+    // --compare: the library's rules pick the strategies and skip those that cannot run.
+    let c = compare(&sc)?;
+    let (done, skipped) = (&c.runs, &c.skipped);
     if let Some(path) = &args.trace {
         write_trace(path, &done.iter().collect::<Vec<_>>())?;
     }
-    let find = |st: Strategy| {
-        done.iter()
-            .find(|s| s.plan.strategy == st)
-            .map(|s| &s.report)
-    };
-    let vs_full = match (find(Strategy::Kvpr), find(Strategy::FullTransfer)) {
-        (Some(k), Some(f)) if f.decode_latency_s > 0.0 => Some((
-            k.decode_latency_s / f.decode_latency_s,
-            k.decode_throughput_tok_s / f.decode_throughput_tok_s,
-        )),
-        _ => None,
-    };
     match args.output.format {
         Format::Json => json_line(&json!({
             "model": sc.model.name,
@@ -994,8 +912,8 @@ pub fn simulate(args: &SimulateArgs) -> Result<Output, CliError> {
             "prompt": sc.shape.prompt,
             "gen": sc.shape.gen_len,
             "results": done.iter().map(|s| &s.report).collect::<Vec<_>>(),
-            "skipped": skipped.iter().map(|(s, e)| json!({"strategy": s.as_str(), "reason": e.message})).collect::<Vec<_>>(),
-            "kvpr_vs_full_transfer": vs_full.map(|(l, t)| json!({"decode_latency_ratio": l, "throughput_ratio": t})),
+            "skipped": skipped.iter().map(|s| json!({"strategy": s.strategy.as_str(), "reason": s.error.to_string()})).collect::<Vec<_>>(),
+            "kvpr_vs_full_transfer": c.kvpr_vs_full_transfer,
         })),
         Format::Csv => csv_text(
             &CSV_FIELDS,
@@ -1052,7 +970,8 @@ pub fn simulate(args: &SimulateArgs) -> Result<Output, CliError> {
                 t.row(&row);
             }
             out.push_str(&t.render());
-            if let Some((l, tp)) = vs_full {
+            if let Some(r) = c.kvpr_vs_full_transfer {
+                let (l, tp) = (r.decode_latency_ratio, r.throughput_ratio);
                 let _ = writeln!(
                     out,
                     "kvpr vs full-transfer: decode latency x{l:.3} ({} lower), throughput x{tp:.3}",
@@ -1062,10 +981,10 @@ pub fn simulate(args: &SimulateArgs) -> Result<Output, CliError> {
             if let Some(line) = done.iter().find_map(|s| split_summary(&s.plan)) {
                 let _ = writeln!(out, "{line}");
             }
-            for (s, e) in &skipped {
-                let _ = writeln!(out, "{}: not run: {}", s.as_str(), e.message);
+            for s in skipped {
+                let _ = writeln!(out, "{}: not run: {}", s.strategy.as_str(), s.error);
             }
-            for s in &done {
+            for s in done {
                 for n in &s.report.notes {
                     let _ = writeln!(out, "note ({}): {n}", s.report.strategy);
                 }

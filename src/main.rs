@@ -5,9 +5,9 @@ mod args;
 mod commands;
 mod error;
 mod measure;
+mod messages;
 mod output;
 mod render;
-mod scenario;
 
 use std::io::Write;
 use std::process::ExitCode;

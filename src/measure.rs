@@ -5,10 +5,10 @@ use std::path::Path;
 
 use kvplan_calibrate::{Comparison, Plan as CalPlan};
 use kvplan_exec::{BackendKind, ExecOptions, Executor};
-use kvplan_planner::plan::{Plan, plan};
 use kvplan_planner::report::RunReport;
 use kvplan_planner::timeline::{Run, write_chrome_trace, write_csv};
-use kvplan_planner::{CostModel, HardwareProfile, ModelSpec};
+use kvplan_planner::{HardwareProfile, ModelSpec};
+use kvplan_sim::run::{SimulatedRun, simulate_scenario};
 use serde_json::json;
 
 use crate::args::{BackendArgs, CalibrateArgs, ExecArgs, Format, ValidateArgs};
@@ -19,7 +19,6 @@ use crate::commands::{
 use crate::error::CliError;
 use crate::output::write_output;
 use crate::render::{Table, gib, pct, secs};
-use crate::scenario::Scenario;
 
 fn open_backend(b: &BackendArgs) -> Result<Box<dyn Executor>, CliError> {
     let kind = BackendKind::parse(&b.backend).ok_or_else(|| {
@@ -34,17 +33,6 @@ fn open_backend(b: &BackendArgs) -> Result<Box<dyn Executor>, CliError> {
         warmup_runs: b.warmup,
     };
     Ok(kvplan_exec::open(kind, &opts)?)
-}
-
-fn planned(sc: &Scenario, cost: &CostModel) -> Result<Plan, CliError> {
-    Ok(plan(
-        &sc.model,
-        &sc.hardware,
-        cost,
-        &sc.shape,
-        sc.strategy,
-        &sc.options,
-    )?)
 }
 
 fn write_runs(path: &Path, runs: &[Run]) -> Result<(), CliError> {
@@ -63,8 +51,7 @@ fn write_runs(path: &Path, runs: &[Run]) -> Result<(), CliError> {
 /// `kvplan exec`.
 pub fn exec(args: &ExecArgs) -> Result<Output, CliError> {
     let sc = args.run.resolve(args.strategy.clone())?;
-    let cost = CostModel::new(&sc.hardware);
-    let p = planned(&sc, &cost)?;
+    let p = sc.plan()?;
     let mut ex = open_backend(&args.backend)?;
     let timeline = ex.run(&p.schedule)?;
     if let Some(path) = &args.trace {
@@ -127,7 +114,7 @@ fn comparison_table(c: &Comparison) -> String {
         "decode".to_string(),
         secs(c.simulated_decode_s),
         secs(c.measured_decode_s),
-        e((c.simulated_decode_s - c.measured_decode_s) / c.measured_decode_s),
+        e(c.decode_error()),
     ]);
     t.row(&[
         "per step: median |error|".to_string(),
@@ -170,9 +157,11 @@ pub fn validate(args: &ValidateArgs) -> Result<Output, CliError> {
         )));
     }
     let sc = args.run.resolve(args.strategy.clone())?;
-    let cost = CostModel::new(&sc.hardware);
-    let p = planned(&sc, &cost)?;
-    let simulated = kvplan_sim::simulate(&p.schedule, &cost)?;
+    let SimulatedRun {
+        plan: p,
+        timeline: simulated,
+        report: rs,
+    } = simulate_scenario(&sc)?;
     let mut ex = open_backend(&args.backend)?;
     let measured = ex.run(&p.schedule)?;
     if let Some(path) = &args.trace {
@@ -193,10 +182,7 @@ pub fn validate(args: &ValidateArgs) -> Result<Output, CliError> {
         )?;
     }
     let c = kvplan_calibrate::compare(&p.schedule, &simulated, &measured);
-    let (rs, rm) = (
-        RunReport::new(&p, &simulated),
-        RunReport::new(&p, &measured),
-    );
+    let rm = RunReport::new(&p, &measured);
     let out = match args.output.format {
         Format::Json => json_line(&json!({
             "strategy": p.strategy.as_str(),
@@ -350,7 +336,7 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Output, CliError> {
         cal.gemm
             .iter()
             .filter(|g| plan.decode_m.contains(&g.m) == decode)
-            .map(|g| 2.0 * f64::from(g.m) * f64::from(g.n) * f64::from(g.k) / g.seconds / 1e12)
+            .map(|g| g.tflops())
             .fold(0.0, f64::max)
     };
     match args.output.format {
@@ -362,10 +348,10 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Output, CliError> {
             "driver": m.info.driver,
             "seconds": elapsed,
             "copy_gbps": {
-                "h2d_pinned": cal.copy.h2d_pinned.0.iter().map(|&(b, t)| json!([b, b as f64 / t / 1e9])).collect::<Vec<_>>(),
-                "d2h_pinned": cal.copy.d2h_pinned.0.iter().map(|&(b, t)| json!([b, b as f64 / t / 1e9])).collect::<Vec<_>>(),
-                "h2d_pageable": cal.copy.h2d_pageable.0.iter().map(|&(b, t)| json!([b, b as f64 / t / 1e9])).collect::<Vec<_>>(),
-                "d2h_pageable": cal.copy.d2h_pageable.0.iter().map(|&(b, t)| json!([b, b as f64 / t / 1e9])).collect::<Vec<_>>(),
+                "h2d_pinned": cal.copy.h2d_pinned.gbps().map(|(b, g)| json!([b, g])).collect::<Vec<_>>(),
+                "d2h_pinned": cal.copy.d2h_pinned.gbps().map(|(b, g)| json!([b, g])).collect::<Vec<_>>(),
+                "h2d_pageable": cal.copy.h2d_pageable.gbps().map(|(b, g)| json!([b, g])).collect::<Vec<_>>(),
+                "d2h_pageable": cal.copy.d2h_pageable.gbps().map(|(b, g)| json!([b, g])).collect::<Vec<_>>(),
             },
             "duplex": file.link.duplex,
             "gemm_best_tflops_decode": best_tflops(true),
@@ -385,13 +371,8 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Output, CliError> {
             ]
             .iter()
             .flat_map(|(n, c)| {
-                c.0.iter().map(move |&(b, t)| {
-                    vec![
-                        n.to_string(),
-                        b.to_string(),
-                        t.to_string(),
-                        (b as f64 / t / 1e9).to_string(),
-                    ]
+                c.0.iter().zip(c.gbps()).map(move |(&(b, t), (_, g))| {
+                    vec![n.to_string(), b.to_string(), t.to_string(), g.to_string()]
                 })
             })
             .collect::<Vec<_>>(),
@@ -414,8 +395,8 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Output, CliError> {
                 "d2h pageable",
             ]);
             let bw = |c: &kvplan_planner::calibration::Curve, i: usize| {
-                let (b, s) = c.0[i];
-                format!("{:.2} GB/s", b as f64 / s / 1e9)
+                let (_, g) = c.gbps().nth(i).expect("a point per size");
+                format!("{g:.2} GB/s")
             };
             for (i, &(b, _)) in cal.copy.h2d_pinned.0.iter().enumerate() {
                 let size = if b >= 1 << 20 {

@@ -8,6 +8,7 @@ mod determinism;
 mod errors;
 mod golden;
 mod inputs;
+mod library;
 mod measure;
 mod output;
 mod readme;

@@ -59,6 +59,13 @@ pub struct Comparison {
     pub per_step: Vec<Row>,
 }
 
+impl Comparison {
+    /// Signed relative error of the decode time, `(simulated - measured) / measured`.
+    pub fn decode_error(&self) -> f64 {
+        (self.simulated_decode_s - self.measured_decode_s) / self.measured_decode_s
+    }
+}
+
 fn step_ends(schedule: &Schedule, t: &Timeline) -> BTreeMap<u32, f64> {
     let mut ends = BTreeMap::new();
     for (op, span) in schedule.ops().iter().zip(&t.spans) {

@@ -19,6 +19,11 @@ use crate::hardware::limits::{BANDWIDTH, FLOPS, LATENCY, MEASURED_SECONDS, Range
 pub struct Curve(pub Vec<(u64, f64)>);
 
 impl Curve {
+    /// Each point's size in bytes with the bandwidth it achieved, GB/s.
+    pub fn gbps(&self) -> impl Iterator<Item = (u64, f64)> + '_ {
+        self.0.iter().map(|&(b, t)| (b, b as f64 / t / 1e9))
+    }
+
     fn check(&self, field: &str) -> Result<()> {
         let pts = &self.0;
         if pts.len() < 2 {
@@ -159,6 +164,13 @@ pub struct GemmPoint {
     pub k: u32,
     /// Measured seconds of one GEMM.
     pub seconds: f64,
+}
+
+impl GemmPoint {
+    /// The throughput it achieved, TFLOP/s (`2·m·n·k` FLOPs per GEMM).
+    pub fn tflops(&self) -> f64 {
+        2.0 * f64::from(self.m) * f64::from(self.n) * f64::from(self.k) / self.seconds / 1e12
+    }
 }
 
 /// A fitted kernel roofline: `overhead + max(flops / flops_rate, bytes / byte_rate)`.

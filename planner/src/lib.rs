@@ -29,6 +29,7 @@ pub mod model;
 pub mod plan;
 pub mod report;
 pub mod runahead;
+pub mod scenario;
 pub mod schedule;
 pub mod timeline;
 

@@ -3,7 +3,8 @@
 
 use serde::Serialize;
 
-use crate::plan::{Order, Plan};
+use crate::plan::{Order, Plan, StepSplit};
+use crate::runahead::TtftByMethod;
 use crate::schedule::HostMemory;
 use crate::timeline::{Breakdown, Metrics, Source, Timeline, Window, metrics};
 
@@ -87,11 +88,7 @@ impl RunReport {
         let mean_frac = if plan.splits.is_empty() {
             0.0
         } else {
-            plan.splits
-                .iter()
-                .map(|s| f64::from(s.split.recompute_tokens) / f64::from(s.seq_len.max(1)))
-                .sum::<f64>()
-                / plan.splits.len() as f64
+            plan.splits.iter().map(recompute_fraction).sum::<f64>() / plan.splits.len() as f64
         };
         RunReport {
             strategy: plan.strategy.as_str().into(),
@@ -132,4 +129,28 @@ impl RunReport {
             notes: plan.notes.clone(),
         }
     }
+}
+
+/// Fraction of a decode step's cached tokens that KVPR recomputes (`l / s'`).
+pub fn recompute_fraction(step: &StepSplit) -> f64 {
+    f64::from(step.split.recompute_tokens) / f64::from(step.seq_len.max(1))
+}
+
+/// Fraction of the transfer-only layer time a KVPR split saves (`1 - t(l) / t(0)`).
+pub fn saved_fraction(step: &StepSplit) -> f64 {
+    1.0 - step.split.layer_s / step.split.transfer_only_s
+}
+
+/// Each KV-Runahead TTFT method (named as in [`TtftByMethod`]'s fields: `runahead`,
+/// `single_device`, `even_chain`, `tensor_parallel`) with its TTFT in seconds and its speed-up
+/// over one device.
+pub fn ttft_speedups(t: &TtftByMethod) -> [(&'static str, f64, f64); 4] {
+    let one = t.single_device;
+    [
+        ("runahead", t.runahead),
+        ("single_device", t.single_device),
+        ("even_chain", t.even_chain),
+        ("tensor_parallel", t.tensor_parallel),
+    ]
+    .map(|(name, v)| (name, v, one / v))
 }

@@ -3,7 +3,9 @@
 //!
 //! The discrete-event engine itself is [`kvplan_planner::engine`], so the planners time their
 //! candidates on the same engine (see that module for the model and the determinism rules); this
-//! crate is the simulator's public face and re-exports it.
+//! crate is the simulator's public face and re-exports it. [`run`] goes from a checked
+//! [`Scenario`](kvplan_planner::scenario::Scenario) to simulated reports: one strategy
+//! ([`run::simulate_scenario`]) or every strategy side by side ([`run::compare`]).
 //!
 //! ```
 //! use kvplan_planner::{CostModel, HardwareProfile, ModelSpec};
@@ -20,6 +22,8 @@
 //! ```
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
+
+pub mod run;
 
 pub use kvplan_planner::engine::{
     EngineMap, Error, makespan, reference_spans, run, run_with, simulate,

@@ -1,0 +1,971 @@
+//! Scenarios: what to plan or simulate, from a TOML file, from a front end's settings (a CLI's
+//! flags, a sweep's grid point), or both. Two stages, as in ripgrep: [`RawScenario`] holds what
+//! was written, every field optional; [`RawScenario::resolve`] checks it once, applies the
+//! strategy defaults and the peer-link override, and produces a [`Scenario`] nothing downstream
+//! re-checks.
+//!
+//! Errors ([`ScenarioError`]) and [`Note`]s name scenario **fields** ([`Field`]:
+//! `workload.batch`, `offload.split`); a front end maps them to its own names (a CLI's flags).
+//!
+//! ```
+//! use kvplan_planner::scenario::{RawScenario, RawWorkload};
+//!
+//! let raw = RawScenario {
+//!     model: Some("opt-1.3b".into()),
+//!     hardware: Some("a100-40g-pcie4".into()),
+//!     workload: RawWorkload { batch: Some(8), gen_len: Some(4), ..Default::default() },
+//!     ..Default::default()
+//! };
+//! let scenario = raw.resolve()?;
+//! assert_eq!((scenario.shape.batch, scenario.shape.prompt), (8, 128));
+//! let plan = scenario.plan()?;
+//! assert_eq!(plan.splits.len(), 3);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::hardware::limits;
+use crate::headinfer::HeadInferOptions;
+use crate::plan::{
+    Options, Plan, Shape, SplitModel, SplitPolicy, Strategy, WeightsPlacement, plan,
+};
+use crate::runahead::{LinkOverride, RunaheadOptions, with_link_override};
+use crate::schedule::HostMemory;
+use crate::{CostModel, DType, HardwareProfile, ModelSpec};
+
+/// The default workload: the KVPR paper's latency setting (Table 3, first row).
+pub const DEFAULT_BATCH: u32 = 64;
+/// Default prompt length.
+pub const DEFAULT_PROMPT: u32 = 128;
+/// Default generation length.
+pub const DEFAULT_GEN: u32 = 32;
+/// The most devices a KV-Runahead scenario may offer.
+pub const MAX_DEVICES: u32 = 64;
+
+// ---- raw input -------------------------------------------------------------------------------
+
+/// A scenario as written. Every field is optional: another source (flags) may supply it.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawScenario {
+    /// Preset name or path to a Hugging Face config.json (or a model directory).
+    pub model: Option<String>,
+    /// Preset name or path to a profile TOML.
+    pub hardware: Option<String>,
+    /// `kvpr`, `full-transfer`, `gpu-only`, `headinfer`, `runahead`.
+    pub strategy: Option<String>,
+    /// Serving dtype override.
+    pub dtype: Option<String>,
+    /// The batch.
+    #[serde(default)]
+    pub workload: RawWorkload,
+    /// Offload options.
+    #[serde(default)]
+    pub offload: RawOffload,
+    /// HeadInfer options.
+    #[serde(default)]
+    pub headinfer: RawHeadInfer,
+    /// KV-Runahead options.
+    #[serde(default)]
+    pub runahead: RawRunahead,
+}
+
+/// `[workload]` of a scenario.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWorkload {
+    /// Sequences per GPU batch.
+    pub batch: Option<i64>,
+    /// GPU batches per weight load.
+    pub gpu_batches: Option<i64>,
+    /// Prompt tokens.
+    pub prompt: Option<i64>,
+    /// Generated tokens.
+    #[serde(rename = "gen")]
+    pub gen_len: Option<i64>,
+}
+
+/// `[offload]` of a scenario.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOffload {
+    /// `auto`, `gpu`, `offload`.
+    pub weights: Option<String>,
+    /// `pinned`, `pageable`.
+    pub host_memory: Option<String>,
+    /// `"auto"`, or a token count (an integer, or a string of digits as a flag gives it).
+    pub split: Option<toml::Value>,
+    /// `schedule`, `paper`.
+    pub split_model: Option<String>,
+}
+
+/// `[headinfer]` of a scenario.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHeadInfer {
+    /// KV heads per offload group (else the fastest simulated that fits).
+    pub heads_per_group: Option<i64>,
+    /// Prefill chunk tokens (else the fastest simulated that fits).
+    pub chunk: Option<i64>,
+}
+
+/// `[runahead]` of a scenario.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRunahead {
+    /// Devices.
+    pub devices: Option<i64>,
+    /// Device-to-device bandwidth, GB/s.
+    pub link_gbps: Option<f64>,
+    /// Device-to-device latency, microseconds.
+    pub link_latency_us: Option<f64>,
+}
+
+// ---- fields, errors, notes -------------------------------------------------------------------
+
+/// A field of a scenario, named as the scenario file writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Field {
+    /// `model`.
+    Model,
+    /// `hardware`.
+    Hardware,
+    /// `strategy`.
+    Strategy,
+    /// `dtype`.
+    Dtype,
+    /// `workload.batch`.
+    WorkloadBatch,
+    /// `workload.gpu_batches`.
+    WorkloadGpuBatches,
+    /// `workload.prompt`.
+    WorkloadPrompt,
+    /// `workload.gen`.
+    WorkloadGen,
+    /// `offload.weights`.
+    OffloadWeights,
+    /// `offload.host_memory`.
+    OffloadHostMemory,
+    /// `offload.split`.
+    OffloadSplit,
+    /// `offload.split_model`.
+    OffloadSplitModel,
+    /// `headinfer.heads_per_group`.
+    HeadInferHeadsPerGroup,
+    /// `headinfer.chunk`.
+    HeadInferChunk,
+    /// `runahead.devices`.
+    RunaheadDevices,
+    /// `runahead.link_gbps`.
+    RunaheadLinkGbps,
+    /// `runahead.link_latency_us`.
+    RunaheadLinkLatencyUs,
+}
+
+impl Field {
+    /// Every field, in file order.
+    pub const ALL: [Field; 17] = [
+        Field::Model,
+        Field::Hardware,
+        Field::Strategy,
+        Field::Dtype,
+        Field::WorkloadBatch,
+        Field::WorkloadGpuBatches,
+        Field::WorkloadPrompt,
+        Field::WorkloadGen,
+        Field::OffloadWeights,
+        Field::OffloadHostMemory,
+        Field::OffloadSplit,
+        Field::OffloadSplitModel,
+        Field::HeadInferHeadsPerGroup,
+        Field::HeadInferChunk,
+        Field::RunaheadDevices,
+        Field::RunaheadLinkGbps,
+        Field::RunaheadLinkLatencyUs,
+    ];
+
+    /// The dotted name, e.g. `workload.batch`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Field::Model => "model",
+            Field::Hardware => "hardware",
+            Field::Strategy => "strategy",
+            Field::Dtype => "dtype",
+            Field::WorkloadBatch => "workload.batch",
+            Field::WorkloadGpuBatches => "workload.gpu_batches",
+            Field::WorkloadPrompt => "workload.prompt",
+            Field::WorkloadGen => "workload.gen",
+            Field::OffloadWeights => "offload.weights",
+            Field::OffloadHostMemory => "offload.host_memory",
+            Field::OffloadSplit => "offload.split",
+            Field::OffloadSplitModel => "offload.split_model",
+            Field::HeadInferHeadsPerGroup => "headinfer.heads_per_group",
+            Field::HeadInferChunk => "headinfer.chunk",
+            Field::RunaheadDevices => "runahead.devices",
+            Field::RunaheadLinkGbps => "runahead.link_gbps",
+            Field::RunaheadLinkLatencyUs => "runahead.link_latency_us",
+        }
+    }
+}
+
+impl fmt::Display for Field {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a scenario could not be read or resolved. Each variant names the file or the field.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScenarioError {
+    /// The scenario file could not be read.
+    #[error("cannot read scenario {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The scenario file is not valid TOML, or has an unknown field or a field of the wrong type.
+    #[error("{}{}: {message}", path.display(), line.map(|l| format!(": line {l}")).unwrap_or_default())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The line at fault, where the parser knows it (1-based).
+        line: Option<usize>,
+        /// What the parser said, on one line.
+        message: String,
+    },
+    /// A field every scenario needs (`model`, `hardware`) is absent.
+    #[error("{field} is required (a preset name, or a file path)")]
+    Missing {
+        /// The field.
+        field: Field,
+    },
+    /// A name that is not one of the accepted choices.
+    #[error("{field}: unknown {what} '{value}'; use {accepted}")]
+    UnknownChoice {
+        /// The field.
+        field: Field,
+        /// What the field names (`strategy`, `placement`, `dtype`).
+        what: &'static str,
+        /// The value given.
+        value: String,
+        /// The accepted values in words (`auto, gpu or offload`, `one of kvpr, ...`).
+        accepted: String,
+    },
+    /// A value outside its accepted range.
+    #[error("{field}: {expected} (got {value})")]
+    OutOfRange {
+        /// The field.
+        field: Field,
+        /// The value given, as written (strings quoted).
+        value: String,
+        /// What is accepted (`must be a whole number from 1 to 4294967295`).
+        expected: String,
+    },
+    /// `workload.batch × workload.prompt` tokens do not fit a 32-bit token index.
+    #[error(
+        "{} x {}: must stay below 2^32 tokens per GPU batch (got {tokens})",
+        Field::WorkloadBatch,
+        Field::WorkloadPrompt
+    )]
+    TokensPerBatch {
+        /// `batch * prompt`.
+        tokens: u64,
+    },
+    /// Loading the model or the hardware (or planning, for [`Scenario::plan`]) failed.
+    #[error(transparent)]
+    Planner(#[from] crate::Error),
+}
+
+impl ScenarioError {
+    /// True for errors caused by the input (all but planner failures that are not).
+    pub fn is_input_error(&self) -> bool {
+        match self {
+            ScenarioError::Planner(e) => e.is_input_error(),
+            _ => true,
+        }
+    }
+
+    /// The scenario field at fault, if the error names one.
+    pub fn field(&self) -> Option<Field> {
+        match self {
+            ScenarioError::Missing { field }
+            | ScenarioError::UnknownChoice { field, .. }
+            | ScenarioError::OutOfRange { field, .. } => Some(*field),
+            _ => None,
+        }
+    }
+}
+
+/// A field that was accepted but clamped or ignored (not an error).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Note {
+    /// A fixed KVPR split longer than the cache at some decode steps: clamped to the cached
+    /// length there (the planner recomputes at most what is cached).
+    SplitClamped {
+        /// The `offload.split` asked for.
+        tokens: u32,
+        /// Cached tokens at the first decode step.
+        first_len: u32,
+        /// Cached tokens at the last decode step.
+        last_len: u32,
+        /// Decode steps (from the first) whose cache is shorter than `tokens`.
+        clamped_steps: u32,
+        /// Decode steps in all.
+        steps: u32,
+    },
+    /// A fixed KVPR split with no decode step to apply it to (`workload.gen = 1`).
+    SplitWithoutDecode {
+        /// The `offload.split` asked for.
+        tokens: u32,
+    },
+    /// A setting only another strategy reads.
+    Ignored {
+        /// The field.
+        setting: Field,
+        /// The strategy in use.
+        strategy: Strategy,
+        /// The strategy that reads the setting.
+        read_by: Strategy,
+    },
+}
+
+impl Note {
+    /// Whether a fixed split is clamped at every decode step (not only the first few).
+    pub fn clamped_everywhere(&self) -> bool {
+        matches!(self, Note::SplitClamped { clamped_steps, steps, .. } if clamped_steps == steps)
+    }
+}
+
+impl fmt::Display for Note {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Note::SplitClamped {
+                tokens,
+                first_len,
+                last_len,
+                ..
+            } if self.clamped_everywhere() => write!(
+                f,
+                "{} = {tokens} is more than the cached length at every decode step ({first_len}..{last_len} tokens): it is clamped to the cached length at each step, so every step recomputes its whole cache",
+                Field::OffloadSplit
+            ),
+            Note::SplitClamped {
+                tokens,
+                first_len,
+                clamped_steps,
+                ..
+            } => write!(
+                f,
+                "{} = {tokens} is more than the cached length at decode steps 1..{clamped_steps} ({first_len}..{} tokens): it is clamped to the cached length at those steps",
+                Field::OffloadSplit,
+                first_len + clamped_steps - 1
+            ),
+            Note::SplitWithoutDecode { tokens } => write!(
+                f,
+                "{} = {tokens} has no effect with {} = 1: there is no decode step to split",
+                Field::OffloadSplit,
+                Field::WorkloadGen
+            ),
+            Note::Ignored {
+                setting,
+                strategy,
+                read_by,
+            } => write!(
+                f,
+                "{setting} is ignored with strategy {}: only {} reads it",
+                strategy.as_str(),
+                read_by.as_str()
+            ),
+        }
+    }
+}
+
+// ---- the checked scenario --------------------------------------------------------------------
+
+/// A checked scenario: loaded model and hardware (peer link override applied), the strategy,
+/// the batch and every planner's options.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// The model.
+    pub model: ModelSpec,
+    /// The hardware.
+    pub hardware: HardwareProfile,
+    /// The strategy (for single runs).
+    pub strategy: Strategy,
+    /// The batch.
+    pub shape: Shape,
+    /// Plan options.
+    pub options: Options,
+    /// What resolution clamped or ignored (not errors); a front end shows each.
+    pub notes: Vec<Note>,
+}
+
+impl Scenario {
+    /// The cost model of the scenario's hardware.
+    pub fn cost_model(&self) -> CostModel {
+        CostModel::new(&self.hardware)
+    }
+
+    /// Plans the scenario with its own strategy.
+    pub fn plan(&self) -> crate::Result<Plan> {
+        self.plan_with(&self.cost_model(), self.strategy)
+    }
+
+    /// Plans the scenario with `strategy` on `cost` (the scenario's [`Scenario::cost_model`]).
+    pub fn plan_with(&self, cost: &CostModel, strategy: Strategy) -> crate::Result<Plan> {
+        plan(
+            &self.model,
+            &self.hardware,
+            cost,
+            &self.shape,
+            strategy,
+            &self.options,
+        )
+    }
+}
+
+impl RawScenario {
+    /// Reads a scenario file. Relative model/hardware paths in it are taken relative to the
+    /// file's directory.
+    pub fn from_file(path: &Path) -> Result<Self, ScenarioError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut raw: RawScenario = toml::from_str(&text).map_err(|e| ScenarioError::Parse {
+            path: path.to_path_buf(),
+            line: e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1),
+            message: e.message().trim().replace('\n', " "),
+        })?;
+        let dir = path.parent().unwrap_or(Path::new(""));
+        let rebase = |v: &mut Option<String>| {
+            if let Some(s) = v.as_mut()
+                && (s.contains('/') || s.ends_with(".json") || s.ends_with(".toml"))
+                && Path::new(s.as_str()).is_relative()
+            {
+                *s = dir.join(PathBuf::from(s.as_str())).display().to_string();
+            }
+        };
+        rebase(&mut raw.model);
+        rebase(&mut raw.hardware);
+        Ok(raw)
+    }
+
+    /// Overlays `other` on `self`: any field `other` sets wins (flags over a file).
+    pub fn overlay(mut self, other: RawScenario) -> Self {
+        fn pick<T>(a: &mut Option<T>, b: Option<T>) {
+            if b.is_some() {
+                *a = b;
+            }
+        }
+        pick(&mut self.model, other.model);
+        pick(&mut self.hardware, other.hardware);
+        pick(&mut self.strategy, other.strategy);
+        pick(&mut self.dtype, other.dtype);
+        pick(&mut self.workload.batch, other.workload.batch);
+        pick(&mut self.workload.gpu_batches, other.workload.gpu_batches);
+        pick(&mut self.workload.prompt, other.workload.prompt);
+        pick(&mut self.workload.gen_len, other.workload.gen_len);
+        pick(&mut self.offload.weights, other.offload.weights);
+        pick(&mut self.offload.host_memory, other.offload.host_memory);
+        pick(&mut self.offload.split, other.offload.split);
+        pick(&mut self.offload.split_model, other.offload.split_model);
+        pick(
+            &mut self.headinfer.heads_per_group,
+            other.headinfer.heads_per_group,
+        );
+        pick(&mut self.headinfer.chunk, other.headinfer.chunk);
+        pick(&mut self.runahead.devices, other.runahead.devices);
+        pick(&mut self.runahead.link_gbps, other.runahead.link_gbps);
+        pick(
+            &mut self.runahead.link_latency_us,
+            other.runahead.link_latency_us,
+        );
+        self
+    }
+
+    /// Checks every field, applies the strategy's defaults, loads the model and hardware and
+    /// applies the peer-link override.
+    pub fn resolve(self) -> Result<Scenario, ScenarioError> {
+        let model_name = self.model.ok_or(ScenarioError::Missing {
+            field: Field::Model,
+        })?;
+        let hw_name = self.hardware.ok_or(ScenarioError::Missing {
+            field: Field::Hardware,
+        })?;
+        let mut model = ModelSpec::resolve(&model_name)?;
+        if let Some(d) = &self.dtype {
+            let dt = DType::parse(d).ok_or_else(|| ScenarioError::UnknownChoice {
+                field: Field::Dtype,
+                what: "dtype",
+                value: d.clone(),
+                accepted: "fp16, bf16 or fp32".into(),
+            })?;
+            model = model.with_dtype(dt);
+        }
+        let hardware = HardwareProfile::resolve(&hw_name)?;
+        let strategy = match self.strategy.as_deref() {
+            None => Strategy::Kvpr,
+            Some(s) => Strategy::parse(s).ok_or_else(|| ScenarioError::UnknownChoice {
+                field: Field::Strategy,
+                what: "strategy",
+                value: s.into(),
+                accepted: format!(
+                    "one of {}",
+                    Strategy::NAMES.map(Strategy::as_str).join(", ")
+                ),
+            })?,
+        };
+        let w = &self.workload;
+        // Long-context planners size one sequence unless told otherwise.
+        let default_batch = match strategy {
+            Strategy::HeadInfer | Strategy::Runahead => 1,
+            _ => DEFAULT_BATCH,
+        };
+        // KV-Runahead is about time to first token: prefill only unless asked.
+        let default_gen = if strategy == Strategy::Runahead {
+            1
+        } else {
+            DEFAULT_GEN
+        };
+        let shape = Shape {
+            batch: whole(Field::WorkloadBatch, w.batch)?.unwrap_or(default_batch),
+            gpu_batches: whole(Field::WorkloadGpuBatches, w.gpu_batches)?.unwrap_or(1),
+            prompt: whole(Field::WorkloadPrompt, w.prompt)?.unwrap_or(DEFAULT_PROMPT),
+            gen_len: whole(Field::WorkloadGen, w.gen_len)?.unwrap_or(default_gen),
+        };
+        let tokens = u64::from(shape.batch) * u64::from(shape.prompt);
+        if tokens > u64::from(u32::MAX) {
+            return Err(ScenarioError::TokensPerBatch { tokens });
+        }
+        shape.validate()?;
+        let o = &self.offload;
+        let weights = match o.weights.as_deref() {
+            None | Some("auto") => WeightsPlacement::Auto,
+            Some("gpu") => WeightsPlacement::Gpu,
+            Some("offload") => WeightsPlacement::Offload,
+            Some(x) => {
+                return Err(unknown(
+                    Field::OffloadWeights,
+                    "placement",
+                    x,
+                    "auto, gpu or offload",
+                ));
+            }
+        };
+        let host_memory = match o.host_memory.as_deref() {
+            None | Some("pinned") => HostMemory::Pinned,
+            Some("pageable") => HostMemory::Pageable,
+            Some(x) => {
+                return Err(unknown(
+                    Field::OffloadHostMemory,
+                    "kind",
+                    x,
+                    "pinned or pageable",
+                ));
+            }
+        };
+        let split = split_policy(o.split.as_ref())?;
+        let split_model = match o.split_model.as_deref() {
+            None | Some("schedule") => SplitModel::Schedule,
+            Some("paper") => SplitModel::Paper,
+            Some(x) => {
+                return Err(unknown(
+                    Field::OffloadSplitModel,
+                    "model",
+                    x,
+                    "schedule or paper",
+                ));
+            }
+        };
+        let headinfer = HeadInferOptions {
+            heads_per_group: whole(
+                Field::HeadInferHeadsPerGroup,
+                self.headinfer.heads_per_group,
+            )?,
+            chunk_tokens: whole(Field::HeadInferChunk, self.headinfer.chunk)?,
+        };
+        let r = &self.runahead;
+        let runahead = RunaheadOptions {
+            devices: match r.devices {
+                None => RunaheadOptions::default().devices,
+                Some(d) if (1..=i64::from(MAX_DEVICES)).contains(&d) => d as u32,
+                Some(d) => {
+                    return Err(ScenarioError::OutOfRange {
+                        field: Field::RunaheadDevices,
+                        value: d.to_string(),
+                        expected: format!("must be from 1 to {MAX_DEVICES}"),
+                    });
+                }
+            },
+        };
+        // The peer-link overrides stand in for the profile's [peer] fields: the same ranges.
+        let link = LinkOverride {
+            gbps: in_range(
+                Field::RunaheadLinkGbps,
+                r.link_gbps,
+                1e9,
+                "GB/s",
+                limits::BANDWIDTH,
+            )?,
+            latency_us: in_range(
+                Field::RunaheadLinkLatencyUs,
+                r.link_latency_us,
+                1e-6,
+                "us",
+                limits::LATENCY,
+            )?,
+        };
+        // The link override replaces the profile's peer link once, here: the planner, the
+        // simulator and the executor get the same link.
+        let hardware = if link.is_some() {
+            with_link_override(&hardware, &link)?
+        } else {
+            hardware
+        };
+        let options = Options {
+            weights,
+            host_memory,
+            split,
+            split_model,
+            headinfer,
+            runahead,
+        };
+        Ok(Scenario {
+            notes: notes(strategy, &shape, &options, r.devices.is_some(), &link),
+            model,
+            hardware,
+            strategy,
+            shape,
+            options,
+        })
+    }
+}
+
+fn unknown(field: Field, what: &'static str, value: &str, accepted: &str) -> ScenarioError {
+    ScenarioError::UnknownChoice {
+        field,
+        what,
+        value: value.into(),
+        accepted: accepted.into(),
+    }
+}
+
+/// An optional whole number from 1 to `u32::MAX`.
+fn whole(field: Field, v: Option<i64>) -> Result<Option<u32>, ScenarioError> {
+    match v {
+        None => Ok(None),
+        Some(x) => u32::try_from(x)
+            .ok()
+            .filter(|&n| n >= 1)
+            .map(Some)
+            .ok_or_else(|| ScenarioError::OutOfRange {
+                field,
+                value: x.to_string(),
+                expected: format!("must be a whole number from 1 to {}", u32::MAX),
+            }),
+    }
+}
+
+/// `"auto"`, a token count, or a string of digits (as a flag passes it).
+fn split_policy(v: Option<&toml::Value>) -> Result<SplitPolicy, ScenarioError> {
+    let bad = |value: String| ScenarioError::OutOfRange {
+        field: Field::OffloadSplit,
+        value,
+        expected: "expected 'auto' or a token count >= 0".into(),
+    };
+    match v {
+        None => Ok(SplitPolicy::Auto),
+        Some(toml::Value::String(s)) if s == "auto" => Ok(SplitPolicy::Auto),
+        Some(toml::Value::String(s)) => s
+            .parse::<i64>()
+            .ok()
+            .and_then(|n| u32::try_from(n).ok())
+            .map(SplitPolicy::Tokens)
+            .ok_or_else(|| bad(format!("'{s}'"))),
+        Some(toml::Value::Integer(n)) => u32::try_from(*n)
+            .map(SplitPolicy::Tokens)
+            .map_err(|_| bad(n.to_string())),
+        Some(v) => Err(bad(v.to_string())),
+    }
+}
+
+/// An optional number whose `scale`-fold lies in `range` (a peer-link override).
+fn in_range(
+    field: Field,
+    v: Option<f64>,
+    scale: f64,
+    unit: &str,
+    range: limits::Range,
+) -> Result<Option<f64>, ScenarioError> {
+    match v {
+        None => Ok(None),
+        Some(x) if range.contains(x * scale) => Ok(Some(x)),
+        Some(x) => Err(ScenarioError::OutOfRange {
+            field,
+            value: limits::show(x),
+            expected: range.describe(scale, unit),
+        }),
+    }
+}
+
+/// The notes for settings `strategy` clamps or ignores (`devices_set`: `runahead.devices` was
+/// given; its resolved value always holds the default).
+fn notes(
+    strategy: Strategy,
+    shape: &Shape,
+    options: &Options,
+    devices_set: bool,
+    link: &LinkOverride,
+) -> Vec<Note> {
+    let mut notes = Vec::new();
+    let mut ignored = |set: bool, setting: Field, read_by: Strategy| {
+        if set && strategy != read_by {
+            notes.push(Note::Ignored {
+                setting,
+                strategy,
+                read_by,
+            });
+        }
+    };
+    let fixed_split = match options.split {
+        SplitPolicy::Tokens(n) => Some(n),
+        SplitPolicy::Auto => None,
+    };
+    ignored(fixed_split.is_some(), Field::OffloadSplit, Strategy::Kvpr);
+    let h = &options.headinfer;
+    ignored(
+        h.heads_per_group.is_some(),
+        Field::HeadInferHeadsPerGroup,
+        Strategy::HeadInfer,
+    );
+    ignored(
+        h.chunk_tokens.is_some(),
+        Field::HeadInferChunk,
+        Strategy::HeadInfer,
+    );
+    ignored(devices_set, Field::RunaheadDevices, Strategy::Runahead);
+    ignored(
+        link.gbps.is_some(),
+        Field::RunaheadLinkGbps,
+        Strategy::Runahead,
+    );
+    ignored(
+        link.latency_us.is_some(),
+        Field::RunaheadLinkLatencyUs,
+        Strategy::Runahead,
+    );
+    if let (Some(tokens), Strategy::Kvpr) = (fixed_split, strategy) {
+        let steps = shape.decode_steps();
+        if steps == 0 {
+            notes.push(Note::SplitWithoutDecode { tokens });
+        } else if tokens > shape.cached_at(1) {
+            // Cached length at step i is prompt + i - 1: shorter than `tokens` for
+            // i <= tokens - prompt.
+            notes.push(Note::SplitClamped {
+                tokens,
+                first_len: shape.cached_at(1),
+                last_len: shape.cached_at(steps),
+                clamped_steps: (tokens - shape.prompt).min(steps),
+                steps,
+            });
+        }
+    }
+    notes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NO_LINK: LinkOverride = LinkOverride {
+        gbps: None,
+        latency_us: None,
+    };
+
+    fn shape(prompt: u32, gen_len: u32) -> Shape {
+        Shape {
+            batch: 1,
+            gpu_batches: 1,
+            prompt,
+            gen_len,
+        }
+    }
+
+    fn split(tokens: u32) -> Options {
+        Options {
+            split: SplitPolicy::Tokens(tokens),
+            ..Options::default()
+        }
+    }
+
+    #[test]
+    fn split_notes_count_the_clamped_steps() {
+        // Cached lengths 128..=130 over 3 decode steps.
+        let s = shape(128, 4);
+        assert!(notes(Strategy::Kvpr, &s, &split(128), false, &NO_LINK).is_empty());
+        assert!(notes(Strategy::Kvpr, &s, &Options::default(), false, &NO_LINK).is_empty());
+        assert_eq!(
+            notes(Strategy::Kvpr, &s, &split(130), false, &NO_LINK),
+            [Note::SplitClamped {
+                tokens: 130,
+                first_len: 128,
+                last_len: 130,
+                clamped_steps: 2,
+                steps: 3
+            }]
+        );
+        let all = notes(Strategy::Kvpr, &s, &split(100_000), false, &NO_LINK);
+        assert_eq!(
+            all,
+            [Note::SplitClamped {
+                tokens: 100_000,
+                first_len: 128,
+                last_len: 130,
+                clamped_steps: 3,
+                steps: 3
+            }]
+        );
+        assert!(
+            all[0]
+                .to_string()
+                .contains("every decode step (128..130 tokens)")
+        );
+        assert_eq!(
+            notes(Strategy::Kvpr, &shape(128, 1), &split(5), false, &NO_LINK),
+            [Note::SplitWithoutDecode { tokens: 5 }]
+        );
+    }
+
+    #[test]
+    fn settings_of_other_strategies_are_noted_as_ignored() {
+        let s = shape(128, 4);
+        let n = notes(Strategy::GpuOnly, &s, &split(100_000), false, &NO_LINK);
+        // Ignored, so not also clamped.
+        assert_eq!(
+            n,
+            [Note::Ignored {
+                setting: Field::OffloadSplit,
+                strategy: Strategy::GpuOnly,
+                read_by: Strategy::Kvpr
+            }]
+        );
+        let mut o = Options::default();
+        let link = LinkOverride {
+            gbps: Some(10.0),
+            latency_us: Some(5.0),
+        };
+        o.headinfer.chunk_tokens = Some(64);
+        let n = notes(Strategy::FullTransfer, &s, &o, true, &link);
+        assert_eq!(n.len(), 4, "{n:?}");
+        assert!(n.iter().all(|x| matches!(x, Note::Ignored { .. })));
+        assert!(
+            notes(
+                Strategy::Runahead,
+                &s,
+                &{
+                    let mut o = o.clone();
+                    o.headinfer.chunk_tokens = None;
+                    o
+                },
+                true,
+                &link
+            )
+            .is_empty()
+        );
+        assert_eq!(notes(Strategy::HeadInfer, &s, &o, false, &link).len(), 2);
+    }
+
+    fn raw() -> RawScenario {
+        RawScenario {
+            model: Some("opt-125m".into()),
+            hardware: Some("t4".into()),
+            ..RawScenario::default()
+        }
+    }
+
+    #[test]
+    fn errors_name_fields() {
+        let err = |r: RawScenario| r.resolve().unwrap_err();
+        let mut r = raw();
+        r.workload.batch = Some(0);
+        let e = err(r);
+        assert_eq!(e.field(), Some(Field::WorkloadBatch));
+        assert_eq!(
+            e.to_string(),
+            "workload.batch: must be a whole number from 1 to 4294967295 (got 0)"
+        );
+        let mut r = raw();
+        r.offload.split = Some(toml::Value::String("-3".into()));
+        assert_eq!(
+            err(r).to_string(),
+            "offload.split: expected 'auto' or a token count >= 0 (got '-3')"
+        );
+        let mut r = raw();
+        r.offload.weights = Some("cpu".into());
+        assert_eq!(
+            err(r).to_string(),
+            "offload.weights: unknown placement 'cpu'; use auto, gpu or offload"
+        );
+        let mut r = raw();
+        r.runahead.devices = Some(65);
+        assert_eq!(err(r).field(), Some(Field::RunaheadDevices));
+        let mut r = raw();
+        r.runahead.link_gbps = Some(1e-300);
+        assert_eq!(err(r).field(), Some(Field::RunaheadLinkGbps));
+        let mut r = raw();
+        r.workload.batch = Some(1 << 20);
+        r.workload.prompt = Some(1 << 20);
+        assert!(matches!(err(r), ScenarioError::TokensPerBatch { tokens } if tokens == 1 << 40));
+        let e = err(RawScenario::default());
+        assert!(matches!(
+            e,
+            ScenarioError::Missing {
+                field: Field::Model
+            }
+        ));
+        assert!(e.is_input_error());
+    }
+
+    #[test]
+    fn strategy_defaults_and_overlay() {
+        let sc = raw().resolve().unwrap();
+        assert_eq!(sc.strategy, Strategy::Kvpr);
+        assert_eq!(
+            (sc.shape.batch, sc.shape.prompt, sc.shape.gen_len),
+            (DEFAULT_BATCH, DEFAULT_PROMPT, DEFAULT_GEN)
+        );
+        let flags = RawScenario {
+            strategy: Some("runahead".into()),
+            workload: RawWorkload {
+                prompt: Some(4096),
+                ..RawWorkload::default()
+            },
+            ..RawScenario::default()
+        };
+        let mut file = raw();
+        file.workload.prompt = Some(64);
+        file.runahead.link_gbps = Some(10.0);
+        let sc = file.overlay(flags).resolve().unwrap();
+        assert_eq!(sc.strategy, Strategy::Runahead);
+        assert_eq!(
+            (sc.shape.batch, sc.shape.prompt, sc.shape.gen_len),
+            (1, 4096, 1)
+        );
+        // The peer link is overridden once, in the resolved hardware.
+        assert_eq!(sc.hardware.peer.bandwidth, 10e9);
+        assert!(sc.notes.is_empty());
+    }
+}

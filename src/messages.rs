@@ -1,0 +1,135 @@
+//! The CLI's words for what the library reports by scenario field: each field's flag, and the
+//! messages of scenario errors and notes, naming both (`--batch (workload.batch)`).
+
+use kvplan_planner::scenario::{Field, Note, ScenarioError};
+
+/// The flag that sets each scenario field.
+const FLAGS: [(Field, &str); 17] = [
+    (Field::Model, "--model"),
+    (Field::Hardware, "--hardware"),
+    (Field::Strategy, "--strategy"),
+    (Field::Dtype, "--dtype"),
+    (Field::WorkloadBatch, "--batch"),
+    (Field::WorkloadGpuBatches, "--gpu-batches"),
+    (Field::WorkloadPrompt, "--prompt"),
+    (Field::WorkloadGen, "--gen"),
+    (Field::OffloadWeights, "--weights"),
+    (Field::OffloadHostMemory, "--host-memory"),
+    (Field::OffloadSplit, "--split"),
+    (Field::OffloadSplitModel, "--split-model"),
+    (Field::HeadInferHeadsPerGroup, "--heads-per-group"),
+    (Field::HeadInferChunk, "--chunk"),
+    (Field::RunaheadDevices, "--devices"),
+    (Field::RunaheadLinkGbps, "--link-gbps"),
+    (Field::RunaheadLinkLatencyUs, "--link-latency-us"),
+];
+
+/// The flag of `field`.
+pub fn flag(field: Field) -> Option<&'static str> {
+    FLAGS.iter().find(|(f, _)| *f == field).map(|(_, s)| *s)
+}
+
+/// How messages name `field`: `--batch (workload.batch)`; top-level fields, whose flag is their
+/// name, by the flag alone (`--dtype`).
+pub fn label(field: Field) -> String {
+    match flag(field) {
+        Some(f) if !field.as_str().contains('.') => f.to_string(),
+        Some(f) => format!("{f} ({field})"),
+        None => field.to_string(),
+    }
+}
+
+/// `--split 130 (offload.split)`: a flag with its value, then the field.
+fn with_value(field: Field, value: impl std::fmt::Display) -> String {
+    match flag(field) {
+        Some(f) => format!("{f} {value} ({field})"),
+        None => format!("{field} = {value}"),
+    }
+}
+
+/// The one-line message of a scenario error.
+pub fn scenario_error(e: &ScenarioError) -> String {
+    match e {
+        ScenarioError::Missing {
+            field: Field::Model,
+        } => "--model is required (a preset such as opt-6.7b, or a config.json path; `kvplan models` lists presets)".into(),
+        ScenarioError::Missing {
+            field: Field::Hardware,
+        } => "--hardware is required (a preset such as a100-40g-pcie4, or a profile TOML path; `kvplan hardware` lists presets)".into(),
+        ScenarioError::Missing { field } => format!("{} is required", label(*field)),
+        ScenarioError::UnknownChoice {
+            field,
+            what,
+            value,
+            accepted,
+        } => format!("{}: unknown {what} '{value}'; use {accepted}", label(*field)),
+        ScenarioError::OutOfRange {
+            field,
+            value,
+            expected,
+        } => format!("{}: {expected} (got {value})", label(*field)),
+        ScenarioError::TokensPerBatch { tokens } => format!(
+            "{} x {}: must stay below 2^32 tokens per GPU batch (got {tokens})",
+            flag(Field::WorkloadBatch).unwrap_or_default(),
+            flag(Field::WorkloadPrompt).unwrap_or_default()
+        ),
+        other => other.to_string(),
+    }
+}
+
+/// The one-line message of a note (printed after `note: `).
+pub fn note(n: &Note) -> String {
+    let split = Field::OffloadSplit;
+    match *n {
+        Note::SplitClamped {
+            tokens,
+            first_len,
+            last_len,
+            ..
+        } if n.clamped_everywhere() => format!(
+            "{} is more than the cached length at every decode step ({first_len}..{last_len} tokens): it is clamped to the cached length at each step, so every step recomputes its whole cache",
+            with_value(split, tokens)
+        ),
+        Note::SplitClamped {
+            tokens,
+            first_len,
+            clamped_steps,
+            ..
+        } => format!(
+            "{} is more than the cached length at decode steps 1..{clamped_steps} ({first_len}..{} tokens): it is clamped to the cached length at those steps",
+            with_value(split, tokens),
+            first_len + clamped_steps - 1
+        ),
+        Note::SplitWithoutDecode { tokens } => format!(
+            "{} has no effect with {} 1: there is no decode step to split",
+            with_value(split, tokens),
+            flag(Field::WorkloadGen).unwrap_or_default()
+        ),
+        Note::Ignored {
+            setting,
+            strategy,
+            read_by,
+        } => format!(
+            "{} is ignored with {} {}: only {} reads it",
+            label(setting),
+            flag(Field::Strategy).unwrap_or_default(),
+            strategy.as_str(),
+            read_by.as_str()
+        ),
+        _ => n.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_field_has_a_flag() {
+        for f in Field::ALL {
+            assert!(flag(f).is_some(), "{f}");
+        }
+        assert_eq!(label(Field::WorkloadBatch), "--batch (workload.batch)");
+        assert_eq!(label(Field::Dtype), "--dtype");
+    }
+}

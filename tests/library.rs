@@ -1,0 +1,63 @@
+//! The library path a sweep or server takes (and `examples/simulate_scenario.rs` shows): a
+//! scenario file resolved by the planner, simulated and compared by `kvplan_sim::run`, gives
+//! the figures the CLI prints.
+
+use kvplan_planner::plan::Strategy;
+use kvplan_planner::scenario::RawScenario;
+use kvplan_sim::run::{COMPARED, compare, simulate_scenario};
+
+use crate::common::{ok, root, run};
+
+const SCENARIO: &str = "scenarios/opt-6.7b-a100-latency.toml";
+
+#[test]
+fn example_scenario_through_the_library_matches_the_cli() {
+    // The calls of examples/simulate_scenario.rs.
+    let scenario = RawScenario::from_file(&root().join(SCENARIO))
+        .unwrap()
+        .resolve()
+        .unwrap();
+    let sim = simulate_scenario(&scenario).unwrap();
+    let r = &sim.report;
+    assert_eq!((r.strategy.as_str(), r.batch, r.gen_len), ("kvpr", 64, 32));
+    assert!(r.decode_latency_s > 0.0 && r.decode_throughput_tok_s > 0.0);
+
+    // Byte for byte: the CLI's JSON is this report, pretty-printed.
+    let cli = ok(&run(&["simulate", SCENARIO, "--format", "json"]));
+    assert_eq!(cli, serde_json::to_string_pretty(r).unwrap() + "\n");
+}
+
+#[test]
+fn compare_through_the_library_matches_the_cli() {
+    let scenario = RawScenario::from_file(&root().join(SCENARIO))
+        .unwrap()
+        .resolve()
+        .unwrap();
+    let c = compare(&scenario).unwrap();
+    assert_eq!(c.runs.len() + c.skipped.len(), COMPARED.len());
+    let kvpr = &c.get(Strategy::Kvpr).unwrap().report;
+    let full = &c.get(Strategy::FullTransfer).unwrap().report;
+    let ratios = c.kvpr_vs_full_transfer.unwrap();
+    assert_eq!(
+        ratios.decode_latency_ratio,
+        kvpr.decode_latency_s / full.decode_latency_s
+    );
+
+    let cli: serde_json::Value = serde_json::from_str(&ok(&run(&[
+        "simulate",
+        SCENARIO,
+        "--compare",
+        "--format",
+        "json",
+    ])))
+    .unwrap();
+    // Parsed on both sides (the parser may round the last digit, the same way each time).
+    let reports: Vec<_> = c.runs.iter().map(|s| &s.report).collect();
+    assert_eq!(cli["results"], parsed(&reports));
+    assert_eq!(cli["kvpr_vs_full_transfer"], parsed(&ratios));
+}
+
+/// `v` as JSON text parsed back, as the CLI's output is read.
+fn parsed<T: serde::Serialize>(v: &T) -> serde_json::Value {
+    serde_json::from_str(&serde_json::to_string(v).unwrap()).unwrap()
+}
