@@ -293,7 +293,8 @@ pub fn plan_kvpr(args: &PlanArgs) -> Result<Output, CliError> {
         sc.options.split_model,
     );
     let steps: Vec<serde_json::Value> = p
-        .splits
+        .decisions
+        .splits()
         .iter()
         .map(|s| {
             json!({
@@ -322,7 +323,7 @@ pub fn plan_kvpr(args: &PlanArgs) -> Result<Output, CliError> {
             "host_memory": p.host_memory,
             "act_bytes_per_token_layer": sc.model.act_bytes_per_token_layer(),
             "kv_bytes_per_token_layer": sc.model.kv_bytes_per_token_layer(),
-            "explanation": p.splits.first().map(|s| s.split.reason.explain(&problem0, &s.split)),
+            "explanation": p.decisions.splits().first().map(|s| s.split.reason.explain(&problem0, &s.split)),
             "memory": p.memory,
             "peak_gpu_bytes": p.memory.gpu_bytes(),
             "peak_host_bytes": p.memory.host_bytes(),
@@ -340,7 +341,8 @@ pub fn plan_kvpr(args: &PlanArgs) -> Result<Output, CliError> {
                 "bound",
                 "reason",
             ],
-            &p.splits
+            &p.decisions
+                .splits()
                 .iter()
                 .map(|s| {
                     vec![
@@ -374,7 +376,7 @@ pub fn plan_kvpr(args: &PlanArgs) -> Result<Output, CliError> {
                 sc.model.kv_bytes_per_token_layer(),
                 sc.model.gqa_group()
             );
-            if let Some(s) = p.splits.first() {
+            if let Some(s) = p.decisions.splits().first() {
                 let _ = writeln!(
                     out,
                     "why (step 1): {}",
@@ -407,7 +409,7 @@ pub fn plan_kvpr(args: &PlanArgs) -> Result<Output, CliError> {
                 "saved",
                 "bound",
             ]);
-            for s in &p.splits {
+            for s in p.decisions.splits() {
                 t.row(&[
                     s.step.to_string(),
                     s.seq_len.to_string(),
@@ -454,8 +456,8 @@ fn memory_line(p: &Plan) -> String {
 pub fn plan_runahead(args: &PlanArgs) -> Result<Output, CliError> {
     let (sc, p) = plan_for(args, Strategy::Runahead)?;
     let d = p
-        .runahead
-        .as_ref()
+        .decisions
+        .runahead()
         .ok_or_else(|| CliError::failure("the KV-Runahead planner returned no decisions"))?;
     match args.output.format {
         Format::Json => json_line(&json!({
@@ -526,8 +528,8 @@ pub fn plan_runahead(args: &PlanArgs) -> Result<Output, CliError> {
 pub fn plan_headinfer(args: &PlanArgs) -> Result<Output, CliError> {
     let (sc, p) = plan_for(args, Strategy::HeadInfer)?;
     let d = p
-        .headinfer
-        .as_ref()
+        .decisions
+        .headinfer()
         .ok_or_else(|| CliError::failure("the HeadInfer planner returned no decisions"))?;
     match args.output.format {
         Format::Json => json_line(&json!({
@@ -706,7 +708,7 @@ pub fn capacity(args: &CapacityArgs) -> Result<Output, CliError> {
 /// One line on the planner's decisions: KVPR's split across the decode steps, HeadInfer's
 /// head groups and chunk, KV-Runahead's partition and TTFT.
 pub(crate) fn split_summary(p: &Plan) -> Option<String> {
-    if let Some(d) = &p.runahead {
+    if let Some(d) = p.decisions.runahead() {
         return Some(format!(
             "runahead: {} devices used, partition {:?}; TTFT runahead {}, one device {}, even chain {}, tensor parallel {} (x{:.3} over one device)",
             d.devices_used,
@@ -718,13 +720,13 @@ pub(crate) fn split_summary(p: &Plan) -> Option<String> {
             d.speedup
         ));
     }
-    if let Some(d) = &p.headinfer {
+    if let Some(d) = p.decisions.headinfer() {
         return Some(format!(
             "headinfer: {} KV heads per offload group, prefill chunk {} tokens",
             d.heads_per_group, d.chunk_tokens
         ));
     }
-    let (first, last) = (p.splits.first()?, p.splits.last()?);
+    let (first, last) = (p.decisions.splits().first()?, p.decisions.splits().last()?);
     let frac = |s| pct(recompute_fraction(s));
     Some(format!(
         "kvpr split: recompute {} of {} cached tokens per layer at step {} ({}) .. {} of {} at step {} ({}); `kvplan plan kvpr` shows every step and why",

@@ -140,7 +140,7 @@ fn calibrated_chunk_costs_reach_the_runahead_planner() {
         &Options::default(),
     )
     .unwrap();
-    let d = p.runahead.unwrap();
+    let d = p.decisions.runahead().cloned().unwrap();
     let tl = kvplan_sim::simulate(&p.schedule, &cost).unwrap();
     let ttft = tl.makespan();
     assert!(

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::hardware::limits::{BANDWIDTH, FLOPS, LATENCY, MEASURED_SECONDS, Range, show};
+use crate::limits::{BANDWIDTH, FLOPS, LATENCY, MEASURED_SECONDS, Range, show};
 
 /// Copy time vs size: `[bytes, seconds]` points, sizes strictly increasing, times non-decreasing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

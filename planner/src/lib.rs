@@ -10,7 +10,7 @@
 //! let cost = CostModel::new(&hw);
 //! let shape = Shape { batch: 64, gpu_batches: 1, prompt: 128, gen_len: 4 };
 //! let p = plan(&model, &hw, &cost, &shape, Strategy::Kvpr, &Options::default())?;
-//! assert!(p.splits.iter().all(|s| s.split.recompute_tokens > 0));
+//! assert!(p.decisions.splits().iter().all(|s| s.split.recompute_tokens > 0));
 //! # Ok::<(), kvplan_planner::Error>(())
 //! ```
 #![warn(missing_docs)]
@@ -24,6 +24,7 @@ pub mod error;
 pub mod hardware;
 pub mod headinfer;
 pub mod kvpr;
+pub mod limits;
 pub mod memory;
 pub mod model;
 pub mod plan;

@@ -85,10 +85,15 @@ impl RunReport {
             0.0
         };
         let tokens = plan.shape.total_batch() as f64 * f64::from(plan.shape.gen_len - 1);
-        let mean_frac = if plan.splits.is_empty() {
+        let mean_frac = if plan.decisions.splits().is_empty() {
             0.0
         } else {
-            plan.splits.iter().map(recompute_fraction).sum::<f64>() / plan.splits.len() as f64
+            plan.decisions
+                .splits()
+                .iter()
+                .map(recompute_fraction)
+                .sum::<f64>()
+                / plan.decisions.splits().len() as f64
         };
         RunReport {
             strategy: plan.strategy.as_str().into(),

@@ -19,7 +19,7 @@
 //! let scenario = raw.resolve()?;
 //! assert_eq!((scenario.shape.batch, scenario.shape.prompt), (8, 128));
 //! let plan = scenario.plan()?;
-//! assert_eq!(plan.splits.len(), 3);
+//! assert_eq!(plan.decisions.splits().len(), 3);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -28,8 +28,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::hardware::limits;
 use crate::headinfer::HeadInferOptions;
+use crate::limits;
 use crate::plan::{
     Options, Plan, Shape, SplitModel, SplitPolicy, Strategy, WeightsPlacement, plan,
 };

@@ -282,7 +282,7 @@ fn adaptive_groups_follow_the_papers_policy_on_the_4090() {
     // chunks, which prefetch less), and no slower than the paper's choice (4, 10K).
     let s = shape(1_024_000);
     let p = plan(&m, &hw, &cost, &s, Strategy::HeadInfer, &Options::default()).unwrap();
-    let d = p.headinfer.as_ref().unwrap();
+    let d = p.decisions.headinfer().unwrap();
     assert!(d.heads_per_group <= 4, "{}", d.heads_per_group);
     assert_eq!(d.heads_per_group * d.groups_per_layer, 8);
     assert!(d.chunk_tokens >= DEFAULT_CHUNK_TOKENS, "{}", d.chunk_tokens);
@@ -305,7 +305,9 @@ fn adaptive_groups_follow_the_papers_policy_on_the_4090() {
         "{}",
         d.roofline_chunk_tokens
     );
-    assert!(p.weights_on_gpu && p.splits.is_empty() && p.runahead.is_none());
+    assert!(
+        p.weights_on_gpu && p.decisions.splits().is_empty() && p.decisions.runahead().is_none()
+    );
     assert!(p.memory.gpu_bytes() <= hw.gpu.usable_bytes());
     assert_eq!(
         p.memory
@@ -342,7 +344,7 @@ fn fixed_choices_are_kept_and_checked() {
         &opts(Some(2), Some(4096)),
     )
     .unwrap();
-    let d = p.headinfer.unwrap();
+    let d = p.decisions.headinfer().cloned().unwrap();
     assert_eq!(
         (d.heads_per_group, d.chunk_tokens, d.adaptive),
         (2, 4096, false)
@@ -385,7 +387,7 @@ fn fixed_choices_are_kept_and_checked() {
         &opts(None, Some(50_000)),
     )
     .unwrap();
-    assert_eq!(p.headinfer.unwrap().chunk_tokens, 3000);
+    assert_eq!(p.decisions.headinfer().cloned().unwrap().chunk_tokens, 3000);
 }
 
 #[test]
@@ -642,7 +644,7 @@ fn chosen_group_and_chunk_are_within_1_percent_of_brute_force() {
         assert!(!all.is_empty(), "{mn} on {hn}: nothing fits");
         let best = all.iter().map(|x| x.2).fold(f64::INFINITY, f64::min);
         let p = plan(&m, &hw, &cost, &s, Strategy::HeadInfer, &Options::default()).unwrap();
-        let d = p.headinfer.as_ref().unwrap();
+        let d = p.decisions.headinfer().unwrap();
         let chosen = kvplan_sim::simulate(&p.schedule, &cost).unwrap().makespan();
         let (worst_g, worst_c, worst) = all
             .iter()
@@ -804,7 +806,7 @@ proptest! {
             Ok(p) => {
                 prop_assert!(p.memory.gpu_bytes() <= hw.gpu.usable_bytes());
                 prop_assert!(p.memory.host_bytes() <= hw.host.ram_bytes);
-                let d = p.headinfer.unwrap();
+                let d = p.decisions.headinfer().cloned().unwrap();
                 prop_assert_eq!(m.num_kv_heads % d.heads_per_group, 0);
                 // The adaptive choice is the fastest group that fits (the chunk is fixed here):
                 // every other group either does not fit or is not faster.

@@ -52,7 +52,9 @@ fn run(m: &ModelSpec, hw: &str, devices: u32, gbps: Option<f64>, context: u32) -
         &opts(devices),
     )
     .unwrap()
-    .runahead
+    .decisions
+    .runahead()
+    .cloned()
     .unwrap()
 }
 
@@ -454,7 +456,7 @@ fn schedule_has_the_chain_shape() {
     let mut s = shape(8192);
     s.gen_len = 4;
     let p = plan(&m, &hw, &cost, &s, Strategy::Runahead, &opts(3)).unwrap();
-    let d = p.runahead.as_ref().unwrap();
+    let d = p.decisions.runahead().unwrap();
     assert_eq!(d.devices_used, 3);
     let sched = &p.schedule;
     let streams = sched.streams();
@@ -611,7 +613,9 @@ d2h_pageable = [[4096, 2.0e-5], [67108864, 6.0e-3]]
             &opts(4),
         )
         .unwrap()
-        .runahead
+        .decisions
+        .runahead()
+        .cloned()
         .unwrap()
     };
     let (datasheet, measured) = (p(&base), p(&cal));
@@ -662,7 +666,7 @@ fn chosen_count_is_within_one_percent_of_the_best_simulated() {
             &opts(devices),
         )
         .unwrap();
-        let d = p.runahead.as_ref().unwrap();
+        let d = p.decisions.runahead().unwrap();
         let best = d
             .ttft_by_devices_s
             .iter()

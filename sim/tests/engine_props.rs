@@ -525,11 +525,12 @@ fn kvpr_loads_finish_before_their_consumers() {
         };
         let p = plan(&m, &hw, &cost, &shape, PlanStrategy::Kvpr, &opts).unwrap();
         assert!(
-            p.splits
+            p.decisions
+                .splits()
                 .iter()
                 .all(|s| 0 < s.split.recompute_tokens && s.split.recompute_tokens < s.seq_len),
             "the test needs interior splits: {:?}",
-            p.splits
+            p.decisions.splits()
         );
         let t = simulate(&p.schedule, &cost).unwrap();
         let s = &p.schedule;

@@ -126,7 +126,7 @@ fn headinfer_schedule() -> Schedule {
         ..Options::default()
     };
     let p = plan(&model, &hw, &cost, &shape, Strategy::HeadInfer, &options).unwrap();
-    let d = p.headinfer.unwrap();
+    let d = p.decisions.headinfer().cloned().unwrap();
     assert_eq!(
         (d.heads_per_group, d.groups_per_layer, d.prefill_chunks),
         (1, 4, 4)

@@ -78,13 +78,11 @@ mod memory;
 mod optimiser;
 mod schedule;
 
-use serde::Serialize;
-
 use crate::cost::CostModel;
 use crate::error::{Error, Result};
 use crate::hardware::HardwareProfile;
 use crate::model::ModelSpec;
-use crate::plan::{Options, Order, Plan, Shape, Strategy, WeightsPlacement};
+use crate::plan::types::{Decisions, Options, Order, Plan, Shape, Strategy, WeightsPlacement};
 
 pub use crate::memory::WorkingSet;
 pub use memory::{
@@ -93,46 +91,13 @@ pub use memory::{
     capacity_report, divisors, memory,
 };
 use memory::{GIB, heads_error, plan_memory};
+pub mod details;
+pub use details::{HeadInferDetails, HeadInferOptions};
 pub use optimiser::{
     Candidate, Choice, MAX_CHUNK_TOKENS, MIN_CHUNK_TOKENS, PROBE_LAYERS, TIE,
     adaptive_heads_per_group, choose, chunk_grid, group_grid, predicted_seconds, roofline_chunk,
 };
 pub use schedule::{Busy, Layout, MAX_OPS, build_schedule, busy_seconds, estimated_ops};
-
-/// HeadInfer options (all optional: the planner chooses).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct HeadInferOptions {
-    /// KV heads per offload group (fixed), or chosen by simulated time when `None`.
-    pub heads_per_group: Option<u32>,
-    /// Prefill chunk tokens (fixed), or chosen by simulated time when `None`.
-    pub chunk_tokens: Option<u32>,
-}
-
-/// The decisions of a HeadInfer plan.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct HeadInferDetails {
-    /// KV heads per offload group.
-    pub heads_per_group: u32,
-    /// Prefill chunk tokens.
-    pub chunk_tokens: u32,
-    /// Offload groups per layer (`num_kv_heads / heads_per_group`).
-    pub groups_per_layer: u32,
-    /// Prefill chunks.
-    pub prefill_chunks: u32,
-    /// Whether the group size was chosen by the planner (not fixed by the options).
-    pub adaptive: bool,
-    /// Smallest chunk for which offloaded attention is compute-bound on this profile.
-    pub roofline_chunk_tokens: u32,
-    /// GPU bytes of the two ping-pong buffers.
-    pub kv_buffer_bytes: u64,
-    /// Simulated makespan of the plan's schedule (prefill and decode), seconds, as the
-    /// optimiser predicted it.
-    pub predicted_seconds: f64,
-    /// (group, chunk) candidates that fit memory and the op limit.
-    pub candidates_fit: u32,
-    /// Candidates timed on the schedule (the others were ruled out by their lower bound).
-    pub candidates_timed: u32,
-}
 
 /// Plans HeadInfer for `shape` (`shape.prompt` is the context length).
 pub fn plan(
@@ -308,8 +273,7 @@ pub fn plan(
         weights_on_gpu: true,
         host_memory: host,
         memory: mem.memory_plan(),
-        splits: vec![],
-        headinfer: Some(HeadInferDetails {
+        decisions: Decisions::HeadInfer(HeadInferDetails {
             heads_per_group: g,
             chunk_tokens: chunk,
             groups_per_layer,
@@ -321,7 +285,6 @@ pub fn plan(
             candidates_fit: fit as u32,
             candidates_timed: timed as u32,
         }),
-        runahead: None,
         notes,
         schedule,
     })

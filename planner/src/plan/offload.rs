@@ -9,7 +9,9 @@ use crate::model::ModelSpec;
 
 use super::offload_schedule::{Layout, build_schedule};
 use super::split::kvpr_splits;
-use super::types::{MAX_OPS, Options, Order, Plan, Shape, StepSplit, Strategy, WeightsPlacement};
+use super::types::{
+    Decisions, MAX_OPS, Options, Order, Plan, Shape, StepSplit, Strategy, WeightsPlacement,
+};
 
 /// Peak memory of a strategy. `recompute_activations`: KVPR keeps layer inputs for
 /// recomputation (only when some step recomputes).
@@ -203,9 +205,11 @@ pub(crate) fn plan(
         weights_on_gpu,
         host_memory: options.host_memory,
         memory,
-        splits,
-        headinfer: None,
-        runahead: None,
+        decisions: if strategy == Strategy::Kvpr {
+            Decisions::Kvpr(splits)
+        } else {
+            Decisions::None
+        },
         notes,
         schedule,
     })
@@ -236,14 +240,16 @@ mod tests {
         let p = plan(&m, &hw, &c, &shape, Strategy::Kvpr, &Options::default()).unwrap();
         p.schedule.validate().unwrap();
         assert!(p.weights_on_gpu);
-        assert_eq!(p.splits.len(), 7);
+        assert_eq!(p.decisions.splits().len(), 7);
         assert!(
-            p.splits
+            p.decisions
+                .splits()
                 .iter()
                 .all(|s| s.split.recompute_tokens > 0 && s.split.recompute_tokens < s.seq_len)
         );
         assert!(
-            p.splits
+            p.decisions
+                .splits()
                 .windows(2)
                 .all(|w| w[0].split.recompute_tokens <= w[1].split.recompute_tokens)
         );
@@ -259,9 +265,15 @@ mod tests {
             gen_len: 4,
         };
         let p = plan(&m, &hw, &c, &shape, Strategy::Kvpr, &Options::default()).unwrap();
-        assert!(p.splits.iter().all(|s| s.split.recompute_tokens == 0));
         assert!(
-            p.splits
+            p.decisions
+                .splits()
+                .iter()
+                .all(|s| s.split.recompute_tokens == 0)
+        );
+        assert!(
+            p.decisions
+                .splits()
                 .iter()
                 .all(|s| s.split.reason == crate::kvpr::Reason::ActivationsNotCheaper)
         );
@@ -325,7 +337,8 @@ mod tests {
         assert_eq!(units.len(), 2 * 48 * 4);
         // With weights crossing the link anyway, the GPU idles: recompute every cached token.
         assert!(
-            p.splits
+            p.decisions
+                .splits()
                 .iter()
                 .all(|s| s.split.recompute_tokens == s.seq_len)
         );

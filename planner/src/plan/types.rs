@@ -3,8 +3,10 @@
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::headinfer::details::{HeadInferDetails, HeadInferOptions};
 use crate::kvpr::Split;
 use crate::memory::MemoryPlan;
+use crate::runahead::details::{RunaheadDetails, RunaheadOptions};
 use crate::schedule::{HostMemory, Schedule};
 
 /// Most ops a single plan may emit (about 6 GiB of schedule and timeline).
@@ -179,9 +181,9 @@ pub struct Options {
     /// What the automatic KVPR split minimises.
     pub split_model: SplitModel,
     /// HeadInfer options.
-    pub headinfer: crate::headinfer::HeadInferOptions,
+    pub headinfer: HeadInferOptions,
     /// KV-Runahead options.
-    pub runahead: crate::runahead::RunaheadOptions,
+    pub runahead: RunaheadOptions,
 }
 
 impl Default for Options {
@@ -207,6 +209,61 @@ pub struct StepSplit {
     /// The decision.
     #[serde(flatten)]
     pub split: Split,
+}
+
+/// What a strategy's planner decided.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decisions {
+    /// Full transfer and gpu-only: nothing beyond the weight placement.
+    None,
+    /// KVPR: the split of every decode step.
+    Kvpr(Vec<StepSplit>),
+    /// HeadInfer: the head group and prefill chunk.
+    HeadInfer(HeadInferDetails),
+    /// KV-Runahead: the partition and device count.
+    Runahead(RunaheadDetails),
+}
+
+impl Decisions {
+    /// KVPR's per-step splits (empty for other strategies).
+    pub fn splits(&self) -> &[StepSplit] {
+        match self {
+            Decisions::Kvpr(s) => s,
+            _ => &[],
+        }
+    }
+
+    /// HeadInfer's decisions, for a HeadInfer plan.
+    pub fn headinfer(&self) -> Option<&HeadInferDetails> {
+        match self {
+            Decisions::HeadInfer(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    /// KV-Runahead's decisions, for a KV-Runahead plan.
+    pub fn runahead(&self) -> Option<&RunaheadDetails> {
+        match self {
+            Decisions::Runahead(d) => Some(d),
+            _ => None,
+        }
+    }
+}
+
+/// Serialises as a map to flatten into [`Plan`]: `splits` always (empty unless KVPR, as scripts
+/// read it), `headinfer` / `runahead` for those plans.
+impl Serialize for Decisions {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("splits", self.splits())?;
+        match self {
+            Decisions::HeadInfer(d) => map.serialize_entry("headinfer", d)?,
+            Decisions::Runahead(d) => map.serialize_entry("runahead", d)?,
+            Decisions::None | Decisions::Kvpr(_) => {}
+        }
+        map.end()
+    }
 }
 
 /// Loop order of the schedule.
@@ -238,14 +295,10 @@ pub struct Plan {
     pub host_memory: HostMemory,
     /// Peak memory.
     pub memory: MemoryPlan,
-    /// KVPR split per decode step (empty for other strategies).
-    pub splits: Vec<StepSplit>,
-    /// HeadInfer decisions (HeadInfer plans only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub headinfer: Option<crate::headinfer::HeadInferDetails>,
-    /// KV-Runahead decisions (KV-Runahead plans only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub runahead: Option<crate::runahead::RunaheadDetails>,
+    /// What the strategy's planner decided (serialised flat: `splits`, and `headinfer` or
+    /// `runahead` when present).
+    #[serde(flatten)]
+    pub decisions: Decisions,
     /// Things the user should know (auto decisions, warnings).
     pub notes: Vec<String>,
     /// The schedule.
