@@ -9,7 +9,7 @@ pub mod offload_schedule;
 pub mod split;
 pub mod types;
 
-pub use kernels::{concat_kernel, layer_compute_s, layer_kernels, recompute_gemm};
+pub use kernels::{concat_kernel, forward_ops, layer_compute_s, layer_kernels, recompute_gemm};
 pub use offload::memory_plan;
 pub use split::{MAX_SEARCHED_STEPS, kvpr_splits, split_problem};
 pub use types::*;
