@@ -884,3 +884,37 @@ fn refinement_matches_a_finer_grid_at_scale() {
     println!("worst relative excess of the 48-cell search over the 160-cell one: {worst:.3e}");
     assert!(worst < 1e-5, "{worst}");
 }
+
+/// One more device never makes the best partition worse than the previous count's best with a
+/// one-token device in front (what one more device can always do), and one device fewer is
+/// never worse than the next count's best with a leading one-token chunk merged away.
+#[test]
+fn more_devices_are_never_worse_than_one_front_token_more() {
+    let hw = HardwareProfile::preset("a100-80g-sxm").unwrap();
+    for (model, gbps, n, p) in [
+        ("llama-2-7b", None, 3001u32, 12u32),
+        ("llama-2-7b", Some(10.0), 5003, 10),
+        ("llama-3-8b", Some(1.0), 2000, 8),
+    ] {
+        let m = ModelSpec::preset(model).unwrap();
+        let cost = CostModel::new(&linked(&hw, gbps));
+        let costs = ModelCosts::new(&m, &cost, 1);
+        let opt = optimise(&costs, n, p);
+        for w in opt.by_devices.windows(2) {
+            let (a, b) = (&w[0], &w[1]);
+            let j = a.partition.iter().position(|&c| c >= 2).unwrap();
+            let mut more = a.partition.clone();
+            more[j] -= 1;
+            more.insert(j, 1);
+            let bound = ttft(&costs, &more);
+            assert!(
+                b.ttft_s <= bound * (1.0 + 1e-12),
+                "{model} {gbps:?} n={n}: {} devices {} > {} with one more front token device {bound}",
+                b.partition.len(),
+                b.ttft_s,
+                a.partition.len()
+            );
+            assert!((ttft(&costs, &b.partition) - b.ttft_s).abs() <= 1e-12 * b.ttft_s);
+        }
+    }
+}

@@ -33,17 +33,18 @@ struct Level {
     fronts: Vec<Vec<Pt>>,
 }
 
-/// Keeps the points no other point beats in all of `u`, `rho`, `z` (ties keep one).
-fn pareto(mut c: Vec<Pt>) -> Vec<Pt> {
-    c.sort_by(|a, b| {
+/// Keeps the points no other point beats in all of `u`, `rho`, `z` (ties keep one), in
+/// `(u, rho, z)` order; `c` is left empty (its buffer is reused).
+fn pareto(c: &mut Vec<Pt>, stair: &mut Vec<(f64, f64)>) -> Vec<Pt> {
+    c.sort_unstable_by(|a, b| {
         a.u.total_cmp(&b.u)
             .then(a.rho.total_cmp(&b.rho))
             .then(a.z.total_cmp(&b.z))
     });
     let mut out = Vec::new();
     // (rho ascending, z strictly descending) of the points kept so far.
-    let mut stair: Vec<(f64, f64)> = Vec::new();
-    for p in c {
+    stair.clear();
+    for p in c.drain(..) {
         let i = stair.partition_point(|e| e.0 <= p.rho);
         if i > 0 && stair[i - 1].1 <= p.z {
             continue;
@@ -54,15 +55,22 @@ fn pareto(mut c: Vec<Pt>) -> Vec<Pt> {
         while k < stair.len() && stair[k].1 >= p.z {
             k += 1;
         }
-        stair.splice(j..k, [(p.rho, p.z)]);
+        if k == j + 1 {
+            stair[j] = (p.rho, p.z);
+        } else {
+            stair.splice(j..k, [(p.rho, p.z)]);
+        }
     }
     out
 }
 
 /// The DP of the module docs. `positions[m - 1]`: candidate left boundaries of the `m`-th
-/// device from the end (0 closes a partition of `m` devices). `zmax[m - 1]`: states whose
-/// `max(Z, U + (L-1) rho)` exceeds it cannot beat an incumbent and are dropped. Returns the
-/// levels (for reconstruction) and the number of states kept.
+/// device from the end (0 closes a partition of `m` devices). `zmax[m - 1]`: states whose lower
+/// bound on the TTFT exceeds it cannot beat an incumbent and are dropped; the bound of an open
+/// state at boundary `p > 0` is `max(Z, U + x(p) + R + (L-1) max(rho, x(p)))`, `x(p)` the send
+/// into it and `R` the sends of the levels still to come at their leftmost positions (a device
+/// before `p` pays at least that fill and that rate). Returns the levels (for reconstruction)
+/// and the number of states kept.
 fn run_dp<C: ChunkCosts + ?Sized>(
     costs: &C,
     n: u32,
@@ -82,13 +90,21 @@ fn run_dp<C: ChunkCosts + ?Sized>(
             from_pt: 0,
         }]],
     });
+    // rest[m]: the sends of levels after m at their leftmost positions (0 sends nothing).
+    let mut rest = vec![0.0; positions.len()];
+    for m in (0..positions.len().saturating_sub(1)).rev() {
+        let lo = positions[m + 1].iter().copied().min().unwrap_or(0);
+        rest[m] = rest[m + 1] + if lo == 0 { 0.0 } else { costs.link(lo) };
+    }
     let mut states = 0u64;
+    let mut cand = Vec::new();
+    let mut stair = Vec::new();
     for (m, pos) in positions.iter().enumerate() {
         let prev = &levels[m];
         let last = m == 0;
         let mut fronts = Vec::with_capacity(pos.len());
         for &p in pos {
-            let mut cand = Vec::new();
+            let xp = if p == 0 { 0.0 } else { costs.link(p) };
             for (qi, &q) in prev.positions.iter().enumerate() {
                 if q <= p || (q == 0 && !last) || prev.fronts[qi].is_empty() {
                     continue;
@@ -102,7 +118,11 @@ fn run_dp<C: ChunkCosts + ?Sized>(
                         (pt.u + x, pt.rho.max(cc.layer()).max(x))
                     };
                     let z = pt.z.max(e + u + l1 * rho);
-                    let bound = if p == 0 { z } else { z.max(u + l1 * rho) };
+                    let bound = if p == 0 {
+                        z
+                    } else {
+                        z.max(u + xp + rest[m] + l1 * rho.max(xp))
+                    };
                     if bound > zmax[m] {
                         continue;
                     }
@@ -117,12 +137,16 @@ fn run_dp<C: ChunkCosts + ?Sized>(
             }
             let f = if p == 0 {
                 // A closed partition: only its TTFT matters.
-                cand.into_iter()
+                let f = cand
+                    .iter()
                     .min_by(|a, b| a.z.total_cmp(&b.z))
                     .into_iter()
-                    .collect()
+                    .copied()
+                    .collect();
+                cand.clear();
+                f
             } else {
-                pareto(cand)
+                pareto(&mut cand, &mut stair)
             };
             states += f.len() as u64;
             fronts.push(f);
@@ -187,7 +211,10 @@ pub struct Optimum {
 
 /// Finds the TTFT-minimising partition of `context` tokens for every device count
 /// `1..=max_devices` (capped at `context`): exact DP on a grid, refined to token resolution
-/// (module docs).
+/// (module docs). The refinement is a local search, so each count's result is then also
+/// compared with its neighbours' (a one-token device added to count `p - 1`'s best, and one
+/// removed from count `p + 1`'s when it has a one-token chunk): the TTFT of `p + 1` devices is
+/// never above that of `p` devices plus one front device of one token.
 ///
 /// # Panics
 /// If `context` or `max_devices` is 0.
@@ -273,7 +300,18 @@ pub fn optimise_on_grid<C: ChunkCosts + ?Sized>(
             best.ttft_s = even[m - 1];
             best.local_optimum = false;
         }
+        // One device more than the previous count's best can do what it did, with a one-token
+        // chunk in front: never accept worse (the refinement is a local search).
+        if let Some(prev) = by_devices.last() {
+            take_if_better(costs, &mut best, with_one_more(&prev.partition));
+        }
         by_devices.push(best);
+    }
+    // And one device fewer than the next count's best can do what it did without a one-token
+    // chunk (merged into its neighbour), when that is better.
+    for m in (1..pmax).rev() {
+        let fewer = with_one_fewer(&by_devices[m].partition);
+        take_if_better(costs, &mut by_devices[m - 1], fewer);
     }
     Optimum {
         by_devices,
@@ -281,6 +319,45 @@ pub fn optimise_on_grid<C: ChunkCosts + ?Sized>(
         cell_tokens,
         exact: cell_tokens == 1,
         states,
+    }
+}
+
+/// `partition` with a one-token chunk taken from the front of its first chunk of two tokens or
+/// more (the new device sends the K,V of a few tokens; no chunk grows). `None` when every chunk
+/// has one token.
+fn with_one_more(partition: &[u32]) -> Option<Vec<u32>> {
+    let j = partition.iter().position(|&c| c >= 2)?;
+    let mut p = partition.to_vec();
+    p[j] -= 1;
+    p.insert(j, 1);
+    Some(p)
+}
+
+/// `partition` with its first one-token chunk merged into the next chunk. `None` when there is
+/// none (or only the last chunk has one token).
+fn with_one_fewer(partition: &[u32]) -> Option<Vec<u32>> {
+    let j = partition[..partition.len().saturating_sub(1)]
+        .iter()
+        .position(|&c| c == 1)?;
+    let mut p = partition.to_vec();
+    p.remove(j);
+    p[j] += 1;
+    Some(p)
+}
+
+/// Replaces `best` by `part` when `part` has a lower TTFT.
+fn take_if_better<C: ChunkCosts + ?Sized>(
+    costs: &C,
+    best: &mut DeviceOptimum,
+    part: Option<Vec<u32>>,
+) {
+    if let Some(part) = part {
+        let t = ttft(costs, &part);
+        if t < best.ttft_s {
+            best.partition = part;
+            best.ttft_s = t;
+            best.local_optimum = false;
+        }
     }
 }
 
@@ -404,14 +481,17 @@ mod tests {
             from_pos: 0,
             from_pt: 0,
         };
-        let f = pareto(vec![
-            p(1.0, 3.0, 5.0),
-            p(2.0, 2.0, 5.0),
-            p(2.0, 3.0, 5.0), // dominated by the first
-            p(3.0, 1.0, 9.0),
-            p(1.0, 3.0, 5.0), // duplicate
-            p(0.5, 4.0, 4.0),
-        ]);
+        let f = pareto(
+            &mut vec![
+                p(1.0, 3.0, 5.0),
+                p(2.0, 2.0, 5.0),
+                p(2.0, 3.0, 5.0), // dominated by the first
+                p(3.0, 1.0, 9.0),
+                p(1.0, 3.0, 5.0), // duplicate
+                p(0.5, 4.0, 4.0),
+            ],
+            &mut Vec::new(),
+        );
         assert_eq!(f.len(), 4, "{f:?}");
     }
 
