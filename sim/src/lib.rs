@@ -3,7 +3,7 @@
 //!
 //! The discrete-event engine itself is [`kvplan_planner::engine`], so the planners time their
 //! candidates on the same engine (see that module for the model and the determinism rules); this
-//! crate is the simulator's public face and re-exports it. [`run`] goes from a checked
+//! crate is the simulator's public face and re-exports it. [`run`](mod@run) goes from a checked
 //! [`Scenario`](kvplan_planner::scenario::Scenario) to simulated reports: one strategy
 //! ([`run::simulate_scenario`]) or every strategy side by side ([`run::compare`]).
 //!

@@ -84,8 +84,8 @@ pub fn split_problem(
 /// `SplitModel::Paper` takes each step's LP optimum of the paper's Eq. 10. `SplitModel::Schedule`
 /// (the default) chooses what the simulator will run fastest: each step's candidate splits are
 /// timed on the discrete-event engine ([`crate::engine`]) in a two-step probe of the very
-/// schedule [`plan`](super::plan) emits (see [`probe_step_s`]); the LP optimum of the schedule's steady-state
-/// model seeds the search. See [`search_split`] for the candidates and the anchors.
+/// schedule [`plan`](super::plan) emits (see `probe_step_s`); the LP optimum of the schedule's steady-state
+/// model seeds the search. `search_split` picks the candidates; `anchor_steps` the steps searched.
 pub fn kvpr_splits(
     cost: &CostModel,
     m: &ModelSpec,
@@ -163,7 +163,7 @@ fn anchor_steps(steps: u32) -> Vec<u32> {
     v
 }
 
-/// Most decode steps searched one by one (see [`anchor_steps`]).
+/// Most decode steps searched one by one (the rest interpolate between them).
 pub const MAX_SEARCHED_STEPS: u32 = 12;
 
 /// The split at `step`: the anchors' splits, linearly interpolated between anchors.

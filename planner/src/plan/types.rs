@@ -91,7 +91,7 @@ pub enum SplitPolicy {
 pub enum SplitModel {
     /// The emitted schedule's steady state (default): activations and `W_K,W_V` are prefetched
     /// during the previous layer, so they cost link time only; the split is then checked on the
-    /// simulated schedule itself (see [`kvpr_splits`]).
+    /// simulated schedule itself (see [`kvpr_splits`](super::split::kvpr_splits)).
     #[default]
     Schedule,
     /// The KVPR paper's Eq. 10, `X(l) + max(R(l), KV(s'-l))` per GPU batch: the activation copy

@@ -183,7 +183,7 @@ pub(crate) fn starts(partition: &[u32]) -> Vec<u32> {
 }
 
 /// TTFT of `partition` (tokens per device, in chain order, each at least 1) by the closed form
-/// of the module docs: equal to simulating [`chain_schedule`] of it.
+/// of the module docs: equal to simulating [`chain_schedule`](super::chain_schedule) of it.
 ///
 /// # Panics
 /// If `partition` is empty or has a zero chunk.

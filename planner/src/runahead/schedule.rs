@@ -133,7 +133,7 @@ pub fn chain_schedule(
 /// `len` queries over `start + len` keys, `out_proj` and the FFN, on `gpu0.compute` with nothing
 /// to wait for. Running it on one GPU (`exec`, `validate`) measures the per-chunk prefill cost
 /// the planner uses: its simulated makespan is `embed + L * layer()` of
-/// [`ModelCosts::chunk`]`(len, start)`.
+/// `ModelCosts::chunk(len, start)` ([`ChunkCosts::chunk`](super::ChunkCosts::chunk)).
 pub fn chunk_schedule(m: &ModelSpec, batch: u32, len: u32, start: u32) -> Schedule {
     assert!(len > 0, "a chunk has at least one token");
     let layers = m.num_layers as usize;
