@@ -12,4 +12,5 @@ mod library;
 mod measure;
 mod output;
 mod readme;
+mod scenarios;
 mod validation;
