@@ -2,7 +2,7 @@
 //! [`ProfileFile`] (tables with interpolation, not one number each), and compares a simulated
 //! timeline with a measured one.
 //!
-//! Every microbenchmark is a small [`Schedule`] run by an [`Executor`], so calibration measures
+//! Every microbenchmark is a small [`Schedule`](kvplan_planner::Schedule) run by an [`Executor`], so calibration measures
 //! exactly the code path that `kvplan exec` and `kvplan validate` time.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
