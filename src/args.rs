@@ -5,8 +5,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use kvplan_planner::plan::Strategy;
 use kvplan_planner::scenario::{
-    RawHeadInfer, RawOffload, RawRunahead, RawScenario, RawWorkload, Scenario,
+    Note, RawHeadInfer, RawOffload, RawRunahead, RawScenario, RawWorkload, Scenario,
 };
 
 const ABOUT: &str = "Plan and simulate KV-cache offload and recomputation for LLM inference";
@@ -415,6 +416,16 @@ impl RunArgs {
     /// The scenario file (if any) overlaid with these flags, resolved by the planner; its notes
     /// go to stderr.
     pub fn resolve(&self, strategy: Option<String>) -> Result<Scenario, crate::error::CliError> {
+        self.resolve_running(strategy, &[])
+    }
+
+    /// [`resolve`](Self::resolve) for a command that also runs `also_run` (`--compare`): a
+    /// setting one of them reads is not noted as ignored.
+    pub fn resolve_running(
+        &self,
+        strategy: Option<String>,
+        also_run: &[Strategy],
+    ) -> Result<Scenario, crate::error::CliError> {
         let base = match &self.scenario.scenario {
             Some(p) => RawScenario::from_file(p)?,
             None => RawScenario::default(),
@@ -422,6 +433,11 @@ impl RunArgs {
         let scenario = base.overlay(self.to_raw(strategy)).resolve()?;
         // Clamped or ignored settings are not errors: say so on stderr, leave stdout alone.
         for note in &scenario.notes {
+            if let Note::Ignored { read_by, .. } = note
+                && also_run.contains(read_by)
+            {
+                continue;
+            }
             eprintln!("note: {}", crate::messages::note(note));
         }
         Ok(scenario)

@@ -9,7 +9,7 @@ use kvplan_planner::scenario::Scenario;
 use kvplan_planner::schedule::Category;
 use kvplan_planner::timeline::{Run, write_chrome_trace, write_csv};
 use kvplan_planner::{HardwareProfile, ModelSpec};
-use kvplan_sim::run::{SimulatedRun, compare, simulate_scenario};
+use kvplan_sim::run::{COMPARED, SimulatedRun, compare, simulate_scenario};
 use serde::Serialize;
 use serde_json::json;
 
@@ -863,7 +863,8 @@ fn write_trace(path: &Path, runs: &[&SimulatedRun]) -> Result<(), CliError> {
 
 /// `kvplan simulate`.
 pub fn simulate(args: &SimulateArgs) -> Result<Output, CliError> {
-    let sc = args.run.resolve(args.strategy.clone())?;
+    let compared: &[Strategy] = if args.compare { &COMPARED } else { &[] };
+    let sc = args.run.resolve_running(args.strategy.clone(), compared)?;
     if !args.compare {
         let s = simulate_scenario(&sc)?;
         if let Some(path) = &args.trace {

@@ -199,3 +199,17 @@ fn model_directory_reads_its_config_json() {
     assert_eq!(from_dir["total_latency_s"], from_file["total_latency_s"]);
     assert!(from_dir["total_latency_s"].as_f64().unwrap() > 0.0);
 }
+
+/// `--compare` runs kvpr too, so a `--split` next to another `--strategy` is read, not ignored.
+#[test]
+fn compare_reads_the_split_so_no_ignored_note() {
+    let alone = simulate(&["--strategy", "gpu-only", "--split", "64"]);
+    with_notes(
+        &alone,
+        &["--split (offload.split) is ignored with --strategy gpu-only"],
+    );
+    let compared = simulate(&["--strategy", "gpu-only", "--split", "64", "--compare"]);
+    let out = with_notes(&compared, &[]);
+    let kvpr_at_64 = with_notes(&simulate(&["--split", "64", "--compare"]), &[]);
+    assert_eq!(out, kvpr_at_64);
+}
