@@ -7,6 +7,7 @@
 //! (`kvplan_planner::engine`), the same one `kvplan simulate` uses.
 
 use kvplan_planner::engine::simulate;
+use kvplan_planner::hardware::Duplex;
 use kvplan_planner::plan::{
     Options, Shape, SplitModel, SplitPolicy, Strategy as PlanStrategy, WeightsPlacement,
 };
@@ -184,11 +185,19 @@ fn any_case() -> impl Strategy<Value = Case> {
             WeightsPlacement::Offload,
         ]),
         prop::bool::ANY,
+        prop::bool::ANY,
     )
         .prop_map(
-            |(m, hw, batch, k, prompt, gen_len, weights, pageable)| Case {
+            |(m, hw, batch, k, prompt, gen_len, weights, pageable, half)| Case {
                 model: ModelSpec::preset(m).unwrap(),
-                hw: HardwareProfile::preset(hw).unwrap(),
+                hw: {
+                    let mut hw = HardwareProfile::preset(hw).unwrap();
+                    if half {
+                        // One copy engine for both directions: stores delay loads.
+                        hw.link.duplex = Duplex::Half;
+                    }
+                    hw
+                },
                 shape: Shape {
                     batch,
                     gpu_batches: k,
