@@ -3,14 +3,21 @@
 //! 10 GB/s link; and the whole plan (partition, baselines, schedule, memory) on an H200, where
 //! the 128K context's KV cache fits. Target (issue): at most 50 ms per partition.
 //!
-//! Run: `cargo bench -p kvplan-planner --bench runahead`.
+//! And P = 64 (`kvplan plan runahead --model llama-2-7b --hardware h200 --devices 64 --context
+//! 131072`): the partitions of every count (`optimise`, and `optimise_for_choice`, the plan's
+//! pruned search), and the whole plan, which also simulates every count's partition on the
+//! engine. Target (issue): the CLI under 1 s (it took ~11 s before the construction).
+//!
+//! Run: `cargo bench -p kvplan-planner --bench runahead` (`-- 'P=64'` for the second part).
 
 use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use kvplan_planner::plan::{Options, Shape, Strategy, plan};
-use kvplan_planner::runahead::{self, LinkOverride, ModelCosts, RunaheadOptions, optimise};
+use kvplan_planner::runahead::{
+    self, LinkOverride, ModelCosts, RunaheadOptions, optimise, optimise_for_choice,
+};
 use kvplan_planner::{CostModel, HardwareProfile, ModelSpec};
 
 const CONTEXT: u32 = 128 * 1024;
@@ -79,7 +86,7 @@ fn partition(c: &mut Criterion) {
 }
 
 /// The CLI case `kvplan plan runahead --model llama-2-7b --hardware h200 --devices 64 --context
-/// 131072`: the whole plan with 64 devices offered.
+/// 131072`: the partitions of every count, and the whole plan with 64 devices offered.
 fn plan_64(c: &mut Criterion) {
     let model = ModelSpec::preset("llama-2-7b").unwrap();
     let hw = HardwareProfile::preset("h200").unwrap();
@@ -94,6 +101,31 @@ fn plan_64(c: &mut Criterion) {
         runahead: RunaheadOptions { devices: 64 },
         ..Options::default()
     };
+    // A fresh `ModelCosts` per run, as the plan makes one (its memo starts empty).
+    let mut group = c.benchmark_group("runahead partition P=64 128K");
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(100))
+        .measurement_time(Duration::from_secs(5));
+    group.bench_function("llama-2-7b h200 optimise", |b| {
+        b.iter(|| {
+            let costs = ModelCosts::new(&model, &cost, 1);
+            black_box(optimise(black_box(&costs), CONTEXT, 64))
+        })
+    });
+    group.bench_function("llama-2-7b h200 optimise_for_choice", |b| {
+        b.iter(|| {
+            let costs = ModelCosts::new(&model, &cost, 1);
+            black_box(optimise_for_choice(
+                black_box(&costs),
+                CONTEXT,
+                64,
+                runahead::DEVICE_TOLERANCE,
+            ))
+        })
+    });
+    group.finish();
+
     let mut group = c.benchmark_group("runahead plan P=64 128K");
     group
         .sample_size(10)

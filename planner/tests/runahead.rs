@@ -1,10 +1,12 @@
 //! KV-Runahead: the closed form against the simulator, the optimiser against brute force, the
 //! plan's contract and errors, and the published behaviour (METHODS.md section 3).
 
+use kvplan_planner::plan::layer_kernels;
 use kvplan_planner::plan::{Options, Shape, Strategy, WeightsPlacement, plan};
 use kvplan_planner::runahead::{
-    self, Blocks, ChunkCosts, LinkOverride, ModelCosts, RunaheadDetails, RunaheadOptions,
-    even_partition, optimise, optimise_on_grid, ttft, ttft_by_layers,
+    self, Blocks, ChunkCosts, LinkOverride, Method, ModelCosts, RunaheadDetails, RunaheadOptions,
+    even_partition, optimise, optimise_for_choice, optimise_on_grid, ttft, ttft_by_layers,
+    ttft_lower_bound,
 };
 use kvplan_planner::schedule::{OpKind, StreamKind};
 use kvplan_planner::timeline::{Window, metrics};
@@ -110,6 +112,35 @@ fn brute<C: ChunkCosts>(costs: &C, n: u32, p: usize) -> (f64, Vec<u32>) {
 }
 
 // ---- the timing model is the simulator's ----------------------------------------------------
+
+#[test]
+fn memoised_chunk_costs_are_the_layer_kernels() {
+    // `ModelCosts` memoises the length-only parts of a chunk's cost in a direct-mapped table:
+    // whatever else was looked up before (lengths that collide included), a chunk costs exactly
+    // what `layer_kernels` gives, and what a fresh `ModelCosts` gives.
+    let hw = HardwareProfile::preset("h200").unwrap();
+    let cost = CostModel::new(&hw);
+    for (model, batch) in [("llama-2-7b", 1u32), ("llama-3-8b", 3)] {
+        let m = ModelSpec::preset(model).unwrap();
+        let shared = ModelCosts::new(&m, &cost, batch);
+        let mut x = 12345u64;
+        for i in 0..3000u32 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let len = 1 + (x >> 33) as u32 % if i % 3 == 0 { 64 } else { 40000 };
+            let start = (x >> 13) as u32 % 100_000;
+            let got = shared.chunk(len, start);
+            let fresh = ModelCosts::new(&m, &cost, batch).chunk(len, start);
+            assert_eq!(got, fresh, "{model} b{batch} ({len}, {start})");
+            let k = layer_kernels(&m, batch, len, start + len);
+            let d = |i: usize| cost.duration(&k[i].1);
+            assert_eq!(got.pre, d(0) + d(1));
+            assert_eq!(got.attn, d(2));
+            assert_eq!(got.post, d(3) + d(4) + d(5) + d(6) + d(7));
+        }
+    }
+}
 
 #[test]
 fn closed_form_equals_the_simulated_schedule() {
@@ -367,6 +398,20 @@ proptest! {
             );
             prop_assert!((ttft(&costs, &got.partition) - got.ttft_s).abs() <= 1e-12 * bt);
             prop_assert!((ttft_by_layers(&costs, &got.partition) - got.ttft_s).abs() <= 1e-9 * bt);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// The lower bound the plan prunes device counts with is below every partition.
+    #[test]
+    fn lower_bound_is_below_every_partition(costs in synth(), n in 1u32..=14) {
+        for p in 1..=4usize.min(n as usize) {
+            let (bt, _) = brute(&costs, n, p);
+            let lb = ttft_lower_bound(&costs, n, p);
+            prop_assert!(lb <= bt * (1.0 + 1e-12), "p={}: bound {} above the optimum {}", p, lb, bt);
         }
     }
 }
@@ -895,6 +940,9 @@ fn more_devices_are_never_worse_than_one_front_token_more() {
         ("llama-2-7b", None, 3001u32, 12u32),
         ("llama-2-7b", Some(10.0), 5003, 10),
         ("llama-3-8b", Some(1.0), 2000, 8),
+        // Past GRID_DEVICES: the construction, and counts beyond the useful ones.
+        ("llama-2-7b", None, 16384, 40),
+        ("llama-3-8b", Some(30.0), 30011, 24),
     ] {
         let m = ModelSpec::preset(model).unwrap();
         let cost = CostModel::new(&linked(&hw, gbps));
@@ -917,4 +965,95 @@ fn more_devices_are_never_worse_than_one_front_token_more() {
             assert!((ttft(&costs, &b.partition) - b.ttft_s).abs() <= 1e-12 * b.ttft_s);
         }
     }
+}
+
+/// The plan's pruned search decides as the full one: counts it prunes have a lower bound above
+/// the tolerance (below their TTFT), and the device-count rule picks the same count at the same
+/// TTFT.
+#[test]
+fn pruning_keeps_the_device_choice() {
+    let mut any_pruned = false;
+    for (model, hw, gbps, n, p) in [
+        ("llama-2-7b", "h200", None, 16384u32, 40u32),
+        ("llama-2-7b", "a100-80g-sxm", Some(10.0), 65536, 24),
+        ("llama-3-8b", "a100-80g-sxm", Some(1.0), 65536, 12),
+        ("opt-6.7b", "h200", None, 30011, 20),
+    ] {
+        let m = ModelSpec::preset(model).unwrap();
+        let cost = CostModel::new(&linked(&HardwareProfile::preset(hw).unwrap(), gbps));
+        let costs = ModelCosts::new(&m, &cost, 1);
+        let full = optimise(&costs, n, p);
+        let pruned = optimise_for_choice(&costs, n, p, runahead::DEVICE_TOLERANCE);
+        any_pruned |= pruned.by_devices.iter().any(|d| d.pruned);
+        let best = pruned
+            .by_devices
+            .iter()
+            .map(|d| d.ttft_s)
+            .fold(f64::INFINITY, f64::min);
+        for (i, (f, q)) in full.by_devices.iter().zip(&pruned.by_devices).enumerate() {
+            assert_eq!(q.partition.iter().sum::<u32>(), n);
+            assert_eq!(q.partition.len(), i + 1);
+            assert!((ttft(&costs, &q.partition) - q.ttft_s).abs() <= 1e-12 * q.ttft_s);
+            if q.pruned {
+                let lb = ttft_lower_bound(&costs, n, i + 1);
+                assert!(lb > best * (1.0 + runahead::DEVICE_TOLERANCE));
+                assert!(lb <= q.ttft_s && lb <= f.ttft_s, "{model} p={}", i + 1);
+            }
+        }
+        let pick = |o: &runahead::Optimum| {
+            let t: Vec<Option<f64>> = o.by_devices.iter().map(|d| Some(d.ttft_s)).collect();
+            let (i, _) = runahead::choose_devices(&t);
+            (i, o.by_devices[i].ttft_s)
+        };
+        assert_eq!(pick(&full), pick(&pruned), "{model} {hw} {gbps:?}");
+    }
+    assert!(any_pruned);
+}
+
+#[test]
+fn sixty_four_devices_over_128k_tokens() {
+    // kvplan plan runahead --model llama-2-7b --hardware h200 --devices 64 --context 131072:
+    // the grid search and its refinement alone (before the construction) stopped in local
+    // optima: 381.79 ms for the best count, with 60 devices used. The construction finds
+    // 373.66 ms (64 devices) and uses 55 within 1%.
+    let m = ModelSpec::preset("llama-2-7b").unwrap();
+    let hw = HardwareProfile::preset("h200").unwrap();
+    let cost = CostModel::new(&hw);
+    let costs = ModelCosts::new(&m, &cost, 1);
+    let p = plan(
+        &m,
+        &hw,
+        &cost,
+        &shape(131072),
+        Strategy::Runahead,
+        &opts(64),
+    )
+    .unwrap();
+    let d = p.decisions.runahead().unwrap();
+    let by: Vec<f64> = d.ttft_by_devices_s.iter().map(|t| t.unwrap()).collect();
+    assert_eq!(by.len(), 64);
+    let best = by.iter().copied().fold(f64::INFINITY, f64::min);
+    assert!(best < 0.3740, "{best}");
+    assert!(d.ttft_s.runahead < 0.3775, "{d:?}");
+    assert!((50..=60).contains(&d.devices_used), "{}", d.devices_used);
+    for (i, &t) in by.iter().enumerate() {
+        let lb = ttft_lower_bound(&costs, 131072, i + 1);
+        assert!(lb <= t, "{} devices: bound {lb} above {t}", i + 1);
+        let even = ttft(&costs, &even_partition(131072, i as u32 + 1));
+        assert!(t <= even * (1.0 + 1e-9));
+    }
+    // From 17 devices on, every count beats its neighbour with one device fewer until the
+    // useful count; the construction made the chosen partition.
+    assert!(by[16..50].windows(2).all(|w| w[1] < w[0]), "{by:?}");
+    assert!(
+        p.notes
+            .iter()
+            .any(|n| n.contains("cap-balanced construction")),
+        "{:?}",
+        p.notes
+    );
+    let opt = optimise_for_choice(&costs, 131072, 64, runahead::DEVICE_TOLERANCE);
+    let chosen = &opt.by_devices[d.devices_used as usize - 1];
+    assert_eq!(chosen.method, Method::Constructed);
+    assert!(!chosen.pruned);
 }

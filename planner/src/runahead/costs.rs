@@ -2,6 +2,8 @@
 //! [`ModelCosts`]) and the closed form of the chain's TTFT ([`ttft`]; derivation in the module
 //! docs of [`crate::runahead`]).
 
+use std::cell::Cell;
+
 use crate::cost::{CostModel, LinkCost};
 use crate::model::ModelSpec;
 use crate::plan::layer_kernels;
@@ -43,6 +45,10 @@ pub trait ChunkCosts {
 
 /// [`ChunkCosts`] of a model on a [`CostModel`]; sends take the cost model's peer link
 /// ([`CostModel::peer`]), the very link the simulator gives a `PeerSend`.
+///
+/// The parts of a chunk's cost that depend on its length only (embedding, `ln1 + qkv_proj`,
+/// `out_proj ..`, and the attention op's shape) are memoised by length, so the optimiser's many
+/// probes cost one attention roofline each; the values are exactly [`layer_kernels`]'.
 #[derive(Debug, Clone)]
 pub struct ModelCosts<'a> {
     model: &'a ModelSpec,
@@ -50,7 +56,33 @@ pub struct ModelCosts<'a> {
     batch: u32,
     link: LinkCost,
     head: f64,
+    memo: LengthMemo,
 }
+
+/// Length-only chunk costs: the embedding, `pre`, `post`, and the chunk's attention op (its key
+/// length is set per call).
+#[derive(Debug, Clone, Copy)]
+struct LengthCosts {
+    len: u32,
+    embed: f64,
+    pre: f64,
+    post: f64,
+    attention: OpKind,
+}
+
+/// A direct-mapped memo of [`LengthCosts`] by chunk length: a slot holds the latest length that
+/// hashed to it (`None`: empty). Its cells make a `ModelCosts` single-threaded (not `Sync`).
+#[derive(Clone)]
+struct LengthMemo(Vec<Cell<Option<LengthCosts>>>);
+
+impl std::fmt::Debug for LengthMemo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LengthMemo({} slots)", self.0.len())
+    }
+}
+
+/// Slots of the length memo (a power of two).
+const MEMO_SLOTS: usize = 1 << 12;
 
 impl<'a> ModelCosts<'a> {
     /// Costs of `batch` sequences of `model` on `cost` (peer link included).
@@ -65,7 +97,27 @@ impl<'a> ModelCosts<'a> {
             batch,
             link: cost.peer(),
             head,
+            memo: LengthMemo(vec![Cell::new(None); MEMO_SLOTS]),
         }
+    }
+
+    /// The length-only costs of a chunk of `len` tokens (memoised).
+    fn length_costs(&self, len: u32) -> LengthCosts {
+        let slot = &self.memo.0[(len.wrapping_mul(0x9E37_79B9) >> 20) as usize % MEMO_SLOTS];
+        if let Some(e) = slot.get().filter(|e| e.len == len) {
+            return e;
+        }
+        let k = layer_kernels(self.model, self.batch, len, len);
+        let d = |i: usize| self.cost.duration(&k[i].1);
+        let e = LengthCosts {
+            len,
+            embed: self.cost.duration(&embed_op(self.model, self.batch, len)),
+            pre: d(0) + d(1),
+            post: d(3) + d(4) + d(5) + d(6) + d(7),
+            attention: k[2].1,
+        };
+        slot.set(Some(e));
+        e
     }
 
     /// The peer link.
@@ -85,13 +137,17 @@ impl ChunkCosts for ModelCosts<'_> {
     }
 
     fn chunk(&self, len: u32, start: u32) -> ChunkCost {
-        let k = layer_kernels(self.model, self.batch, len, start + len);
-        let d = |i: usize| self.cost.duration(&k[i].1);
+        let e = self.length_costs(len);
+        let mut attention = e.attention;
+        match &mut attention {
+            OpKind::Attention { kv_len, .. } => *kv_len = start + len,
+            _ => unreachable!("layer_kernels puts the attention third"),
+        }
         ChunkCost {
-            embed: self.cost.duration(&embed_op(self.model, self.batch, len)),
-            pre: d(0) + d(1),
-            attn: d(2),
-            post: d(3) + d(4) + d(5) + d(6) + d(7),
+            embed: e.embed,
+            pre: e.pre,
+            attn: self.cost.duration(&attention),
+            post: e.post,
         }
     }
 

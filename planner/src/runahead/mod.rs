@@ -44,22 +44,60 @@
 //! the TTFT is `h + max(Z_k, later terms)`: a summary no larger in all three coordinates than
 //! another at the same boundary is never worse, so keeping the whole Pareto front of
 //! `(U, rho, Z)` per (device count, boundary) loses nothing. [`optimise`] runs this DP on a grid
-//! of at most [`GRID_CELLS`] cells; it is **exact over every partition whose boundaries lie on
-//! the grid**, i.e. over every partition when the context has at most [`GRID_CELLS`] tokens
-//! (tested against brute force over all compositions, at token and at block granularity). States
-//! that cannot beat the equal-chunk incumbent are dropped (a valid bound: later terms only add).
-//! Longer contexts are then refined by the same exact DP over windows of `±`[`WINDOW`] steps
-//! around every boundary, all boundaries moving at once, the step shrinking 4x per round down to
-//! one token (a round whose optimum reaches a window's edge is repeated at the same step; rounds
-//! at one token repeat while they improve). The result is therefore optimal on the grid, no
-//! worse than the grid optimum, and optimal against every simultaneous move of all boundaries
-//! by up to `WINDOW` tokens; the equal-chunk partition is always a candidate, so it is never
-//! worse than even chunks. Tests check that 48 coarse cells plus refinement reach the same TTFT
-//! as a 128-cell exact grid (to 1e-6), and beat the exact 512-token block optimum.
-//! The paper's hierarchical grid search has none of these guarantees and samples the TTFT by
-//! running the model; here each candidate costs `O(1)` cost-model calls.
+//! of at most [`GRID_CELLS`] cells for up to [`GRID_DEVICES`] devices; it is **exact over every
+//! partition whose boundaries lie on the grid**, i.e. over every partition (and for every device
+//! count) when the context has at most [`GRID_CELLS`] tokens (tested against brute force over
+//! all compositions, at token and at block granularity). States that cannot beat the
+//! equal-chunk incumbent are dropped (a valid bound: later terms only add). Longer contexts are
+//! then refined by the same exact DP over windows of `±`[`WINDOW`] steps around every boundary,
+//! all boundaries moving at once, the step shrinking 4x per round down to one token (a round
+//! whose optimum reaches a window's edge is repeated at the same step; rounds at one token
+//! repeat while they improve): optimal on the grid, and against every simultaneous move of all
+//! boundaries by up to `WINDOW` tokens. Tests check that 48 coarse cells plus refinement reach
+//! the same TTFT as 128 and 160 cells (to 1e-6 and 1e-5) and beat the exact 512-token block
+//! optimum.
 //!
-//! One DP pass yields the best partition for every device count `1..=P`.
+//! With more devices the grid is coarser than the chunks and a refinement round moves a
+//! boundary by at most `WINDOW` steps, so the refinement walks for dozens of rounds into local
+//! optima. Every count from two devices on therefore also gets a direct construction of the
+//! shape optimal partitions have: every device but the first few and the last at one common
+//! layer time, the first few balancing their terms.
+//!
+//! - **Greedy chain.** For a cap `R` on layer times and sends and a budget `B` on
+//!   `embed + pre + U`, place devices from the back after a last chunk of `c` tokens, each
+//!   taking the largest chunk within both; the first takes what is left. For fixed `(R, B, c)`
+//!   no partition within those limits covers the context with fewer devices: by induction each
+//!   boundary the chain places is at or before the matching boundary of any other (a chunk
+//!   ending earlier costs no more), and so is each fill (a send's cost depends only on where its
+//!   chunk ends). Every such partition has TTFT at most `h + (L-1) R + B`.
+//! - **Cap.** For `p` devices and given `c` and `B`, the least `R` with which the chain covers
+//!   the context: regula falsi on the first device's excess over the limits (non-increasing in
+//!   `R`). When even the least `R` (the last device's layer time, or its incoming send) leaves
+//!   devices idle, they go in front with one token each.
+//! - **Last chunk and budget.** Golden-section search on `ln c` with no budget (around the
+//!   previous count's `c`), plus the largest last chunk within the best partition's cap until
+//!   that is a fixed point (the objective is jagged in whole tokens and often least where the
+//!   last device just reaches the cap); then golden-section search on `B` below the partition's
+//!   largest `embed + pre + U` (front devices shrink to balance their terms, the cap rising to
+//!   make room; link-bound chains on many devices need this).
+//! - **Polish.** The exact windowed DP at one token over `±`[`POLISH_WINDOW`] tokens, at most
+//!   four rounds.
+//!
+//! Each trial costs `O(p)` chunk searches of a few cost-model calls (the length-only parts of a
+//! chunk's cost are memoised by [`ModelCosts`]). The better of the grid search and the
+//! construction is kept (equal chunks are always a candidate). Both are local searches, so each
+//! count is then compared with its neighbours (a one-token device added to count `p - 1`'s best
+//! in front; one merged away from count `p + 1`'s): the TTFT of `p + 1` devices is never above
+//! that of `p` devices with a one-token device in front. The paper's hierarchical grid search
+//! has none of these guarantees and samples the TTFT by running the model.
+//!
+//! For the plan, [`optimise_for_choice`] prunes: a count whose lower bound
+//! ([`ttft_lower_bound`]: `h + (L-1) R_lo + ` the least fill, with `R_lo` a layer-time cap no
+//! partition of that many devices stays under, by bisection on the greedy chain) is above
+//! `(1 + DEVICE_TOLERANCE)` times the best TTFT found can neither be chosen nor be the best, so
+//! it skips the grid DP and the polish and keeps its constructed partition (the best found, not
+//! necessarily the best there is; reported as such in `ttft_by_devices_s`). If the best found
+//! does not fit in memory the pruning rested on a non-candidate, and [`plan`] searches in full.
 //!
 //! # The device count
 //!
@@ -90,7 +128,10 @@ mod schedule;
 
 pub use costs::{Blocks, ChunkCost, ChunkCosts, ModelCosts, even_partition, ttft, ttft_by_layers};
 pub use details::{RunaheadDetails, RunaheadOptions, SearchInfo, TtftByMethod};
-pub use optimiser::{DeviceOptimum, GRID_CELLS, Optimum, WINDOW, optimise, optimise_on_grid};
+pub use optimiser::{
+    DeviceOptimum, GRID_CELLS, GRID_DEVICES, Method, Optimum, POLISH_WINDOW, WINDOW, optimise,
+    optimise_for_choice, optimise_on_grid, ttft_lower_bound,
+};
 pub use schedule::{chain_schedule, chunk_schedule, tensor_parallel_schedule};
 
 use serde::Serialize;
@@ -323,13 +364,34 @@ pub fn plan(
             .gpu_bytes()
             <= hw.gpu.usable_bytes()
     };
-    let opt = optimise(&costs, n, offered);
-    // Every searched device count's partition, simulated on the engine.
-    let mut simulated: Vec<Option<f64>> = vec![None; offered as usize];
-    for (i, d) in opt.by_devices.iter().enumerate() {
-        if fits(&d.partition) {
-            simulated[i] = Some(simulated_ttft(model, b, &d.partition, cost)?);
-        }
+    // Every device count's best partition found, simulated on the engine. Counts that cannot
+    // come within the tolerance of the best are pruned; if the best does not fit in memory,
+    // the pruning rested on a candidate that is not one, and the search runs in full.
+    let simulate_all = |opt: &Optimum| -> Result<Vec<Option<f64>>> {
+        opt.by_devices
+            .iter()
+            .map(|d| {
+                fits(&d.partition)
+                    .then(|| simulated_ttft(model, b, &d.partition, cost))
+                    .transpose()
+            })
+            .collect()
+    };
+    let mut opt = optimise_for_choice(&costs, n, offered, DEVICE_TOLERANCE);
+    let mut simulated = simulate_all(&opt)?;
+    let best_found = opt
+        .by_devices
+        .iter()
+        .map(|d| d.ttft_s)
+        .fold(f64::INFINITY, f64::min);
+    let best_fitting = simulated
+        .iter()
+        .flatten()
+        .copied()
+        .fold(f64::INFINITY, f64::min);
+    if opt.by_devices.iter().any(|d| d.pruned) && best_fitting > best_found * (1.0 + 1e-9) {
+        opt = optimise(&costs, n, offered);
+        simulated = simulate_all(&opt)?;
     }
     if simulated.iter().all(Option::is_none) {
         // Above the floor, yet no partition found fits: report the one needing least memory.
@@ -460,17 +522,25 @@ pub fn plan(
         }
         if x > w { "link" } else { "compute" }
     };
-    notes.push(format!(
-        "partition by exact Pareto DP over {} grid cells of {} token{}{}",
-        opt.grid_cells,
-        opt.cell_tokens,
-        if opt.cell_tokens == 1 { "" } else { "s" },
-        if opt.exact {
-            " (every partition)"
-        } else {
-            ", refined to single tokens"
-        }
-    ));
+    notes.push(match chosen.method {
+        Method::Grid => format!(
+            "partition by exact Pareto DP over {} grid cells of {} token{}{}",
+            opt.grid_cells,
+            opt.cell_tokens,
+            if opt.cell_tokens == 1 { "" } else { "s" },
+            if opt.exact {
+                " (every partition)"
+            } else {
+                ", refined to single tokens"
+            }
+        ),
+        Method::Constructed => format!(
+            "partition by the cap-balanced construction (every device up to a common cap on layer time and sends, searched over the last chunk and the front's budget), polished by exact Pareto DP over windows of +-{POLISH_WINDOW} tokens"
+        ),
+        Method::Neighbour => "partition from a neighbouring device count's best, with a one-token device added or merged away".into(),
+        Method::Even if part.len() == 1 => "the whole context on one device".into(),
+        Method::Even => "partition: equal chunks (no better one found)".into(),
+    });
     let peer_bytes = schedule::peer_bytes(&schedule);
     debug_assert_eq!(peer_bytes, peer_bytes_by_device.iter().sum::<u64>());
     let details = RunaheadDetails {
