@@ -1,12 +1,82 @@
-//! Request workloads for kvplan. This first version generates the fixed batch of equal-length
-//! requests that offload planning (KVPR, FlexGen-style) evaluates; length distributions,
-//! arrival processes and trace files come with the serving simulator.
+//! Request workloads for kvplan: the fixed batches that offload planning (KVPR, FlexGen-style)
+//! evaluates, and the seeded request streams the serving simulator consumes.
+//!
+//! A workload is described in two stages. The raw form is strings and options, as they come from
+//! CLI flags or a TOML `[workload]` table ([`WorkloadConfig`]); [`WorkloadConfig::validate`] turns
+//! it into a checked [`WorkloadSpec`], and [`generate`] (or [`Workload`]) turns a spec and a seed
+//! into `Vec<Request>`, sorted by arrival time then id, ids `0..n`.
+//!
+//! # Spec grammar
+//!
+//! Arrivals ([`ArrivalKind`], with `qps` and `cv` given beside it):
+//!
+//! | form | meaning |
+//! |---|---|
+//! | `all-at-once` | every request arrives at t = 0 |
+//! | `poisson` | exponential inter-arrival times with mean `1/qps` |
+//! | `gamma:CV` or `gamma` (with `cv`) | Gamma inter-arrival times, mean `1/qps`, coefficient of variation CV (bursty when CV > 1; CV = 1 is Poisson) |
+//!
+//! Lengths ([`LengthSpec`], prompt and output separately; token counts are whole numbers from 1
+//! to 4294967295):
+//!
+//! | form | meaning |
+//! |---|---|
+//! | `N` or `fixed:N` | always N |
+//! | `uniform:LO:HI` | uniform over the integers LO..=HI |
+//! | `zipf:LO:HI[:THETA]` | Zipf over the integers LO..=HI: LO has rank 1, LO+k rank k+1, P(rank r) ∝ r^-THETA; THETA ≥ 0, default 1.0 (0 is uniform) |
+//! | `lognormal:MEDIAN:SIGMA[:MAX]` | log-normal with that median and log-space sigma, rounded and clamped to 1..=MAX (default MAX 1048576) |
+//! | `trace:FILE` | resampled from a trace CSV's column (`num_prefill_tokens` for prompts, `num_decode_tokens` for outputs); when prompts and outputs name the same file, whole rows are resampled so the two lengths keep their correlation |
+//!
+//! Trace replay ([`Trace`], [`ReplayOptions`]) reads CSV files with the header
+//! `arrived_at,num_prefill_tokens,num_decode_tokens` (seconds, tokens, tokens).
+//!
+//! # Determinism
+//!
+//! Every random draw comes from ChaCha8 ([`rand::rngs::ChaCha8Rng`]) keyed by the seed's
+//! little-endian bytes and a stream number (arrivals, prompt lengths and output lengths draw from
+//! separate streams, so changing the length spec leaves arrival times as they were). The same seed,
+//! spec and dependency versions (pinned by `Cargo.lock`) give byte-identical requests.
+//!
+//! # Example
+//!
+//! ```
+//! use kvplan_workloads::{generate, WorkloadConfig};
+//!
+//! let config: WorkloadConfig = WorkloadConfig {
+//!     arrivals: Some("poisson".into()),
+//!     qps: Some(4.0),
+//!     prompt_lengths: Some("zipf:512:2048".into()),
+//!     output_lengths: Some("uniform:16:256".into()),
+//!     requests: Some(1000),
+//!     ..Default::default()
+//! };
+//! let spec = config.validate()?;
+//! let requests = generate(&spec, config.seed())?;
+//! assert_eq!(requests.len(), 1000);
+//! assert!(requests.windows(2).all(|w| w[0].arrival_s <= w[1].arrival_s));
+//! assert!(requests.iter().all(|r| (512..=2048).contains(&r.prompt_tokens)));
+//! // Same seed, same requests.
+//! assert_eq!(requests, generate(&spec, config.seed())?);
+//! # Ok::<(), kvplan_workloads::Error>(())
+//! ```
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
 use serde::{Deserialize, Serialize};
 
-/// Workload errors.
+mod generate;
+mod spec;
+mod trace;
+
+pub use generate::{Workload, generate, write_csv};
+pub use spec::{
+    ArrivalKind, Arrivals, DEFAULT_LOGNORMAL_MAX, DEFAULT_SEED, DEFAULT_ZIPF_THETA, LengthSpec,
+    MAX_CV, MAX_REQUESTS, SyntheticSpec, WorkloadConfig, WorkloadSpec,
+};
+pub use trace::{ReplayOptions, TRACE_HEADER, TimeScale, Trace, TraceRow};
+
+/// Workload errors. Each names the field (or the trace file and its 1-based line) and what is
+/// accepted.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -18,7 +88,72 @@ pub enum Error {
         /// The value.
         value: u64,
     },
+    /// A spec string that matches none of the accepted forms.
+    #[error("{field}: cannot parse `{got}`; accepted forms: {expected}")]
+    BadSpec {
+        /// The field (`arrivals`, `prompt_lengths`, ...).
+        field: &'static str,
+        /// What was given.
+        got: String,
+        /// The accepted forms.
+        expected: &'static str,
+    },
+    /// A number that parsed but lies outside the accepted range (or is not a number at all).
+    #[error("{field}: `{got}` is out of range; expected {expected}")]
+    OutOfRange {
+        /// The field (`qps`, `cv`, `prompt_lengths`, ...).
+        field: &'static str,
+        /// What was given.
+        got: String,
+        /// The accepted range.
+        expected: String,
+    },
+    /// A required field that was not given.
+    #[error("{field}: required ({why})")]
+    Missing {
+        /// The field.
+        field: &'static str,
+        /// When it is required and what it takes.
+        why: &'static str,
+    },
+    /// A field given where it has no meaning, or two fields that contradict each other.
+    #[error("{field}: {why}")]
+    Conflict {
+        /// The field.
+        field: &'static str,
+        /// Why it is refused.
+        why: String,
+    },
+    /// A trace file that could not be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A trace with no header or no requests.
+    #[error("{path}: empty trace ({why}); expected a header `{header}` and at least one row", header = TRACE_HEADER)]
+    TraceEmpty {
+        /// The file.
+        path: String,
+        /// What is missing.
+        why: &'static str,
+    },
+    /// A bad line in a trace file.
+    #[error("{path}:{line}: {message}")]
+    TraceRow {
+        /// The file.
+        path: String,
+        /// The 1-based line.
+        line: u64,
+        /// What is wrong with it.
+        message: String,
+    },
 }
+
+/// Results of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// One inference request.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

@@ -1,0 +1,51 @@
+//! Integration tests of kvplan-workloads: one binary, a module per feature.
+
+mod determinism;
+mod errors;
+mod stats;
+mod trace;
+
+use std::path::PathBuf;
+
+use kvplan_workloads::{WorkloadConfig, WorkloadSpec};
+
+/// The small trace fixture shipped with the crate.
+pub fn fixture() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny.csv")
+}
+
+/// `shared/traces/NAME` beside the repository (CI has it there).
+pub fn shared_trace(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/traces")
+        .join(name)
+}
+
+/// Writes `contents` to a fresh file under Cargo's per-target temporary directory.
+pub fn temp_file(name: &str, contents: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kvplan-workloads-tests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, contents).unwrap();
+    path
+}
+
+/// A synthetic spec from spec strings.
+pub fn synthetic(
+    arrivals: &str,
+    qps: Option<f64>,
+    prompt: &str,
+    output: &str,
+    n: u64,
+) -> WorkloadSpec {
+    WorkloadConfig {
+        arrivals: Some(arrivals.into()),
+        qps,
+        prompt_lengths: Some(prompt.into()),
+        output_lengths: Some(output.into()),
+        requests: Some(n),
+        ..Default::default()
+    }
+    .validate()
+    .unwrap_or_else(|e| panic!("{arrivals} {prompt} {output}: {e}"))
+}
