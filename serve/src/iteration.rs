@@ -268,7 +268,13 @@ impl IterationTimer {
         let h2d_start = if self.duplex == Duplex::Half { d } else { 0.0 };
         let x_done = h2d_start + x;
         let h_done = x_done + kv_in;
-        let recompute_done = if r > 0.0 { x_done + r } else { 0.0 };
+        // Recomputation waits for the last activation copy (none: it starts at once).
+        let x_wait = if it.hybrid.iter().any(|h| h.act_blocks > 0) {
+            x_done
+        } else {
+            0.0
+        };
+        let recompute_done = if r > 0.0 { x_wait + r } else { 0.0 };
         let start = d.max(h_done).max(recompute_done);
         let fwd = self.forward_s(&it.seqs, it.logits);
         IterationTime {
