@@ -1,0 +1,445 @@
+//! One iteration's work and its time: a fast closed form ([`IterationTimer::time`]) and the
+//! op-level [`Schedule`] it stands for ([`IterationTimer::schedule`]), which the property tests
+//! hold equal on the planner's engine.
+//!
+//! The schedule of an iteration (one compute stream, an H2D and a D2H copy stream):
+//! - D2H: every swap-out copy (KV blocks, then hybrid's stored activations), one op per copy;
+//! - H2D: the stored activations `X` of hybrid resumes, then every swap-in KV copy;
+//! - compute: hybrid's recompute GEMM and concatenation per layer (after the last `X` copy),
+//!   then the forward pass (after every copy: swapped-out blocks are reused by this iteration,
+//!   swapped-in blocks are read by it): `embed`, per layer [`forward_ops`] of the ragged batch,
+//!   then `final_norm`, `lm_head`, `sample` over the rows that produce a token — the same ops,
+//!   per step, as the planner's gpu-only plan.
+//!
+//! With a full-duplex link, the forward pass starts at `max(D, H, X + R)` (`D`, `H` the copy
+//! streams' totals, `X` the activation copies, `R` the recomputation); half duplex serves the
+//! D2H copies first (lower op indices), so `H` and `X` start after `D`.
+
+use kvplan_planner::ModelSpec;
+use kvplan_planner::cost::CostModel;
+use kvplan_planner::hardware::Duplex;
+use kvplan_planner::plan::{concat_kernel, forward_ops, recompute_gemm};
+use kvplan_planner::schedule::{
+    HostMemory, OpId, OpKind, Payload, Phase, Schedule, ScheduleBuilder, StreamKind, Tag,
+};
+
+/// A hybrid resume: `recompute_tokens` tokens recomputed from stored activations
+/// (`act_blocks` blocks of `X` copied in first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HybridResume {
+    /// Blocks of activations copied in.
+    pub act_blocks: u32,
+    /// Tokens whose K,V are recomputed.
+    pub recompute_tokens: u32,
+}
+
+/// What one iteration does. The engine reuses one of these (no allocation per iteration).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct IterationShape {
+    /// `(q_len, kv_len)` per scheduled sequence: new tokens and tokens attended.
+    pub seqs: Vec<(u32, u32)>,
+    /// Rows producing a token (sequences whose pending tokens all run this iteration).
+    pub logits: u32,
+    /// KV blocks copied out.
+    pub swap_out_blocks: u32,
+    /// Activation blocks copied out (hybrid).
+    pub act_out_blocks: u32,
+    /// KV blocks copied in.
+    pub swap_in_blocks: u32,
+    /// Hybrid resumes.
+    pub hybrid: Vec<HybridResume>,
+}
+
+impl IterationShape {
+    /// Empties it for reuse.
+    pub fn clear(&mut self) {
+        self.seqs.clear();
+        self.logits = 0;
+        self.swap_out_blocks = 0;
+        self.act_out_blocks = 0;
+        self.swap_in_blocks = 0;
+        self.hybrid.clear();
+    }
+
+    /// Tokens run through the model.
+    pub fn tokens(&self) -> u64 {
+        self.seqs.iter().map(|&(q, _)| u64::from(q)).sum()
+    }
+}
+
+/// An iteration's time split into its parts.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct IterationTime {
+    /// From the iteration's start to its last op's end.
+    pub total_s: f64,
+    /// Kernel time on the compute stream (forward pass and recomputation).
+    pub compute_s: f64,
+    /// When the forward pass can start (copies and recomputation done).
+    pub forward_start_s: f64,
+}
+
+/// Times iterations on a cost model: per-row dense costs are cached, attention is costed per
+/// distinct `(q_len, kv_len)` shape, so an iteration costs `O(batch log batch)`.
+#[derive(Debug, Clone)]
+pub struct IterationTimer {
+    model: ModelSpec,
+    cost: CostModel,
+    layers: f64,
+    duplex: Duplex,
+    host: HostMemory,
+    /// Per row count: embed + L × (dense layer kernels); NaN when not computed yet.
+    dense: Vec<f64>,
+    /// Per logits row count: final norm + LM head + sample.
+    head: Vec<f64>,
+    /// Per copy bytes and count of one block, KV.
+    kv_copy_bytes: u64,
+    kv_copies: u32,
+    act_copy_bytes: u64,
+    act_copies: u32,
+    kv_out_block_s: f64,
+    kv_in_block_s: f64,
+    act_out_block_s: f64,
+    act_in_block_s: f64,
+    scratch: Vec<(u32, u32)>,
+}
+
+impl IterationTimer {
+    /// A timer for `model` on `cost`: KV blocks of `block_size` tokens are copied as
+    /// `kv_copies_per_block` equal copies; activation blocks as one copy per layer.
+    pub fn new(
+        model: &ModelSpec,
+        cost: &CostModel,
+        block_size: u32,
+        kv_copies_per_block: u32,
+        pinned: bool,
+    ) -> Self {
+        let host = if pinned {
+            HostMemory::Pinned
+        } else {
+            HostMemory::Pageable
+        };
+        let kv_block = u64::from(block_size) * model.kv_bytes_per_token();
+        let kv_copies = kv_copies_per_block.max(1);
+        let kv_copy_bytes = kv_block.div_ceil(u64::from(kv_copies));
+        let act_copies = model.num_layers;
+        let act_copy_bytes = u64::from(block_size) * model.act_bytes_per_token_layer();
+        let dur = |k: OpKind| cost.duration(&k);
+        let t = |bytes, copies, out: bool| {
+            let kind = if out {
+                OpKind::D2H {
+                    bytes,
+                    payload: Payload::Cache,
+                    host,
+                }
+            } else {
+                OpKind::H2D {
+                    bytes,
+                    payload: Payload::Cache,
+                    host,
+                }
+            };
+            f64::from(copies) * dur(kind)
+        };
+        IterationTimer {
+            model: model.clone(),
+            cost: cost.clone(),
+            layers: f64::from(model.num_layers),
+            duplex: cost.duplex(),
+            host,
+            dense: Vec::new(),
+            head: Vec::new(),
+            kv_copy_bytes,
+            kv_copies,
+            act_copy_bytes,
+            act_copies,
+            kv_out_block_s: t(kv_copy_bytes, kv_copies, true),
+            kv_in_block_s: t(kv_copy_bytes, kv_copies, false),
+            act_out_block_s: t(act_copy_bytes, act_copies, true),
+            act_in_block_s: t(act_copy_bytes, act_copies, false),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// The model.
+    pub fn model(&self) -> &ModelSpec {
+        &self.model
+    }
+
+    /// The cost model.
+    pub fn cost(&self) -> &CostModel {
+        &self.cost
+    }
+
+    /// Seconds to swap one KV block out / in.
+    pub fn kv_block_s(&self) -> (f64, f64) {
+        (self.kv_out_block_s, self.kv_in_block_s)
+    }
+
+    /// Seconds to copy one block of stored activations out / in (hybrid).
+    pub fn act_block_s(&self) -> (f64, f64) {
+        (self.act_out_block_s, self.act_in_block_s)
+    }
+
+    /// Seconds of hybrid's recomputation of `tokens` tokens' K,V over all layers.
+    pub fn recompute_s(&self, tokens: u32) -> f64 {
+        if tokens == 0 {
+            return 0.0;
+        }
+        let m = &self.model;
+        self.layers
+            * (self.cost.duration(&recompute_gemm(m, 1, tokens))
+                + self.cost.duration(&concat_kernel(m, 1, tokens)))
+    }
+
+    fn dense_s(&mut self, rows: u32) -> f64 {
+        let i = rows as usize;
+        if i >= self.dense.len() {
+            self.dense.resize(i + 1, f64::NAN);
+        }
+        if self.dense[i].is_nan() {
+            let ops = forward_ops(&self.model, &[(rows, rows)], 1);
+            let layer: f64 = ops
+                .iter()
+                .filter(|(name, _)| *name != "attention")
+                .map(|(_, k)| self.cost.duration(k))
+                .sum();
+            self.dense[i] = self.cost.duration(&embed_op(&self.model, rows)) + self.layers * layer;
+        }
+        self.dense[i]
+    }
+
+    fn head_s(&mut self, rows: u32) -> f64 {
+        let i = rows as usize;
+        if i >= self.head.len() {
+            self.head.resize(i + 1, f64::NAN);
+        }
+        if self.head[i].is_nan() {
+            self.head[i] = if rows == 0 {
+                0.0
+            } else {
+                head_ops(&self.model, rows)
+                    .iter()
+                    .map(|(_, k)| self.cost.duration(k))
+                    .sum()
+            };
+        }
+        self.head[i]
+    }
+
+    /// Seconds of the forward pass of `seqs` with `logits` token-producing rows.
+    pub fn forward_s(&mut self, seqs: &[(u32, u32)], logits: u32) -> f64 {
+        if seqs.is_empty() {
+            return 0.0;
+        }
+        let rows: u64 = seqs.iter().map(|&(q, _)| u64::from(q)).sum();
+        let rows = u32::try_from(rows).unwrap_or(u32::MAX);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        scratch.extend_from_slice(seqs);
+        scratch.sort_unstable();
+        let mut attn = 0.0;
+        let mut i = 0;
+        while i < scratch.len() {
+            let shape = scratch[i];
+            let mut j = i + 1;
+            while j < scratch.len() && scratch[j] == shape {
+                j += 1;
+            }
+            attn +=
+                self.cost
+                    .duration(&attention_op(&self.model, (j - i) as u32, shape.0, shape.1));
+            i = j;
+        }
+        self.scratch = scratch;
+        self.dense_s(rows) + self.layers * attn + self.head_s(logits)
+    }
+
+    /// The iteration's time (the closed form of [`IterationTimer::schedule`] on the engine).
+    pub fn time(&mut self, it: &IterationShape) -> IterationTime {
+        let d = f64::from(it.swap_out_blocks) * self.kv_out_block_s
+            + f64::from(it.act_out_blocks) * self.act_out_block_s;
+        let mut x = 0.0;
+        let mut r = 0.0;
+        for h in &it.hybrid {
+            x += f64::from(h.act_blocks) * self.act_in_block_s;
+            r += self.recompute_s(h.recompute_tokens);
+        }
+        let kv_in = f64::from(it.swap_in_blocks) * self.kv_in_block_s;
+        let h2d_start = if self.duplex == Duplex::Half { d } else { 0.0 };
+        let x_done = h2d_start + x;
+        let h_done = x_done + kv_in;
+        // Recomputation waits for the last activation copy (none: it starts at once).
+        let x_wait = if it.hybrid.iter().any(|h| h.act_blocks > 0) {
+            x_done
+        } else {
+            0.0
+        };
+        let recompute_done = if r > 0.0 { x_wait + r } else { 0.0 };
+        let start = d.max(h_done).max(recompute_done);
+        let fwd = self.forward_s(&it.seqs, it.logits);
+        IterationTime {
+            total_s: start + fwd,
+            compute_s: r + fwd,
+            forward_start_s: start,
+        }
+    }
+
+    /// The op-level schedule of an iteration (see the module docs).
+    pub fn schedule(&self, it: &IterationShape) -> Schedule {
+        let m = &self.model;
+        let mut sb = ScheduleBuilder::new();
+        let c = sb.stream(0, StreamKind::Compute, "gpu0.compute");
+        let h2d = sb.stream(0, StreamKind::H2D, "gpu0.h2d");
+        let d2h = sb.stream(0, StreamKind::D2H, "gpu0.d2h");
+        let tag = Tag {
+            phase: Phase::Decode,
+            step: 0,
+            layer: Tag::NONE,
+            batch: 0,
+            group: Tag::NONE,
+        };
+        let host = self.host;
+        let swap_label = sb.label("swap_out");
+        let act_out_label = sb.label("store_x");
+        let swap_in_label = sb.label("swap_in");
+        let load_x = sb.label("load_x");
+        let recompute = sb.label("recompute_kv");
+        let concat = sb.label("kv_concat");
+        let mut last_d2h: Option<OpId> = None;
+        let d2h_op = |bytes, payload| OpKind::D2H {
+            bytes,
+            payload,
+            host,
+        };
+        let h2d_op = |bytes, payload| OpKind::H2D {
+            bytes,
+            payload,
+            host,
+        };
+        for _ in 0..u64::from(it.swap_out_blocks) * u64::from(self.kv_copies) {
+            last_d2h = Some(sb.push(
+                d2h_op(self.kv_copy_bytes, Payload::Cache),
+                d2h,
+                swap_label,
+                tag,
+                &[],
+            ));
+        }
+        for _ in 0..u64::from(it.act_out_blocks) * u64::from(self.act_copies) {
+            last_d2h = Some(sb.push(
+                d2h_op(self.act_copy_bytes, Payload::RecomputeActivation),
+                d2h,
+                act_out_label,
+                tag,
+                &[],
+            ));
+        }
+        let mut last_h2d: Option<OpId> = None;
+        for h in &it.hybrid {
+            for _ in 0..u64::from(h.act_blocks) * u64::from(self.act_copies) {
+                last_h2d = Some(sb.push(
+                    h2d_op(self.act_copy_bytes, Payload::RecomputeActivation),
+                    h2d,
+                    load_x,
+                    tag,
+                    &[],
+                ));
+            }
+        }
+        let last_x = last_h2d;
+        for _ in 0..u64::from(it.swap_in_blocks) * u64::from(self.kv_copies) {
+            last_h2d = Some(sb.push(
+                h2d_op(self.kv_copy_bytes, Payload::Cache),
+                h2d,
+                swap_in_label,
+                tag,
+                &[],
+            ));
+        }
+        for h in &it.hybrid {
+            if h.recompute_tokens == 0 {
+                continue;
+            }
+            for _ in 0..m.num_layers {
+                sb.push(
+                    recompute_gemm(m, 1, h.recompute_tokens),
+                    c,
+                    recompute,
+                    tag,
+                    &[last_x],
+                );
+                sb.push(concat_kernel(m, 1, h.recompute_tokens), c, concat, tag, &[]);
+            }
+        }
+        if !it.seqs.is_empty() {
+            let rows: u32 = it.seqs.iter().map(|&(q, _)| q).sum();
+            let embed = sb.label("embed");
+            sb.push(embed_op(m, rows), c, embed, tag, &[last_h2d, last_d2h]);
+            let ops = forward_ops(m, &it.seqs, 1);
+            let labels: Vec<_> = ops.iter().map(|(n, _)| sb.label(n)).collect();
+            for _ in 0..m.num_layers {
+                for ((_, k), l) in ops.iter().zip(&labels) {
+                    sb.push(*k, c, *l, tag, &[]);
+                }
+            }
+            if it.logits > 0 {
+                for (n, k) in head_ops(m, it.logits) {
+                    let l = sb.label(n);
+                    sb.push(k, c, l, tag, &[]);
+                }
+            }
+        }
+        sb.build()
+    }
+}
+
+/// Attention of `batch` sequences of `q_len` queries over `kv_len` keys (as `forward_ops`).
+fn attention_op(m: &ModelSpec, batch: u32, q_len: u32, kv_len: u32) -> OpKind {
+    OpKind::Attention {
+        batch,
+        q_heads: m.num_heads as u16,
+        kv_heads: m.num_kv_heads as u16,
+        q_len,
+        kv_len,
+        head_dim: m.head_dim as u16,
+        causal: q_len > 1,
+        dtype: m.dtype,
+    }
+}
+
+/// The token embedding of `rows` tokens (as the planner's plans emit it).
+pub fn embed_op(m: &ModelSpec, rows: u32) -> OpKind {
+    OpKind::Elementwise {
+        bytes: 2 * u64::from(rows) * u64::from(m.hidden) * m.dtype_bytes(),
+    }
+}
+
+/// Final norm, LM head and sampling over `rows` token-producing rows (as the planner's plans
+/// emit them).
+pub fn head_ops(m: &ModelSpec, rows: u32) -> [(&'static str, OpKind); 3] {
+    let b = u64::from(rows);
+    [
+        (
+            "final_norm",
+            OpKind::Elementwise {
+                bytes: 2 * b * u64::from(m.hidden) * m.dtype_bytes(),
+            },
+        ),
+        (
+            "lm_head",
+            OpKind::Gemm {
+                m: rows,
+                n: m.vocab,
+                k: m.hidden,
+                batch: 1,
+                dtype: m.dtype,
+            },
+        ),
+        (
+            "sample",
+            OpKind::Elementwise {
+                bytes: b * u64::from(m.vocab) * 4,
+            },
+        ),
+    ]
+}

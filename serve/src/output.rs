@@ -1,0 +1,328 @@
+//! Results as data: per-request records, a summary, a per-iteration time series, and writers
+//! for CSV, JSON and a Chrome trace (Perfetto). Numbers are plain (seconds, bytes, tokens).
+
+use std::io::{self, Write};
+
+use serde::Serialize;
+
+use crate::config::Resolved;
+
+/// Why a request was not served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RejectReason {
+    /// Prompt + output tokens exceed the model's context (`max_position`).
+    ExceedsContext,
+    /// Its KV at full length needs more blocks than the GPU has (less the watermark).
+    ExceedsKvCapacity,
+    /// Its prompt exceeds `max_num_batched_tokens` and the scheduler does not chunk.
+    ExceedsBatchTokens,
+    /// Zero prompt or output tokens.
+    EmptyRequest,
+}
+
+impl RejectReason {
+    /// The kebab-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectReason::ExceedsContext => "exceeds-context",
+            RejectReason::ExceedsKvCapacity => "exceeds-kv-capacity",
+            RejectReason::ExceedsBatchTokens => "exceeds-batch-tokens",
+            RejectReason::EmptyRequest => "empty-request",
+        }
+    }
+}
+
+/// A request's outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "status", content = "reason")]
+pub enum Status {
+    /// Served to the last token.
+    Finished,
+    /// Not served.
+    Rejected(RejectReason),
+}
+
+/// One request's timings (seconds from its arrival; NaN / empty in CSV when rejected).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RequestRecord {
+    /// Request id.
+    pub id: u64,
+    /// Arrival time.
+    pub arrival_s: f64,
+    /// Prompt tokens.
+    pub prompt_tokens: u32,
+    /// Output tokens.
+    pub output_tokens: u32,
+    /// Outcome.
+    pub status: Status,
+    /// Arrival to first scheduled.
+    pub queue_s: f64,
+    /// Arrival to first token.
+    pub ttft_s: f64,
+    /// Mean time per output token after the first.
+    pub tpot_s: f64,
+    /// Arrival to last token.
+    pub e2e_s: f64,
+    /// Times preempted.
+    pub preemptions: u32,
+    /// Tokens swapped out (summed over preemptions).
+    pub swapped_tokens: u64,
+    /// Tokens dropped for recomputation (summed over preemptions).
+    pub recomputed_tokens: u64,
+}
+
+/// Percentiles of one metric over finished requests.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
+pub struct Percentiles {
+    /// Mean.
+    pub mean: f64,
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+}
+
+impl Percentiles {
+    /// Nearest-rank percentiles of `v` (sorted here); zeros when empty.
+    pub fn of(v: &mut [f64]) -> Self {
+        if v.is_empty() {
+            return Percentiles::default();
+        }
+        v.sort_unstable_by(f64::total_cmp);
+        let at = |p: f64| {
+            let rank = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len());
+            v[rank - 1]
+        };
+        Percentiles {
+            mean: v.iter().sum::<f64>() / v.len() as f64,
+            p50: at(0.5),
+            p90: at(0.9),
+            p99: at(0.99),
+        }
+    }
+}
+
+/// The run's summary.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    /// Requests given.
+    pub requests: u64,
+    /// Requests served.
+    pub finished: u64,
+    /// Requests rejected.
+    pub rejected: u64,
+    /// Time of the last event (seconds from 0).
+    pub makespan_s: f64,
+    /// Output tokens of finished requests per second of makespan.
+    pub output_tokens_per_s: f64,
+    /// Prompt + output tokens of finished requests per second.
+    pub total_tokens_per_s: f64,
+    /// Finished requests per second.
+    pub requests_per_s: f64,
+    /// Time to first token.
+    pub ttft_s: Percentiles,
+    /// Time per output token.
+    pub tpot_s: Percentiles,
+    /// End to end.
+    pub e2e_s: Percentiles,
+    /// Queueing (arrival to first scheduled).
+    pub queue_s: Percentiles,
+    /// Preemptions.
+    pub preemptions: u64,
+    /// Bytes copied to host (KV and stored activations).
+    pub swap_out_bytes: u64,
+    /// Bytes copied back.
+    pub swap_in_bytes: u64,
+    /// Kernel time over makespan.
+    pub gpu_busy: f64,
+    /// Iterations run.
+    pub iterations: u64,
+    /// GPU KV blocks.
+    pub gpu_blocks: u32,
+    /// Host swap space, bytes.
+    pub host_bytes: u64,
+}
+
+impl Summary {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        records: &[RequestRecord],
+        makespan_s: f64,
+        compute_s: f64,
+        iterations: u64,
+        preemptions: u64,
+        swap_out_bytes: u64,
+        swap_in_bytes: u64,
+        r: &Resolved,
+    ) -> Self {
+        let done: Vec<&RequestRecord> = records
+            .iter()
+            .filter(|q| q.status == Status::Finished)
+            .collect();
+        let col = |f: fn(&RequestRecord) -> f64| {
+            let mut v: Vec<f64> = done.iter().map(|q| f(q)).collect();
+            Percentiles::of(&mut v)
+        };
+        let out: u64 = done.iter().map(|q| u64::from(q.output_tokens)).sum();
+        let inp: u64 = done.iter().map(|q| u64::from(q.prompt_tokens)).sum();
+        let per_s = |x: f64| {
+            if makespan_s > 0.0 {
+                x / makespan_s
+            } else {
+                0.0
+            }
+        };
+        Summary {
+            requests: records.len() as u64,
+            finished: done.len() as u64,
+            rejected: (records.len() - done.len()) as u64,
+            makespan_s,
+            output_tokens_per_s: per_s(out as f64),
+            total_tokens_per_s: per_s((out + inp) as f64),
+            requests_per_s: per_s(done.len() as f64),
+            ttft_s: col(|q| q.ttft_s),
+            tpot_s: col(|q| q.tpot_s),
+            e2e_s: col(|q| q.e2e_s),
+            queue_s: col(|q| q.queue_s),
+            preemptions,
+            swap_out_bytes,
+            swap_in_bytes,
+            gpu_busy: per_s(compute_s),
+            iterations,
+            gpu_blocks: r.gpu_blocks,
+            host_bytes: r.host_bytes,
+        }
+    }
+}
+
+/// The engine's state at the start of one iteration (after scheduling it).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct IterationRecord {
+    /// Start time.
+    pub t_s: f64,
+    /// Duration (copies, recomputation and forward pass).
+    pub duration_s: f64,
+    /// GPU KV blocks held.
+    pub gpu_blocks_used: u32,
+    /// Host blocks held (swap space in use over the block size, rounded up).
+    pub host_blocks_used: u32,
+    /// Running sequences.
+    pub running: u32,
+    /// Waiting sequences.
+    pub waiting: u32,
+    /// Swapped-out sequences.
+    pub swapped: u32,
+    /// Tokens through the model.
+    pub batch_tokens: u32,
+    /// KV bytes attention reads from the cache (all layers).
+    pub kv_bytes_read: u64,
+    /// KV bytes written to the cache (all layers).
+    pub kv_bytes_written: u64,
+}
+
+/// Everything a run produces.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Output {
+    /// Per request, in input order.
+    pub requests: Vec<RequestRecord>,
+    /// The summary.
+    pub summary: Summary,
+    /// Per iteration (empty when not recorded).
+    pub iterations: Vec<IterationRecord>,
+}
+
+fn num(w: &mut impl Write, x: f64) -> io::Result<()> {
+    if x.is_finite() {
+        write!(w, "{x}")
+    } else {
+        Ok(())
+    }
+}
+
+impl Output {
+    /// Per-request CSV (header + one row per request; times empty for rejected requests).
+    pub fn write_requests_csv(&self, mut w: impl Write) -> io::Result<()> {
+        writeln!(
+            w,
+            "id,arrival_s,prompt_tokens,output_tokens,status,reason,queue_s,ttft_s,tpot_s,e2e_s,preemptions,swapped_tokens,recomputed_tokens"
+        )?;
+        for r in &self.requests {
+            let (status, reason) = match r.status {
+                Status::Finished => ("finished", ""),
+                Status::Rejected(why) => ("rejected", why.as_str()),
+            };
+            write!(w, "{},", r.id)?;
+            num(&mut w, r.arrival_s)?;
+            write!(
+                w,
+                ",{},{},{status},{reason},",
+                r.prompt_tokens, r.output_tokens
+            )?;
+            for x in [r.queue_s, r.ttft_s, r.tpot_s, r.e2e_s] {
+                num(&mut w, x)?;
+                write!(w, ",")?;
+            }
+            writeln!(
+                w,
+                "{},{},{}",
+                r.preemptions, r.swapped_tokens, r.recomputed_tokens
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Per-iteration time series CSV.
+    pub fn write_timeseries_csv(&self, mut w: impl Write) -> io::Result<()> {
+        writeln!(
+            w,
+            "t_s,duration_s,gpu_blocks_used,host_blocks_used,running,waiting,swapped,batch_tokens,kv_bytes_read,kv_bytes_written"
+        )?;
+        for r in &self.iterations {
+            num(&mut w, r.t_s)?;
+            write!(w, ",")?;
+            num(&mut w, r.duration_s)?;
+            writeln!(
+                w,
+                ",{},{},{},{},{},{},{},{}",
+                r.gpu_blocks_used,
+                r.host_blocks_used,
+                r.running,
+                r.waiting,
+                r.swapped,
+                r.batch_tokens,
+                r.kv_bytes_read,
+                r.kv_bytes_written
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The summary as pretty JSON.
+    pub fn write_summary_json(&self, mut w: impl Write) -> io::Result<()> {
+        serde_json::to_writer_pretty(&mut w, &self.summary)?;
+        writeln!(w)
+    }
+
+    /// A Chrome trace (open in Perfetto): one slice per iteration on one track, microseconds.
+    pub fn write_chrome_trace(&self, mut w: impl Write) -> io::Result<()> {
+        write!(w, "{{\"traceEvents\":[")?;
+        for (i, r) in self.iterations.iter().enumerate() {
+            if i > 0 {
+                write!(w, ",")?;
+            }
+            write!(
+                w,
+                "{{\"name\":\"iteration\",\"ph\":\"X\",\"pid\":0,\"tid\":0,\"ts\":{},\"dur\":{},\"args\":{{\"batch_tokens\":{},\"running\":{},\"gpu_blocks_used\":{}}}}}",
+                r.t_s * 1e6,
+                r.duration_s * 1e6,
+                r.batch_tokens,
+                r.running,
+                r.gpu_blocks_used
+            )?;
+        }
+        writeln!(w, "]}}")
+    }
+}
