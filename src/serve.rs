@@ -43,10 +43,7 @@ pub fn serve(args: &ServeArgs) -> Result<Output, CliError> {
         Some(p) => read_scenario(p)?,
         None => RawServeScenario::default(),
     };
-    let sc = base
-        .overlay(args.to_raw())
-        .resolve()
-        .map_err(|e| serve_error(e.into()))?;
+    let sc = base.overlay(args.to_raw()).resolve().map_err(serve_error)?;
     let requests = sc.requests().map_err(|e| serve_error(e.into()))?;
     let bar = (requests.len() > PROGRESS_REQUESTS && std::io::stderr().is_terminal()).then(|| {
         let bar = indicatif::ProgressBar::new_spinner();
