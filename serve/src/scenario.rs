@@ -172,8 +172,8 @@ impl RawServeScenario {
         pick(&mut self.model, other.model);
         pick(&mut self.hardware, other.hardware);
         let (w, o) = (&mut self.workload, other.workload);
-        let switching = (o.trace.is_some() && w.trace.is_none())
-            || (o.arrivals.is_some() && w.trace.is_some());
+        let switching =
+            (o.trace.is_some() && w.trace.is_none()) || (o.arrivals.is_some() && w.trace.is_some());
         if switching {
             *w = WorkloadConfig {
                 requests: w.requests,
