@@ -60,6 +60,10 @@ pub enum Command {
     /// Simulate and execute one scenario; report how far prediction and measurement differ
     #[command(long_about = VALIDATE_LONG)]
     Validate(ValidateArgs),
+    /// Serve many requests over time (continuous batching, paged KV, preemption) and report
+    /// throughput, TTFT/TPOT/E2E percentiles, preemptions and swap traffic
+    #[command(long_about = SERVE_LONG)]
+    Serve(ServeArgs),
 }
 
 const CAPACITY_LONG: &str = "\
@@ -529,4 +533,193 @@ pub struct CalibrateArgs {
     /// Output
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+const SERVE_LONG: &str = "\
+Simulate an LLM server iteration by iteration: requests arrive over time (a trace replayed, or
+generated from an arrival process and length distributions), a vLLM-style engine batches them
+continuously over a paged KV cache, and preempts sequences when blocks run out.
+
+Workload (one of):
+  --trace FILE        replay a CSV `arrived_at,num_prefill_tokens,num_decode_tokens`
+                      (--time-scale F or --qps Q rescale time, --start S skips to S seconds,
+                      --requests N caps the count)
+  --arrivals KIND     all-at-once | poisson | gamma:CV, with --qps Q (not for all-at-once),
+                      --lengths SPEC (prompts), --output-lengths SPEC [default: 128],
+                      --requests N and --seed N
+  Length specs: N, uniform:LO:HI, zipf:LO:HI[:THETA], lognormal:MEDIAN:SIGMA[:MAX], trace:FILE
+
+Schedulers: prefill-first (vLLM's default), mixed (prefill and decode in one iteration), chunked
+(Sarathi chunked prefill in a --max-num-batched-tokens budget).
+Preemption: recompute (drop the KV, re-prefill on resume), swap (blocks to host memory and back),
+hybrid (swap, and on resume recompute the first tokens' KV from stored activations while the
+rest is swapped in: KVPR's split applied to a resume).
+
+Output: a summary table (--format json: the summary JSON; --format csv: one row per request).
+Files: --requests-csv (per request: arrival, queue, TTFT, TPOT, E2E, preemptions, swapped and
+recomputed tokens), --timeseries-csv (per iteration: KV blocks on GPU and host, running /
+waiting / swapped, batch tokens, KV bytes read and written), --summary-json, --trace-json (one
+slice per iteration; open in https://ui.perfetto.dev).
+
+A scenario TOML file can replace the flags (flags override it; relative paths are relative to
+the file):
+  model = \"llama-2-7b\"
+  hardware = \"a100-80g-sxm\"
+  [workload]
+  trace = \"splitwise_conv.csv\"   # or arrivals, qps, prompt_lengths, output_lengths, seed
+  requests = 1000
+  [serve]
+  scheduler = \"prefill-first\"    # prefill-first | mixed | chunked
+  preemption = \"recompute\"       # recompute | swap | hybrid
+  block_size = 16
+  gpu_memory_utilization = 0.9
+  swap_space_gib = 4.0
+  max_num_seqs = 256
+  # max_num_batched_tokens, watermark, pinned, swap_copies_per_block";
+
+/// Serving scheduler (`--scheduler`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SchedulerArg {
+    /// vLLM's default: whole prompts first, then decode every running sequence
+    PrefillFirst,
+    /// Decode the running sequences and admit whole prompts in the same iteration
+    Mixed,
+    /// Sarathi chunked prefill: decodes, then prompt chunks filling the token budget
+    Chunked,
+}
+
+/// Preemption mode (`--preemption`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PreemptionArg {
+    /// Drop the KV; re-prefill prompt and generated tokens on resume
+    Recompute,
+    /// Copy the KV blocks to host memory and back
+    Swap,
+    /// Swap, and on resume recompute the first tokens' KV from stored activations
+    Hybrid,
+}
+
+/// `kvplan serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Serving scenario TOML file; flags given as well override its fields
+    #[arg(value_name = "SCENARIO")]
+    pub scenario: Option<PathBuf>,
+    /// Model preset (see `kvplan models`), path to a Hugging Face config.json, or a model
+    /// directory holding one
+    #[arg(long, value_name = "NAME|PATH")]
+    pub model: Option<String>,
+    /// Hardware preset (see `kvplan hardware`) or path to a profile TOML (alias --profile)
+    #[arg(long, visible_alias = "profile", value_name = "NAME|PATH")]
+    pub hardware: Option<String>,
+    /// Replay this trace CSV (`arrived_at,num_prefill_tokens,num_decode_tokens`)
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+    /// Trace replay: multiply every inter-arrival time by F (2 halves the rate)
+    #[arg(long, value_name = "F", allow_negative_numbers = true)]
+    pub time_scale: Option<f64>,
+    /// Trace replay: start at this trace time, seconds (it becomes t = 0)
+    #[arg(long, value_name = "S", allow_negative_numbers = true)]
+    pub start: Option<f64>,
+    /// Arrival process: all-at-once, poisson, gamma:CV (CV > 1 is burstier than Poisson)
+    #[arg(long, value_name = "KIND")]
+    pub arrivals: Option<String>,
+    /// Mean requests per second (synthetic), or the rate a trace is rescaled to
+    #[arg(long, value_name = "Q", allow_negative_numbers = true)]
+    pub qps: Option<f64>,
+    /// Prompt lengths: N, uniform:LO:HI, zipf:LO:HI[:THETA], lognormal:MEDIAN:SIGMA[:MAX],
+    /// trace:FILE
+    #[arg(long, visible_alias = "prompt-lengths", value_name = "SPEC")]
+    pub lengths: Option<String>,
+    /// Output lengths, same forms as --lengths [default: 128]
+    #[arg(long, value_name = "SPEC")]
+    pub output_lengths: Option<String>,
+    /// Requests to generate, or the most to replay from a trace
+    #[arg(long, value_name = "N")]
+    pub requests: Option<u64>,
+    /// Seed of the synthetic workload's random streams [default: 0]
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+    /// Scheduler [default: prefill-first]
+    #[arg(long, value_enum)]
+    pub scheduler: Option<SchedulerArg>,
+    /// What happens to a preempted sequence's KV [default: recompute]
+    #[arg(long, value_enum)]
+    pub preemption: Option<PreemptionArg>,
+    /// Tokens per KV block [default: 16]
+    #[arg(long, value_name = "TOKENS")]
+    pub block_size: Option<u32>,
+    /// Fraction of usable GPU memory for weights, activations and KV blocks [default: 0.9]
+    #[arg(long, value_name = "FRACTION", allow_negative_numbers = true)]
+    pub gpu_memory_utilization: Option<f64>,
+    /// Host memory for swapped-out KV, GiB [default: 4]
+    #[arg(long, value_name = "GIB", allow_negative_numbers = true)]
+    pub swap_space_gib: Option<f64>,
+    /// Most sequences in one iteration [default: 256]
+    #[arg(long, value_name = "N")]
+    pub max_num_seqs: Option<u32>,
+    /// Most tokens in one iteration [default: 2048 for chunked, else max(2048, context)]
+    #[arg(long, value_name = "N")]
+    pub max_num_batched_tokens: Option<u32>,
+    /// Write one CSV row per request
+    #[arg(long, value_name = "FILE")]
+    pub requests_csv: Option<PathBuf>,
+    /// Write one CSV row per iteration
+    #[arg(long, value_name = "FILE")]
+    pub timeseries_csv: Option<PathBuf>,
+    /// Write the summary JSON
+    #[arg(long, value_name = "FILE")]
+    pub summary_json: Option<PathBuf>,
+    /// Write a Chrome trace, one slice per iteration (open in https://ui.perfetto.dev)
+    #[arg(long, value_name = "FILE")]
+    pub trace_json: Option<PathBuf>,
+    /// Output
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+impl ServeArgs {
+    /// These flags as a raw serving scenario, to overlay on a scenario file's.
+    pub fn to_raw(&self) -> kvplan_serve::scenario::RawServeScenario {
+        use kvplan_serve::scenario::{RawConfig, RawServeScenario};
+        use kvplan_serve::{Preemption, SchedulerKind};
+        use kvplan_workloads::WorkloadConfig;
+        RawServeScenario {
+            model: self.model.clone(),
+            hardware: self.hardware.clone(),
+            workload: WorkloadConfig {
+                arrivals: self.arrivals.clone(),
+                qps: self.qps,
+                cv: None,
+                prompt_lengths: self.lengths.clone(),
+                output_lengths: self.output_lengths.clone(),
+                requests: self.requests,
+                seed: self.seed,
+                trace: self.trace.clone(),
+                time_scale: self.time_scale,
+                start_s: self.start,
+            },
+            serve: RawConfig {
+                block_size: self.block_size,
+                gpu_memory_utilization: self.gpu_memory_utilization,
+                swap_space_gib: self.swap_space_gib,
+                scheduler: self.scheduler.map(|s| match s {
+                    SchedulerArg::PrefillFirst => SchedulerKind::PrefillFirst,
+                    SchedulerArg::Mixed => SchedulerKind::Mixed,
+                    SchedulerArg::Chunked => SchedulerKind::Chunked,
+                }),
+                preemption: self.preemption.map(|p| match p {
+                    PreemptionArg::Recompute => Preemption::Recompute,
+                    PreemptionArg::Swap => Preemption::Swap,
+                    PreemptionArg::Hybrid => Preemption::Hybrid,
+                }),
+                max_num_seqs: self.max_num_seqs,
+                max_num_batched_tokens: self.max_num_batched_tokens,
+                // The per-iteration series costs memory on long runs: keep it only when a file
+                // needs it.
+                record_timeseries: Some(self.timeseries_csv.is_some() || self.trace_json.is_some()),
+                ..RawConfig::default()
+            },
+        }
+    }
 }

@@ -8,6 +8,7 @@ mod measure;
 mod messages;
 mod output;
 mod render;
+mod serve;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -36,6 +37,7 @@ fn run(cli: Cli) -> Result<String, CliError> {
         Command::Exec(a) => measure::exec(a),
         Command::Calibrate(a) => measure::calibrate(a),
         Command::Validate(a) => measure::validate(a),
+        Command::Serve(a) => serve::serve(a),
     }
 }
 

@@ -120,6 +120,88 @@ pub fn note(n: &Note) -> String {
     }
 }
 
+// ---- serve ----------------------------------------------------------------------------------
+
+/// The flags of the serving scenario's fields (`kvplan serve`).
+const SERVE_FLAGS: [(&str, &str); 17] = [
+    ("workload.arrivals", "--arrivals"),
+    ("workload.qps", "--qps"),
+    ("workload.cv", "--arrivals gamma:CV"),
+    ("workload.prompt_lengths", "--lengths"),
+    ("workload.output_lengths", "--output-lengths"),
+    ("workload.requests", "--requests"),
+    ("workload.seed", "--seed"),
+    ("workload.trace", "--trace"),
+    ("workload.time_scale", "--time-scale"),
+    ("workload.start_s", "--start"),
+    ("serve.block_size", "--block-size"),
+    ("serve.gpu_memory_utilization", "--gpu-memory-utilization"),
+    ("serve.swap_space_gib", "--swap-space-gib"),
+    ("serve.max_num_seqs", "--max-num-seqs"),
+    ("serve.max_num_batched_tokens", "--max-num-batched-tokens"),
+    ("serve.scheduler", "--scheduler"),
+    ("serve.preemption", "--preemption"),
+];
+
+/// How `kvplan serve` names a scenario field: `--qps (workload.qps)`, or the field alone when no
+/// flag sets it (`serve.watermark`).
+pub fn serve_label(field: &str) -> String {
+    match SERVE_FLAGS.iter().find(|(f, _)| *f == field) {
+        Some((_, flag)) => format!("{flag} ({field})"),
+        None => field.to_string(),
+    }
+}
+
+/// `message` (which starts `field: `) with the field named by its flag.
+fn relabel(table: &str, field: &str, message: String) -> String {
+    let rest = message
+        .strip_prefix(field)
+        .and_then(|m| m.strip_prefix(": "))
+        .unwrap_or(&message);
+    format!("{}: {rest}", serve_label(&format!("{table}.{field}")))
+}
+
+/// The one-line error of a serving scenario that cannot run, with its exit code.
+pub fn serve_error(e: kvplan_serve::scenario::ScenarioError) -> crate::error::CliError {
+    use crate::error::CliError;
+    use kvplan_serve::scenario::ScenarioError;
+    use kvplan_workloads::Error as W;
+    match e {
+        ScenarioError::Missing { field: "model" } => CliError::input(
+            "--model is required (a preset such as llama-2-7b, or a config.json path; `kvplan models` lists presets)",
+        ),
+        ScenarioError::Missing { field: "hardware" } => CliError::input(
+            "--hardware is required (a preset such as a100-80g-sxm, or a profile TOML path; `kvplan hardware` lists presets)",
+        ),
+        ScenarioError::Planner(p) => p.into(),
+        ScenarioError::Workload(w) => {
+            let field = match &w {
+                W::NonPositive { field, .. }
+                | W::BadSpec { field, .. }
+                | W::OutOfRange { field, .. }
+                | W::Missing { field, .. }
+                | W::Conflict { field, .. } => Some(*field),
+                _ => None,
+            };
+            let text = w.to_string();
+            CliError::input(match field {
+                Some(f) => relabel("workload", f, text),
+                None => text,
+            })
+        }
+        ScenarioError::Serve(s) => match s {
+            kvplan_serve::Error::InvalidConfig { field, .. } => {
+                CliError::input(relabel("serve", field, s.to_string()))
+            }
+            kvplan_serve::Error::NoKvMemory { .. } => CliError::input(format!(
+                "{s}: the model does not fit this GPU with room for its KV cache; use a GPU with more memory, a smaller model, or a higher --gpu-memory-utilization"
+            )),
+            other => CliError::failure(format!("serving simulation failed: {other}")),
+        },
+        other => CliError::input(other.to_string()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,5 +213,20 @@ mod tests {
         }
         assert_eq!(label(Field::WorkloadBatch), "--batch (workload.batch)");
         assert_eq!(label(Field::Dtype), "--dtype");
+    }
+
+    #[test]
+    fn serve_fields_name_their_flags() {
+        assert_eq!(serve_label("workload.qps"), "--qps (workload.qps)");
+        assert_eq!(serve_label("serve.watermark"), "serve.watermark");
+        let e = relabel(
+            "serve",
+            "block_size",
+            "block_size: expected 1..=1024 (got 0)".into(),
+        );
+        assert_eq!(
+            e,
+            "--block-size (serve.block_size): expected 1..=1024 (got 0)"
+        );
     }
 }

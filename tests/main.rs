@@ -13,4 +13,5 @@ mod measure;
 mod output;
 mod readme;
 mod scenarios;
+mod serve;
 mod validation;

@@ -34,7 +34,15 @@ fn readme_commands() -> Vec<Vec<String>> {
 fn readme_commands_run() {
     let cmds = readme_commands();
     assert!(cmds.len() >= 6, "found {cmds:?}");
-    let dir = crate::common::TempDir::new("readme");
+    let tmp = crate::common::TempDir::new("readme");
+    // Commands run in `repo/`, with the shared data beside it as in the CI clone
+    // (`../shared/traces/...`).
+    let dir = crate::common::TempDir(tmp.path().join("repo"));
+    std::fs::create_dir(dir.path()).unwrap();
+    let traces = tmp.path().join("shared/traces");
+    std::fs::create_dir_all(&traces).unwrap();
+    let f = "splitwise_conv.csv";
+    std::fs::copy(root().join("../shared/traces").join(f), traces.join(f)).unwrap();
     // The contract example needs ./config.json and my-profile.toml next to it.
     std::fs::copy(
         root().join("planner/models/opt-1.3b.json"),

@@ -29,6 +29,7 @@ pub mod config;
 pub mod engine;
 pub mod iteration;
 pub mod output;
+pub mod scenario;
 
 pub use config::{Config, Preemption, Resolved, SchedulerKind};
 pub use engine::{simulate, simulate_with};

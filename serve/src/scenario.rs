@@ -1,0 +1,342 @@
+//! Serving scenarios: the raw form a TOML file or CLI flags fill (`model`, `hardware`, a
+//! `[workload]` table and a `[serve]` table), [`RawServeScenario::overlay`] (flags over a file)
+//! and one [`RawServeScenario::resolve`] that checks everything and returns a [`ServeScenario`]
+//! ready to [`run`](ServeScenario::run).
+//!
+//! ```toml
+//! model = "llama-2-7b"
+//! hardware = "a100-80g-sxm"
+//! [workload]                 # kvplan_workloads::WorkloadConfig
+//! trace = "splitwise_conv.csv"
+//! requests = 1000
+//! [serve]                    # kvplan_serve::Config fields, each optional
+//! scheduler = "chunked"
+//! preemption = "swap"
+//! block_size = 16
+//! ```
+//!
+//! Errors name scenario fields (`workload.qps`, `serve.block_size`); front ends map them to
+//! their own words (flags).
+
+use std::path::{Path, PathBuf};
+
+use kvplan_planner::{HardwareProfile, ModelSpec};
+use kvplan_workloads::{Request, Trace, WorkloadConfig, WorkloadSpec, generate};
+use serde::{Deserialize, Serialize};
+
+use crate::{Config, Output, Preemption, Resolved, SchedulerKind};
+
+/// Output lengths of a synthetic workload that gives none (tokens).
+pub const DEFAULT_OUTPUT_LENGTHS: &str = "128";
+
+/// The `[serve]` table: every [`Config`] field, each optional (unset: the default).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    /// [`Config::block_size`].
+    pub block_size: Option<u32>,
+    /// [`Config::gpu_memory_utilization`].
+    pub gpu_memory_utilization: Option<f64>,
+    /// [`Config::watermark`].
+    pub watermark: Option<f64>,
+    /// [`Config::swap_space_gib`].
+    pub swap_space_gib: Option<f64>,
+    /// [`Config::pinned`].
+    pub pinned: Option<bool>,
+    /// [`Config::scheduler`].
+    pub scheduler: Option<SchedulerKind>,
+    /// [`Config::preemption`].
+    pub preemption: Option<Preemption>,
+    /// [`Config::max_num_seqs`].
+    pub max_num_seqs: Option<u32>,
+    /// [`Config::max_num_batched_tokens`].
+    pub max_num_batched_tokens: Option<u32>,
+    /// [`Config::swap_copies_per_block`].
+    pub swap_copies_per_block: Option<u32>,
+    /// [`Config::record_timeseries`].
+    pub record_timeseries: Option<bool>,
+}
+
+fn pick<T>(a: &mut Option<T>, b: Option<T>) {
+    if b.is_some() {
+        *a = b;
+    }
+}
+
+impl RawConfig {
+    /// Fields `other` sets win.
+    pub fn overlay(mut self, other: RawConfig) -> Self {
+        pick(&mut self.block_size, other.block_size);
+        pick(
+            &mut self.gpu_memory_utilization,
+            other.gpu_memory_utilization,
+        );
+        pick(&mut self.watermark, other.watermark);
+        pick(&mut self.swap_space_gib, other.swap_space_gib);
+        pick(&mut self.pinned, other.pinned);
+        pick(&mut self.scheduler, other.scheduler);
+        pick(&mut self.preemption, other.preemption);
+        pick(&mut self.max_num_seqs, other.max_num_seqs);
+        pick(
+            &mut self.max_num_batched_tokens,
+            other.max_num_batched_tokens,
+        );
+        pick(&mut self.swap_copies_per_block, other.swap_copies_per_block);
+        pick(&mut self.record_timeseries, other.record_timeseries);
+        self
+    }
+
+    /// The defaults with the given fields replaced.
+    pub fn to_config(&self) -> Config {
+        let d = Config::default();
+        Config {
+            block_size: self.block_size.unwrap_or(d.block_size),
+            gpu_memory_utilization: self
+                .gpu_memory_utilization
+                .unwrap_or(d.gpu_memory_utilization),
+            watermark: self.watermark.unwrap_or(d.watermark),
+            swap_space_gib: self.swap_space_gib.unwrap_or(d.swap_space_gib),
+            pinned: self.pinned.unwrap_or(d.pinned),
+            scheduler: self.scheduler.unwrap_or(d.scheduler),
+            preemption: self.preemption.unwrap_or(d.preemption),
+            max_num_seqs: self.max_num_seqs.unwrap_or(d.max_num_seqs),
+            max_num_batched_tokens: self.max_num_batched_tokens.or(d.max_num_batched_tokens),
+            swap_copies_per_block: self.swap_copies_per_block.or(d.swap_copies_per_block),
+            record_timeseries: self.record_timeseries.unwrap_or(d.record_timeseries),
+        }
+    }
+}
+
+/// A serving scenario as written: a TOML file, or flags.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServeScenario {
+    /// Model preset or config.json path.
+    pub model: Option<String>,
+    /// Hardware preset or profile TOML path.
+    pub hardware: Option<String>,
+    /// The requests.
+    #[serde(default)]
+    pub workload: WorkloadConfig,
+    /// Engine settings.
+    #[serde(default)]
+    pub serve: RawConfig,
+}
+
+/// Why a serving scenario cannot run. Each names the scenario field.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScenarioError {
+    /// `model` or `hardware` not given.
+    #[error("{field}: required")]
+    Missing {
+        /// The field.
+        field: &'static str,
+    },
+    /// The model or hardware could not be resolved.
+    #[error(transparent)]
+    Planner(#[from] kvplan_planner::Error),
+    /// A bad `[workload]` field or trace file (fields are named without the `workload.` prefix).
+    #[error(transparent)]
+    Workload(#[from] kvplan_workloads::Error),
+    /// A bad `[serve]` setting, or no room for the KV cache (fields without the `serve.` prefix).
+    #[error(transparent)]
+    Serve(#[from] crate::Error),
+}
+
+impl RawServeScenario {
+    /// Makes relative paths (the trace; model and hardware when they look like paths) relative
+    /// to `dir`, the directory of the file this scenario was read from.
+    pub fn rebase(&mut self, dir: &Path) {
+        let looks_like_path = |s: &str| {
+            (s.contains('/') || s.ends_with(".json") || s.ends_with(".toml"))
+                && Path::new(s).is_relative()
+        };
+        for v in [&mut self.model, &mut self.hardware].into_iter().flatten() {
+            if looks_like_path(v) {
+                *v = dir.join(v.as_str()).display().to_string();
+            }
+        }
+        if let Some(t) = &mut self.workload.trace
+            && t.is_relative()
+        {
+            *t = dir.join(&*t);
+        }
+    }
+
+    /// Overlays `other` (flags) on `self` (a file): any field `other` sets wins. Choosing the
+    /// other kind of workload (a `trace` over a synthetic file, `arrivals` over a replay)
+    /// replaces the file's workload but for `requests` and `seed`; `qps` and `time_scale`
+    /// replace each other.
+    pub fn overlay(mut self, other: RawServeScenario) -> Self {
+        pick(&mut self.model, other.model);
+        pick(&mut self.hardware, other.hardware);
+        let (w, o) = (&mut self.workload, other.workload);
+        let switching =
+            (o.trace.is_some() && w.trace.is_none()) || (o.arrivals.is_some() && w.trace.is_some());
+        if switching {
+            *w = WorkloadConfig {
+                requests: w.requests,
+                seed: w.seed,
+                ..Default::default()
+            };
+        }
+        if o.qps.is_some() {
+            w.time_scale = None;
+        }
+        if o.time_scale.is_some() {
+            w.qps = None;
+        }
+        pick(&mut w.arrivals, o.arrivals);
+        pick(&mut w.qps, o.qps);
+        pick(&mut w.cv, o.cv);
+        pick(&mut w.prompt_lengths, o.prompt_lengths);
+        pick(&mut w.output_lengths, o.output_lengths);
+        pick(&mut w.requests, o.requests);
+        pick(&mut w.seed, o.seed);
+        pick(&mut w.trace, o.trace);
+        pick(&mut w.time_scale, o.time_scale);
+        pick(&mut w.start_s, o.start_s);
+        self.serve = self.serve.overlay(other.serve);
+        self
+    }
+
+    /// Checks everything: model and hardware, the workload (a synthetic workload without output
+    /// lengths gets [`DEFAULT_OUTPUT_LENGTHS`]), the engine settings against the model and GPU
+    /// (the weights must leave room for KV blocks).
+    pub fn resolve(self) -> Result<ServeScenario, ScenarioError> {
+        let model = ModelSpec::resolve(
+            self.model
+                .as_deref()
+                .ok_or(ScenarioError::Missing { field: "model" })?,
+        )?;
+        let hardware = HardwareProfile::resolve(
+            self.hardware
+                .as_deref()
+                .ok_or(ScenarioError::Missing { field: "hardware" })?,
+        )?;
+        let mut w = self.workload;
+        if w.trace.is_none() && w.output_lengths.is_none() {
+            w.output_lengths = Some(DEFAULT_OUTPUT_LENGTHS.into());
+        }
+        let workload = w.validate()?;
+        let config = self.serve.to_config();
+        let resolved = config.validate(&model, &hardware)?;
+        Ok(ServeScenario {
+            model,
+            hardware,
+            workload,
+            seed: w.seed(),
+            config,
+            resolved,
+        })
+    }
+}
+
+/// A checked serving scenario.
+#[derive(Debug, Clone)]
+pub struct ServeScenario {
+    /// The model.
+    pub model: ModelSpec,
+    /// The GPU and host.
+    pub hardware: HardwareProfile,
+    /// The requests' description.
+    pub workload: WorkloadSpec,
+    /// Seed of a synthetic workload.
+    pub seed: u64,
+    /// Engine settings.
+    pub config: Config,
+    /// The settings checked, with the block budget.
+    pub resolved: Resolved,
+}
+
+impl ServeScenario {
+    /// The trace file replayed, if any.
+    pub fn trace(&self) -> Option<&PathBuf> {
+        match &self.workload {
+            WorkloadSpec::Replay { path, .. } => Some(path),
+            WorkloadSpec::Synthetic(_) => None,
+        }
+    }
+
+    /// The requests: the trace replayed, or generated with the seed.
+    pub fn requests(&self) -> Result<Vec<Request>, kvplan_workloads::Error> {
+        match &self.workload {
+            WorkloadSpec::Replay { path, options } => Trace::from_path(path)?.replay(options),
+            spec @ WorkloadSpec::Synthetic(_) => generate(spec, self.seed),
+        }
+    }
+
+    /// Serves `requests` (from [`requests`](Self::requests)).
+    pub fn run(&self, requests: &[Request]) -> Result<Output, crate::Error> {
+        crate::simulate(&self.model, &self.hardware, &self.config, requests)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw() -> RawServeScenario {
+        RawServeScenario {
+            model: Some("llama-2-7b".into()),
+            hardware: Some("a100-80g-sxm".into()),
+            workload: WorkloadConfig {
+                arrivals: Some("poisson".into()),
+                qps: Some(2.0),
+                prompt_lengths: Some("uniform:64:128".into()),
+                requests: Some(8),
+                ..Default::default()
+            },
+            serve: RawConfig::default(),
+        }
+    }
+
+    #[test]
+    fn resolves_and_runs() {
+        let s = raw().resolve().unwrap();
+        let reqs = s.requests().unwrap();
+        assert_eq!(reqs.len(), 8);
+        assert!(reqs.iter().all(|r| r.output_tokens == 128));
+        assert_eq!(s.run(&reqs).unwrap().summary.finished, 8);
+    }
+
+    #[test]
+    fn flags_win_and_switch_the_workload_kind() {
+        let mut file = raw();
+        file.serve.block_size = Some(32);
+        file.serve.scheduler = Some(SchedulerKind::Chunked);
+        let flags = RawServeScenario {
+            workload: WorkloadConfig {
+                trace: Some("t.csv".into()),
+                ..Default::default()
+            },
+            serve: RawConfig {
+                block_size: Some(8),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let m = file.overlay(flags);
+        assert_eq!(m.serve.block_size, Some(8));
+        assert_eq!(m.serve.scheduler, Some(SchedulerKind::Chunked));
+        assert_eq!(m.workload.arrivals, None);
+        assert_eq!(m.workload.qps, None);
+        assert_eq!(m.workload.requests, Some(8));
+        assert_eq!(m.workload.trace, Some("t.csv".into()));
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let mut r = raw();
+        r.serve.block_size = Some(0);
+        let e = r.resolve().unwrap_err().to_string();
+        assert!(e.starts_with("block_size:"), "{e}");
+        let mut r = raw();
+        r.model = None;
+        assert!(matches!(
+            r.resolve(),
+            Err(ScenarioError::Missing { field: "model" })
+        ));
+    }
+}

@@ -1,0 +1,294 @@
+//! `kvplan serve`: outputs, files, determinism, scenario files, bad input.
+
+use crate::common::{TempDir, ok, run_in};
+
+const TRACE: &str = "arrived_at,num_prefill_tokens,num_decode_tokens
+0.0,300,20
+0.05,120,40
+0.1,800,10
+0.4,64,64
+0.45,2000,5
+0.9,500,30
+";
+
+const MODEL: [&str; 4] = ["--model", "llama-2-7b", "--hardware", "a100-80g-sxm"];
+
+fn dir_with_trace(name: &str) -> TempDir {
+    let d = TempDir::new(name);
+    std::fs::write(d.path().join("t.csv"), TRACE).unwrap();
+    d
+}
+
+fn serve(d: &TempDir, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["serve"];
+    args.extend(MODEL);
+    args.extend(extra);
+    run_in(d.path(), &args)
+}
+
+#[test]
+fn table_json_and_csv_of_a_small_trace() {
+    let d = dir_with_trace("serve-formats");
+    let table = ok(&serve(&d, &["--trace", "t.csv"]));
+    for want in [
+        "llama-2-7b on a100-80g-sxm",
+        "requests",
+        "6 (6 finished, 0 rejected)",
+        "tok/s output",
+        "req/s",
+        "TTFT p50 / p90 / p99",
+        "TPOT",
+        "E2E",
+        "preemptions",
+        "swap out / in",
+        "GPU busy",
+        "makespan",
+    ] {
+        assert!(table.contains(want), "missing {want:?} in\n{table}");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&serve(&d, &["--trace", "t.csv", "--format", "json"]))).unwrap();
+    assert_eq!(json["finished"], 6);
+    assert!(json["ttft_s"]["p99"].as_f64().unwrap() > 0.0);
+    assert!(json["output_tokens_per_s"].as_f64().unwrap() > 0.0);
+    let csv = ok(&serve(&d, &["--trace", "t.csv", "--format", "csv"]));
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 7, "{csv}");
+    assert!(lines[0].starts_with("id,arrival_s,prompt_tokens,output_tokens,status"));
+    assert!(lines[1].starts_with("0,0,300,20,finished"), "{}", lines[1]);
+}
+
+const FILES: [(&str, &str); 4] = [
+    ("--requests-csv", "requests.csv"),
+    ("--timeseries-csv", "series.csv"),
+    ("--summary-json", "summary.json"),
+    ("--trace-json", "trace.json"),
+];
+
+fn run_with_files(d: &TempDir, sub: &str, workload: &[&str]) -> Vec<Vec<u8>> {
+    std::fs::create_dir_all(d.path().join(sub)).unwrap();
+    let paths: Vec<String> = FILES.iter().map(|(_, f)| format!("{sub}/{f}")).collect();
+    let mut args: Vec<&str> = workload.to_vec();
+    for ((flag, _), p) in FILES.iter().zip(&paths) {
+        args.extend([*flag, p.as_str()]);
+    }
+    let out = ok(&serve(d, &args));
+    assert!(out.contains("--trace-json: written to"), "{out}");
+    paths
+        .iter()
+        .map(|p| std::fs::read(d.path().join(p)).unwrap())
+        .collect()
+}
+
+#[test]
+fn files_are_written_and_same_seed_gives_the_same_bytes() {
+    let d = dir_with_trace("serve-files");
+    let synthetic = [
+        "--arrivals",
+        "gamma:2",
+        "--qps",
+        "20",
+        "--lengths",
+        "zipf:64:1024",
+        "--output-lengths",
+        "uniform:8:64",
+        "--requests",
+        "40",
+        "--seed",
+        "7",
+        "--preemption",
+        "swap",
+    ];
+    let a = run_with_files(&d, "a", &synthetic);
+    let b = run_with_files(&d, "b", &synthetic);
+    assert_eq!(a, b, "same seed, different bytes");
+    let requests = String::from_utf8(a[0].clone()).unwrap();
+    assert_eq!(requests.lines().count(), 41);
+    let series = String::from_utf8(a[1].clone()).unwrap();
+    assert!(series.starts_with("t_s,duration_s,gpu_blocks_used"));
+    assert!(series.lines().count() > 2);
+    let summary: serde_json::Value = serde_json::from_slice(&a[2]).unwrap();
+    assert_eq!(summary["requests"], 40);
+    let trace: serde_json::Value = serde_json::from_slice(&a[3]).unwrap();
+    assert!(!trace["traceEvents"].as_array().unwrap().is_empty());
+    let other = ["--seed", "8"];
+    let c = ok(&serve(
+        &d,
+        &[&synthetic[..10], &other[..], &["--format", "csv"]].concat(),
+    ));
+    assert_ne!(
+        c.as_bytes(),
+        &a[0][..],
+        "a different seed gave the same requests"
+    );
+    // The trace replay too.
+    assert_eq!(
+        run_with_files(&d, "c", &["--trace", "t.csv"]),
+        run_with_files(&d, "d", &["--trace", "t.csv"])
+    );
+}
+
+#[test]
+fn flags_override_the_scenario_file() {
+    let d = dir_with_trace("serve-toml");
+    std::fs::write(
+        d.path().join("s.toml"),
+        "model = \"llama-2-7b\"\nhardware = \"a100-80g-sxm\"\n[workload]\ntrace = \"t.csv\"\nrequests = 4\n[serve]\nscheduler = \"chunked\"\nblock_size = 32\n",
+    )
+    .unwrap();
+    let from_file = ok(&run_in(d.path(), &["serve", "s.toml"]));
+    assert!(from_file.contains("4 (4 finished"), "{from_file}");
+    assert!(from_file.contains("chunked scheduler"), "{from_file}");
+    assert!(from_file.contains("block 32 tokens"), "{from_file}");
+    let over = ok(&run_in(
+        d.path(),
+        &[
+            "serve",
+            "s.toml",
+            "--requests",
+            "6",
+            "--scheduler",
+            "mixed",
+            "--block-size",
+            "16",
+        ],
+    ));
+    assert!(over.contains("6 (6 finished"), "{over}");
+    assert!(over.contains("mixed scheduler"), "{over}");
+    assert!(over.contains("block 16 tokens"), "{over}");
+    // A synthetic workload on the command line replaces the file's trace.
+    let synth = ok(&run_in(
+        d.path(),
+        &[
+            "serve",
+            "s.toml",
+            "--arrivals",
+            "all-at-once",
+            "--lengths",
+            "100",
+        ],
+    ));
+    assert!(synth.contains("synthetic, seed 0"), "{synth}");
+    assert!(synth.contains("4 (4 finished"), "{synth}");
+}
+
+fn fails_with(d: &TempDir, args: &[&str], words: &[&str]) {
+    let out = run_in(d.path(), args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert!(out.stdout.is_empty(), "{args:?} printed {:?}", out.stdout);
+    assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    for w in words {
+        assert!(err.contains(w), "{args:?}: {w:?} not in {err}");
+    }
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    let d = dir_with_trace("serve-errors");
+    std::fs::write(
+        d.path().join("neg.csv"),
+        "arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,10,10\n-1.5,10,10\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.path().join("bad.toml"),
+        "model = \"llama-2-7b\"\nhardware = \"a100-80g-sxm\"\n[serve]\nscheduler = \"fifo\"\n",
+    )
+    .unwrap();
+    // A valid synthetic run with `extra` replacing or adding flags.
+    let synth = |extra: &[&str]| -> Vec<String> {
+        let mut flags = vec![
+            ("--arrivals", "poisson"),
+            ("--qps", "2"),
+            ("--lengths", "100"),
+            ("--requests", "4"),
+        ];
+        for kv in extra.chunks(2) {
+            match flags.iter_mut().find(|(k, _)| *k == kv[0]) {
+                Some(f) => f.1 = kv[1],
+                None => flags.push((kv[0], kv[1])),
+            }
+        }
+        let mut v: Vec<String> = ["serve"]
+            .iter()
+            .chain(MODEL.iter())
+            .map(|s| s.to_string())
+            .collect();
+        for (k, val) in flags {
+            v.extend([k.to_string(), val.to_string()]);
+        }
+        v
+    };
+    let cases: Vec<(Vec<String>, Vec<&str>)> = vec![
+        (
+            [&["serve"][..], &MODEL, &["--trace", "neg.csv"]]
+                .concat()
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            vec!["neg.csv:3", "arrived_at"],
+        ),
+        (synth(&["--qps", "0"]), vec!["--qps", "> 0"]),
+        (
+            synth(&["--block-size", "0"]),
+            vec!["--block-size", "1..=1024"],
+        ),
+        (
+            synth(&["--lengths", "zipf:10:5"]),
+            vec!["--lengths", "LO ≤ HI"],
+        ),
+        (synth(&["--scheduler", "fifo"]), vec!["--scheduler", "fifo"]),
+        (synth(&["--preemption", "evict"]), vec!["--preemption"]),
+        (
+            vec![
+                "serve",
+                "--model",
+                "opt-13b",
+                "--hardware",
+                "t4",
+                "--arrivals",
+                "all-at-once",
+                "--lengths",
+                "100",
+                "--requests",
+                "2",
+            ]
+            .into_iter()
+            .map(String::from)
+            .collect(),
+            vec!["KV cache", "more memory"],
+        ),
+        (
+            vec!["serve".into(), "bad.toml".into()],
+            vec!["bad.toml:4", "fifo"],
+        ),
+        (
+            synth(&["--trace", "t.csv"]),
+            vec!["--arrivals (workload.arrivals)"],
+        ),
+    ];
+    for (args, words) in &cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        fails_with(&d, &args, words);
+    }
+}
+
+#[test]
+fn help_lists_schedulers_and_preemptions() {
+    let d = TempDir::new("serve-help");
+    let help = ok(&run_in(d.path(), &["serve", "--help"]));
+    for w in [
+        "prefill-first",
+        "mixed",
+        "chunked",
+        "recompute",
+        "swap",
+        "hybrid",
+        "--trace",
+        "--arrivals",
+        "--trace-json",
+    ] {
+        assert!(help.contains(w), "{w} not in --help");
+    }
+}
