@@ -29,8 +29,11 @@ pub enum Preemption {
     /// Copy its blocks to host memory; copy them back on resume. Falls back to recompute when
     /// the host swap space is full.
     Swap,
-    /// Swap out its blocks and its layer inputs `X`; on resume recompute the first `l` tokens'
-    /// K,V from `X` while the rest is swapped in (KVPR's split applied to a resume).
+    /// Swap out the layer inputs `X` of its first `l` tokens (half their K,V bytes on MHA) and
+    /// the K,V of the rest; on resume recompute K,V[0:l] from `X` while the rest is swapped in
+    /// (KVPR's split balance applied to a resume, at block granularity; see
+    /// [`crate::IterationTimer::hybrid_split`]). Where `X` costs no less than K,V on the link
+    /// (GQA with equal copy counts) `l = 0` and this is swap.
     Hybrid,
 }
 

@@ -292,33 +292,34 @@ impl<'a> Engine<'a> {
         None
     }
 
-    /// Frees a victim's GPU blocks: swapped out (KV, plus activations for hybrid) when host
-    /// space allows, else dropped for recomputation.
+    /// Frees a victim's GPU blocks: swapped out when host space allows, else dropped for
+    /// recomputation. Hybrid stores the layer inputs `X` of the first `l` tokens (hybrid's
+    /// split, decided now since it fixes what is stored) and K,V of the rest; with no room for
+    /// that it falls back to plain swap, then to recompute.
     fn preempt(&mut self, v: usize) {
         self.preemptions += 1;
         let mode = self.r.config.preemption;
         let block_bytes = self.r.block_bytes;
+        let act_block_bytes = self.act_block_bytes();
         let s = &self.seqs[v];
         let blocks = s.blocks;
         let kv_bytes = u64::from(blocks) * block_bytes;
-        let act_block_bytes = u64::from(self.r.config.block_size)
-            * self.timer.model().act_bytes_per_token_layer()
-            * u64::from(self.timer.model().num_layers);
-        let act_blocks = blocks;
-        let act_bytes = u64::from(act_blocks) * act_block_bytes;
         let free_host = self.r.host_bytes - self.host_used;
         // A sequence whose prompt is still being prefilled (chunked) is recomputed: vLLM swaps
         // only decoding sequences.
         let decoding = s.pending() == 1;
-        let (swap, with_act) = match mode {
-            Preemption::Recompute => (false, false),
-            Preemption::Swap => (decoding && kv_bytes <= free_host, false),
-            Preemption::Hybrid => {
-                if decoding && kv_bytes + act_bytes <= free_host {
-                    (true, true)
-                } else {
-                    (decoding && kv_bytes <= free_host, false)
-                }
+        let hybrid = if mode == Preemption::Hybrid && decoding {
+            let h = self.timer.hybrid_split(s.computed);
+            let lb = h.act_blocks.min(blocks);
+            let bytes = u64::from(blocks - lb) * block_bytes + u64::from(lb) * act_block_bytes;
+            (bytes <= free_host).then_some(h)
+        } else {
+            None
+        };
+        let swap = match mode {
+            Preemption::Recompute => false,
+            Preemption::Swap | Preemption::Hybrid => {
+                decoding && (hybrid.is_some() || kv_bytes <= free_host)
             }
         };
         self.free_blocks += blocks;
@@ -326,17 +327,19 @@ impl<'a> Engine<'a> {
         s.blocks = 0;
         s.preemptions += 1;
         if swap {
-            let held = kv_bytes + if with_act { act_bytes } else { 0 };
+            let h = hybrid.unwrap_or_default();
+            let act_blocks = h.act_blocks.min(blocks);
+            let kv_blocks = blocks - act_blocks;
+            let held = u64::from(kv_blocks) * block_bytes + u64::from(act_blocks) * act_block_bytes;
             s.host_bytes = held;
-            s.act_blocks = if with_act { act_blocks } else { 0 };
+            s.act_blocks = act_blocks;
             s.place = Where::Swapped;
-            s.swapped_tokens += u64::from(s.computed);
+            s.recomputed_tokens += u64::from(h.recompute_tokens);
+            s.swapped_tokens += u64::from(s.computed - h.recompute_tokens);
             self.host_used += held;
             self.swap_out_bytes += held;
-            self.shape.swap_out_blocks += blocks;
-            if with_act {
-                self.shape.act_out_blocks += act_blocks;
-            }
+            self.shape.swap_out_blocks += kv_blocks;
+            self.shape.act_out_blocks += act_blocks;
             self.swapped.push_back(v);
         } else {
             s.recomputed_tokens += u64::from(s.computed);
@@ -346,44 +349,28 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// Resumes a swapped sequence: chooses hybrid's split and books the copies.
+    /// Bytes of one block of stored layer inputs `X` (all layers).
+    fn act_block_bytes(&self) -> u64 {
+        u64::from(self.r.config.block_size)
+            * self.timer.model().act_bytes_per_token_layer()
+            * u64::from(self.timer.model().num_layers)
+    }
+
+    /// Resumes a swapped sequence: copies its K,V back and, for hybrid, its stored `X`, from
+    /// which the first tokens' K,V are recomputed.
     fn swap_in(&mut self, v: usize) {
         let s = &self.seqs[v];
         let blocks = self.blocks_for(s.computed);
-        let (_, kv_in) = self.timer.kv_block_s();
-        let mut resume = HybridResume::default();
-        let mut kv_blocks = blocks;
-        if s.act_blocks > 0 {
-            let (_, x_in) = self.timer.act_block_s();
-            let bs = self.r.config.block_size;
-            let mut best = (f64::INFINITY, 0u32);
-            for lb in 0..=blocks {
-                let tokens = (lb * bs).min(s.computed);
-                let x = f64::from(lb) * x_in;
-                let link = x + f64::from(blocks - lb) * kv_in;
-                let r = self.timer.recompute_s(tokens);
-                let t = link.max(if r > 0.0 { x + r } else { 0.0 });
-                if t < best.0 {
-                    best = (t, lb);
-                }
-            }
-            let lb = best.1;
-            resume = HybridResume {
-                act_blocks: lb,
-                recompute_tokens: (lb * bs).min(s.computed),
-            };
-            kv_blocks = blocks - lb;
+        let act_blocks = s.act_blocks.min(blocks);
+        let kv_blocks = blocks - act_blocks;
+        if act_blocks > 0 {
+            self.shape.hybrid.push(HybridResume {
+                act_blocks,
+                recompute_tokens: (act_blocks * self.r.config.block_size).min(s.computed),
+            });
         }
-        let block_bytes = self.r.block_bytes;
-        let act_block = u64::from(self.r.config.block_size)
-            * self.timer.model().act_bytes_per_token_layer()
-            * u64::from(self.timer.model().num_layers);
-        self.swap_in_bytes +=
-            u64::from(kv_blocks) * block_bytes + u64::from(resume.act_blocks) * act_block;
         self.shape.swap_in_blocks += kv_blocks;
-        if resume.act_blocks > 0 {
-            self.shape.hybrid.push(resume);
-        }
+        self.swap_in_bytes += s.host_bytes;
         let s = &mut self.seqs[v];
         self.host_used -= s.host_bytes;
         s.host_bytes = 0;

@@ -11,6 +11,15 @@
 //!   then `final_norm`, `lm_head`, `sample` over the rows that produce a token — the same ops,
 //!   per step, as the planner's gpu-only plan.
 //!
+//! Cache copies block the forward pass, as in vLLM 0.4: its worker runs `cache_swap`
+//! (`swap_in`, `swap_out`, `copy`) and then the model, and `swap_blocks` issues its
+//! `cudaMemcpyAsync`s on the current (compute) stream (the separate cache stream of vLLM 0.2
+//! is gone), so neither the swap-out nor the swap-in overlaps a forward pass; a preemption by
+//! swap costs the copy out *and* the copy back. vLLM's scheduler never swaps in during an
+//! iteration that preempted, so whether D2H and H2D of one iteration overlap does not arise in
+//! the engine. Hybrid (no serving system has it) overlaps its recomputation with its own H2D
+//! copies, as KVPR does.
+//!
 //! With a full-duplex link, the forward pass starts at `max(D, H, X + R)` (`D`, `H` the copy
 //! streams' totals, `X` the activation copies, `R` the recomputation); half duplex serves the
 //! D2H copies first (lower op indices), so `H` and `X` start after `D`.
@@ -18,7 +27,7 @@
 use kvplan_planner::ModelSpec;
 use kvplan_planner::cost::CostModel;
 use kvplan_planner::hardware::Duplex;
-use kvplan_planner::plan::{concat_kernel, forward_ops, recompute_gemm};
+use kvplan_planner::plan::{concat_kernel, embed_op, forward_ops, head_ops, recompute_gemm};
 use kvplan_planner::schedule::{
     HostMemory, OpId, OpKind, Payload, Phase, Schedule, ScheduleBuilder, StreamKind, Tag,
 };
@@ -100,6 +109,7 @@ pub struct IterationTimer {
     kv_in_block_s: f64,
     act_out_block_s: f64,
     act_in_block_s: f64,
+    block_size: u32,
     scratch: Vec<(u32, u32)>,
 }
 
@@ -156,6 +166,7 @@ impl IterationTimer {
             kv_in_block_s: t(kv_copy_bytes, kv_copies, false),
             act_out_block_s: t(act_copy_bytes, act_copies, true),
             act_in_block_s: t(act_copy_bytes, act_copies, false),
+            block_size: block_size.max(1),
             scratch: Vec::new(),
         }
     }
@@ -191,6 +202,60 @@ impl IterationTimer {
                 + self.cost.duration(&concat_kernel(m, 1, tokens)))
     }
 
+    /// Seconds from a resume's start until the forward pass may run, for `tokens` cached tokens
+    /// of which the first `act_blocks` blocks were stored as layer inputs `X` and the rest as
+    /// K,V: `max(X + KV_rest, X + R(l))` (one H2D stream, `X` first; the recomputation waits for
+    /// `X`), or the plain swap-in `KV_all` when `act_blocks = 0`. As [`IterationTimer::time`].
+    pub fn hybrid_resume_s(&self, tokens: u32, act_blocks: u32) -> f64 {
+        let blocks = tokens.div_ceil(self.block_size);
+        let lb = act_blocks.min(blocks);
+        let kv = f64::from(blocks - lb) * self.kv_in_block_s;
+        if lb == 0 {
+            return kv;
+        }
+        let x = f64::from(lb) * self.act_in_block_s;
+        let r = self.recompute_s((lb * self.block_size).min(tokens));
+        (x + kv).max(x + r)
+    }
+
+    /// Hybrid's split for a sequence of `tokens` cached tokens, decided when it is swapped out
+    /// (what it stores depends on it): KVPR's balance at block granularity. Recomputing `l`
+    /// tokens from `X` costs `X(l)` on the link before `R(l)` on the GPU, while the other
+    /// `KV(s - l)` streams in; `t(l) = X(l) + max(KV(s - l), R(l))`. When a block of `X` costs
+    /// at least a block of K,V on the link (GQA / MQA: `h >= 2 * kv_dim`) every `l > 0` is
+    /// worse than plain swap, so `l = 0`. Otherwise `t` falls until `R(l)` reaches `KV(s - l)`
+    /// and rises after; the balance block is found by bisection on `R(l) >= KV(s - l)` and `t`
+    /// is compared exactly at it, the block before it and `l = 0` (so hybrid never resumes
+    /// slower than swap).
+    pub fn hybrid_split(&self, tokens: u32) -> HybridResume {
+        let bs = self.block_size;
+        let blocks = tokens.div_ceil(bs);
+        if blocks == 0 || self.act_in_block_s >= self.kv_in_block_s {
+            return HybridResume::default();
+        }
+        let kv_in = self.kv_in_block_s;
+        let (mut lo, mut hi) = (0u32, blocks);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.recompute_s((mid * bs).min(tokens)) >= f64::from(blocks - mid) * kv_in {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        let mut best = (self.hybrid_resume_s(tokens, 0), 0u32);
+        for lb in [lo.saturating_sub(1), lo] {
+            let t = self.hybrid_resume_s(tokens, lb);
+            if t < best.0 {
+                best = (t, lb);
+            }
+        }
+        HybridResume {
+            act_blocks: best.1,
+            recompute_tokens: (best.1 * bs).min(tokens),
+        }
+    }
+
     fn dense_s(&mut self, rows: u32) -> f64 {
         let i = rows as usize;
         if i >= self.dense.len() {
@@ -203,7 +268,8 @@ impl IterationTimer {
                 .filter(|(name, _)| *name != "attention")
                 .map(|(_, k)| self.cost.duration(k))
                 .sum();
-            self.dense[i] = self.cost.duration(&embed_op(&self.model, rows)) + self.layers * layer;
+            self.dense[i] =
+                self.cost.duration(&embed_op(&self.model, 1, rows)) + self.layers * layer;
         }
         self.dense[i]
     }
@@ -374,7 +440,7 @@ impl IterationTimer {
         if !it.seqs.is_empty() {
             let rows: u32 = it.seqs.iter().map(|&(q, _)| q).sum();
             let embed = sb.label("embed");
-            sb.push(embed_op(m, rows), c, embed, tag, &[last_h2d, last_d2h]);
+            sb.push(embed_op(m, 1, rows), c, embed, tag, &[last_h2d, last_d2h]);
             let ops = forward_ops(m, &it.seqs, 1);
             let labels: Vec<_> = ops.iter().map(|(n, _)| sb.label(n)).collect();
             for _ in 0..m.num_layers {
@@ -405,41 +471,4 @@ fn attention_op(m: &ModelSpec, batch: u32, q_len: u32, kv_len: u32) -> OpKind {
         causal: q_len > 1,
         dtype: m.dtype,
     }
-}
-
-/// The token embedding of `rows` tokens (as the planner's plans emit it).
-pub fn embed_op(m: &ModelSpec, rows: u32) -> OpKind {
-    OpKind::Elementwise {
-        bytes: 2 * u64::from(rows) * u64::from(m.hidden) * m.dtype_bytes(),
-    }
-}
-
-/// Final norm, LM head and sampling over `rows` token-producing rows (as the planner's plans
-/// emit them).
-pub fn head_ops(m: &ModelSpec, rows: u32) -> [(&'static str, OpKind); 3] {
-    let b = u64::from(rows);
-    [
-        (
-            "final_norm",
-            OpKind::Elementwise {
-                bytes: 2 * b * u64::from(m.hidden) * m.dtype_bytes(),
-            },
-        ),
-        (
-            "lm_head",
-            OpKind::Gemm {
-                m: rows,
-                n: m.vocab,
-                k: m.hidden,
-                batch: 1,
-                dtype: m.dtype,
-            },
-        ),
-        (
-            "sample",
-            OpKind::Elementwise {
-                bytes: b * u64::from(m.vocab) * 4,
-            },
-        ),
-    ]
 }

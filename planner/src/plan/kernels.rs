@@ -137,6 +137,43 @@ pub fn concat_kernel(m: &ModelSpec, batch: u32, l: u32) -> OpKind {
     }
 }
 
+/// The token embedding of `batch × len` tokens (a gather, costed as reading and writing the
+/// rows).
+pub fn embed_op(m: &ModelSpec, batch: u32, len: u32) -> OpKind {
+    OpKind::Elementwise {
+        bytes: 2 * u64::from(batch) * u64::from(len) * u64::from(m.hidden) * m.dtype_bytes(),
+    }
+}
+
+/// Final norm, LM head and sampling over `batch` token-producing rows.
+pub fn head_ops(m: &ModelSpec, batch: u32) -> [(&'static str, OpKind); 3] {
+    let b = u64::from(batch);
+    [
+        (
+            "final_norm",
+            OpKind::Elementwise {
+                bytes: 2 * b * u64::from(m.hidden) * m.dtype_bytes(),
+            },
+        ),
+        (
+            "lm_head",
+            OpKind::Gemm {
+                m: batch,
+                n: m.vocab,
+                k: m.hidden,
+                batch: 1,
+                dtype: m.dtype,
+            },
+        ),
+        (
+            "sample",
+            OpKind::Elementwise {
+                bytes: b * u64::from(m.vocab) * 4,
+            },
+        ),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,9 @@ pub mod offload_schedule;
 pub mod split;
 pub mod types;
 
-pub use kernels::{concat_kernel, forward_ops, layer_compute_s, layer_kernels, recompute_gemm};
+pub use kernels::{
+    concat_kernel, embed_op, forward_ops, head_ops, layer_compute_s, layer_kernels, recompute_gemm,
+};
 pub use offload::memory_plan;
 pub use split::{MAX_SEARCHED_STEPS, kvpr_splits, split_problem};
 pub use types::*;

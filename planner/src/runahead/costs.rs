@@ -6,6 +6,7 @@ use std::cell::Cell;
 
 use crate::cost::{CostModel, LinkCost};
 use crate::model::ModelSpec;
+use crate::plan::kernels::{embed_op, head_ops};
 use crate::plan::layer_kernels;
 use crate::schedule::OpKind;
 
@@ -187,40 +188,6 @@ impl<C: ChunkCosts> ChunkCosts for Blocks<C> {
     fn head(&self) -> f64 {
         self.inner.head()
     }
-}
-
-pub(crate) fn embed_op(m: &ModelSpec, batch: u32, len: u32) -> OpKind {
-    OpKind::Elementwise {
-        bytes: 2 * u64::from(batch) * u64::from(len) * u64::from(m.hidden) * m.dtype_bytes(),
-    }
-}
-
-pub(crate) fn head_ops(m: &ModelSpec, batch: u32) -> [(&'static str, OpKind); 3] {
-    let b = u64::from(batch);
-    [
-        (
-            "final_norm",
-            OpKind::Elementwise {
-                bytes: 2 * b * u64::from(m.hidden) * m.dtype_bytes(),
-            },
-        ),
-        (
-            "lm_head",
-            OpKind::Gemm {
-                m: batch,
-                n: m.vocab,
-                k: m.hidden,
-                batch: 1,
-                dtype: m.dtype,
-            },
-        ),
-        (
-            "sample",
-            OpKind::Elementwise {
-                bytes: b * u64::from(m.vocab) * 4,
-            },
-        ),
-    ]
 }
 
 // ---- the closed form ------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 //! Schedule builders: the KV-Runahead chain ([`chain_schedule`]), one device's chunk alone
 //! ([`chunk_schedule`]) and the tensor-parallel baseline ([`tensor_parallel_schedule`]).
 
-use super::costs::{embed_op, even_partition, head_ops, starts};
+use super::costs::{even_partition, starts};
 use crate::model::ModelSpec;
+use crate::plan::kernels::{embed_op, head_ops};
 use crate::plan::layer_kernels;
 use crate::schedule::{OpId, OpKind, Phase, Schedule, ScheduleBuilder, StreamId, StreamKind, Tag};
 
