@@ -27,6 +27,7 @@
 use kvplan_planner::ModelSpec;
 use kvplan_planner::cost::CostModel;
 use kvplan_planner::hardware::Duplex;
+use kvplan_planner::plan::kernels::attention_op;
 use kvplan_planner::plan::{concat_kernel, embed_op, forward_ops, head_ops, recompute_gemm};
 use kvplan_planner::schedule::{
     HostMemory, OpId, OpKind, Payload, Phase, Schedule, ScheduleBuilder, StreamKind, Tag,
@@ -456,19 +457,5 @@ impl IterationTimer {
             }
         }
         sb.build()
-    }
-}
-
-/// Attention of `batch` sequences of `q_len` queries over `kv_len` keys (as `forward_ops`).
-fn attention_op(m: &ModelSpec, batch: u32, q_len: u32, kv_len: u32) -> OpKind {
-    OpKind::Attention {
-        batch,
-        q_heads: m.num_heads as u16,
-        kv_heads: m.num_kv_heads as u16,
-        q_len,
-        kv_len,
-        head_dim: m.head_dim as u16,
-        causal: q_len > 1,
-        dtype: m.dtype,
     }
 }

@@ -46,7 +46,7 @@ pub fn forward_ops(m: &ModelSpec, seqs: &[(u32, u32)], copies: u32) -> Vec<(&'st
 }
 
 /// Attention of `batch` sequences, `q_len` queries each over `kv_len` keys.
-fn attention_op(m: &ModelSpec, batch: u32, q_len: u32, kv_len: u32) -> OpKind {
+pub fn attention_op(m: &ModelSpec, batch: u32, q_len: u32, kv_len: u32) -> OpKind {
     OpKind::Attention {
         batch,
         q_heads: m.num_heads as u16,
