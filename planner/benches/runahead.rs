@@ -50,6 +50,18 @@ fn partition(c: &mut Criterion) {
     }
     group.finish();
 
+    bench_plan(
+        c,
+        "runahead plan P=8 128K",
+        "llama-2-7b h200 (partition, baselines, schedule)",
+        DEVICES,
+        20,
+    );
+}
+
+/// The whole KV-Runahead plan of llama-2-7b on an H200 with `devices` offered, 128K tokens.
+fn bench_plan(c: &mut Criterion, group_name: &str, name: &str, devices: u32, samples: usize) {
+    let model = ModelSpec::preset("llama-2-7b").unwrap();
     let hw = HardwareProfile::preset("h200").unwrap();
     let cost = CostModel::new(&hw);
     let shape = Shape {
@@ -59,15 +71,15 @@ fn partition(c: &mut Criterion) {
         gen_len: 1,
     };
     let options = Options {
-        runahead: RunaheadOptions { devices: DEVICES },
+        runahead: RunaheadOptions { devices },
         ..Options::default()
     };
-    let mut group = c.benchmark_group("runahead plan P=8 128K");
+    let mut group = c.benchmark_group(group_name);
     group
-        .sample_size(20)
+        .sample_size(samples)
         .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(5));
-    group.bench_function("llama-2-7b h200 (partition, baselines, schedule)", |b| {
+        .measurement_time(Duration::from_secs(if devices > 8 { 10 } else { 5 }));
+    group.bench_function(name, |b| {
         b.iter(|| {
             black_box(
                 plan(
@@ -91,16 +103,6 @@ fn plan_64(c: &mut Criterion) {
     let model = ModelSpec::preset("llama-2-7b").unwrap();
     let hw = HardwareProfile::preset("h200").unwrap();
     let cost = CostModel::new(&hw);
-    let shape = Shape {
-        batch: 1,
-        gpu_batches: 1,
-        prompt: CONTEXT,
-        gen_len: 1,
-    };
-    let options = Options {
-        runahead: RunaheadOptions { devices: 64 },
-        ..Options::default()
-    };
     // A fresh `ModelCosts` per run, as the plan makes one (its memo starts empty).
     let mut group = c.benchmark_group("runahead partition P=64 128K");
     group
@@ -126,27 +128,7 @@ fn plan_64(c: &mut Criterion) {
     });
     group.finish();
 
-    let mut group = c.benchmark_group("runahead plan P=64 128K");
-    group
-        .sample_size(10)
-        .warm_up_time(Duration::from_millis(100))
-        .measurement_time(Duration::from_secs(10));
-    group.bench_function("llama-2-7b h200", |b| {
-        b.iter(|| {
-            black_box(
-                plan(
-                    &model,
-                    &hw,
-                    &cost,
-                    &shape,
-                    Strategy::Runahead,
-                    black_box(&options),
-                )
-                .unwrap(),
-            )
-        })
-    });
-    group.finish();
+    bench_plan(c, "runahead plan P=64 128K", "llama-2-7b h200", 64, 10);
 }
 
 criterion_group!(benches, partition, plan_64);
