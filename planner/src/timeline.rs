@@ -168,14 +168,7 @@ pub fn metrics(schedule: &Schedule, timeline: &Timeline, window: Window) -> Metr
     let makespan = timeline.makespan();
     // The first token exists when prefill's last kernel ends; copies it issued (stores of the
     // prompt's KV and activations) may drain later, overlapping decode.
-    let streams = schedule.streams();
-    let prefill_end = ops
-        .iter()
-        .zip(&timeline.spans)
-        .filter(|(o, _)| {
-            o.tag.phase == Phase::Prefill && streams[o.stream.index()].kind == StreamKind::Compute
-        })
-        .fold(0.0f64, |m, (_, s)| m.max(s.end));
+    let prefill_end = last_kernel_end(schedule, &timeline.spans, |t| t.phase == Phase::Prefill);
     let (w0, w1) = match window {
         Window::Whole => (0.0, makespan),
         Window::Decode => (prefill_end, makespan),
@@ -238,6 +231,18 @@ pub fn metrics(schedule: &Schedule, timeline: &Timeline, window: Window) -> Metr
         peer_bytes: peer,
         breakdown,
     }
+}
+
+/// When the last kernel (an op on a compute stream) whose tag passes `keep` ends (0 if none): the
+/// end of a phase or step. Copies it issued may still drain after it.
+pub fn last_kernel_end(schedule: &Schedule, spans: &[Span], keep: impl Fn(&Tag) -> bool) -> f64 {
+    let streams = schedule.streams();
+    schedule
+        .ops()
+        .iter()
+        .zip(spans)
+        .filter(|(o, _)| keep(&o.tag) && streams[o.stream.index()].kind == StreamKind::Compute)
+        .fold(0.0f64, |m, (_, s)| m.max(s.end))
 }
 
 /// Total length covered by a set of intervals.

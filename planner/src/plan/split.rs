@@ -5,7 +5,8 @@ use crate::cost::CostModel;
 use crate::error::{Error, Result};
 use crate::kvpr::{Split, SplitProblem};
 use crate::model::ModelSpec;
-use crate::schedule::{HostMemory, OpKind, StreamKind};
+use crate::schedule::{HostMemory, OpKind};
+use crate::timeline::last_kernel_end;
 
 use super::kernels::{layer_compute_s, recompute_gemm};
 use super::offload_schedule::{Layout, build_schedule};
@@ -268,15 +269,6 @@ fn probe_step_s(probe: &Probe, step: u32, l: u32, keeps_x: bool) -> Result<f64> 
             message: e.to_string(),
         })?;
     // Each step ends with its last kernel; stores may still drain into the next step.
-    let streams = schedule.streams();
-    let kernels_end = |step: u32| {
-        ops.iter()
-            .zip(&spans)
-            .filter(|(o, _)| {
-                o.tag.step == step && streams[o.stream.index()].kind == StreamKind::Compute
-            })
-            .map(|(_, s)| s.end)
-            .fold(0.0, f64::max)
-    };
-    Ok(kernels_end(b) - kernels_end(a))
+    let end = |step: u32| last_kernel_end(&schedule, &spans, |t| t.step == step);
+    Ok(end(b) - end(a))
 }
