@@ -177,12 +177,9 @@ pub struct OutputArgs {
     pub format: Format,
 }
 
-/// The model, the hardware and an optional scenario file.
+/// `--model` and `--hardware`, shared by the planner commands and `serve`.
 #[derive(Debug, Args)]
-pub struct ScenarioArgs {
-    /// Scenario TOML file; flags given as well override its fields
-    #[arg(value_name = "SCENARIO")]
-    pub scenario: Option<PathBuf>,
+pub struct TargetArgs {
     /// Model preset (see `kvplan models`), path to a Hugging Face config.json, or a model
     /// directory holding one
     #[arg(long, value_name = "NAME|PATH")]
@@ -190,6 +187,17 @@ pub struct ScenarioArgs {
     /// Hardware preset (see `kvplan hardware`) or path to a profile TOML (alias --profile)
     #[arg(long, visible_alias = "profile", value_name = "NAME|PATH")]
     pub hardware: Option<String>,
+}
+
+/// The model, the hardware and an optional scenario file.
+#[derive(Debug, Args)]
+pub struct ScenarioArgs {
+    /// Scenario TOML file; flags given as well override its fields
+    #[arg(value_name = "SCENARIO")]
+    pub scenario: Option<PathBuf>,
+    /// Model and hardware
+    #[command(flatten)]
+    pub target: TargetArgs,
     /// Serving dtype, overriding the model's (fp16, bf16, fp32)
     #[arg(long, value_name = "DTYPE")]
     pub dtype: Option<String>,
@@ -389,8 +397,8 @@ impl RunArgs {
         let (sc, workload, offload, planner) =
             (&self.scenario, &self.workload, &self.offload, &self.planner);
         RawScenario {
-            model: sc.model.clone(),
-            hardware: sc.hardware.clone(),
+            model: sc.target.model.clone(),
+            hardware: sc.target.hardware.clone(),
             strategy,
             dtype: sc.dtype.clone(),
             workload: RawWorkload {
@@ -605,13 +613,9 @@ pub struct ServeArgs {
     /// Serving scenario TOML file; flags given as well override its fields
     #[arg(value_name = "SCENARIO")]
     pub scenario: Option<PathBuf>,
-    /// Model preset (see `kvplan models`), path to a Hugging Face config.json, or a model
-    /// directory holding one
-    #[arg(long, value_name = "NAME|PATH")]
-    pub model: Option<String>,
-    /// Hardware preset (see `kvplan hardware`) or path to a profile TOML (alias --profile)
-    #[arg(long, visible_alias = "profile", value_name = "NAME|PATH")]
-    pub hardware: Option<String>,
+    /// Model and hardware
+    #[command(flatten)]
+    pub target: TargetArgs,
     /// Replay this trace CSV (`arrived_at,num_prefill_tokens,num_decode_tokens`)
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
@@ -685,8 +689,8 @@ impl ServeArgs {
         use kvplan_serve::{Preemption, SchedulerKind};
         use kvplan_workloads::WorkloadConfig;
         RawServeScenario {
-            model: self.model.clone(),
-            hardware: self.hardware.clone(),
+            model: self.target.model.clone(),
+            hardware: self.target.hardware.clone(),
             workload: WorkloadConfig {
                 arrivals: self.arrivals.clone(),
                 qps: self.qps,

@@ -6,39 +6,27 @@ use std::hint::black_box;
 use criterion::{Criterion, criterion_group, criterion_main};
 use kvplan_planner::{HardwareProfile, ModelSpec};
 use kvplan_serve::{Config, simulate};
-use kvplan_workloads::Request;
+use kvplan_workloads::{Request, Trace};
 
-/// `arrived_at,num_prefill_tokens,num_decode_tokens` rows, tiled (shifted by the trace's span)
-/// until `n` requests.
+/// The trace's rows, tiled (shifted by the trace's span plus a second) until `n` requests.
 fn trace(n: usize) -> Vec<Request> {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../shared/traces/splitwise_conv.csv"
     );
-    let text = std::fs::read_to_string(path)
-        .or_else(|_| std::fs::read_to_string("/work/shared/traces/splitwise_conv.csv"))
+    let trace = Trace::from_path(path)
+        .or_else(|_| Trace::from_path("/work/shared/traces/splitwise_conv.csv"))
         .expect("splitwise_conv.csv");
-    let rows: Vec<(f64, u32, u32)> = text
-        .lines()
-        .skip(1)
-        .filter_map(|l| {
-            let mut f = l.split(',');
-            Some((
-                f.next()?.trim().parse().ok()?,
-                f.next()?.trim().parse().ok()?,
-                f.next()?.trim().parse().ok()?,
-            ))
-        })
-        .collect();
-    let span = rows.last().map_or(0.0, |r| r.0) + 1.0;
+    let rows = trace.rows();
+    let span = rows[rows.len() - 1].arrived_at + 1.0;
     (0..n)
         .map(|i| {
-            let (t, p, o) = rows[i % rows.len()];
+            let r = rows[i % rows.len()];
             Request {
                 id: i as u64,
-                arrival_s: t + span * (i / rows.len()) as f64,
-                prompt_tokens: p,
-                output_tokens: o,
+                arrival_s: r.arrived_at + span * (i / rows.len()) as f64,
+                prompt_tokens: r.prompt_tokens,
+                output_tokens: r.output_tokens,
             }
         })
         .collect()

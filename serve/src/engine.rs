@@ -153,7 +153,6 @@ struct Engine<'a> {
     swap_out_bytes: u64,
     swap_in_bytes: u64,
     kv_token_bytes: u64,
-    max_tokens: u32,
 }
 
 impl<'a> Engine<'a> {
@@ -161,7 +160,6 @@ impl<'a> Engine<'a> {
         let kv_token_bytes = timer.model().kv_bytes_per_token();
         Engine {
             free_blocks: r.gpu_blocks,
-            max_tokens: r.max_num_batched_tokens,
             timer,
             r,
             reqs,
@@ -286,7 +284,9 @@ impl<'a> Engine<'a> {
         if self.blocks_for(total) > self.r.gpu_blocks - self.r.watermark_blocks {
             return Some(RejectReason::ExceedsKvCapacity);
         }
-        if self.r.config.scheduler != SchedulerKind::Chunked && s.prompt > self.max_tokens {
+        if self.r.config.scheduler != SchedulerKind::Chunked
+            && s.prompt > self.r.max_num_batched_tokens
+        {
             return Some(RejectReason::ExceedsBatchTokens);
         }
         None
@@ -492,7 +492,7 @@ impl<'a> Engine<'a> {
     fn start_iteration(&mut self) -> Result<(), Error> {
         self.shape.clear();
         self.batch.clear();
-        let mut budget = self.max_tokens;
+        let mut budget = self.r.max_num_batched_tokens;
         match self.r.config.scheduler {
             SchedulerKind::PrefillFirst => {
                 if self.swapped.is_empty() {
@@ -544,7 +544,7 @@ impl<'a> Engine<'a> {
                 running: self.running.len() as u32,
                 waiting: self.waiting.len() as u32,
                 swapped: self.swapped.len() as u32,
-                batch_tokens: self.shape.tokens() as u32,
+                batch_tokens: written as u32,
                 kv_bytes_read: read * self.kv_token_bytes,
                 kv_bytes_written: written * self.kv_token_bytes,
             });

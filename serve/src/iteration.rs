@@ -101,6 +101,8 @@ pub struct IterationTimer {
     dense: Vec<f64>,
     /// Per logits row count: final norm + LM head + sample.
     head: Vec<f64>,
+    /// Per `kv_len`: one layer's attention of a single decode row; NaN when not computed yet.
+    decode_attn: Vec<f64>,
     /// Per copy bytes and count of one block, KV.
     kv_copy_bytes: u64,
     kv_copies: u32,
@@ -111,7 +113,7 @@ pub struct IterationTimer {
     act_out_block_s: f64,
     act_in_block_s: f64,
     block_size: u32,
-    scratch: Vec<(u32, u32)>,
+    scratch: Vec<u64>,
 }
 
 impl IterationTimer {
@@ -159,6 +161,7 @@ impl IterationTimer {
             host,
             dense: Vec::new(),
             head: Vec::new(),
+            decode_attn: Vec::new(),
             kv_copy_bytes,
             kv_copies,
             act_copy_bytes,
@@ -293,6 +296,23 @@ impl IterationTimer {
         self.head[i]
     }
 
+    /// Seconds of one layer's attention over `count` sequences of shape `(q_len, kv_len)`. A lone
+    /// decode row (`count = q_len = 1`, the common case) is cached per `kv_len`.
+    fn attention_s(&mut self, count: u32, q_len: u32, kv_len: u32) -> f64 {
+        let op = |m| attention_op(m, count, q_len, kv_len);
+        if count != 1 || q_len != 1 {
+            return self.cost.duration(&op(&self.model));
+        }
+        let i = kv_len as usize;
+        if i >= self.decode_attn.len() {
+            self.decode_attn.resize(i + 1, f64::NAN);
+        }
+        if self.decode_attn[i].is_nan() {
+            self.decode_attn[i] = self.cost.duration(&op(&self.model));
+        }
+        self.decode_attn[i]
+    }
+
     /// Seconds of the forward pass of `seqs` with `logits` token-producing rows.
     pub fn forward_s(&mut self, seqs: &[(u32, u32)], logits: u32) -> f64 {
         if seqs.is_empty() {
@@ -300,21 +320,24 @@ impl IterationTimer {
         }
         let rows: u64 = seqs.iter().map(|&(q, _)| u64::from(q)).sum();
         let rows = u32::try_from(rows).unwrap_or(u32::MAX);
+        // Shapes packed as `q_len << 32 | kv_len`: sorting the keys orders them as the
+        // `(q_len, kv_len)` pairs, with a cheaper comparison.
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
-        scratch.extend_from_slice(seqs);
+        scratch.extend(
+            seqs.iter()
+                .map(|&(q, kv)| (u64::from(q) << 32) | u64::from(kv)),
+        );
         scratch.sort_unstable();
         let mut attn = 0.0;
         let mut i = 0;
         while i < scratch.len() {
-            let shape = scratch[i];
+            let key = scratch[i];
             let mut j = i + 1;
-            while j < scratch.len() && scratch[j] == shape {
+            while j < scratch.len() && scratch[j] == key {
                 j += 1;
             }
-            attn +=
-                self.cost
-                    .duration(&attention_op(&self.model, (j - i) as u32, shape.0, shape.1));
+            attn += self.attention_s((j - i) as u32, (key >> 32) as u32, key as u32);
             i = j;
         }
         self.scratch = scratch;

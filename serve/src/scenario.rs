@@ -21,7 +21,7 @@
 use std::path::{Path, PathBuf};
 
 use kvplan_planner::{HardwareProfile, ModelSpec};
-use kvplan_workloads::{Request, Trace, WorkloadConfig, WorkloadSpec, generate};
+use kvplan_workloads::{Request, WorkloadConfig, WorkloadSpec, generate};
 use serde::{Deserialize, Serialize};
 
 use crate::{Config, Output, Preemption, Resolved, SchedulerKind};
@@ -261,10 +261,7 @@ impl ServeScenario {
 
     /// The requests: the trace replayed, or generated with the seed.
     pub fn requests(&self) -> Result<Vec<Request>, kvplan_workloads::Error> {
-        match &self.workload {
-            WorkloadSpec::Replay { path, options } => Trace::from_path(path)?.replay(options),
-            spec @ WorkloadSpec::Synthetic(_) => generate(spec, self.seed),
-        }
+        generate(&self.workload, self.seed)
     }
 
     /// Serves `requests` (from [`requests`](Self::requests)).

@@ -226,7 +226,13 @@ impl Workload {
 
 /// Generates the requests of `spec` for `seed`: [`Workload::new`] then [`Workload::generate`].
 pub fn generate(spec: &WorkloadSpec, seed: u64) -> Result<Vec<Request>> {
-    Ok(Workload::new(spec)?.generate(seed))
+    Ok(match Workload::new(spec)? {
+        // The replayed requests as read, not a copy.
+        Workload {
+            plan: Plan::Replay(r),
+        } => r,
+        w => w.generate(seed),
+    })
 }
 
 /// Writes requests as a trace CSV (`arrived_at,num_prefill_tokens,num_decode_tokens`, times in
