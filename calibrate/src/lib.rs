@@ -345,6 +345,7 @@ pub fn build_profile(
         link,
         host,
         peer,
+        kernels: None,
         calibration: Some(Calibration {
             backend: m.info.backend.as_str().into(),
             device: m.info.name.clone(),

@@ -5,7 +5,7 @@ use kvplan_exec::{BackendKind, Executor};
 use kvplan_planner::calibration::{CopyTables, GemmPoint};
 use kvplan_planner::plan::layer_kernels;
 use kvplan_planner::schedule::{
-    HostMemory, OpKind, Payload, Phase, Schedule, ScheduleBuilder, StreamKind, Tag,
+    ElemKind, HostMemory, OpKind, Payload, Phase, Schedule, ScheduleBuilder, StreamKind, Tag,
 };
 use kvplan_planner::{DType, ModelSpec, Timeline};
 
@@ -244,7 +244,10 @@ pub fn measure_all(
     let ops: Vec<OpKind> = plan
         .elementwise_sizes
         .iter()
-        .map(|&bytes| OpKind::Elementwise { bytes })
+        .map(|&bytes| OpKind::Elementwise {
+            kind: ElemKind::Other,
+            bytes,
+        })
         .collect();
     let t = exec.run(&repeated(StreamKind::Compute, &ops, plan.reps))?;
     let elementwise: Vec<(f64, f64)> = plan
@@ -259,7 +262,10 @@ pub fn measure_all(
     let n = 200;
     let t = exec.run(&repeated(
         StreamKind::Compute,
-        &[OpKind::Elementwise { bytes: 64 }],
+        &[OpKind::Elementwise {
+            kind: ElemKind::Other,
+            bytes: 64,
+        }],
         n,
     ))?;
     let op_overhead_s = t.makespan() / f64::from(n);

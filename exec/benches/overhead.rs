@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use kvplan_exec::{BackendKind, ExecOptions};
-use kvplan_planner::schedule::{OpId, OpKind, Phase, Schedule, ScheduleBuilder, StreamKind, Tag};
+use kvplan_planner::schedule::{
+    ElemKind, OpId, OpKind, Phase, Schedule, ScheduleBuilder, StreamKind, Tag,
+};
 
 const N: usize = 2000;
 
@@ -37,7 +39,10 @@ fn tiny_ops(streams: usize, chained: bool) -> Schedule {
     for i in 0..N {
         let dep = if chained { prev } else { None };
         prev = Some(b.push(
-            OpKind::Elementwise { bytes: 64 },
+            OpKind::Elementwise {
+                kind: ElemKind::Other,
+                bytes: 64,
+            },
             s[i % streams],
             l,
             TAG,

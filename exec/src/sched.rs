@@ -153,7 +153,13 @@ pub(crate) fn needs(
                 a.ws = a.ws.max(workspace(op.stream.index(), &s));
                 a.kv_len = a.kv_len.max(lkv);
             }
-            OpKind::Elementwise { bytes } => n.elementwise = n.elementwise.max(bytes),
+            OpKind::Elementwise { bytes, .. } => n.elementwise = n.elementwise.max(bytes),
+            OpKind::AllReduce { ranks, .. } => {
+                return Err(Error::Unsupported(format!(
+                    "op {i}: an all-reduce across {ranks} tensor-parallel GPUs; the executor runs \
+                     single-GPU schedules (plan with tensor parallelism 1)"
+                )));
+            }
         }
     }
     Ok(out)

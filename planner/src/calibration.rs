@@ -3,8 +3,9 @@
 //!
 //! - copies: seconds vs bytes per direction and host memory kind, interpolated piecewise
 //!   linearly (a straight line between measured sizes is latency + bytes / bandwidth locally);
-//! - GEMMs: measured seconds at model shapes; other shapes scale the roofline by the measured /
-//!   roofline ratio of the nearest measured (n, k), interpolated in log m;
+//! - GEMMs: measured seconds at model shapes, read as `[kernels]` tables (see
+//!   [`crate::kernel_model`]): a measured shape interpolated in log-log over rows, other shapes
+//!   the model times the nearest measured shape's ratio;
 //! - attention and elementwise kernels: fitted roofline parameters (overhead, FLOP/s, bytes/s).
 
 use serde::{Deserialize, Serialize};
@@ -275,74 +276,6 @@ impl Calibration {
     }
 }
 
-/// Measured / roofline ratios of one `(dtype, n, k)` as `(ln m, ratio)` points sorted by m.
-#[derive(Debug, Clone)]
-struct GemmGroup {
-    dtype: DType,
-    n: u32,
-    k: u32,
-    points: Vec<(f64, f64)>,
-}
-
-/// GEMM correction factors grouped by (dtype, n, k): measured / roofline as a function of m.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct GemmTable {
-    groups: Vec<GemmGroup>,
-}
-
-impl GemmTable {
-    /// Builds the table; `roofline(m, n, k, dtype)` is the uncalibrated time.
-    pub(crate) fn new(
-        points: &[GemmPoint],
-        roofline: impl Fn(u32, u32, u32, DType) -> f64,
-    ) -> Self {
-        let mut groups: Vec<GemmGroup> = Vec::new();
-        for p in points {
-            let ratio = p.seconds / roofline(p.m, p.n, p.k, p.dtype);
-            let entry = (f64::from(p.m).ln(), ratio);
-            match groups
-                .iter_mut()
-                .find(|g| g.dtype == p.dtype && g.n == p.n && g.k == p.k)
-            {
-                Some(g) => g.points.push(entry),
-                None => groups.push(GemmGroup {
-                    dtype: p.dtype,
-                    n: p.n,
-                    k: p.k,
-                    points: vec![entry],
-                }),
-            }
-        }
-        for g in &mut groups {
-            g.points.sort_by(|a, b| a.0.total_cmp(&b.0));
-        }
-        GemmTable { groups }
-    }
-
-    /// The measured/roofline ratio for a shape, or `None` if this dtype was not measured.
-    pub(crate) fn ratio(&self, m: u32, n: u32, k: u32, dtype: DType) -> Option<f64> {
-        let (ln, lk) = (f64::from(n).ln(), f64::from(k).ln());
-        let distance =
-            |g: &GemmGroup| (f64::from(g.n).ln() - ln).abs() + (f64::from(g.k).ln() - lk).abs();
-        let group = self
-            .groups
-            .iter()
-            .filter(|g| g.dtype == dtype)
-            .min_by(|a, b| distance(a).total_cmp(&distance(b)))?;
-        let pts = &group.points;
-        let x = f64::from(m.max(1)).ln();
-        let i = pts.partition_point(|p| p.0 < x);
-        Some(if i == 0 {
-            pts[0].1
-        } else if i >= pts.len() {
-            pts[pts.len() - 1].1
-        } else {
-            let (a, b) = (pts[i - 1], pts[i]);
-            a.1 + (b.1 - a.1) * (x - a.0) / (b.0 - a.0)
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -364,32 +297,6 @@ mod tests {
                 .to_string()
                 .contains("must not decrease")
         );
-    }
-
-    #[test]
-    fn gemm_ratio_interpolates_in_log_m_and_uses_nearest_shape() {
-        let pts = [
-            GemmPoint {
-                dtype: DType::Fp16,
-                m: 16,
-                n: 4096,
-                k: 4096,
-                seconds: 2.0,
-            },
-            GemmPoint {
-                dtype: DType::Fp16,
-                m: 256,
-                n: 4096,
-                k: 4096,
-                seconds: 4.0,
-            },
-        ];
-        let t = GemmTable::new(&pts, |_, _, _, _| 1.0);
-        assert_eq!(t.ratio(16, 4096, 4096, DType::Fp16), Some(2.0));
-        // m = 64 is halfway between 16 and 256 in log space.
-        assert!((t.ratio(64, 4096, 4096, DType::Fp16).unwrap() - 3.0).abs() < 1e-12);
-        assert_eq!(t.ratio(4096, 5000, 4000, DType::Fp16), Some(4.0));
-        assert_eq!(t.ratio(64, 4096, 4096, DType::Bf16), None);
     }
 
     fn table() -> Calibration {

@@ -1,21 +1,25 @@
 //! The cost model: how long one op takes on one hardware profile.
 //!
-//! Roofline with efficiency factors for kernels (`overhead + max(flops / (peak * eff),
-//! bytes / (bandwidth * eff_mem))`), latency plus bytes over bandwidth for copies. Planners
-//! optimise with this model and the simulator predicts with it, so what a planner minimises is
-//! what the simulator reports.
+//! Kernels come from the profile's kernel model by shape ([`crate::kernel_model`]: a fitted
+//! GEMM model with tile/wave quantisation, per-kind memory-bound kernels with their own device
+//! floors, attention, the tensor-parallel all-reduce, and measured tables over a dense token
+//! grid where the profile has them); a kernel occupies its stream at least the profile's launch
+//! interval. Copies cost latency plus bytes over bandwidth, or follow measured curves in a
+//! calibrated profile. Planners optimise with this model and the simulator predicts with it, so
+//! what a planner minimises is what the simulator reports.
 //!
-//! A calibrated profile ([`Calibration`](crate::calibration::Calibration)) replaces the datasheet
-//! terms with measurements: copy times interpolated from measured curves, GEMM rooflines scaled
-//! by the measured/roofline ratio of the nearest measured shape, attention and memory-bound
-//! kernels from fitted rooflines. The affine views ([`CostModel::h2d`], [`CostModel::gemm_cost`])
-//! that planners' linear programs use are then linearisations: the curve's asymptotic bandwidth
-//! with its smallest-copy time as latency, and the roofline scaled by [`CostModel::gemm_ratio`].
+//! The affine views ([`CostModel::h2d`], [`CostModel::gemm_cost`]) that planners' linear
+//! programs use are linearisations: a copy curve's asymptotic bandwidth with its smallest-copy
+//! time as latency, and the GEMM model's straight roofline scaled by [`CostModel::gemm_ratio`].
 
-use crate::calibration::{CopyTables, GemmTable, KernelFit};
+use crate::calibration::CopyTables;
 use crate::dtype::DType;
 use crate::hardware::{Duplex, HardwareProfile};
-use crate::schedule::{HostMemory, OpKind};
+use crate::kernel_model::{
+    AllReduceFit, AttentionFit, GemmFit, KernelModel, KernelTable, KernelsSection, MemFit,
+    TableKind,
+};
+use crate::schedule::{ElemKind, HostMemory, OpKind};
 
 /// A copy's cost as an affine function of its size: `latency + bytes * secs_per_byte`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -69,7 +73,8 @@ pub struct CostModel {
     elementwise: KernelCost,
     duplex: Duplex,
     copy_curves: Option<Box<CopyTables>>,
-    gemm_table: Option<GemmTable>,
+    kernels: KernelModel,
+    launch_s: f64,
 }
 
 fn host_index(h: HostMemory) -> usize {
@@ -77,6 +82,94 @@ fn host_index(h: HostMemory) -> usize {
         HostMemory::Pinned => 0,
         HostMemory::Pageable => 1,
     }
+}
+
+/// The `[kernels]` section a profile without one stands for: the plain roofline of its `[gpu]`
+/// and `[efficiency]` figures (every kernel `overhead + max(flops / (peak * eff), bytes / (hbm *
+/// eff))`), or a `[calibration]`'s fitted attention and memory-bound kernels and measured GEMMs.
+pub fn derived_kernels(hw: &HardwareProfile) -> KernelsSection {
+    let overhead_us = hw.gpu.kernel_overhead_s * 1e6;
+    let e = &hw.efficiency;
+    let mem = MemFit {
+        floor_us: overhead_us,
+        efficiency: e.memory,
+    };
+    let mut section = KernelsSection {
+        source: "roofline of [gpu] and [efficiency]".into(),
+        launch_us: 0.0,
+        gemm: GemmFit {
+            floor_us: overhead_us,
+            latency_us: 0.0,
+            memory_efficiency: e.memory,
+            compute_efficiency: e.gemm,
+            tile_exponent: None,
+            sms: None,
+            blend: None,
+        },
+        norm: mem,
+        activation: mem,
+        rope: mem,
+        add: mem,
+        embedding: mem,
+        other: mem,
+        attention: AttentionFit {
+            floor_us: overhead_us,
+            prefill_efficiency: e.attention,
+            decode_efficiency: e.memory,
+        },
+        allreduce: AllReduceFit {
+            // A ring all-reduce over the peer link: two passes of its latency, its bandwidth.
+            latency_us: 2.0 * hw.peer.latency_s * 1e6,
+            bus_gbps: hw.peer.bandwidth / 1e9,
+        },
+        tables: Vec::new(),
+    };
+    if let Some(cal) = &hw.calibration {
+        section.source = format!("[calibration] of {} ({})", cal.device, cal.date);
+        let fp16 = hw.gpu.peak_flops.get(DType::Fp16);
+        let a = &cal.attention;
+        section.attention = AttentionFit {
+            floor_us: a.overhead_us,
+            prefill_efficiency: (a.tflops * 1e12 / fp16).min(1.0),
+            decode_efficiency: (a.gbps * 1e9 / hw.gpu.mem_bandwidth).min(1.0),
+        };
+        let el = MemFit {
+            floor_us: cal.elementwise.overhead_us,
+            efficiency: cal.elementwise.gbps * 1e9 / hw.gpu.mem_bandwidth,
+        };
+        for kind in ElemKind::ALL {
+            *section.mem_mut(kind) = el;
+        }
+        section.tables = gemm_tables(&cal.gemm);
+    }
+    section
+}
+
+/// Measured GEMM points as one table per `(dtype, n, k)`, sorted by rows.
+fn gemm_tables(points: &[crate::calibration::GemmPoint]) -> Vec<KernelTable> {
+    let mut tables: Vec<KernelTable> = Vec::new();
+    for p in points {
+        let point = (p.m, p.seconds * 1e6);
+        match tables
+            .iter_mut()
+            .find(|t| t.dtype == p.dtype && t.n == p.n && t.k == p.k)
+        {
+            Some(t) => t.points.push(point),
+            None => tables.push(KernelTable {
+                kind: TableKind::Gemm,
+                dtype: p.dtype,
+                n: p.n,
+                k: p.k,
+                width: 0,
+                points: vec![point],
+            }),
+        }
+    }
+    for t in &mut tables {
+        t.points.sort_by_key(|p| p.0);
+        t.points.dedup_by_key(|p| p.0);
+    }
+    tables
 }
 
 impl CostModel {
@@ -87,13 +180,12 @@ impl CostModel {
             latency_s: lat,
             secs_per_byte: 1.0 / bw,
         };
-        let mem = 1.0 / (hw.gpu.mem_bandwidth * hw.efficiency.memory);
-        let kernel = |peak: f64, eff: f64| KernelCost {
-            overhead_s: hw.gpu.kernel_overhead_s,
-            secs_per_flop: 1.0 / (peak * eff),
-            secs_per_byte: mem,
-        };
+        let section = hw.kernels.clone().unwrap_or_else(|| derived_kernels(hw));
         let peaks = DType::ALL.map(|d| hw.gpu.peak_flops.get(d));
+        let hbm = hw.gpu.mem_bandwidth;
+        let g = section.gemm;
+        let a = section.attention;
+        let o = section.other;
         let mut model = CostModel {
             hardware: hw.name.clone(),
             h2d: [
@@ -105,16 +197,25 @@ impl CostModel {
                 link(l.d2h_latency_s, l.d2h_pageable),
             ],
             peer: link(hw.peer.latency_s, hw.peer.bandwidth),
-            gemm: peaks.map(|p| kernel(p, hw.efficiency.gemm)),
-            attention: peaks.map(|p| kernel(p, hw.efficiency.attention)),
+            gemm: peaks.map(|p| KernelCost {
+                overhead_s: g.floor_us * 1e-6 + g.latency_us * 1e-6,
+                secs_per_flop: 1.0 / (p * g.compute_efficiency),
+                secs_per_byte: 1.0 / (hbm * g.memory_efficiency),
+            }),
+            attention: peaks.map(|p| KernelCost {
+                overhead_s: a.floor_us * 1e-6,
+                secs_per_flop: 1.0 / (p * a.prefill_efficiency),
+                secs_per_byte: 1.0 / (hbm * a.decode_efficiency),
+            }),
             elementwise: KernelCost {
-                overhead_s: hw.gpu.kernel_overhead_s,
+                overhead_s: o.floor_us * 1e-6,
                 secs_per_flop: 0.0,
-                secs_per_byte: mem,
+                secs_per_byte: 1.0 / (hbm * o.efficiency),
             },
             duplex: l.duplex,
             copy_curves: None,
-            gemm_table: None,
+            launch_s: section.launch_us * 1e-6,
+            kernels: KernelModel::new(section, peaks, hbm),
         };
         if let Some(cal) = &hw.calibration {
             let affine = |c: &crate::calibration::Curve| LinkCost {
@@ -124,22 +225,7 @@ impl CostModel {
             let cp = &cal.copy;
             model.h2d = [affine(&cp.h2d_pinned), affine(&cp.h2d_pageable)];
             model.d2h = [affine(&cp.d2h_pinned), affine(&cp.d2h_pageable)];
-            let fitted = |f: &KernelFit| KernelCost {
-                overhead_s: f.overhead_us * 1e-6,
-                secs_per_flop: if f.tflops > 0.0 {
-                    1.0 / (f.tflops * 1e12)
-                } else {
-                    0.0
-                },
-                secs_per_byte: 1.0 / (f.gbps * 1e9),
-            };
-            model.attention = [fitted(&cal.attention); DType::COUNT];
-            model.elementwise = fitted(&cal.elementwise);
             model.copy_curves = Some(Box::new(cal.copy.clone()));
-            let base = model.clone();
-            model.gemm_table = Some(GemmTable::new(&cal.gemm, |m, n, k, d| {
-                base.gemm_roofline(m, n, k, 1, d)
-            }));
         }
         model
     }
@@ -147,6 +233,11 @@ impl CostModel {
     /// Name of the hardware profile this model was built from.
     pub fn hardware(&self) -> &str {
         &self.hardware
+    }
+
+    /// The kernel model by shape (device times, before the launch interval).
+    pub fn kernels(&self) -> &KernelModel {
+        &self.kernels
     }
 
     /// Whether H2D and D2H copies may overlap.
@@ -171,7 +262,8 @@ impl CostModel {
         self.peer
     }
 
-    /// GEMM roofline terms.
+    /// GEMM roofline terms: the affine view planners' linear programs use (device floor,
+    /// compute and memory rates of the fitted model, without wave quantisation).
     pub fn gemm_cost(&self, dtype: DType) -> KernelCost {
         self.gemm[dtype.index()]
     }
@@ -181,42 +273,37 @@ impl CostModel {
         self.attention[dtype.index()]
     }
 
-    /// Memory-bound kernel terms.
+    /// Terms of memory-bound kernels of kind `other` (copies inside the GPU).
     pub fn elementwise_cost(&self) -> KernelCost {
         self.elementwise
     }
 
-    /// The uncalibrated roofline time of `batch` GEMMs `[m,k] x [k,n]`.
+    /// A kernel of `device_s` seconds on the GPU occupies its stream at least the launch
+    /// interval.
     #[inline]
-    fn gemm_roofline(&self, m: u32, n: u32, k: u32, batch: u32, dtype: DType) -> f64 {
+    fn kernel(&self, device_s: f64) -> f64 {
+        device_s.max(self.launch_s)
+    }
+
+    /// GEMM time / its affine view ([`CostModel::gemm_cost`]) at this shape: how far tiles,
+    /// waves and measured tables move the shape from the straight roofline.
+    #[inline]
+    pub fn gemm_ratio(&self, m: u32, n: u32, k: u32, dtype: DType) -> f64 {
         let op = OpKind::Gemm {
             m,
             n,
             k,
-            batch,
+            batch: 1,
             dtype,
         };
-        self.gemm_cost(dtype).time(op.flops(), op.mem_bytes())
-    }
-
-    /// Measured / roofline time of a GEMM shape (1 when uncalibrated or the dtype was not
-    /// measured).
-    #[inline]
-    pub fn gemm_ratio(&self, m: u32, n: u32, k: u32, dtype: DType) -> f64 {
-        self.gemm_table
-            .as_ref()
-            .and_then(|t| t.ratio(m, n, k, dtype))
-            .unwrap_or(1.0)
+        let affine = self.gemm_cost(dtype).time(op.flops(), op.mem_bytes());
+        self.gemm(m, n, k, 1, dtype) / affine
     }
 
     /// Seconds for `batch` GEMMs `[m,k] x [k,n]`.
     #[inline]
     pub fn gemm(&self, m: u32, n: u32, k: u32, batch: u32, dtype: DType) -> f64 {
-        let t = self.gemm_roofline(m, n, k, batch, dtype);
-        match &self.gemm_table {
-            None => t,
-            Some(_) => t * self.gemm_ratio(m, n, k, dtype),
-        }
+        self.kernel(self.kernels.gemm_device(m, n, k, batch, dtype))
     }
 
     /// Seconds for one attention kernel (see [`OpKind::Attention`]).
@@ -243,13 +330,31 @@ impl CostModel {
             causal,
             dtype,
         };
-        self.attention_cost(dtype).time(op.flops(), op.mem_bytes())
+        self.kernel(
+            self.kernels
+                .attention_device(op.flops(), op.mem_bytes(), dtype),
+        )
     }
 
-    /// Seconds for a memory-bound kernel touching `bytes`.
+    /// Seconds for a memory-bound kernel of `kind` touching `bytes`.
+    #[inline]
+    pub fn elementwise_kind(&self, kind: ElemKind, bytes: u64) -> f64 {
+        self.kernel(self.kernels.mem_device(kind, bytes, None))
+    }
+
+    /// Seconds for a memory-bound kernel (kind `other`) touching `bytes`.
     #[inline]
     pub fn elementwise(&self, bytes: u64) -> f64 {
-        self.elementwise.time(0.0, bytes as f64)
+        self.elementwise_kind(ElemKind::Other, bytes)
+    }
+
+    /// Seconds of an all-reduce of `bytes` per rank over `ranks` GPUs.
+    #[inline]
+    pub fn allreduce(&self, bytes: u64, ranks: u16) -> f64 {
+        if ranks <= 1 || bytes == 0 {
+            return 0.0;
+        }
+        self.kernel(self.kernels.allreduce(bytes, ranks))
     }
 
     /// Duration of any op.
@@ -290,7 +395,8 @@ impl CostModel {
             } => self.attention(
                 batch, q_heads, kv_heads, q_len, kv_len, head_dim, causal, dtype,
             ),
-            OpKind::Elementwise { bytes } => self.elementwise(bytes),
+            OpKind::Elementwise { kind, bytes } => self.elementwise_kind(kind, bytes),
+            OpKind::AllReduce { bytes, ranks } => self.allreduce(bytes, ranks),
         }
     }
 }

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::calibration::Calibration;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::kernel_model::KernelsSection;
 use limits::Range;
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
@@ -162,6 +163,9 @@ pub struct HardwareProfile {
     pub host: Host,
     /// Device-to-device link.
     pub peer: PeerLink,
+    /// The kernel model by shape (`[kernels]`); `None`: derived from `gpu` and `efficiency`
+    /// (see [`crate::cost::derived_kernels`]).
+    pub kernels: Option<KernelsSection>,
     /// Measured tables (calibrated profiles only).
     pub calibration: Option<Calibration>,
 }
@@ -188,6 +192,9 @@ pub struct ProfileFile {
     pub host: HostSection,
     /// `[peer]`.
     pub peer: PeerSection,
+    /// `[kernels]`: the kernel model by shape, when fitted or calibrated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernels: Option<KernelsSection>,
     /// `[calibration]`: measured tables, when the profile was calibrated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calibration: Option<Calibration>,
@@ -328,6 +335,9 @@ fn validate(file: ProfileFile, origin: &str) -> Result<HardwareProfile> {
     if let Some(cal) = &s.calibration {
         cal.check(origin)?;
     }
+    if let Some(k) = &s.kernels {
+        k.check(origin)?;
+    }
     let memory = c.range("gpu.memory_gib", s.gpu.memory_gib, GIB, "GiB", MEMORY)?;
     let reserved = c.non_negative("gpu.reserved_gib", s.gpu.reserved_gib)? * GIB;
     if reserved >= memory {
@@ -379,6 +389,7 @@ fn validate(file: ProfileFile, origin: &str) -> Result<HardwareProfile> {
             bandwidth: gbps("peer.gbps", s.peer.gbps)?,
             latency_s: micros("peer.latency_us", s.peer.latency_us)?,
         },
+        kernels: s.kernels,
         calibration: s.calibration,
     })
 }

@@ -23,6 +23,7 @@ pub mod engine;
 pub mod error;
 pub mod hardware;
 pub mod headinfer;
+pub mod kernel_model;
 pub mod kvpr;
 pub mod limits;
 pub mod memory;

@@ -56,6 +56,10 @@ impl Family {
     }
 }
 
+fn is_one(v: &u32) -> bool {
+    *v == 1
+}
+
 /// The architecture numbers of a decoder-only transformer, as the planner uses them.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ModelSpec {
@@ -97,6 +101,10 @@ pub struct ModelSpec {
     pub learned_positions: u32,
     /// Projection between a narrower embedding and the hidden size (OPT-350m style), else 0.
     pub embed_proj_dim: u32,
+    /// Tensor-parallel ranks this spec's per-rank shapes are for (1: the whole model on one
+    /// GPU). Set by [`ModelSpec::sharded`].
+    #[serde(skip_serializing_if = "is_one")]
+    pub tensor_parallel: u32,
 }
 
 /// Published parameter counts used to check the shape arithmetic.
@@ -323,6 +331,72 @@ impl ModelSpec {
             ));
         }
         Ok(())
+    }
+
+    /// The per-rank shapes of Megatron-style tensor parallelism over `tp` GPUs, as vLLM shards
+    /// a model: query heads, the FFN width and the vocabulary are split `tp` ways; KV heads are
+    /// split when `tp` divides them and replicated (one per rank) when they divide `tp`. The
+    /// hidden size (the residual stream every rank keeps whole) does not change; each layer then
+    /// all-reduces its attention and FFN outputs ([`crate::plan::forward_ops`]).
+    pub fn sharded(&self, tp: u32) -> Result<Self> {
+        if tp == 0 || tp > 1024 {
+            return Err(Error::invalid(
+                "tensor_parallel",
+                tp,
+                "must be from 1 to 1024 GPUs",
+            ));
+        }
+        if self.tensor_parallel != 1 {
+            return Err(Error::invalid(
+                "tensor_parallel",
+                tp,
+                format!(
+                    "{} is already sharded {} ways",
+                    self.name, self.tensor_parallel
+                ),
+            ));
+        }
+        if tp == 1 {
+            return Ok(self.clone());
+        }
+        let divides = |what: &str, n: u32| {
+            if n % tp == 0 {
+                Ok(n / tp)
+            } else {
+                Err(Error::invalid(
+                    "tensor_parallel",
+                    tp,
+                    format!(
+                        "{} has {n} {what}, which {tp} GPUs cannot share evenly; use a divisor of {n}",
+                        self.name
+                    ),
+                ))
+            }
+        };
+        let heads = divides("query heads", self.num_heads)?;
+        let ffn = divides("FFN columns", self.ffn_dim)?;
+        let kv_heads = if self.num_kv_heads % tp == 0 {
+            self.num_kv_heads / tp
+        } else if tp % self.num_kv_heads == 0 {
+            1
+        } else {
+            return Err(Error::invalid(
+                "tensor_parallel",
+                tp,
+                format!(
+                    "{} has {} KV heads: {tp} GPUs must divide them or be a multiple of them",
+                    self.name, self.num_kv_heads
+                ),
+            ));
+        };
+        Ok(ModelSpec {
+            num_heads: heads,
+            num_kv_heads: kv_heads,
+            ffn_dim: ffn,
+            vocab: self.vocab.div_ceil(tp),
+            tensor_parallel: tp,
+            ..self.clone()
+        })
     }
 
     /// Returns a copy served in another dtype.
@@ -583,6 +657,7 @@ fn opt(c: &Cfg, name: &str) -> Result<ModelSpec> {
         // OPT's learned position table has two extra rows (its padding offset).
         learned_positions: max_pos + 2,
         embed_proj_dim: if embed_proj == hidden { 0 } else { embed_proj },
+        tensor_parallel: 1,
     })
 }
 
@@ -625,6 +700,7 @@ fn llama_like(c: &Cfg, name: &str, family: Family) -> Result<ModelSpec> {
         norms_per_layer: if family == Family::Gemma2 { 4 } else { 2 },
         learned_positions: 0,
         embed_proj_dim: 0,
+        tensor_parallel: 1,
     })
 }
 
@@ -670,6 +746,7 @@ fn falcon(c: &Cfg, name: &str) -> Result<ModelSpec> {
         norms_per_layer: norms,
         learned_positions: 0,
         embed_proj_dim: 0,
+        tensor_parallel: 1,
     })
 }
 

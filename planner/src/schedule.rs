@@ -96,6 +96,59 @@ pub enum Payload {
     RecomputeActivation,
 }
 
+/// The kind of a memory-bound kernel: each has its own bytes-per-token shape, efficiency and
+/// device floor in the cost model (`[kernels]` of a profile).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ElemKind {
+    /// RMSNorm / LayerNorm: read and write the hidden state.
+    Norm,
+    /// The FFN activation (SiLU-and-multiply for gated MLPs).
+    Activation,
+    /// Rotary position embedding of queries and keys.
+    Rope,
+    /// The residual add.
+    Add,
+    /// The token-embedding gather.
+    Embedding,
+    /// Anything else: copies inside the GPU (KVPR's concat), sampling.
+    #[default]
+    Other,
+}
+
+impl ElemKind {
+    /// Every kind, in table order.
+    pub const ALL: [ElemKind; 6] = [
+        ElemKind::Norm,
+        ElemKind::Activation,
+        ElemKind::Rope,
+        ElemKind::Add,
+        ElemKind::Embedding,
+        ElemKind::Other,
+    ];
+
+    /// Snake-case name, as in profiles and timelines.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ElemKind::Norm => "norm",
+            ElemKind::Activation => "activation",
+            ElemKind::Rope => "rope",
+            ElemKind::Add => "add",
+            ElemKind::Embedding => "embedding",
+            ElemKind::Other => "other",
+        }
+    }
+
+    /// Position in [`ElemKind::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    fn is_other(&self) -> bool {
+        *self == ElemKind::Other
+    }
+}
+
 /// An op and its sizes. Durations come from a cost model (simulator) or a clock (executor).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "op")]
@@ -152,11 +205,22 @@ pub enum OpKind {
         /// Element type.
         dtype: DType,
     },
-    /// A memory-bound kernel touching `bytes` of device memory (norms, activations, copies
-    /// inside the GPU, sampling).
+    /// A memory-bound kernel touching `bytes` of device memory (norms, activations, rotary
+    /// embedding, residual adds, the embedding gather, copies inside the GPU, sampling).
     Elementwise {
+        /// Which kernel: each kind has its own fitted efficiency and device floor.
+        #[serde(default, skip_serializing_if = "ElemKind::is_other")]
+        kind: ElemKind,
         /// Bytes read plus written.
         bytes: u64,
+    },
+    /// A tensor-parallel all-reduce of `bytes` (per rank) across `ranks` GPUs, run by the
+    /// collective library on the compute stream.
+    AllReduce {
+        /// Bytes of the reduced tensor on each rank.
+        bytes: u64,
+        /// GPUs taking part.
+        ranks: u16,
     },
     /// Device→device copy on a peer stream.
     PeerSend {
@@ -231,7 +295,7 @@ impl OpKind {
                         + 2.0 * f64::from(kv_heads) * f64::from(kv_len))
                     * dtype.bytes() as f64
             }
-            OpKind::Elementwise { bytes } => bytes as f64,
+            OpKind::Elementwise { bytes, .. } => bytes as f64,
             _ => 0.0,
         }
     }
@@ -251,9 +315,10 @@ impl OpKind {
                 }
             },
             OpKind::PeerSend { .. } => Category::PeerTransfer,
-            OpKind::Gemm { .. } | OpKind::Attention { .. } | OpKind::Elementwise { .. } => {
-                Category::Compute
-            }
+            OpKind::Gemm { .. }
+            | OpKind::Attention { .. }
+            | OpKind::Elementwise { .. }
+            | OpKind::AllReduce { .. } => Category::Compute,
         }
     }
 
@@ -265,7 +330,10 @@ impl OpKind {
                 | (OpKind::D2H { .. }, StreamKind::D2H)
                 | (OpKind::PeerSend { .. }, StreamKind::Peer { .. })
                 | (
-                    OpKind::Gemm { .. } | OpKind::Attention { .. } | OpKind::Elementwise { .. },
+                    OpKind::Gemm { .. }
+                        | OpKind::Attention { .. }
+                        | OpKind::Elementwise { .. }
+                        | OpKind::AllReduce { .. },
                     StreamKind::Compute
                 )
         )
@@ -709,7 +777,16 @@ mod tests {
             batch: 0,
             group: Tag::NONE,
         };
-        b.push(OpKind::Elementwise { bytes: 1 }, c, l, tag, &[]);
+        b.push(
+            OpKind::Elementwise {
+                kind: ElemKind::Other,
+                bytes: 1,
+            },
+            c,
+            l,
+            tag,
+            &[],
+        );
         serde_json::to_value(b.build()).unwrap()
     }
 

@@ -9,7 +9,8 @@
 use kvplan_planner::hardware::Duplex;
 use kvplan_planner::plan::{Options, Shape, Strategy as PlanStrategy, WeightsPlacement, plan};
 use kvplan_planner::schedule::{
-    HostMemory, OpId, OpKind, Payload, Phase, Schedule, ScheduleBuilder, StreamId, StreamKind, Tag,
+    ElemKind, HostMemory, OpId, OpKind, Payload, Phase, Schedule, ScheduleBuilder, StreamId,
+    StreamKind, Tag,
 };
 use kvplan_planner::timeline::{Run, Span, Timeline, write_chrome_trace, write_csv};
 use kvplan_planner::{CostModel, HardwareProfile, ModelSpec};
@@ -78,7 +79,10 @@ fn tag(step: u32) -> Tag {
 
 fn op_for(kind: StreamKind) -> OpKind {
     match kind {
-        StreamKind::Compute => OpKind::Elementwise { bytes: 1 },
+        StreamKind::Compute => OpKind::Elementwise {
+            kind: ElemKind::Other,
+            bytes: 1,
+        },
         StreamKind::H2D => OpKind::H2D {
             bytes: 1,
             payload: Payload::Cache,

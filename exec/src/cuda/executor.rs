@@ -793,7 +793,7 @@ impl CudaWorker<'_> {
                     p.ws_elems[dt],
                 )
             }
-            OpKind::Elementwise { bytes } => {
+            OpKind::Elementwise { bytes, .. } => {
                 let n = (bytes / 4) as usize;
                 launch_axpb(
                     self.k,
@@ -806,6 +806,8 @@ impl CudaWorker<'_> {
                     0.5,
                 )
             }
+            // `sched::needs` rejects all-reduces before a run starts.
+            OpKind::AllReduce { .. } => Ok(()),
         }
     }
 }

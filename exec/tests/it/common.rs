@@ -3,7 +3,7 @@
 use kvplan_exec::{BackendKind, ExecOptions, Executor};
 use kvplan_planner::plan::{Options, Shape, SplitPolicy, Strategy, plan};
 use kvplan_planner::schedule::{
-    HostMemory, OpId, OpKind, Payload, Phase, Schedule, ScheduleBuilder, StreamKind, Tag,
+    ElemKind, HostMemory, OpId, OpKind, Payload, Phase, Schedule, ScheduleBuilder, StreamKind, Tag,
 };
 use kvplan_planner::timeline::{Source, Timeline};
 use kvplan_planner::{CostModel, DType, HardwareProfile, ModelSpec};
@@ -186,7 +186,16 @@ pub fn every_kind() -> Schedule {
             ));
         }
     }
-    let e = b.push(OpKind::Elementwise { bytes: 100_000 }, c, l, TAG, &[last]);
+    let e = b.push(
+        OpKind::Elementwise {
+            kind: ElemKind::Other,
+            bytes: 100_000,
+        },
+        c,
+        l,
+        TAG,
+        &[last],
+    );
     b.push(d2h(1 << 20, HostMemory::Pinned), d, l, TAG, &[Some(e)]);
     b.push(d2h(1 << 18, HostMemory::Pageable), d, l, TAG, &[Some(e)]);
     b.build()

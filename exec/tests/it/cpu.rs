@@ -3,7 +3,9 @@
 use kvplan_exec::{BackendKind, Error, ExecOptions};
 use kvplan_planner::DType;
 use kvplan_planner::plan::Strategy;
-use kvplan_planner::schedule::{HostMemory, OpKind, Payload, ScheduleBuilder, StreamKind};
+use kvplan_planner::schedule::{
+    ElemKind, HostMemory, OpKind, Payload, ScheduleBuilder, StreamKind,
+};
 use kvplan_planner::timeline::Span;
 
 use super::common::{
@@ -51,9 +53,27 @@ fn peer_sends_run_on_a_two_device_schedule() {
     let p = b.stream(0, StreamKind::Peer { to: 1 }, "gpu0->gpu1");
     let c1 = b.stream(1, StreamKind::Compute, "gpu1.compute");
     let l = b.label("op");
-    let a = b.push(OpKind::Elementwise { bytes: 4096 }, c0, l, TAG, &[]);
+    let a = b.push(
+        OpKind::Elementwise {
+            kind: ElemKind::Other,
+            bytes: 4096,
+        },
+        c0,
+        l,
+        TAG,
+        &[],
+    );
     let s = b.push(OpKind::PeerSend { bytes: 1 << 20 }, p, l, TAG, &[Some(a)]);
-    b.push(OpKind::Elementwise { bytes: 4096 }, c1, l, TAG, &[Some(s)]);
+    b.push(
+        OpKind::Elementwise {
+            kind: ElemKind::Other,
+            bytes: 4096,
+        },
+        c1,
+        l,
+        TAG,
+        &[Some(s)],
+    );
     let s = b.build();
     let t = open(BackendKind::Cpu, 1).run(&s).unwrap();
     assert_valid(&s, &t, "cpu", 0.0);
@@ -167,7 +187,13 @@ fn absurd_sizes_are_an_error_not_a_panic() {
     let huge_gemm = gemm(u32::MAX, u32::MAX, u32::MAX, DType::Fp32);
     for (op, kind) in [
         (huge_copy, StreamKind::H2D),
-        (OpKind::Elementwise { bytes: u64::MAX }, StreamKind::Compute),
+        (
+            OpKind::Elementwise {
+                kind: ElemKind::Other,
+                bytes: u64::MAX,
+            },
+            StreamKind::Compute,
+        ),
         (huge_gemm, StreamKind::Compute),
     ] {
         let s = schedule(&[kind], &[(op, 0)]);

@@ -8,10 +8,11 @@ use crate::cost::CostModel;
 use crate::error::{Error, Result};
 use crate::hardware::Duplex;
 use crate::model::ModelSpec;
+use crate::plan::kernels::{attention_index, elem_bytes_per_token, embed_op};
 use crate::plan::{Shape, layer_kernels};
 use crate::schedule::{
-    HostMemory, LabelId, OpId, OpKind, Payload, Phase, Ring, Schedule, ScheduleBuilder, StreamKind,
-    Tag,
+    ElemKind, HostMemory, LabelId, OpId, OpKind, Payload, Phase, Ring, Schedule, ScheduleBuilder,
+    StreamKind, Tag,
 };
 
 /// Most ops a HeadInfer schedule may have (about 2.5 GiB of schedule and timeline).
@@ -61,7 +62,7 @@ impl Layout {
 
 struct Labels {
     embed: LabelId,
-    kernels: [LabelId; 8],
+    kernels: Vec<LabelId>,
     prefetch: LabelId,
     append: LabelId,
     store: LabelId,
@@ -88,7 +89,9 @@ struct Pass {
     step: u32,
     embed: OpKind,
     /// `ln1` .. `ffn_down` over all heads (index 2, the attention, only without offload).
-    kernels: [(&'static str, OpKind); 8],
+    kernels: Vec<(&'static str, OpKind)>,
+    /// Index of the attention op in `kernels`.
+    attention_at: usize,
     /// Per head group: the prefetch of the group's `start` earlier tokens (none for the first
     /// chunk), the append of the new K,V, the attention, the write-back of the new K,V.
     prefetch: Option<OpKind>,
@@ -123,22 +126,22 @@ impl Pass {
         let p = model.dtype_bytes();
         let b = shape.batch;
         let bu = u64::from(b);
-        let h = u64::from(model.hidden);
         // K and V of one token of one group.
         let group_tok = 2 * u64::from(g) * u64::from(model.head_dim) * p;
+        let kernels = layer_kernels(model, b, n, start + n);
         Pass {
             phase,
             step,
-            embed: OpKind::Elementwise {
-                bytes: 2 * bu * u64::from(n) * h * p,
-            },
-            kernels: layer_kernels(model, b, n, start + n),
+            embed: embed_op(model, b, n),
+            attention_at: attention_index(&kernels),
+            kernels,
             prefetch: (start > 0).then_some(OpKind::H2D {
                 bytes: bu * u64::from(start) * group_tok,
                 payload: Payload::Cache,
                 host,
             }),
             append: OpKind::Elementwise {
+                kind: ElemKind::Other,
                 bytes: 2 * bu * u64::from(n) * group_tok,
             },
             attention: OpKind::Attention {
@@ -157,7 +160,8 @@ impl Pass {
                 host,
             },
             final_norm: OpKind::Elementwise {
-                bytes: 2 * bu * h * p,
+                kind: ElemKind::Norm,
+                bytes: bu * elem_bytes_per_token(model, ElemKind::Norm),
             },
             // Only the last position's logits (prefill) or the new token's (decode).
             head: (phase == Phase::Decode || start + n == shape.prompt).then_some((
@@ -169,6 +173,7 @@ impl Pass {
                     dtype: model.dtype,
                 },
                 OpKind::Elementwise {
+                    kind: ElemKind::Other,
                     bytes: bu * u64::from(model.vocab) * 4,
                 },
             )),
@@ -216,10 +221,13 @@ pub fn build_schedule(
             sb.stream(0, StreamKind::D2H, "gpu0.d2h"),
         )
     });
-    let names = layer_kernels(model, 1, 1, 1).map(|(n, _)| n);
+    let names: Vec<&str> = layer_kernels(model, 1, 1, 1)
+        .iter()
+        .map(|(n, _)| *n)
+        .collect();
     let lb = Labels {
         embed: sb.label("embed"),
-        kernels: names.map(|n| sb.label(n)),
+        kernels: names.iter().map(|n| sb.label(n)).collect(),
         prefetch: sb.label("prefetch_kv"),
         append: sb.label("kv_append"),
         store: sb.label("store_kv"),
@@ -247,11 +255,15 @@ pub fn build_schedule(
         sb.push(pass.embed, c, lb.embed, tag(Tag::NONE, Tag::NONE), &[]);
         for j in 0..layers {
             let t = tag(j as u16, Tag::NONE);
-            sb.push(pass.kernels[0].1, c, lb.kernels[0], t, &[]);
-            let qkv = sb.push(pass.kernels[1].1, c, lb.kernels[1], t, &[]);
+            let a = pass.attention_at;
+            // The new K,V are ready after the projection and rotary embedding.
+            let mut new_kv = None;
+            for (k, &label) in pass.kernels[..a].iter().zip(&lb.kernels) {
+                new_kv = Some(sb.push(k.1, c, label, t, &[]));
+            }
             match links {
                 None => {
-                    sb.push(pass.kernels[2].1, c, lb.kernels[2], t, &[]);
+                    sb.push(pass.kernels[a].1, c, lb.kernels[a], t, &[]);
                 }
                 Some((h2d, d2h)) => {
                     for i in 0..groups {
@@ -267,14 +279,13 @@ pub fn build_schedule(
                             )
                         });
                         sb.push(pass.append, c, lb.append, gt, &[]);
-                        let attn = sb.push(pass.attention, c, lb.kernels[2], gt, &[load]);
+                        let attn = sb.push(pass.attention, c, lb.kernels[a], gt, &[load]);
                         ring.push(attn);
-                        last_store[unit] =
-                            Some(sb.push(pass.store, d2h, lb.store, gt, &[Some(qkv)]));
+                        last_store[unit] = Some(sb.push(pass.store, d2h, lb.store, gt, &[new_kv]));
                     }
                 }
             }
-            for (k, label) in pass.kernels.iter().zip(lb.kernels).skip(3) {
+            for (k, &label) in pass.kernels.iter().zip(&lb.kernels).skip(a + 1) {
                 sb.push(k.1, c, label, t, &[]);
             }
         }
@@ -331,9 +342,9 @@ pub fn busy_seconds(
     let mut busy = Busy::default();
     for at in passes(shape, layout.chunk_tokens) {
         let pass = Pass::new(model, shape, g, host, at);
-        // Without offload one attention over all heads (kernel 2); with offload one per group.
+        // Without offload one attention over all heads; with offload one per group.
         let mut layer: f64 = (pass.kernels.iter().enumerate())
-            .filter(|&(i, _)| groups == 0.0 || i != 2)
+            .filter(|&(i, _)| groups == 0.0 || i != pass.attention_at)
             .map(|(_, k)| d(&k.1))
             .sum();
         if groups > 0.0 {

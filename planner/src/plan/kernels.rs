@@ -3,27 +3,38 @@
 
 use crate::cost::CostModel;
 use crate::model::ModelSpec;
-use crate::schedule::OpKind;
+use crate::schedule::{ElemKind, OpKind};
 
 /// The kernels of one decoder layer for `batch` sequences of `q_len` new tokens each,
-/// attending over `kv_len` keys: [`forward_ops`] of a uniform batch, as a fixed array.
+/// attending over `kv_len` keys: [`forward_ops`] of a uniform batch.
 pub fn layer_kernels(
     m: &ModelSpec,
     batch: u32,
     q_len: u32,
     kv_len: u32,
-) -> [(&'static str, OpKind); 8] {
-    let ops = forward_ops(m, &[(q_len, kv_len)], batch);
-    let attention = ops[2].1;
-    let [ln1, qkv, _, out, ln2, up, act, down] = dense_kernels(m, u64::from(batch * q_len));
-    [ln1, qkv, ("attention", attention), out, ln2, up, act, down]
+) -> Vec<(&'static str, OpKind)> {
+    forward_ops(m, &[(q_len, kv_len)], batch)
+}
+
+/// Position of the (first) attention op in a layer's kernels: the token-wise kernels before it
+/// (`ln1`, `qkv_proj`, `rope`) and after it (`out_proj` .. the second residual add).
+pub fn attention_index(ops: &[(&'static str, OpKind)]) -> usize {
+    ops.iter()
+        .position(|(_, k)| matches!(k, OpKind::Attention { .. }))
+        .expect("a layer has an attention op")
 }
 
 /// The kernels of one decoder layer for a ragged (mixed) batch: `copies` sequences of each
 /// `(q_len, kv_len)` in `seqs` (prefill chunks and decode steps together, as continuous batching
-/// runs them). The token-wise kernels (norms, projections, FFN) run once over all rows; attention
-/// runs once per distinct `(q_len, kv_len)` (a varlen kernel's work is the sum of these), in the
-/// order the shapes first appear. A uniform batch gives exactly [`layer_kernels`]' ops.
+/// runs them). The token-wise kernels (norms, projections, rotary embedding, FFN, residual adds,
+/// tensor-parallel all-reduces) run once over all rows; attention runs once per distinct
+/// `(q_len, kv_len)` (a varlen kernel's work is the sum of these), in the order the shapes first
+/// appear. A uniform batch gives exactly [`layer_kernels`]' ops.
+///
+/// The layer, as vLLM runs a Llama-style block on one tensor-parallel rank ([`ModelSpec`]'s
+/// per-rank shapes, see [`ModelSpec::sharded`]): `ln1`, `qkv_proj`, `rope` (rotary models
+/// only), attention, `out_proj`, `allreduce_attn` (tensor parallel only), `residual_attn`,
+/// `ln2`, `ffn_up`, `ffn_act`, `ffn_down`, `allreduce_ffn`, `residual_ffn`.
 pub fn forward_ops(m: &ModelSpec, seqs: &[(u32, u32)], copies: u32) -> Vec<(&'static str, OpKind)> {
     let mut groups: Vec<((u32, u32), u32)> = Vec::new();
     for &shape in seqs {
@@ -36,12 +47,29 @@ pub fn forward_ops(m: &ModelSpec, seqs: &[(u32, u32)], copies: u32) -> Vec<(&'st
         .iter()
         .map(|&((q, _), n)| u64::from(q) * u64::from(n))
         .sum();
-    let [ln1, qkv, _, out, ln2, up, act, down] = dense_kernels(m, rows);
-    let mut ops = vec![ln1, qkv];
+    let d = DenseKernels::new(m, rows);
+    let mut ops = Vec::with_capacity(12 + groups.len());
+    ops.push(("ln1", d.norm));
+    ops.push(("qkv_proj", d.qkv));
+    if let Some(rope) = d.rope {
+        ops.push(("rope", rope));
+    }
     for ((q_len, kv_len), batch) in groups {
         ops.push(("attention", attention_op(m, batch, q_len, kv_len)));
     }
-    ops.extend([out, ln2, up, act, down]);
+    ops.push(("out_proj", d.out));
+    if let Some(ar) = d.allreduce {
+        ops.push(("allreduce_attn", ar));
+    }
+    ops.push(("residual_attn", d.add));
+    ops.push(("ln2", d.norm));
+    ops.push(("ffn_up", d.up));
+    ops.push(("ffn_act", d.act));
+    ops.push(("ffn_down", d.down));
+    if let Some(ar) = d.allreduce {
+        ops.push(("allreduce_ffn", ar));
+    }
+    ops.push(("residual_ffn", d.add));
     ops
 }
 
@@ -59,50 +87,68 @@ pub fn attention_op(m: &ModelSpec, batch: u32, q_len: u32, kv_len: u32) -> OpKin
     }
 }
 
-/// The token-wise kernels of a layer over `rows` tokens, in layer order, with a placeholder
-/// (an empty elementwise op) where attention goes.
-fn dense_kernels(m: &ModelSpec, rows: u64) -> [(&'static str, OpKind); 8] {
+/// Bytes per token each memory-bound kind of a layer reads plus writes (per tensor-parallel
+/// rank): the norm reads and writes the hidden state; the residual add reads two and writes one;
+/// rotary embedding reads and writes the queries and keys; the activation reads the up
+/// projection's output and writes the FFN width; the embedding gather reads and writes one row.
+pub fn elem_bytes_per_token(m: &ModelSpec, kind: ElemKind) -> u64 {
     let p = m.dtype_bytes();
-    let r = rows;
-    let rows = u32::try_from(rows).unwrap_or(u32::MAX);
-    let h = m.hidden;
-    let q = m.q_dim() as u32;
-    let kv = m.kv_dim() as u32;
-    let ffn_up = m.ffn_up_width() as u32;
-    let dt = m.dtype;
-    let gemm = |m_: u32, n: u32, k: u32| OpKind::Gemm {
-        m: m_,
-        n,
-        k,
-        batch: 1,
-        dtype: dt,
-    };
-    [
-        // Residual add + norm: read residual and branch, write normed input.
-        (
-            "ln1",
-            OpKind::Elementwise {
-                bytes: 3 * r * u64::from(h) * p,
-            },
-        ),
-        ("qkv_proj", gemm(rows, q + 2 * kv, h)),
-        ("attention", OpKind::Elementwise { bytes: 0 }),
-        ("out_proj", gemm(rows, h, q)),
-        (
-            "ln2",
-            OpKind::Elementwise {
-                bytes: 3 * r * u64::from(h) * p,
-            },
-        ),
-        ("ffn_up", gemm(rows, ffn_up, h)),
-        (
-            "ffn_act",
-            OpKind::Elementwise {
-                bytes: r * (u64::from(ffn_up) + u64::from(m.ffn_dim)) * p,
-            },
-        ),
-        ("ffn_down", gemm(rows, h, m.ffn_dim)),
-    ]
+    let h = u64::from(m.hidden);
+    match kind {
+        ElemKind::Norm | ElemKind::Embedding => 2 * h * p,
+        ElemKind::Add => 3 * h * p,
+        ElemKind::Rope => 2 * (m.q_dim() + m.kv_dim()) * p,
+        ElemKind::Activation => (m.ffn_up_width() + u64::from(m.ffn_dim)) * p,
+        ElemKind::Other => 0,
+    }
+}
+
+/// The token-wise kernels of a layer over `rows` tokens.
+struct DenseKernels {
+    norm: OpKind,
+    qkv: OpKind,
+    rope: Option<OpKind>,
+    out: OpKind,
+    add: OpKind,
+    up: OpKind,
+    act: OpKind,
+    down: OpKind,
+    allreduce: Option<OpKind>,
+}
+
+impl DenseKernels {
+    fn new(m: &ModelSpec, rows: u64) -> Self {
+        let elem = |kind| OpKind::Elementwise {
+            kind,
+            bytes: rows * elem_bytes_per_token(m, kind),
+        };
+        let r32 = u32::try_from(rows).unwrap_or(u32::MAX);
+        let h = m.hidden;
+        let q = m.q_dim() as u32;
+        let kv = m.kv_dim() as u32;
+        let dt = m.dtype;
+        let gemm = |n: u32, k: u32| OpKind::Gemm {
+            m: r32,
+            n,
+            k,
+            batch: 1,
+            dtype: dt,
+        };
+        DenseKernels {
+            norm: elem(ElemKind::Norm),
+            qkv: gemm(q + 2 * kv, h),
+            rope: (m.learned_positions == 0).then(|| elem(ElemKind::Rope)),
+            out: gemm(h, q),
+            add: elem(ElemKind::Add),
+            up: gemm(m.ffn_up_width() as u32, h),
+            act: elem(ElemKind::Activation),
+            down: gemm(h, m.ffn_dim),
+            allreduce: (m.tensor_parallel > 1).then(|| OpKind::AllReduce {
+                bytes: rows * u64::from(h) * m.dtype_bytes(),
+                ranks: m.tensor_parallel as u16,
+            }),
+        }
+    }
 }
 
 /// Seconds of a layer's kernels (excluding KVPR recomputation) on `cost`.
@@ -113,7 +159,7 @@ pub fn layer_compute_s(
     q_len: u32,
     kv_len: u32,
 ) -> f64 {
-    layer_kernels(m, batch, q_len, kv_len)
+    forward_ops(m, &[(q_len, kv_len)], batch)
         .iter()
         .map(|(_, k)| cost.duration(k))
         .sum()
@@ -133,6 +179,7 @@ pub fn recompute_gemm(m: &ModelSpec, batch: u32, l: u32) -> OpKind {
 /// The kernel placing recomputed K,V of `l` tokens next to the transferred part.
 pub fn concat_kernel(m: &ModelSpec, batch: u32, l: u32) -> OpKind {
     OpKind::Elementwise {
+        kind: ElemKind::Other,
         bytes: 2 * u64::from(batch) * u64::from(l) * m.kv_bytes_per_token_layer(),
     }
 }
@@ -141,7 +188,8 @@ pub fn concat_kernel(m: &ModelSpec, batch: u32, l: u32) -> OpKind {
 /// rows).
 pub fn embed_op(m: &ModelSpec, batch: u32, len: u32) -> OpKind {
     OpKind::Elementwise {
-        bytes: 2 * u64::from(batch) * u64::from(len) * u64::from(m.hidden) * m.dtype_bytes(),
+        kind: ElemKind::Embedding,
+        bytes: u64::from(batch) * u64::from(len) * elem_bytes_per_token(m, ElemKind::Embedding),
     }
 }
 
@@ -152,7 +200,8 @@ pub fn head_ops(m: &ModelSpec, batch: u32) -> [(&'static str, OpKind); 3] {
         (
             "final_norm",
             OpKind::Elementwise {
-                bytes: 2 * b * u64::from(m.hidden) * m.dtype_bytes(),
+                kind: ElemKind::Norm,
+                bytes: b * elem_bytes_per_token(m, ElemKind::Norm),
             },
         ),
         (
@@ -168,6 +217,7 @@ pub fn head_ops(m: &ModelSpec, batch: u32) -> [(&'static str, OpKind); 3] {
         (
             "sample",
             OpKind::Elementwise {
+                kind: ElemKind::Other,
                 bytes: b * u64::from(m.vocab) * 4,
             },
         ),
@@ -189,21 +239,24 @@ mod tests {
             [
                 "ln1",
                 "qkv_proj",
+                "rope",
                 "attention",
                 "attention",
                 "attention",
                 "out_proj",
+                "residual_attn",
                 "ln2",
                 "ffn_up",
                 "ffn_act",
-                "ffn_down"
+                "ffn_down",
+                "residual_ffn"
             ]
         );
         // 515 rows through every projection.
         assert!(matches!(ops[1].1, OpKind::Gemm { m: 515, .. }));
         // The two decode steps at 100 keys share one attention op of batch 2.
         assert!(matches!(
-            ops[3].1,
+            ops[4].1,
             OpKind::Attention {
                 batch: 2,
                 q_len: 1,
@@ -213,7 +266,7 @@ mod tests {
             }
         ));
         assert!(matches!(
-            ops[2].1,
+            ops[3].1,
             OpKind::Attention {
                 batch: 1,
                 q_len: 512,
@@ -227,6 +280,6 @@ mod tests {
     fn uniform_batch_is_layer_kernels() {
         let m = ModelSpec::preset("opt-1.3b").unwrap();
         let ragged = forward_ops(&m, &[(16, 80)], 8);
-        assert_eq!(ragged, layer_kernels(&m, 8, 16, 80).to_vec());
+        assert_eq!(ragged, layer_kernels(&m, 8, 16, 80));
     }
 }

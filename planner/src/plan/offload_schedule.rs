@@ -13,16 +13,18 @@
 
 use crate::model::ModelSpec;
 use crate::schedule::{
-    HostMemory, LabelId, OpId, OpKind, Payload, Phase, Ring, Schedule, ScheduleBuilder, StreamId,
-    StreamKind, Tag,
+    ElemKind, HostMemory, LabelId, OpId, OpKind, Payload, Phase, Ring, Schedule, ScheduleBuilder,
+    StreamId, StreamKind, Tag,
 };
 
-use super::kernels::{concat_kernel, layer_kernels, recompute_gemm};
+use super::kernels::{
+    attention_index, concat_kernel, elem_bytes_per_token, embed_op, layer_kernels, recompute_gemm,
+};
 use super::types::{Shape, Strategy};
 
 struct Labels {
     embed: LabelId,
-    kernels: [LabelId; 8],
+    kernels: Vec<LabelId>,
     recompute: LabelId,
     concat: LabelId,
     final_norm: LabelId,
@@ -88,7 +90,7 @@ pub fn build_schedule(
     let kernels = layer_kernels(m, 1, 1, 1);
     let lb = Labels {
         embed: sb.label("embed"),
-        kernels: kernels.map(|(name, _)| sb.label(name)),
+        kernels: kernels.iter().map(|(name, _)| sb.label(name)).collect(),
         recompute: sb.label("recompute_kv"),
         concat: sb.label("kv_concat"),
         final_norm: sb.label("final_norm"),
@@ -136,6 +138,7 @@ pub fn build_schedule(
         let kv_len = cached + q_len;
         let l = if decode && kvpr { split_of(step) } else { 0 };
         let kernels = layer_kernels(m, b, q_len, kv_len);
+        let attention = attention_index(&kernels);
         let tag = |layer: u16, batch: u16| Tag {
             phase,
             step,
@@ -144,15 +147,7 @@ pub fn build_schedule(
             group: Tag::NONE,
         };
         for g in 0..k as u16 {
-            sb.push(
-                OpKind::Elementwise {
-                    bytes: 2 * bu * u64::from(q_len) * h * p,
-                },
-                c,
-                lb.embed,
-                tag(Tag::NONE, g),
-                &[],
-            );
+            sb.push(embed_op(m, b, q_len), c, lb.embed, tag(Tag::NONE, g), &[]);
         }
         for j in 0..layers {
             let lj = j as u16;
@@ -236,13 +231,25 @@ pub fn build_schedule(
                     sb.push(recompute_gemm(m, b, l), c, lb.recompute, gt, &[x, w_kv]);
                     sb.push(concat_kernel(m, b, l), c, lb.concat, gt, &[]);
                 }
-                let qkv = sb.push(kernels[1].1, c, lb.kernels[1], gt, &[w_kv, w_qo]);
-                let attn = sb.push(kernels[2].1, c, lb.kernels[2], gt, &[kv]);
-                sb.push(kernels[3].1, c, lb.kernels[3], gt, &[]);
-                sb.push(kernels[4].1, c, lb.kernels[4], gt, &[]);
-                sb.push(kernels[5].1, c, lb.kernels[5], gt, &[w_ffn]);
-                sb.push(kernels[6].1, c, lb.kernels[6], gt, &[]);
-                last_kernel = Some(sb.push(kernels[7].1, c, lb.kernels[7], gt, &[]));
+                // The new K,V are ready after the projection (and rotary embedding).
+                let mut new_kv = ln1;
+                let mut attn = ln1;
+                for (i, ((name, op), &label)) in kernels.iter().zip(&lb.kernels).enumerate().skip(1)
+                {
+                    let deps: &[Option<OpId>] = match *name {
+                        "qkv_proj" => &[w_kv, w_qo],
+                        "attention" => &[kv],
+                        "ffn_up" => &[w_ffn],
+                        _ => &[],
+                    };
+                    let id = sb.push(*op, c, label, gt, deps);
+                    if i < attention {
+                        new_kv = id;
+                    } else if i == attention {
+                        attn = id;
+                    }
+                    last_kernel = Some(id);
+                }
                 if decode && strategy.offloads_kv() {
                     kv_ring.push(attn);
                 }
@@ -253,7 +260,7 @@ pub fn build_schedule(
                         d2h,
                         lb.store_kv,
                         gt,
-                        &[Some(qkv)],
+                        &[Some(new_kv)],
                     ));
                     if keeps_x {
                         last_store_x[unit] = Some(sb.push(
@@ -274,7 +281,8 @@ pub fn build_schedule(
             let t = tag(Tag::NONE, g);
             sb.push(
                 OpKind::Elementwise {
-                    bytes: 2 * bu * h * p,
+                    kind: ElemKind::Norm,
+                    bytes: bu * elem_bytes_per_token(m, ElemKind::Norm),
                 },
                 c,
                 lb.final_norm,
@@ -296,6 +304,7 @@ pub fn build_schedule(
             );
             sb.push(
                 OpKind::Elementwise {
+                    kind: ElemKind::Other,
                     bytes: bu * u64::from(m.vocab) * 4,
                 },
                 c,

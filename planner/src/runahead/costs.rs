@@ -6,7 +6,7 @@ use std::cell::Cell;
 
 use crate::cost::{CostModel, LinkCost};
 use crate::model::ModelSpec;
-use crate::plan::kernels::{embed_op, head_ops};
+use crate::plan::kernels::{attention_index, embed_op, head_ops};
 use crate::plan::layer_kernels;
 use crate::schedule::OpKind;
 
@@ -47,8 +47,8 @@ pub trait ChunkCosts {
 /// [`ChunkCosts`] of a model on a [`CostModel`]; sends take the cost model's peer link
 /// ([`CostModel::peer`]), the very link the simulator gives a `PeerSend`.
 ///
-/// The parts of a chunk's cost that depend on its length only (embedding, `ln1 + qkv_proj`,
-/// `out_proj ..`, and the attention op's shape) are memoised by length, so the optimiser's many
+/// The parts of a chunk's cost that depend on its length only (embedding, the kernels before
+/// attention, those after it, and the attention op's shape) are memoised by length, so the optimiser's many
 /// probes cost one attention roofline each; the values are exactly [`layer_kernels`]'.
 #[derive(Debug, Clone)]
 pub struct ModelCosts<'a> {
@@ -109,13 +109,14 @@ impl<'a> ModelCosts<'a> {
             return e;
         }
         let k = layer_kernels(self.model, self.batch, len, len);
-        let d = |i: usize| self.cost.duration(&k[i].1);
+        let a = attention_index(&k);
+        let d = |ops: &[(&str, OpKind)]| ops.iter().map(|o| self.cost.duration(&o.1)).sum();
         let e = LengthCosts {
             len,
             embed: self.cost.duration(&embed_op(self.model, self.batch, len)),
-            pre: d(0) + d(1),
-            post: d(3) + d(4) + d(5) + d(6) + d(7),
-            attention: k[2].1,
+            pre: d(&k[..a]),
+            post: d(&k[a + 1..]),
+            attention: k[a].1,
         };
         slot.set(Some(e));
         e
@@ -142,7 +143,7 @@ impl ChunkCosts for ModelCosts<'_> {
         let mut attention = e.attention;
         match &mut attention {
             OpKind::Attention { kv_len, .. } => *kv_len = start + len,
-            _ => unreachable!("layer_kernels puts the attention third"),
+            _ => unreachable!("attention_index points at the attention op"),
         }
         ChunkCost {
             embed: e.embed,

@@ -3,13 +3,15 @@
 
 use super::costs::{even_partition, starts};
 use crate::model::ModelSpec;
-use crate::plan::kernels::{embed_op, head_ops};
+use crate::plan::kernels::{attention_index, embed_op, head_ops};
 use crate::plan::layer_kernels;
 use crate::schedule::{OpId, OpKind, Phase, Schedule, ScheduleBuilder, StreamId, StreamKind, Tag};
 
 struct Labels {
     embed: crate::schedule::LabelId,
-    kernels: [crate::schedule::LabelId; 8],
+    kernels: Vec<crate::schedule::LabelId>,
+    /// Index of the attention op in a layer's kernels.
+    attention: usize,
     send: crate::schedule::LabelId,
     head: [crate::schedule::LabelId; 3],
 }
@@ -19,7 +21,8 @@ fn labels(sb: &mut ScheduleBuilder, m: &ModelSpec) -> Labels {
     let h = head_ops(m, 1);
     Labels {
         embed: sb.label("embed"),
-        kernels: k.map(|(name, _)| sb.label(name)),
+        kernels: k.iter().map(|(name, _)| sb.label(name)).collect(),
+        attention: attention_index(&k),
         send: sb.label("kv_send"),
         head: h.map(|(name, _)| sb.label(name)),
     }
@@ -86,8 +89,11 @@ pub fn chain_schedule(
         let mut sends = vec![None; layers];
         for j in 0..layers {
             let t = tag(Phase::Prefill, 0, j as u16, dev);
-            sb.push(k[0].1, c, lb.kernels[0], t, &[]);
-            let qkv = sb.push(k[1].1, c, lb.kernels[1], t, &[]);
+            let a = lb.attention;
+            let mut qkv = OpId(0);
+            for (x, &label) in k[..a].iter().zip(&lb.kernels) {
+                qkv = sb.push(x.1, c, label, t, &[]);
+            }
             if !last {
                 sends[j] = Some(sb.push(
                     OpKind::PeerSend { bytes },
@@ -98,8 +104,8 @@ pub fn chain_schedule(
                 ));
             }
             if last || j + 1 < layers {
-                sb.push(k[2].1, c, lb.kernels[2], t, &[arrive[j]]);
-                for (x, label) in k.iter().zip(lb.kernels).skip(3) {
+                sb.push(k[a].1, c, lb.kernels[a], t, &[arrive[j]]);
+                for (x, &label) in k.iter().zip(&lb.kernels).skip(a + 1) {
                     sb.push(x.1, c, label, t, &[]);
                 }
             }
@@ -118,7 +124,7 @@ pub fn chain_schedule(
         let k = layer_kernels(m, batch, 1, n + step);
         for j in 0..layers {
             let t = tag(Phase::Decode, step, j as u16, dev);
-            for (x, label) in k.iter().zip(lb.kernels) {
+            for (x, &label) in k.iter().zip(&lb.kernels) {
                 sb.push(x.1, c, label, t, &[]);
             }
         }
@@ -151,7 +157,7 @@ pub fn chunk_schedule(m: &ModelSpec, batch: u32, len: u32, start: u32) -> Schedu
     let k = layer_kernels(m, batch, len, start + len);
     for j in 0..layers {
         let t = tag(Phase::Prefill, 0, j as u16, 0);
-        for (x, label) in k.iter().zip(lb.kernels) {
+        for (x, &label) in k.iter().zip(&lb.kernels) {
             sb.push(x.1, c, label, t, &[]);
         }
     }
@@ -210,8 +216,11 @@ pub fn tensor_parallel_schedule(
         let qkv: Vec<OpId> = (0..p)
             .map(|i| {
                 let t = tag(Phase::Prefill, 0, j as u16, i as u16);
-                sb.push(kernels[i][0].1, compute[i], lb.kernels[0], t, &[]);
-                sb.push(kernels[i][1].1, compute[i], lb.kernels[1], t, &[])
+                let mut last = OpId(0);
+                for (x, &label) in kernels[i][..lb.attention].iter().zip(&lb.kernels) {
+                    last = sb.push(x.1, compute[i], label, t, &[]);
+                }
+                last
             })
             .collect();
         // Ring all-gather: at step s device i sends chunk (i - s) mod p to i + 1.
@@ -240,8 +249,9 @@ pub fn tensor_parallel_schedule(
             let t = tag(Phase::Prefill, 0, j as u16, i as u16);
             // The gather into device i is complete when the last send from i - 1 has arrived.
             let got = prev[(i + p - 1) % p];
-            sb.push(kernels[i][2].1, compute[i], lb.kernels[2], t, &[Some(got)]);
-            for (x, label) in kernels[i].iter().zip(lb.kernels).skip(3) {
+            let a = lb.attention;
+            sb.push(kernels[i][a].1, compute[i], lb.kernels[a], t, &[Some(got)]);
+            for (x, &label) in kernels[i].iter().zip(&lb.kernels).skip(a + 1) {
                 sb.push(x.1, compute[i], label, t, &[]);
             }
         }

@@ -1,0 +1,617 @@
+//! The kernel cost model by shape: a profile's `[kernels]` section.
+//!
+//! Every kernel's time on the device is a fitted model of its shape, optionally corrected by
+//! measured tables over a dense token grid:
+//!
+//! - **GEMM** `[m,k] x [k,n]`: a memory term `latency + bytes / (hbm * memory_efficiency)` and a
+//!   compute term with tile/wave quantisation (the tile among [`TILES`] that finishes first: `waves
+//!   = ceil(tiles / sms)`, each wave one tile's FLOPs at the SM's share of peak times
+//!   `compute_efficiency * (tile_size / 64)^tile_exponent`), blended as a p-norm
+//!   (`(mem^p + comp^p)^(1/p)`, the hard roofline max when `blend` is absent), plus a device
+//!   floor;
+//! - **memory-bound kinds** (norm, activation, rope, add, embedding, other): `floor + bytes /
+//!   (hbm * efficiency)`, each kind with its own floor and efficiency;
+//! - **attention**: `floor + max(flops / (peak * prefill_efficiency), bytes / (hbm *
+//!   decode_efficiency))`;
+//! - **all-reduce** (tensor parallelism): `latency + 2 (p-1)/p * bytes / bus_bandwidth` (the ring
+//!   algorithm's traffic; NCCL's "bus bandwidth" convention).
+//!
+//! A kernel's duration on a stream is `max(launch, device time)`: a stream cannot run kernels
+//! faster than the host issues them, and a long kernel hides the launches queued behind it.
+//!
+//! Measured tables (`[[kernels.tables]]`) hold device times of one GEMM shape (`n`, `k`) or one
+//! memory-bound kind at one row width (`width` bytes per token) over token counts. A shape that
+//! was measured is interpolated in log-log between the grid's token counts; a GEMM shape that
+//! was not takes the fitted model times the measured / model ratio of the nearest measured shape
+//! at the same token count; a memory-bound kind at another width reads the nearest width's table
+//! at the same bytes. Beyond the last measured token count the model's growth continues the
+//! table.
+//!
+//! A profile without `[kernels]` derives one from its `[gpu]` and `[efficiency]` figures that
+//! reproduces the plain roofline (`overhead + max(flops / (peak * eff), bytes / (hbm * eff))`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::limits::{self, BANDWIDTH, EFFICIENCY, LATENCY, Range};
+use crate::schedule::ElemKind;
+
+/// Tile shapes `(rows, cols)` the GEMM model chooses from (the CUTLASS/cuBLAS tensor-core
+/// tiles of Ampere and Hopper kernels).
+pub const TILES: [(u32, u32); 6] = [
+    (256, 128),
+    (128, 256),
+    (128, 128),
+    (64, 128),
+    (128, 64),
+    (64, 64),
+];
+
+/// The token counts a kernel table is measured at: 1, 2, 4, 8, 16, then steps of about x1.25
+/// rounded to multiples of 8 (to 1024), 16 (to 2048) and 32 (to 4096), with 24, 512 and 4096
+/// included. `kvplan calibrate` measures these; `--from-table` reads them.
+pub fn token_grid() -> Vec<u32> {
+    let mut grid = vec![1u32, 2, 4, 8, 16];
+    let mut x = 16.0f64;
+    loop {
+        x *= 1.25;
+        if x > 4096.0 {
+            break;
+        }
+        let q = if x <= 1024.0 {
+            8.0
+        } else if x <= 2048.0 {
+            16.0
+        } else {
+            32.0
+        };
+        let v = ((x / q).round() * q) as u32;
+        if !grid.contains(&v) {
+            grid.push(v);
+        }
+    }
+    for v in [24, 512, 4096] {
+        if !grid.contains(&v) {
+            grid.push(v);
+        }
+    }
+    grid.sort_unstable();
+    grid
+}
+
+/// The GEMM model's fitted terms.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GemmFit {
+    /// Device floor of any GEMM, microseconds.
+    pub floor_us: f64,
+    /// Memory term's fixed part (the ramp before weights stream at full rate), microseconds.
+    #[serde(default)]
+    pub latency_us: f64,
+    /// Fraction of HBM bandwidth the weight stream reaches.
+    pub memory_efficiency: f64,
+    /// Fraction of the SM's tensor-core peak a 64-wide tile reaches.
+    pub compute_efficiency: f64,
+    /// How tile efficiency grows with tile size: `(harmonic(tm, tn) / 32)^tile_exponent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tile_exponent: Option<f64>,
+    /// Streaming multiprocessors (wave quantisation); absent: no quantisation (plain roofline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sms: Option<u32>,
+    /// p of the p-norm blending memory and compute terms; absent: the hard maximum.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blend: Option<f64>,
+}
+
+/// A memory-bound kernel kind: `floor + bytes / (hbm * efficiency)`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemFit {
+    /// Device floor, microseconds.
+    pub floor_us: f64,
+    /// Fraction of HBM bandwidth.
+    pub efficiency: f64,
+}
+
+/// Attention: `floor + max(flops / (peak * prefill_efficiency), bytes / (hbm *
+/// decode_efficiency))`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttentionFit {
+    /// Device floor, microseconds.
+    pub floor_us: f64,
+    /// Fraction of tensor-core peak in compute-bound (prefill) attention.
+    pub prefill_efficiency: f64,
+    /// Fraction of HBM bandwidth in memory-bound (decode) attention.
+    pub decode_efficiency: f64,
+}
+
+/// The tensor-parallel all-reduce: `latency + 2 (p-1)/p * bytes / bus bandwidth`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AllReduceFit {
+    /// Small-message latency, microseconds.
+    pub latency_us: f64,
+    /// Bus bandwidth (NCCL's convention), GB/s.
+    pub bus_gbps: f64,
+}
+
+/// What a measured table times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TableKind {
+    /// A GEMM of fixed `n`, `k`.
+    Gemm,
+    /// RMSNorm.
+    Norm,
+    /// SiLU-and-multiply.
+    Activation,
+    /// Rotary embedding.
+    Rope,
+    /// Residual add.
+    Add,
+    /// Embedding gather.
+    Embedding,
+}
+
+impl TableKind {
+    /// The memory-bound kind this table times (`None` for GEMMs).
+    pub fn elem(self) -> Option<ElemKind> {
+        match self {
+            TableKind::Gemm => None,
+            TableKind::Norm => Some(ElemKind::Norm),
+            TableKind::Activation => Some(ElemKind::Activation),
+            TableKind::Rope => Some(ElemKind::Rope),
+            TableKind::Add => Some(ElemKind::Add),
+            TableKind::Embedding => Some(ElemKind::Embedding),
+        }
+    }
+}
+
+/// Measured device times of one kernel shape over token counts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelTable {
+    /// What is timed.
+    pub kind: TableKind,
+    /// Element type (GEMMs; memory-bound tables are fp16 unless stated).
+    #[serde(default = "fp16")]
+    pub dtype: DType,
+    /// GEMM output columns.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub n: u32,
+    /// GEMM inner dimension.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub k: u32,
+    /// Memory-bound kinds: bytes read plus written per token.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub width: u64,
+    /// `[tokens, microseconds]`, tokens strictly increasing.
+    pub points: Vec<(u32, f64)>,
+}
+
+fn fp16() -> DType {
+    DType::Fp16
+}
+fn is_zero(v: &u32) -> bool {
+    *v == 0
+}
+fn is_zero_u64(v: &u64) -> bool {
+    *v == 0
+}
+
+/// The `[kernels]` section of a profile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelsSection {
+    /// Where the figures come from (a measured table, `kvplan calibrate`, a datasheet).
+    pub source: String,
+    /// Host launch interval: no kernel on a stream takes less, microseconds.
+    pub launch_us: f64,
+    /// GEMMs.
+    pub gemm: GemmFit,
+    /// RMSNorm / LayerNorm.
+    pub norm: MemFit,
+    /// FFN activation.
+    pub activation: MemFit,
+    /// Rotary embedding.
+    pub rope: MemFit,
+    /// Residual add.
+    pub add: MemFit,
+    /// Embedding gather.
+    pub embedding: MemFit,
+    /// Other memory-bound kernels (copies inside the GPU, sampling).
+    pub other: MemFit,
+    /// Attention.
+    pub attention: AttentionFit,
+    /// Tensor-parallel all-reduce.
+    pub allreduce: AllReduceFit,
+    /// Measured device times over the token grid.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tables: Vec<KernelTable>,
+}
+
+impl KernelsSection {
+    /// The fit of a memory-bound kind.
+    pub fn mem(&self, kind: ElemKind) -> &MemFit {
+        match kind {
+            ElemKind::Norm => &self.norm,
+            ElemKind::Activation => &self.activation,
+            ElemKind::Rope => &self.rope,
+            ElemKind::Add => &self.add,
+            ElemKind::Embedding => &self.embedding,
+            ElemKind::Other => &self.other,
+        }
+    }
+
+    /// Mutable fit of a memory-bound kind.
+    pub fn mem_mut(&mut self, kind: ElemKind) -> &mut MemFit {
+        match kind {
+            ElemKind::Norm => &mut self.norm,
+            ElemKind::Activation => &mut self.activation,
+            ElemKind::Rope => &mut self.rope,
+            ElemKind::Add => &mut self.add,
+            ElemKind::Embedding => &mut self.embedding,
+            ElemKind::Other => &mut self.other,
+        }
+    }
+
+    /// Checks every figure (`origin: kernels.FIELD` in errors).
+    pub fn check(&self, origin: &str) -> Result<()> {
+        let f = |s: &str| format!("{origin}: kernels.{s}");
+        let range = |field: &str, v: f64, scale: f64, unit: &str, r: Range| {
+            if r.contains(v * scale) {
+                Ok(())
+            } else {
+                Err(Error::invalid(
+                    f(field),
+                    limits::show(v),
+                    r.describe(scale, unit),
+                ))
+            }
+        };
+        let us = |field: &str, v: f64| range(field, v, 1e-6, "us", LATENCY);
+        let frac = |field: &str, v: f64| range(field, v, 1.0, "of peak", EFFICIENCY);
+        us("launch_us", self.launch_us)?;
+        let g = &self.gemm;
+        us("gemm.floor_us", g.floor_us)?;
+        us("gemm.latency_us", g.latency_us)?;
+        frac("gemm.memory_efficiency", g.memory_efficiency)?;
+        frac("gemm.compute_efficiency", g.compute_efficiency)?;
+        if let Some(e) = g.tile_exponent
+            && !(e.is_finite() && (-2.0..=2.0).contains(&e))
+        {
+            return Err(Error::invalid(
+                f("gemm.tile_exponent"),
+                limits::show(e),
+                "must be from -2 to 2",
+            ));
+        }
+        if g.sms == Some(0) || g.sms.is_some_and(|s| s > 10_000) {
+            return Err(Error::invalid(
+                f("gemm.sms"),
+                g.sms.unwrap_or(0),
+                "must be from 1 to 10000 streaming multiprocessors",
+            ));
+        }
+        if let Some(p) = g.blend
+            && !(p.is_finite() && (1.0..=64.0).contains(&p))
+        {
+            return Err(Error::invalid(
+                f("gemm.blend"),
+                limits::show(p),
+                "must be from 1 to 64 (the p of a p-norm; leave it out for the hard maximum)",
+            ));
+        }
+        for kind in ElemKind::ALL {
+            let m = self.mem(kind);
+            us(&format!("{}.floor_us", kind.as_str()), m.floor_us)?;
+            // Memory-bound kernels that stay in L2 can beat HBM: allow up to 4x of peak.
+            if !(m.efficiency.is_finite() && m.efficiency > 0.0 && m.efficiency <= 4.0) {
+                return Err(Error::invalid(
+                    f(&format!("{}.efficiency", kind.as_str())),
+                    limits::show(m.efficiency),
+                    "must be more than 0, at most 4 (a fraction of HBM bandwidth; above 1 when the \
+                     data stays in L2)",
+                ));
+            }
+        }
+        let a = &self.attention;
+        us("attention.floor_us", a.floor_us)?;
+        frac("attention.prefill_efficiency", a.prefill_efficiency)?;
+        frac("attention.decode_efficiency", a.decode_efficiency)?;
+        us("allreduce.latency_us", self.allreduce.latency_us)?;
+        range(
+            "allreduce.bus_gbps",
+            self.allreduce.bus_gbps,
+            1e9,
+            "GB/s",
+            BANDWIDTH,
+        )?;
+        for (i, t) in self.tables.iter().enumerate() {
+            let field = f(&format!("tables[{i}]"));
+            match t.kind {
+                TableKind::Gemm if t.n == 0 || t.k == 0 => {
+                    return Err(Error::invalid(
+                        field,
+                        format!("n={} k={}", t.n, t.k),
+                        "a GEMM table needs positive n and k",
+                    ));
+                }
+                TableKind::Gemm => {}
+                _ if t.width == 0 => {
+                    return Err(Error::invalid(
+                        field,
+                        "width=0",
+                        "a memory-bound table needs its bytes per token in `width`",
+                    ));
+                }
+                _ => {}
+            }
+            if t.points.is_empty() {
+                return Err(Error::invalid(
+                    format!("{field}.points"),
+                    "[]",
+                    "needs at least one [tokens, microseconds] point",
+                ));
+            }
+            for (j, &(tokens, us_)) in t.points.iter().enumerate() {
+                let ok_time = us_.is_finite() && us_ > 0.0 && us_ <= 3.6e9;
+                if tokens == 0 || !ok_time || (j > 0 && tokens <= t.points[j - 1].0) {
+                    return Err(Error::invalid(
+                        format!("{field}.points[{j}]"),
+                        format!("[{tokens}, {}]", limits::show(us_)),
+                        "tokens must be positive and increasing, microseconds more than 0",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A [`KernelsSection`] ready to evaluate: tables as log-log curves.
+#[derive(Debug, Clone)]
+pub struct KernelModel {
+    section: KernelsSection,
+    /// Seconds per FLOP at peak, per dtype.
+    peak: [f64; DType::COUNT],
+    /// HBM bytes per second.
+    hbm: f64,
+    gemm_tables: Vec<GemmCurve>,
+    mem_tables: [Vec<MemCurve>; 6],
+}
+
+#[derive(Debug, Clone)]
+struct GemmCurve {
+    dtype: DType,
+    n: u32,
+    k: u32,
+    curve: Vec<(f64, f64)>,
+}
+
+#[derive(Debug, Clone)]
+struct MemCurve {
+    width: u64,
+    curve: Vec<(f64, f64)>,
+}
+
+/// `(ln tokens, ln seconds)` of a table.
+fn log_curve(points: &[(u32, f64)]) -> Vec<(f64, f64)> {
+    points
+        .iter()
+        .map(|&(t, us)| (f64::from(t).ln(), (us * 1e-6).ln()))
+        .collect()
+}
+
+/// Interpolates `curve` at `ln x`; `None` beyond its last point (the caller extrapolates).
+fn interpolate(curve: &[(f64, f64)], lx: f64) -> Option<f64> {
+    let (x0, y0) = curve[0];
+    if lx <= x0 {
+        return Some(y0.exp());
+    }
+    let i = curve.partition_point(|p| p.0 < lx);
+    if i >= curve.len() {
+        return None;
+    }
+    let (a, b) = (curve[i - 1], curve[i]);
+    Some((a.1 + (b.1 - a.1) * (lx - a.0) / (b.0 - a.0)).exp())
+}
+
+fn last(curve: &[(f64, f64)]) -> (f64, f64) {
+    let (x, y) = curve[curve.len() - 1];
+    (x.exp(), y.exp())
+}
+
+impl KernelModel {
+    /// Builds the model; `peak_flops[d]` is the peak FLOP/s of dtype `d`, `hbm` bytes/s.
+    pub fn new(section: KernelsSection, peak_flops: [f64; DType::COUNT], hbm: f64) -> Self {
+        let gemm_tables = section
+            .tables
+            .iter()
+            .filter(|t| t.kind == TableKind::Gemm)
+            .map(|t| GemmCurve {
+                dtype: t.dtype,
+                n: t.n,
+                k: t.k,
+                curve: log_curve(&t.points),
+            })
+            .collect();
+        let mut mem_tables: [Vec<MemCurve>; 6] = Default::default();
+        for t in &section.tables {
+            if let Some(kind) = t.kind.elem() {
+                mem_tables[kind.index()].push(MemCurve {
+                    width: t.width,
+                    curve: log_curve(&t.points),
+                });
+            }
+        }
+        KernelModel {
+            section,
+            peak: peak_flops.map(|p| 1.0 / p),
+            hbm,
+            gemm_tables,
+            mem_tables,
+        }
+    }
+
+    /// The section this model evaluates.
+    pub fn section(&self) -> &KernelsSection {
+        &self.section
+    }
+
+    /// Launch interval, seconds.
+    #[inline]
+    pub fn launch_s(&self) -> f64 {
+        self.section.launch_us * 1e-6
+    }
+
+    /// The fitted GEMM model's device seconds for `batch` GEMMs `[m,k] x [k,n]` (no tables).
+    pub fn gemm_model(&self, m: u32, n: u32, k: u32, batch: u32, dtype: DType) -> f64 {
+        let g = &self.section.gemm;
+        let (mf, nf, kf, bf) = (
+            f64::from(m),
+            f64::from(n),
+            f64::from(k),
+            f64::from(batch.max(1)),
+        );
+        let bytes = (mf * kf + kf * nf + mf * nf) * bf * dtype.bytes() as f64;
+        let mem = g.latency_us * 1e-6 + bytes / (self.hbm * g.memory_efficiency);
+        let spf = self.peak[dtype.index()];
+        let comp = match g.sms {
+            None => 2.0 * mf * nf * kf * bf * spf / g.compute_efficiency,
+            Some(sms) => {
+                let exponent = g.tile_exponent.unwrap_or(0.0);
+                let sm_spf = spf * f64::from(sms);
+                TILES
+                    .iter()
+                    .map(|&(tm, tn)| {
+                        let tiles = u64::from(m.div_ceil(tm))
+                            * u64::from(n.div_ceil(tn))
+                            * u64::from(batch.max(1));
+                        let waves = tiles.div_ceil(u64::from(sms)) as f64;
+                        let harmonic = f64::from(tm * tn) / f64::from(tm + tn);
+                        let eff = g.compute_efficiency * (harmonic / 32.0).powf(exponent);
+                        waves * 2.0 * f64::from(tm) * f64::from(tn) * kf * sm_spf / eff
+                    })
+                    .fold(f64::INFINITY, f64::min)
+            }
+        };
+        let work = match g.blend {
+            None => mem.max(comp),
+            Some(p) => (mem.powf(p) + comp.powf(p)).powf(1.0 / p),
+        };
+        g.floor_us * 1e-6 + work
+    }
+
+    /// Device seconds of `batch` GEMMs `[m,k] x [k,n]`: a measured shape's table, else the
+    /// model corrected by the nearest measured shape's ratio.
+    pub fn gemm_device(&self, m: u32, n: u32, k: u32, batch: u32, dtype: DType) -> f64 {
+        let model = self.gemm_model(m, n, k, batch, dtype);
+        if batch > 1 || self.gemm_tables.is_empty() {
+            return model;
+        }
+        let (ln, lk) = (f64::from(n).ln(), f64::from(k).ln());
+        let distance =
+            |c: &GemmCurve| (f64::from(c.n).ln() - ln).abs() + (f64::from(c.k).ln() - lk).abs();
+        let Some(near) = self
+            .gemm_tables
+            .iter()
+            .filter(|c| c.dtype == dtype)
+            .min_by(|a, b| distance(a).total_cmp(&distance(b)))
+        else {
+            return model;
+        };
+        let lx = f64::from(m.max(1)).ln();
+        let exact = near.n == n && near.k == k;
+        let measured = match interpolate(&near.curve, lx) {
+            Some(t) => t,
+            None => {
+                // Beyond the table: the model's growth from the last measured point.
+                let (x, t) = last(&near.curve);
+                let x = x as u32;
+                t * self.gemm_model(m, near.n, near.k, 1, dtype)
+                    / self.gemm_model(x, near.n, near.k, 1, dtype)
+            }
+        };
+        if exact {
+            measured
+        } else {
+            model * measured / self.gemm_model(m, near.n, near.k, 1, dtype)
+        }
+    }
+
+    /// The fitted model's device seconds of a memory-bound kernel (no tables).
+    pub fn mem_model(&self, kind: ElemKind, bytes: f64) -> f64 {
+        let f = self.section.mem(kind);
+        f.floor_us * 1e-6 + bytes / (self.hbm * f.efficiency)
+    }
+
+    /// Device seconds of a memory-bound kernel over `bytes`: the kind's table nearest in width
+    /// (at `tokens` rows of `bytes / tokens`), else the fitted model.
+    pub fn mem_device(&self, kind: ElemKind, bytes: u64, tokens: Option<u32>) -> f64 {
+        let b = bytes as f64;
+        let tables = &self.mem_tables[kind.index()];
+        if bytes == 0 || tables.is_empty() {
+            return self.mem_model(kind, b);
+        }
+        let width = tokens.filter(|&t| t > 0).map(|t| b / f64::from(t));
+        let near = match width {
+            Some(w) => tables
+                .iter()
+                .min_by(|x, y| {
+                    let d = |c: &MemCurve| ((c.width as f64).ln() - w.ln()).abs();
+                    d(x).total_cmp(&d(y))
+                })
+                .expect("non-empty"),
+            None => tables.iter().max_by_key(|c| c.width).expect("non-empty"),
+        };
+        // Rows of the table's width that move the same bytes.
+        let rows = b / near.width as f64;
+        match interpolate(&near.curve, rows.max(1.0).ln()) {
+            Some(t) if rows >= 1.0 => t,
+            Some(t) => t.min(self.mem_model(kind, b).max(t * rows)),
+            None => {
+                let (x, t) = last(&near.curve);
+                t * self.mem_model(kind, b) / self.mem_model(kind, x * near.width as f64)
+            }
+        }
+    }
+
+    /// Device seconds of attention with `flops` and `bytes`.
+    pub fn attention_device(&self, flops: f64, bytes: f64, dtype: DType) -> f64 {
+        let a = &self.section.attention;
+        a.floor_us * 1e-6
+            + (flops * self.peak[dtype.index()] / a.prefill_efficiency)
+                .max(bytes / (self.hbm * a.decode_efficiency))
+    }
+
+    /// Seconds of an all-reduce of `bytes` per rank over `ranks` GPUs (0 for one rank).
+    pub fn allreduce(&self, bytes: u64, ranks: u16) -> f64 {
+        if ranks <= 1 || bytes == 0 {
+            return 0.0;
+        }
+        let a = &self.section.allreduce;
+        let p = f64::from(ranks);
+        a.latency_us * 1e-6 + 2.0 * (p - 1.0) / p * bytes as f64 / (a.bus_gbps * 1e9)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grid_is_about_x1_25_and_includes_the_named_points() {
+        let g = token_grid();
+        for v in [1, 2, 4, 8, 16, 24, 512, 4096] {
+            assert!(g.contains(&v), "{v} missing from {g:?}");
+        }
+        for w in g.windows(2).skip(5) {
+            let r = f64::from(w[1]) / f64::from(w[0]);
+            assert!(r > 1.0 && r < 1.45, "{w:?}");
+        }
+        assert!(g.len() >= 28 && g.len() <= 34, "{}", g.len());
+    }
+}
