@@ -299,9 +299,9 @@ pub fn chunk_prefix_shapes(backend: BackendKind, quick: bool) -> Vec<(u32, u32)>
 
 /// The attention of a `chunk`-token chunk after a `prefix`-token prefix of `m` (one sequence):
 /// `q_len = chunk`, `kv_len = prefix + chunk`, causal — the kernel
-/// [`layer_kernels`]`(m, 1, chunk, prefix + chunk)` plans for a KV-Runahead device.
+/// the attention of [`layer_kernels`]`(m, 1, chunk, prefix + chunk)`, as planned for a KV-Runahead device.
 pub fn chunk_prefix_attention(m: &ModelSpec, chunk: u32, prefix: u32) -> OpKind {
-    layer_kernels(m, 1, chunk, prefix + chunk)[2].1
+    kvplan_planner::plan::kernels::attention_op(m, 1, chunk, prefix + chunk)
 }
 
 /// One measured chunk-after-prefix attention.

@@ -23,7 +23,7 @@
 //! ```
 //! use kvplan_exec::{BackendKind, ExecOptions};
 //! use kvplan_planner::ScheduleBuilder;
-//! use kvplan_planner::schedule::{HostMemory, OpKind, Payload, Phase, StreamKind, Tag};
+//! use kvplan_planner::schedule::{ElemKind, HostMemory, OpKind, Payload, Phase, StreamKind, Tag};
 //!
 //! let mut b = ScheduleBuilder::new();
 //! let h2d = b.stream(0, StreamKind::H2D, "gpu0.h2d");
@@ -32,7 +32,7 @@
 //! let tag = Tag { step: 1, layer: 0, batch: 0, group: Tag::NONE, phase: Phase::Decode };
 //! let load = OpKind::H2D { bytes: 1 << 20, payload: Payload::Cache, host: HostMemory::Pinned };
 //! let copy = b.push(load, h2d, label, tag, &[]);
-//! b.push(OpKind::Elementwise { bytes: 1 << 16 }, compute, label, tag, &[Some(copy)]);
+//! b.push(OpKind::Elementwise { kind: ElemKind::Other, bytes: 1 << 16 }, compute, label, tag, &[Some(copy)]);
 //! let schedule = b.build();
 //!
 //! let mut exec = kvplan_exec::open(BackendKind::Cpu, &ExecOptions::default())?;

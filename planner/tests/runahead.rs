@@ -1,6 +1,7 @@
 //! KV-Runahead: the closed form against the simulator, the optimiser against brute force, the
 //! plan's contract and errors, and the published behaviour (METHODS.md section 3).
 
+use kvplan_planner::plan::kernels::attention_index;
 use kvplan_planner::plan::layer_kernels;
 use kvplan_planner::plan::{Options, Shape, Strategy, WeightsPlacement, plan};
 use kvplan_planner::runahead::{
@@ -134,10 +135,15 @@ fn memoised_chunk_costs_are_the_layer_kernels() {
             let fresh = ModelCosts::new(&m, &cost, batch).chunk(len, start);
             assert_eq!(got, fresh, "{model} b{batch} ({len}, {start})");
             let k = layer_kernels(&m, batch, len, start + len);
-            let d = |i: usize| cost.duration(&k[i].1);
-            assert_eq!(got.pre, d(0) + d(1));
-            assert_eq!(got.attn, d(2));
-            assert_eq!(got.post, d(3) + d(4) + d(5) + d(6) + d(7));
+            let a = attention_index(&k);
+            let d = |ops: &[(&str, _)]| {
+                ops.iter()
+                    .map(|o: &(&str, _)| cost.duration(&o.1))
+                    .sum::<f64>()
+            };
+            assert_eq!(got.pre, d(&k[..a]));
+            assert_eq!(got.attn, cost.duration(&k[a].1));
+            assert_eq!(got.post, d(&k[a + 1..]));
         }
     }
 }
@@ -1033,8 +1039,10 @@ fn sixty_four_devices_over_128k_tokens() {
     let by: Vec<f64> = d.ttft_by_devices_s.iter().map(|t| t.unwrap()).collect();
     assert_eq!(by.len(), 64);
     let best = by.iter().copied().fold(f64::INFINITY, f64::min);
-    assert!(best < 0.3740, "{best}");
-    assert!(d.ttft_s.runahead < 0.3775, "{d:?}");
+    // With rotary embedding and the residual adds in every layer (issue 9) the best is 374.91
+    // ms and the plan 378.40 ms on 55 devices; before them, 373.66 and 377.0 ms.
+    assert!(best < 0.3755, "{best}");
+    assert!(d.ttft_s.runahead < 0.3790, "{d:?}");
     assert!((50..=60).contains(&d.devices_used), "{}", d.devices_used);
     for (i, &t) in by.iter().enumerate() {
         let lb = ttft_lower_bound(&costs, 131072, i + 1);

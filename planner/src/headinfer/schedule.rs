@@ -78,7 +78,13 @@ pub fn estimated_ops(model: &ModelSpec, shape: &Shape, layout: &Layout) -> u64 {
     let groups = layout
         .heads_per_group
         .map_or(0, |g| u64::from(model.num_kv_heads / g.max(1)));
-    let per_layer = if groups > 0 { 7 + 4 * groups } else { 8 };
+    // The layer's kernels (one attention among them), less the attention when it runs per group.
+    let kernels = layer_kernels(model, 1, 1, 1).len() as u64;
+    let per_layer = if groups > 0 {
+        kernels - 1 + 4 * groups
+    } else {
+        kernels
+    };
     passes * (u64::from(model.num_layers) * per_layer + 4)
 }
 
@@ -88,7 +94,8 @@ struct Pass {
     phase: Phase,
     step: u32,
     embed: OpKind,
-    /// `ln1` .. `ffn_down` over all heads (index 2, the attention, only without offload).
+    /// The layer's kernels over all heads (the attention, at `attention_at`, only without
+    /// offload).
     kernels: Vec<(&'static str, OpKind)>,
     /// Index of the attention op in `kernels`.
     attention_at: usize,
@@ -325,7 +332,7 @@ impl Busy {
 /// The [`Busy`] seconds of the schedule [`build_schedule`] would build, on `cost`, without
 /// building it: one duration per op kind and pass, times layers and groups (every layer of a
 /// pass has the same ops). Takes microseconds per pass where the schedule takes
-/// `layers × (7 + 4·groups)` ops.
+/// `layers × (kernels - 1 + 4·groups)` ops.
 pub fn busy_seconds(
     model: &ModelSpec,
     shape: &Shape,
