@@ -94,8 +94,8 @@ use memory::{GIB, heads_error, plan_memory};
 pub mod details;
 pub use details::{HeadInferDetails, HeadInferOptions};
 pub use optimiser::{
-    Candidate, Choice, MAX_CHUNK_TOKENS, MIN_CHUNK_TOKENS, PROBE_LAYERS, TIE,
-    adaptive_heads_per_group, choose, chunk_grid, group_grid, predicted_seconds, roofline_chunk,
+    Candidate, Choice, MAX_CHUNK_TOKENS, MIN_CHUNK_TOKENS, TIE, adaptive_heads_per_group, choose,
+    chunk_grid, group_grid, predicted_seconds, roofline_chunk,
 };
 pub use schedule::{Busy, Layout, MAX_OPS, build_schedule, busy_seconds, estimated_ops};
 

@@ -8,15 +8,12 @@
 //!   increasing bound order and the search stops once the next bound exceeds the best time found:
 //!   a skipped candidate cannot be faster. (Small chunks, whose prefetch traffic grows as
 //!   `S²/chunk`, go without being built.)
-//! - **Fewer layers.** Every layer of a pass has the same ops, so once the pipeline of copies and
-//!   kernels settles into its per-layer steady state, adding a layer adds the same time: the
-//!   makespan is affine in the number of layers. [`predicted_seconds`] times the schedule with
-//!   [`PROBE_LAYERS`] − 2, − 1 and all [`PROBE_LAYERS`] layers; when the two increments agree
-//!   (to 1e-9 of the makespan) and twice [`PROBE_LAYERS`] layers still lie on that line it
-//!   extrapolates to the model's layers, otherwise (a transient longer than the probe) it times
-//!   the full schedule. Tests hold the extrapolation to the full schedule's makespan within
-//!   1e-5 (a copy stream's backlog can shift the increment by parts per million late in the
-//!   stack).
+//! - **Whole schedules.** Each candidate's seconds are the full schedule's makespan. (An
+//!   earlier shortcut timed 4–6 layers and extrapolated; with rotary embedding and residual
+//!   adds in the layer, a copy stream's backlog can shift the per-layer increment late in the
+//!   stack — llama-3-8b on a half-duplex h100-pcie, from layer 21 of 32 — so the shortcut was
+//!   no longer exact. Timing whole schedules costs 0.36 s instead of 0.19 s for a 1M-token
+//!   plan.)
 
 use serde::Serialize;
 
@@ -36,9 +33,6 @@ use crate::schedule::HostMemory;
 pub const MIN_CHUNK_TOKENS: u32 = 128;
 /// Largest chunk on the planner's grid.
 pub const MAX_CHUNK_TOKENS: u32 = 65_536;
-/// Layers of the largest reduced schedule [`predicted_seconds`] times (models with at most this
-/// many layers are timed in full).
-pub const PROBE_LAYERS: u32 = 6;
 /// Relative difference under which two times are a tie (decided by memory).
 pub const TIE: f64 = 1e-9;
 
@@ -119,14 +113,6 @@ impl Choice {
     }
 }
 
-/// `model` with `layers` layers (everything else equal).
-fn with_layers(model: &ModelSpec, layers: u32) -> ModelSpec {
-    ModelSpec {
-        num_layers: layers,
-        ..model.clone()
-    }
-}
-
 fn makespan(
     model: &ModelSpec,
     shape: &Shape,
@@ -139,9 +125,7 @@ fn makespan(
 }
 
 /// The simulated makespan (prefill and decode) of the HeadInfer schedule of `layout`, in
-/// seconds: timed on reduced schedules of [`PROBE_LAYERS`] − 2 .. [`PROBE_LAYERS`] layers and
-/// extrapolated to the model's layers when the per-layer increment has settled, otherwise on
-/// the full schedule (see the module docs).
+/// seconds: the full schedule on the engine.
 pub fn predicted_seconds(
     model: &ModelSpec,
     shape: &Shape,
@@ -149,25 +133,6 @@ pub fn predicted_seconds(
     host: HostMemory,
     cost: &CostModel,
 ) -> Result<f64> {
-    let layers = model.num_layers;
-    if layers <= 2 * PROBE_LAYERS {
-        return makespan(model, shape, layout, host, cost);
-    }
-    let probe = |l: u32| makespan(&with_layers(model, l), shape, layout, host, cost);
-    let (a, b, c) = (
-        probe(PROBE_LAYERS - 2)?,
-        probe(PROBE_LAYERS - 1)?,
-        probe(PROBE_LAYERS)?,
-    );
-    let step = c - b;
-    // Linear over three consecutive counts, and still on that line at twice the count (a copy
-    // stream's backlog can take over as the bottleneck only after several layers).
-    if ((c - b) - (b - a)).abs() <= TIE * c {
-        let d = probe(2 * PROBE_LAYERS)?;
-        if (d - c - f64::from(PROBE_LAYERS) * step).abs() <= TIE * d {
-            return Ok(d + f64::from(layers - 2 * PROBE_LAYERS) * step);
-        }
-    }
     makespan(model, shape, layout, host, cost)
 }
 
