@@ -583,6 +583,7 @@ the file):
   gpu_memory_utilization = 0.9
   swap_space_gib = 4.0
   max_num_seqs = 256
+  tensor_parallel_size = 1
   # max_num_batched_tokens, watermark, pinned, swap_copies_per_block";
 
 /// Serving scheduler (`--scheduler`).
@@ -665,6 +666,10 @@ pub struct ServeArgs {
     /// Most tokens in one iteration [default: 2048 for chunked, else max(2048, context)]
     #[arg(long, value_name = "N")]
     pub max_num_batched_tokens: Option<u32>,
+    /// Tensor-parallel GPUs (vLLM's flag): one rank is simulated with 1/N of the heads, FFN
+    /// and KV cache, and two all-reduces per layer over the profile's peer link [default: 1]
+    #[arg(long, value_name = "N")]
+    pub tensor_parallel_size: Option<u32>,
     /// Write one CSV row per request
     #[arg(long, value_name = "FILE")]
     pub requests_csv: Option<PathBuf>,
@@ -719,6 +724,7 @@ impl ServeArgs {
                 }),
                 max_num_seqs: self.max_num_seqs,
                 max_num_batched_tokens: self.max_num_batched_tokens,
+                tensor_parallel_size: self.tensor_parallel_size,
                 // The per-iteration series costs memory on long runs: keep it only when a file
                 // needs it.
                 record_timeseries: Some(self.timeseries_csv.is_some() || self.trace_json.is_some()),

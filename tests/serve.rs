@@ -292,3 +292,53 @@ fn help_lists_schedulers_and_preemptions() {
         assert!(help.contains(w), "{w} not in --help");
     }
 }
+
+#[test]
+fn tensor_parallel_ranks_decode_faster_but_not_linearly() {
+    // One rank of N: 1/N of the heads and FFN, two all-reduces per layer. Decode is bound by
+    // reading the weights, so TP 2 nearly halves the time per output token; the all-reduces and
+    // kernel floors keep it from halving exactly, and TP 8 is further from 1/8.
+    let d = TempDir::new("serve-tp");
+    let tpot = |tp: &str| {
+        let out = serve(
+            &d,
+            &[
+                "--arrivals",
+                "poisson",
+                "--qps",
+                "4",
+                "--lengths",
+                "512",
+                "--output-lengths",
+                "64",
+                "--requests",
+                "100",
+                "--format",
+                "json",
+                "--tensor-parallel-size",
+                tp,
+            ],
+        );
+        let v: serde_json::Value = serde_json::from_str(&ok(&out)).unwrap();
+        v["tpot_s"]["p50"].as_f64().unwrap()
+    };
+    let (t1, t2, t8) = (tpot("1"), tpot("2"), tpot("8"));
+    assert!(t2 < 0.75 * t1 && t2 > 0.5 * t1, "tp1 {t1} tp2 {t2}");
+    assert!(t8 < t2 && t8 > t1 / 8.0, "tp2 {t2} tp8 {t8}");
+    // 3 does not divide 32 heads: one line naming the flag.
+    fails_with(
+        &d,
+        &[
+            "serve",
+            "--model",
+            "llama-2-7b",
+            "--hardware",
+            "a100-80g-sxm",
+            "--requests",
+            "4",
+            "--tensor-parallel-size",
+            "3",
+        ],
+        &["--tensor-parallel-size", "32 query heads"],
+    );
+}

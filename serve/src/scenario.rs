@@ -55,6 +55,10 @@ pub struct RawConfig {
     pub swap_copies_per_block: Option<u32>,
     /// [`Config::record_timeseries`].
     pub record_timeseries: Option<bool>,
+    /// Tensor-parallel GPUs serving the model (vLLM's `--tensor-parallel-size`): the engine
+    /// simulates one rank, with the model's per-rank shapes ([`ModelSpec::sharded`]), its share
+    /// of the weights and KV cache, and an all-reduce after each layer's attention and FFN.
+    pub tensor_parallel_size: Option<u32>,
 }
 
 fn pick<T>(a: &mut Option<T>, b: Option<T>) {
@@ -83,6 +87,7 @@ impl RawConfig {
         );
         pick(&mut self.swap_copies_per_block, other.swap_copies_per_block);
         pick(&mut self.record_timeseries, other.record_timeseries);
+        pick(&mut self.tensor_parallel_size, other.tensor_parallel_size);
         self
     }
 
@@ -205,11 +210,23 @@ impl RawServeScenario {
     /// lengths gets [`DEFAULT_OUTPUT_LENGTHS`]), the engine settings against the model and GPU
     /// (the weights must leave room for KV blocks).
     pub fn resolve(self) -> Result<ServeScenario, ScenarioError> {
-        let model = ModelSpec::resolve(
+        let whole = ModelSpec::resolve(
             self.model
                 .as_deref()
                 .ok_or(ScenarioError::Missing { field: "model" })?,
         )?;
+        let model = whole
+            .sharded(self.serve.tensor_parallel_size.unwrap_or(1))
+            .map_err(|e| match e {
+                kvplan_planner::Error::InvalidValue { value, message, .. } => {
+                    kvplan_planner::Error::InvalidValue {
+                        field: "--tensor-parallel-size (serve.tensor_parallel_size)".into(),
+                        value,
+                        message,
+                    }
+                }
+                other => other,
+            })?;
         let hardware = HardwareProfile::resolve(
             self.hardware
                 .as_deref()

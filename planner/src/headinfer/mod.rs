@@ -55,13 +55,11 @@
 //!   computes it; the fastest wins, and times within [`TIE`] (relative) go to the smaller peak
 //!   GPU memory ([`choose`]).
 //!
-//! The search is fast (about 0.1 s for Llama-3-8B at 1M tokens in release) without skipping
+//! The search is fast (about 0.4 s for Llama-3-8B at 1M tokens in release) without skipping
 //! a candidate that could win: a lower bound ([`busy_seconds`]) rules candidates out without
-//! building their schedules, and the makespan is extrapolated from schedules of a few layers
-//! once the per-layer increment has settled, the full schedule timed otherwise (see the
-//! optimiser's docs: `planner/src/headinfer/optimiser.rs`). The extrapolation is checked, not
-//! proven: tests hold it to the full makespan (1e-9), and the choice within 1% of a brute force
-//! over full schedules (in practice equal to it).
+//! building their schedules, and the others are timed on their full schedules (see the
+//! optimiser's docs: `planner/src/headinfer/optimiser.rs`). Tests hold the choice within 1% of
+//! a brute force over full schedules (in practice equal to it).
 //!
 //! What comes out resembles the paper's adaptive policy — large groups at short contexts,
 //! smaller as the context grows and the ping-pong buffers compete with the chunk's working set —

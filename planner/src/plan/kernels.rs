@@ -282,4 +282,80 @@ mod tests {
         let ragged = forward_ops(&m, &[(16, 80)], 8);
         assert_eq!(ragged, layer_kernels(&m, 8, 16, 80));
     }
+
+    #[test]
+    fn tensor_parallel_ranks_split_the_gemms_and_all_reduce_twice() {
+        let m = ModelSpec::preset("llama-2-7b").unwrap();
+        let r = m.sharded(4).unwrap();
+        let ops = forward_ops(&r, &[(1, 100)], 8);
+        let gemm = |name: &str| ops.iter().find(|o| o.0 == name).unwrap().1;
+        // Vidur's shapes at TP 4: QKV n = 3*4096/4, out k = 4096/4, up n = 2*11008/4.
+        assert!(matches!(
+            gemm("qkv_proj"),
+            OpKind::Gemm {
+                m: 8,
+                n: 3072,
+                k: 4096,
+                ..
+            }
+        ));
+        assert!(matches!(
+            gemm("out_proj"),
+            OpKind::Gemm {
+                n: 4096,
+                k: 1024,
+                ..
+            }
+        ));
+        assert!(matches!(
+            gemm("ffn_up"),
+            OpKind::Gemm {
+                n: 5504,
+                k: 4096,
+                ..
+            }
+        ));
+        assert!(matches!(
+            gemm("ffn_down"),
+            OpKind::Gemm {
+                n: 4096,
+                k: 2752,
+                ..
+            }
+        ));
+        let reduces: Vec<_> = ops
+            .iter()
+            .filter(|o| matches!(o.1, OpKind::AllReduce { .. }))
+            .collect();
+        assert_eq!(reduces.len(), 2);
+        assert_eq!(
+            reduces[0].1,
+            OpKind::AllReduce {
+                bytes: 8 * 4096 * 2,
+                ranks: 4
+            }
+        );
+        // One rank: no all-reduce; OPT (learned positions) has no rope.
+        assert!(
+            !forward_ops(&m, &[(1, 100)], 8)
+                .iter()
+                .any(|o| o.0.starts_with("allreduce"))
+        );
+        let opt = ModelSpec::preset("opt-1.3b").unwrap();
+        assert!(
+            !forward_ops(&opt, &[(1, 100)], 8)
+                .iter()
+                .any(|o| o.0 == "rope")
+        );
+        // GQA with fewer KV heads than ranks replicates them; uneven splits are errors.
+        let l3 = ModelSpec::preset("llama-3-70b").unwrap();
+        assert_eq!(l3.sharded(16).unwrap().num_kv_heads, 1);
+        assert!(
+            m.sharded(3)
+                .unwrap_err()
+                .to_string()
+                .contains("32 query heads")
+        );
+        assert!(m.sharded(0).is_err());
+    }
 }
