@@ -381,6 +381,8 @@ pub struct KernelModel {
     hbm: f64,
     gemm_tables: Vec<GemmCurve>,
     mem_tables: [Vec<MemCurve>; 6],
+    /// Each of [`TILES`]' efficiency: `compute_efficiency * (harmonic / 32)^tile_exponent`.
+    tile_efficiency: [f64; TILES.len()],
 }
 
 #[derive(Debug, Clone)]
@@ -388,6 +390,8 @@ struct GemmCurve {
     dtype: DType,
     n: u32,
     k: u32,
+    ln_n: f64,
+    ln_k: f64,
     curve: Vec<(f64, f64)>,
 }
 
@@ -435,6 +439,8 @@ impl KernelModel {
                 dtype: t.dtype,
                 n: t.n,
                 k: t.k,
+                ln_n: f64::from(t.n).ln(),
+                ln_k: f64::from(t.k).ln(),
                 curve: log_curve(&t.points),
             })
             .collect();
@@ -447,7 +453,13 @@ impl KernelModel {
                 });
             }
         }
+        let g = section.gemm;
+        let tile_efficiency = TILES.map(|(tm, tn)| {
+            let harmonic = f64::from(tm * tn) / f64::from(tm + tn);
+            g.compute_efficiency * (harmonic / 32.0).powf(g.tile_exponent.unwrap_or(0.0))
+        });
         KernelModel {
+            tile_efficiency,
             section,
             peak: peak_flops.map(|p| 1.0 / p),
             hbm,
@@ -482,17 +494,15 @@ impl KernelModel {
         let comp = match g.sms {
             None => 2.0 * mf * nf * kf * bf * spf / g.compute_efficiency,
             Some(sms) => {
-                let exponent = g.tile_exponent.unwrap_or(0.0);
                 let sm_spf = spf * f64::from(sms);
                 TILES
                     .iter()
-                    .map(|&(tm, tn)| {
+                    .zip(self.tile_efficiency)
+                    .map(|(&(tm, tn), eff)| {
                         let tiles = u64::from(m.div_ceil(tm))
                             * u64::from(n.div_ceil(tn))
                             * u64::from(batch.max(1));
                         let waves = tiles.div_ceil(u64::from(sms)) as f64;
-                        let harmonic = f64::from(tm * tn) / f64::from(tm + tn);
-                        let eff = g.compute_efficiency * (harmonic / 32.0).powf(exponent);
                         waves * 2.0 * f64::from(tm) * f64::from(tn) * kf * sm_spf / eff
                     })
                     .fold(f64::INFINITY, f64::min)
@@ -513,8 +523,7 @@ impl KernelModel {
             return model;
         }
         let (ln, lk) = (f64::from(n).ln(), f64::from(k).ln());
-        let distance =
-            |c: &GemmCurve| (f64::from(c.n).ln() - ln).abs() + (f64::from(c.k).ln() - lk).abs();
+        let distance = |c: &GemmCurve| (c.ln_n - ln).abs() + (c.ln_k - lk).abs();
         let Some(near) = self
             .gemm_tables
             .iter()
