@@ -11,14 +11,13 @@
 //!
 //! # Budget (CUDA, H100)
 //!
-//! The full GPU plan (seven 7B-30B models) has 20 distinct GEMM shapes and 29 memory-bound
-//! tables: 49 tables x 30 grid points x 10 repetitions = 14,700 timed kernels, each schedule
-//! run twice (one warm-up run). The H100 preset's cost model puts the device time of one pass
-//! of all points at about 0.3 s (the GEMMs at 4096 tokens dominate), so the sweep needs about
-//! 6 s of device time plus the host's launch and allocation costs (about 30,000 launches of a
-//! few microseconds each): well under 30 s, next to the copies sweep's minutes. `--quick` (two
-//! models, 5 repetitions) takes a third of that. [`estimate_seconds`] computes the estimate
-//! from a cost model; a test keeps it under 30 s for the full plan.
+//! The full GPU plan (seven 7B-30B models) has 22 distinct GEMM shapes and 23 memory-bound
+//! tables: 45 tables x 30 grid points x 10 repetitions = 13,500 timed kernels, each table's
+//! schedule run twice (one warm-up run). The H100 preset's cost model puts one pass over all
+//! points at about 0.13 s of device time (the GEMMs at 4096 tokens dominate); with every launch
+//! costing the host at least 5 us the sweep is about 3 s ([`estimate_seconds`]; a test keeps the
+//! estimate under 30 s), next to the copy sweep's minutes. `--quick` (two models, 5
+//! repetitions) takes well under half of that.
 
 use kvplan_exec::Executor;
 use kvplan_planner::kernel_model::{
@@ -397,6 +396,44 @@ mod tests {
             ]
         );
         assert_eq!(count(&[l], &token_grid(), 10), 9 * token_grid().len() * 10);
+    }
+
+    #[test]
+    fn the_full_gpu_sweep_fits_the_budget_on_an_h100() {
+        let plan = crate::Plan::new(false, true, None).unwrap();
+        let hw = kvplan_planner::HardwareProfile::preset("h100-sxm").unwrap();
+        let cost = CostModel::new(&hw);
+        let t = tables(&plan.models);
+        let gemms = t.iter().filter(|t| t.kind == TableKind::Gemm).count();
+        let n = count(&plan.models, &plan.kernel_grid, plan.kernel_reps);
+        let one_pass = estimate_seconds(&cost, &plan.models, &plan.kernel_grid, 1, 0, 0.0);
+        // Every launch costs the host at least 5 us; one warm-up run.
+        let secs = estimate_seconds(
+            &cost,
+            &plan.models,
+            &plan.kernel_grid,
+            plan.kernel_reps,
+            1,
+            5.0,
+        );
+        eprintln!(
+            "{gemms} GEMM + {} memory tables, {n} kernels, one pass {one_pass:.3} s, sweep {secs:.1} s",
+            t.len() - gemms
+        );
+        assert_eq!((gemms, t.len() - gemms), (22, 23));
+        assert_eq!(n, 45 * 30 * 10);
+        assert!(one_pass < 0.5, "{one_pass}");
+        assert!(secs < 30.0, "{secs}");
+        let quick = crate::Plan::new(true, true, None).unwrap();
+        let q = estimate_seconds(
+            &cost,
+            &quick.models,
+            &quick.kernel_grid,
+            quick.kernel_reps,
+            1,
+            5.0,
+        );
+        assert!(q < secs / 2.0, "{q}");
     }
 
     #[test]
