@@ -239,7 +239,7 @@ fn positive(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
 /// `(0, 4]` (above 1 when the data stays in cache).
 pub fn fit_mem(points: &[(f64, f64)], hbm: f64) -> Option<MemFit> {
     let pts = positive(points);
-    if pts.is_empty() || !(hbm > 0.0) {
+    if pts.is_empty() || !hbm.is_finite() || hbm <= 0.0 {
         return None;
     }
     let t_min = pts.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
