@@ -20,7 +20,7 @@ use kvplan_planner::hardware::{
     Duplex, EfficiencySection, GpuSection, HostSection, LinkSection, PeakSection, PeerSection,
     ProfileFile,
 };
-use kvplan_planner::kernel_model::{AttentionFit, KernelTable, KernelsSection};
+use kvplan_planner::kernel_model::{AttentionFit, KernelTable, KernelsSection, TableKind};
 use kvplan_planner::schedule::ElemKind;
 use kvplan_planner::{DType, ModelSpec};
 
@@ -390,8 +390,10 @@ pub fn build_profile(
     Ok(file)
 }
 
-/// The `[kernels]` section from the measured tables: the tables themselves, a [`GemmFit`] and
-/// one [`MemFit`] per kind fitted to them ([`kernels::fit_gemm`], [`kernels::fit_mem`]); kind
+/// The `[kernels]` section from the measured tables: the tables themselves (then, as tables of
+/// their own, the `[calibration]` GEMM points of shapes the grid did not cover), a
+/// [`GemmFit`](kvplan_planner::kernel_model::GemmFit) and
+/// one [`MemFit`](kvplan_planner::kernel_model::MemFit) per kind fitted to them ([`kernels::fit_gemm`], [`kernels::fit_mem`]); kind
 /// `other` fitted to the elementwise sweep; attention from the `[calibration]` attention fit
 /// (its intercept as the floor, its rates as fractions of `hw`'s peak and HBM bandwidth); the
 /// all-reduce of `base` (its `[kernels]`, else derived from it), else derived from `hw`; the
@@ -440,6 +442,32 @@ fn kernels_section(
             pts
         };
         *section.mem_mut(kind) = kernels::fit_mem(&pts, hbm).ok_or_else(|| fail(kind.as_str()))?;
+    }
+    // GEMM shapes the `[calibration]` sweep measured and the grid did not (the LM head, KVPR's
+    // recompute GEMM) keep their measured rows as tables of their own.
+    for p in &m.gemm {
+        let grid_shape = |t: &KernelTable| {
+            t.kind == TableKind::Gemm && t.dtype == p.dtype && t.n == p.n && t.k == p.k
+        };
+        if tables.iter().any(grid_shape) {
+            continue;
+        }
+        let point = (p.m, (p.seconds * 1e6).max(1e-3));
+        match section.tables.iter_mut().find(|t| grid_shape(t)) {
+            Some(t) => t.points.push(point),
+            None => section.tables.push(KernelTable {
+                kind: TableKind::Gemm,
+                dtype: p.dtype,
+                n: p.n,
+                k: p.k,
+                width: 0,
+                points: vec![point],
+            }),
+        }
+    }
+    for t in &mut section.tables[tables.len()..] {
+        t.points.sort_by_key(|p| p.0);
+        t.points.dedup_by_key(|p| p.0);
     }
     let att = fit::attention(&m.attention)?;
     let smallest = m

@@ -221,5 +221,23 @@ fn quick_cpu_calibration_writes_kernels_on_a_reduced_grid() {
     let file = build_profile(&meas, "cpu", None, true).unwrap();
     let text = file.to_toml();
     let hw = HardwareProfile::from_toml_str(&text, "test").unwrap();
-    assert_eq!(hw.kernels.unwrap().tables, tables);
+    let written = hw.kernels.unwrap().tables;
+    // The grid tables first, then the [calibration] GEMM shapes the grid does not cover (the LM
+    // head and KVPR's recompute GEMM) at their measured rows.
+    assert_eq!(written[..tables.len()], tables[..]);
+    assert!(written.len() > tables.len());
+    for t in &written[tables.len()..] {
+        assert_eq!(t.kind, TableKind::Gemm);
+        assert!(!tables.iter().any(|g| (g.n, g.k) == (t.n, t.k)), "{t:?}");
+        let rows: Vec<u32> = meas
+            .gemm
+            .iter()
+            .filter(|p| (p.n, p.k, p.dtype) == (t.n, t.k, t.dtype))
+            .map(|p| p.m)
+            .collect();
+        let mut rows = rows;
+        rows.sort_unstable();
+        rows.dedup();
+        assert_eq!(t.points.iter().map(|p| p.0).collect::<Vec<_>>(), rows);
+    }
 }
