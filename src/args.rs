@@ -94,15 +94,23 @@ decides the plan (memory checks, KVPR split); pass a calibrated profile of the m
 on for a plan that fits it.";
 
 const CALIBRATE_LONG: &str = "\
-Measure the machine through the executor and write a hardware profile whose [calibration]
-section the simulator then uses instead of datasheet figures:
+Measure the machine through the executor and write a hardware profile whose [calibration] and
+[kernels] sections the simulator then uses instead of datasheet figures:
   copies        time vs size, 4 KiB to 1 GiB (--quick: less), host->device and device->host,
                 pinned and pageable, and both directions at once (full or half duplex)
   GEMMs         the layer shapes of the model presets (or --model ...), decode and prefill rows
   attention     decode over batch x context, causal prefill over length (fitted roofline)
   kernels       memory-bound kernels over size, and the per-op launch overhead
+  [kernels]     tables over the cost model's token grid (30 counts, 1..4096; on a CPU up to
+                1024, --quick 64) of each GEMM of the models' layers (qkv_proj, out_proj, ffn_up,
+                ffn_down) and each memory-bound kind (norm, activation, rope, add, embedding),
+                with the GEMM and per-kind models fitted to them. Budget on an H100: the full
+                plan's 45 tables x 30 points x 10 repetitions = 13,500 kernels, about 0.13 s of
+                device time per pass, about 3 s in all with warm-up and launches (--quick: 5
+                repetitions, two models)
 Provenance (device, driver, date, backend) is recorded in the file, which is a valid --hardware
-file for every other command. A full GPU run takes a few minutes; --quick is for CI and CPUs.";
+file for every other command. A full GPU run takes a few minutes (the [kernels] sweep adds
+seconds of that); --quick is for CI and CPUs.";
 
 const VALIDATE_LONG: &str = "\
 Simulate a scenario with a (calibrated) profile and execute the same schedule on a backend, then

@@ -311,7 +311,8 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Output, CliError> {
         .progress_chars("=> "),
     );
     let started = std::time::Instant::now();
-    let m = kvplan_calibrate::measure(ex.as_mut(), &plan, &mut |i, _, what| {
+    let m = kvplan_calibrate::measure(ex.as_mut(), &plan, &mut |i, total, what| {
+        bar.set_length(total as u64);
         bar.set_position(i as u64 - 1);
         bar.set_message(what.to_string());
     });
@@ -319,7 +320,7 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Output, CliError> {
     let m = m?;
     let file = kvplan_calibrate::build_profile(&m, &name, base.as_ref(), args.quick)?;
     let header = format!(
-        "# kvplan calibrated profile: {} backend on {} ({}), {}.\n# Written by `kvplan calibrate`{}; the [calibration] tables override the datasheet fields\n# in the cost model. Valid as --hardware for every kvplan command.\n",
+        "# kvplan calibrated profile: {} backend on {} ({}), {}.\n# Written by `kvplan calibrate`{}; the [calibration] and [kernels] tables override the datasheet fields\n# in the cost model. Valid as --hardware for every kvplan command.\n",
         m.info.backend.as_str(),
         m.info.name,
         m.info.driver,
@@ -360,6 +361,12 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Output, CliError> {
             "attention": cal.attention,
             "elementwise": cal.elementwise,
             "op_overhead_us": m.op_overhead_s * 1e6,
+            "kernels": file.kernels.as_ref().map(|k| json!({
+                "tables": k.tables.len(),
+                "token_grid": plan.kernel_grid,
+                "launch_us": k.launch_us,
+                "gemm": k.gemm,
+            })),
         })),
         Format::Csv => csv_text(
             &["table", "size_bytes", "seconds", "gbps"],
@@ -442,6 +449,21 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Output, CliError> {
                 cal.elementwise.gbps,
                 m.op_overhead_s * 1e6
             );
+            if let Some(k) = &file.kernels {
+                let g = &k.gemm;
+                let _ = writeln!(
+                    out,
+                    "[kernels]: {} tables over {} token counts ({}..{}); GEMM fit {:.1} us floor, {:.2} of HBM, {:.2} of peak{}",
+                    k.tables.len(),
+                    plan.kernel_grid.len(),
+                    plan.kernel_grid.first().copied().unwrap_or(0),
+                    plan.kernel_grid.last().copied().unwrap_or(0),
+                    g.floor_us,
+                    g.memory_efficiency,
+                    g.compute_efficiency,
+                    g.sms.map(|s| format!(", {s} SMs")).unwrap_or_default()
+                );
+            }
             let _ = writeln!(
                 out,
                 "host RAM in profile: {}",

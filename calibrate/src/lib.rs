@@ -9,15 +9,19 @@
 
 pub mod compare;
 pub mod fit;
+pub mod kernels;
 pub mod micro;
 
 use kvplan_exec::{DeviceInfo, Executor};
 use kvplan_planner::HardwareProfile;
 use kvplan_planner::calibration::{Calibration, CopyTables, Curve};
+use kvplan_planner::cost::derived_kernels;
 use kvplan_planner::hardware::{
     Duplex, EfficiencySection, GpuSection, HostSection, LinkSection, PeakSection, PeerSection,
     ProfileFile,
 };
+use kvplan_planner::kernel_model::{AttentionFit, KernelTable, KernelsSection, TableKind};
+use kvplan_planner::schedule::ElemKind;
 use kvplan_planner::{DType, ModelSpec};
 
 pub use compare::{Comparison, compare};
@@ -65,6 +69,10 @@ pub struct Plan {
     pub elementwise_sizes: Vec<u64>,
     /// Repetitions per measurement (the median is kept).
     pub reps: u32,
+    /// Token counts of the `[kernels]` tables ([`kernels::grid`]; empty: no `[kernels]` sweep).
+    pub kernel_grid: Vec<u32>,
+    /// Repetitions per `[kernels]` table point (the median is kept).
+    pub kernel_reps: u32,
 }
 
 fn pow4_sizes(from: u64, to: u64) -> Vec<u64> {
@@ -135,6 +143,8 @@ impl Plan {
                 },
                 elementwise_sizes: pow4_sizes(4 << 10, 256 << 20),
                 reps: if quick { 3 } else { 5 },
+                kernel_grid: kernels::grid(true, quick),
+                kernel_reps: if quick { 5 } else { 10 },
             }
         } else {
             Plan {
@@ -164,6 +174,8 @@ impl Plan {
                 },
                 elementwise_sizes: pow4_sizes(4 << 10, if quick { 4 << 20 } else { 64 << 20 }),
                 reps: 3,
+                kernel_grid: kernels::grid(false, quick),
+                kernel_reps: 3,
             }
         })
     }
@@ -189,6 +201,9 @@ pub struct Measurements {
     pub elementwise: Vec<(f64, f64)>,
     /// Per-op overhead of a chain of tiny kernels, seconds.
     pub op_overhead_s: f64,
+    /// The `[kernels]` tables over the token grid (microseconds); `None`: not measured (the
+    /// profile then has no `[kernels]` section).
+    pub kernels: Option<Vec<kvplan_planner::kernel_model::KernelTable>>,
 }
 
 /// Runs every microbenchmark of `plan` on `exec`.
@@ -365,9 +380,122 @@ pub fn build_profile(
         }),
     };
     // The result must be a valid --hardware file for every other command.
-    file.clone()
-        .validate(&format!("calibrated profile {name}"))?;
+    let origin = format!("calibrated profile {name}");
+    let hw = file.clone().validate(&origin)?;
+    let mut file = file;
+    if let Some(tables) = &m.kernels {
+        file.kernels = Some(kernels_section(m, tables, &hw, base)?);
+        file.clone().validate(&origin)?;
+    }
     Ok(file)
+}
+
+/// The `[kernels]` section from the measured tables: the tables themselves (then, as tables of
+/// their own, the `[calibration]` GEMM points of shapes the grid did not cover), a
+/// [`GemmFit`](kvplan_planner::kernel_model::GemmFit) and
+/// one [`MemFit`](kvplan_planner::kernel_model::MemFit) per kind fitted to them ([`kernels::fit_gemm`], [`kernels::fit_mem`]); kind
+/// `other` fitted to the elementwise sweep; attention from the `[calibration]` attention fit
+/// (its intercept as the floor, its rates as fractions of `hw`'s peak and HBM bandwidth); the
+/// all-reduce of `base` (its `[kernels]`, else derived from it), else derived from `hw`; the
+/// launch interval the measured per-op overhead. `hw` is the profile without `[kernels]`.
+fn kernels_section(
+    m: &Measurements,
+    tables: &[KernelTable],
+    hw: &HardwareProfile,
+    base: Option<&HardwareProfile>,
+) -> Result<KernelsSection, Error> {
+    let fail = |what: &str| Error::Fit {
+        what: what.into(),
+        why: "no positive measurements".into(),
+    };
+    let derived = derived_kernels(hw);
+    let hbm = hw.gpu.mem_bandwidth;
+    let peaks = DType::ALL.map(|d| hw.gpu.peak_flops.get(d));
+    let sms = match m.info.backend {
+        kvplan_exec::BackendKind::Cuda => m.info.parallelism.filter(|&s| s > 0),
+        _ => None,
+    };
+    let gemm =
+        kernels::fit_gemm(tables, peaks, hbm, sms, &derived).ok_or_else(|| fail("GEMM tables"))?;
+    let mut section = KernelsSection {
+        source: format!(
+            "kvplan calibrate, {} backend on {} ({})",
+            m.info.backend.as_str(),
+            m.info.name,
+            today()
+        ),
+        launch_us: (m.op_overhead_s * 1e6).clamp(0.0, 1e5),
+        gemm,
+        tables: tables.to_vec(),
+        ..derived.clone()
+    };
+    for kind in ElemKind::ALL {
+        let pts = if kind == ElemKind::Other {
+            m.elementwise.clone()
+        } else {
+            kernels::mem_points(tables, kind)
+        };
+        // A kind without a table (none in the sweep) keeps the elementwise sweep's fit.
+        let pts = if pts.is_empty() {
+            m.elementwise.clone()
+        } else {
+            pts
+        };
+        *section.mem_mut(kind) = kernels::fit_mem(&pts, hbm).ok_or_else(|| fail(kind.as_str()))?;
+    }
+    // GEMM shapes the `[calibration]` sweep measured and the grid did not (the LM head, KVPR's
+    // recompute GEMM) keep their measured rows as tables of their own.
+    for p in &m.gemm {
+        let grid_shape = |t: &KernelTable| {
+            t.kind == TableKind::Gemm && t.dtype == p.dtype && t.n == p.n && t.k == p.k
+        };
+        if tables.iter().any(grid_shape) {
+            continue;
+        }
+        let point = (p.m, (p.seconds * 1e6).max(1e-3));
+        match section.tables.iter_mut().find(|t| grid_shape(t)) {
+            Some(t) => t.points.push(point),
+            None => section.tables.push(KernelTable {
+                kind: TableKind::Gemm,
+                dtype: p.dtype,
+                n: p.n,
+                k: p.k,
+                width: 0,
+                points: vec![point],
+            }),
+        }
+    }
+    for t in &mut section.tables[tables.len()..] {
+        t.points.sort_by_key(|p| p.0);
+        t.points.dedup_by_key(|p| p.0);
+    }
+    let att = fit::attention(&m.attention)?;
+    let smallest = m
+        .attention
+        .iter()
+        .map(|p| p.2)
+        .filter(|t| *t > 0.0)
+        .fold(f64::INFINITY, f64::min);
+    let frac = |v: f64| {
+        if v.is_finite() && v > 0.0 {
+            v.min(1.0)
+        } else {
+            1.0
+        }
+    };
+    section.attention = AttentionFit {
+        floor_us: att.overhead_us.min(smallest * 1e6).max(0.0),
+        prefill_efficiency: frac(att.tflops * 1e12 / hw.gpu.peak_flops.get(DType::Fp16)),
+        decode_efficiency: frac(att.gbps * 1e9 / hbm),
+    };
+    section.allreduce = match base {
+        Some(b) => b
+            .kernels
+            .as_ref()
+            .map_or_else(|| derived_kernels(b).allreduce, |k| k.allreduce),
+        None => derived.allreduce,
+    };
+    Ok(section)
 }
 
 /// Makes a measured curve usable as a table: sizes strictly increasing, times non-decreasing

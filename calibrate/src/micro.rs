@@ -20,7 +20,7 @@ const TAG: Tag = Tag {
 };
 
 /// A schedule of `reps` back-to-back copies of each op on one stream of `kind`.
-fn repeated(kind: StreamKind, ops: &[OpKind], reps: u32) -> Schedule {
+pub(crate) fn repeated(kind: StreamKind, ops: &[OpKind], reps: u32) -> Schedule {
     let mut b = ScheduleBuilder::with_capacity(ops.len() * reps as usize, 0);
     let s = b.stream(0, kind, "bench");
     let l = b.label("bench");
@@ -33,7 +33,7 @@ fn repeated(kind: StreamKind, ops: &[OpKind], reps: u32) -> Schedule {
 }
 
 /// Median duration of each group of `reps` consecutive ops.
-fn medians(t: &Timeline, groups: usize, reps: u32) -> Vec<f64> {
+pub(crate) fn medians(t: &Timeline, groups: usize, reps: u32) -> Vec<f64> {
     (0..groups)
         .map(|g| {
             let mut d: Vec<f64> = t.spans[g * reps as usize..(g + 1) * reps as usize]
@@ -84,7 +84,7 @@ pub fn measure_all(
     progress: Progress,
 ) -> Result<Measurements, Error> {
     let info = exec.info().clone();
-    let total = 9;
+    let total = if plan.kernel_grid.is_empty() { 9 } else { 10 };
     let mut step = 0;
     let mut tick = |what: &str| {
         step += 1;
@@ -270,6 +270,19 @@ pub fn measure_all(
     ))?;
     let op_overhead_s = t.makespan() / f64::from(n);
 
+    // The `[kernels]` tables: the layer's GEMMs and memory-bound kinds over the token grid.
+    let kernels = if plan.kernel_grid.is_empty() {
+        None
+    } else {
+        tick("kernel tables over the token grid");
+        Some(crate::kernels::measure(
+            exec,
+            &plan.models,
+            &plan.kernel_grid,
+            plan.kernel_reps,
+        )?)
+    };
+
     Ok(Measurements {
         info,
         copy,
@@ -278,6 +291,7 @@ pub fn measure_all(
         attention,
         elementwise,
         op_overhead_s,
+        kernels,
     })
 }
 

@@ -75,6 +75,7 @@ fn synthetic(attention: Vec<(f64, f64, f64, bool)>) -> Measurements {
             .map(|&b| (b as f64, 3e-6 + b as f64 / 1.6e12))
             .collect(),
         op_overhead_s: 4e-6,
+        kernels: None,
     }
 }
 
