@@ -113,9 +113,10 @@ impl Column {
             Column::AttnRope => Some(ElemKind::Rope),
             Column::MlpAct => Some(ElemKind::Activation),
             Column::Add => Some(ElemKind::Add),
-            Column::AttnPreProj | Column::AttnPostProj | Column::MlpUpProj | Column::MlpDownProj => {
-                None
-            }
+            Column::AttnPreProj
+            | Column::AttnPostProj
+            | Column::MlpUpProj
+            | Column::MlpDownProj => None,
         }
     }
 
@@ -207,7 +208,10 @@ impl RawRow {
             (Column::AttnPreProj, self.attn_pre_proj_ms),
             (Column::AttnRope, self.attn_rope_ms),
             (Column::AttnPostProj, self.attn_post_proj_ms),
-            (Column::PostAttentionLayernorm, self.post_attention_layernorm_ms),
+            (
+                Column::PostAttentionLayernorm,
+                self.post_attention_layernorm_ms,
+            ),
             (Column::MlpUpProj, self.mlp_up_proj_ms),
             (Column::MlpAct, self.mlp_act_ms),
             (Column::MlpDownProj, self.mlp_down_proj_ms),
@@ -636,12 +640,10 @@ pub fn fit_kernels(
     }
 
     section.tables = grid_tables(samples);
-    section
-        .check("fitted kernels")
-        .map_err(|e| Error::Fit {
-            what: "kernel table".into(),
-            why: e.to_string(),
-        })?;
+    section.check("fitted kernels").map_err(|e| Error::Fit {
+        what: "kernel table".into(),
+        why: e.to_string(),
+    })?;
     Ok(section)
 }
 
