@@ -237,8 +237,8 @@ pub fn nelder_mead(
                 } else {
                     let x0 = simplex[0].0.clone();
                     for p in simplex.iter_mut().skip(1) {
-                        for j in 0..n {
-                            p.0[j] = x0[j] + 0.5 * (p.0[j] - x0[j]);
+                        for (v, &o) in p.0.iter_mut().zip(&x0) {
+                            *v = o + 0.5 * (*v - o);
                         }
                         p.1 = f(&p.0);
                     }

@@ -113,7 +113,8 @@ fn held_out_tensor_parallel_degree() {
     for (gpu, preset) in GPUS {
         let t = load(gpu);
         let hw = HardwareProfile::preset(preset).unwrap();
-        for held in [4u32] {
+        {
+            let held = 4u32;
             let train: Vec<Sample> = t.samples.iter().filter(|s| s.tp != held).cloned().collect();
             let test: Vec<Sample> = t.samples.iter().filter(|s| s.tp == held).cloned().collect();
             let section = fit_for(gpu, preset, &train);
