@@ -110,7 +110,23 @@ Measure the machine through the executor and write a hardware profile whose [cal
                 repetitions, two models)
 Provenance (device, driver, date, backend) is recorded in the file, which is a valid --hardware
 file for every other command. A full GPU run takes a few minutes (the [kernels] sweep adds
-seconds of that); --quick is for CI and CPUs.";
+seconds of that); --quick is for CI and CPUs.
+
+--from-table FILE fits the kernel model from measurements someone else took, without a GPU:
+a CSV in Vidur's profiling format, one row per model shape x token count x tensor-parallel
+degree with the median device time of each op in milliseconds (emb, input_layernorm,
+attn_pre_proj, attn_rope, attn_post_proj, post_attention_layernorm, mlp_up_proj, mlp_act,
+mlp_down_proj, add). Each column is costed as the kernel kvplan emits for that op (the same
+GEMM shapes and bytes), then
+  models   the GEMM model (tile/wave quantisation with --sms, memory/compute blend, floors)
+           and each memory-bound kind's floor and bandwidth, fitted to minimise the median
+           plus half the p90 of |log(predicted/measured)| per op and token bucket
+  tables   one per GEMM shape and memory-bound kind x row width on the 30-point token grid,
+           each point the median of the measurements within half a grid step
+The --base profile (preset or file) is written with the fitted [kernels] section; attention
+and all-reduce figures (not in the table) come from the base's [kernels], else its roofline.
+The per-op x token-bucket error (median, p90) of the result is printed on stdout.
+  kvplan calibrate --from-table a100_Llama-2-7b-hf.csv --base a100-80g-sxm --out a100.toml";
 
 const VALIDATE_LONG: &str = "\
 Simulate a scenario with a (calibrated) profile and execute the same schedule on a backend, then
@@ -530,16 +546,26 @@ pub struct CalibrateArgs {
     /// Backend
     #[command(flatten)]
     pub backend: BackendArgs,
-    /// Where to write the profile TOML
-    #[arg(long, value_name = "FILE")]
-    pub out: PathBuf,
+    /// Where to write the profile TOML (with --from-table: optional, else the [kernels]
+    /// section is printed after the error table)
+    #[arg(long, value_name = "FILE", required_unless_present = "from_table")]
+    pub out: Option<PathBuf>,
     /// Fewer sizes and shapes: seconds on a CPU, for CI
     #[arg(long)]
     pub quick: bool,
-    /// Preset whose datasheet fields (memory, peaks, host RAM, peer link) the profile keeps
-    /// where nothing is measured [default: the preset whose GPU name matches, if any]
-    #[arg(long, value_name = "PRESET")]
+    /// Preset or profile file whose fields the profile keeps where nothing is measured
+    /// [default: the preset whose GPU name matches, if any; with --from-table: a100-80g-sxm
+    /// or h100-sxm from the file name]
+    #[arg(long, value_name = "PRESET|FILE")]
     pub base: Option<String>,
+    /// Fit the [kernels] section from a measured table (Vidur's profiling CSV: model sizes,
+    /// num_tokens, num_tensor_parallel_workers, one *_ms column per op) instead of measuring
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["quick", "models"])]
+    pub from_table: Option<PathBuf>,
+    /// Streaming multiprocessors of the GPU (the GEMM model's wave quantisation; with
+    /// --from-table) [default: from the base's GPU name: A100 108, H100/H200 SXM 132]
+    #[arg(long, value_name = "N", requires = "from_table")]
+    pub sms: Option<u32>,
     /// Profile name [default: the --out file's stem]
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,

@@ -265,6 +265,13 @@ pub fn validate(args: &ValidateArgs) -> Result<Output, CliError> {
 
 /// `kvplan calibrate`.
 pub fn calibrate(args: &CalibrateArgs) -> Result<Output, CliError> {
+    if let Some(table) = &args.from_table {
+        return calibrate_from_table(args, table);
+    }
+    let out_path = args
+        .out
+        .as_ref()
+        .ok_or_else(|| CliError::input("--out FILE is required"))?;
     let models: Option<Vec<ModelSpec>> = if args.models.is_empty() {
         None
     } else {
@@ -281,14 +288,13 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Output, CliError> {
     };
     let name = match &args.name {
         Some(n) => n.clone(),
-        None => args
-            .out
+        None => out_path
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .ok_or_else(|| {
                 CliError::input(format!(
                     "--out: '{}' is not a file path",
-                    args.out.display()
+                    out_path.display()
                 ))
             })?,
     };
@@ -327,7 +333,7 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Output, CliError> {
         kvplan_calibrate::today(),
         if args.quick { " --quick" } else { "" }
     );
-    write_output(&args.out, "--out", |w| {
+    write_output(out_path, "--out", |w| {
         w.write_all(header.as_bytes())?;
         w.write_all(file.to_toml().as_bytes())
     })?;
@@ -342,7 +348,7 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Output, CliError> {
     };
     match args.output.format {
         Format::Json => json_line(&json!({
-            "out": args.out.display().to_string(),
+            "out": out_path.display().to_string(),
             "name": name,
             "backend": m.info.backend.as_str(),
             "device": m.info.name,
@@ -392,7 +398,7 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Output, CliError> {
                 m.info.name,
                 m.info.backend.as_str(),
                 m.info.driver,
-                args.out.display()
+                out_path.display()
             );
             let mut t = Table::new(&[
                 "copy size",
@@ -472,4 +478,79 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Output, CliError> {
             Ok(out)
         }
     }
+}
+
+/// `kvplan calibrate --from-table FILE`: the base profile with a `[kernels]` section fitted to a
+/// measured table.
+fn calibrate_from_table(args: &CalibrateArgs, table: &std::path::Path) -> Result<Output, CliError> {
+    use kvplan_calibrate::table::{
+        FitOptions, MeasuredTable, default_sms, error_report, fit_kernels, kernel_model,
+        kernels_toml, replace_kernels,
+    };
+    let file_name = table
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| table.display().to_string());
+    let base_name = match &args.base {
+        Some(b) => b.clone(),
+        None => {
+            let lower = file_name.to_ascii_lowercase();
+            if lower.starts_with("a100") {
+                "a100-80g-sxm".to_string()
+            } else if lower.starts_with("h100") {
+                "h100-sxm".to_string()
+            } else {
+                return Err(CliError::input(format!(
+                    "--from-table {file_name}: which GPU? pass --base PRESET|FILE (e.g. \
+                     a100-80g-sxm)"
+                )));
+            }
+        }
+    };
+    let base = HardwareProfile::resolve(&base_name)?;
+    let base_text = match HardwareProfile::preset_text(&base_name) {
+        Ok(t) if !base_name.contains(['/', '.']) => t.to_string(),
+        _ => std::fs::read_to_string(&base_name)
+            .map_err(|e| CliError::input(format!("--base {base_name}: {e}")))?,
+    };
+    let sms = match args.sms.or_else(|| default_sms(&base.gpu.name)) {
+        Some(s) if s > 0 => s,
+        _ => {
+            return Err(CliError::input(format!(
+                "--sms: the streaming multiprocessors of '{}' are not known; pass --sms N",
+                base.gpu.name
+            )));
+        }
+    };
+    let measured = MeasuredTable::read(table).map_err(|e| CliError::input(e.to_string()))?;
+    let source = format!(
+        "fitted by `kvplan calibrate --from-table {file_name}` from Vidur's public profiling \
+         data (MIT, commit 7d47513), Llama-2-7B shapes, TP 1/2/4/8"
+    );
+    let opts = FitOptions::from_base(&base, sms, source);
+    let section = fit_kernels(&measured.samples, &base, &opts)?;
+    let report = error_report(&kernel_model(&section, &base), &measured.samples);
+    let kernels = kernels_toml(
+        &section,
+        &format!("fitted by `kvplan calibrate --from-table {file_name}`"),
+    );
+    let profile = replace_kernels(&base_text, &kernels);
+    HardwareProfile::from_toml_str(&profile, "the fitted profile")?;
+    let mut out = format!(
+        "fitted {} rows of {file_name} ({} samples), sms {sms}; device-time error of the fitted \
+         [kernels]:\n\n{report}",
+        measured.samples.len() / 10,
+        measured.samples.len()
+    );
+    match &args.out {
+        Some(path) => {
+            write_output(path, "--out", |w| w.write_all(profile.as_bytes()))?;
+            let _ = writeln!(out, "\nwrote {}", path.display());
+        }
+        None => {
+            out.push('\n');
+            out.push_str(&kernels);
+        }
+    }
+    Ok(out)
 }

@@ -176,3 +176,92 @@ mod tests {
         assert!((fit.tflops - 180.0).abs() / 180.0 < 0.05, "{fit:?}");
     }
 }
+
+/// Minimises `f` over unconstrained `x` with the Nelder–Mead simplex method (reflection 1,
+/// expansion 2, contraction 1/2, shrink 1/2), restarted `restarts` times around the best point
+/// so far with a fresh simplex of `step` per coordinate. Deterministic: no randomness, and ties
+/// keep the earlier vertex. Returns the best point and its value.
+pub fn nelder_mead(
+    f: &dyn Fn(&[f64]) -> f64,
+    x0: &[f64],
+    step: f64,
+    iterations: usize,
+    restarts: usize,
+) -> (Vec<f64>, f64) {
+    let n = x0.len();
+    let mut best = x0.to_vec();
+    let mut best_v = f(&best);
+    for _ in 0..=restarts {
+        let mut simplex: Vec<(Vec<f64>, f64)> = Vec::with_capacity(n + 1);
+        simplex.push((best.clone(), best_v));
+        for i in 0..n {
+            let mut x = best.clone();
+            x[i] += step;
+            let v = f(&x);
+            simplex.push((x, v));
+        }
+        for _ in 0..iterations {
+            simplex.sort_by(|a, b| a.1.total_cmp(&b.1));
+            let spread = simplex[n].1 - simplex[0].1;
+            if spread.abs() <= 1e-12 * simplex[0].1.abs().max(1e-12) {
+                break;
+            }
+            let centroid: Vec<f64> = (0..n)
+                .map(|j| simplex[..n].iter().map(|p| p.0[j]).sum::<f64>() / n as f64)
+                .collect();
+            let towards = |t: f64| -> Vec<f64> {
+                (0..n)
+                    .map(|j| centroid[j] + t * (simplex[n].0[j] - centroid[j]))
+                    .collect()
+            };
+            let xr = towards(-1.0);
+            let vr = f(&xr);
+            if vr < simplex[0].1 {
+                let xe = towards(-2.0);
+                let ve = f(&xe);
+                simplex[n] = if ve < vr { (xe, ve) } else { (xr, vr) };
+            } else if vr < simplex[n - 1].1 {
+                simplex[n] = (xr, vr);
+            } else {
+                let (xc, vc) = if vr < simplex[n].1 {
+                    let x = towards(-0.5);
+                    let v = f(&x);
+                    (x, v)
+                } else {
+                    let x = towards(0.5);
+                    let v = f(&x);
+                    (x, v)
+                };
+                if vc < simplex[n].1.min(vr) {
+                    simplex[n] = (xc, vc);
+                } else {
+                    let x0 = simplex[0].0.clone();
+                    for p in simplex.iter_mut().skip(1) {
+                        for (v, &o) in p.0.iter_mut().zip(&x0) {
+                            *v = o + 0.5 * (*v - o);
+                        }
+                        p.1 = f(&p.0);
+                    }
+                }
+            }
+        }
+        simplex.sort_by(|a, b| a.1.total_cmp(&b.1));
+        if simplex[0].1 < best_v {
+            best = simplex[0].0.clone();
+            best_v = simplex[0].1;
+        }
+    }
+    (best, best_v)
+}
+
+#[cfg(test)]
+mod nm_tests {
+    use super::*;
+
+    #[test]
+    fn nelder_mead_finds_a_quadratic_minimum() {
+        let f = |x: &[f64]| (x[0] - 1.0).powi(2) + 10.0 * (x[1] + 2.0).powi(2);
+        let (x, v) = nelder_mead(&f, &[0.0, 0.0], 0.5, 500, 1);
+        assert!(v < 1e-10 && (x[0] - 1.0).abs() < 1e-4 && (x[1] + 2.0).abs() < 1e-4);
+    }
+}

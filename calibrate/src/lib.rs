@@ -11,6 +11,7 @@ pub mod compare;
 pub mod fit;
 pub mod kernels;
 pub mod micro;
+pub mod table;
 
 use kvplan_exec::{DeviceInfo, Executor};
 use kvplan_planner::HardwareProfile;
@@ -36,6 +37,18 @@ pub enum Error {
     /// Planner-side failure (a model that cannot be loaded, an invalid profile).
     #[error(transparent)]
     Planner(#[from] kvplan_planner::Error),
+    /// A malformed measured table (`origin:line: column: why`).
+    #[error("{origin}:{line}: {}{why}", if column.is_empty() { String::new() } else { format!("column {column}: ") })]
+    Table {
+        /// The file.
+        origin: String,
+        /// 1-based line (0: the file as a whole).
+        line: u64,
+        /// The column, where one is at fault.
+        column: String,
+        /// What is wrong.
+        why: String,
+    },
     /// A measurement that cannot be fitted (e.g. no positive times).
     #[error("cannot fit {what}: {why}")]
     Fit {
