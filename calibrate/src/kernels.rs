@@ -124,6 +124,7 @@ pub fn table_op(t: &KernelTable, tokens: u32) -> OpKind {
         Some(kind) => OpKind::Elementwise {
             kind,
             bytes: u64::from(tokens) * t.width,
+            rows: tokens,
         },
     }
 }

@@ -247,6 +247,7 @@ pub fn measure_all(
         .map(|&bytes| OpKind::Elementwise {
             kind: ElemKind::Other,
             bytes,
+            rows: 0,
         })
         .collect();
     let t = exec.run(&repeated(StreamKind::Compute, &ops, plan.reps))?;
@@ -265,6 +266,7 @@ pub fn measure_all(
         &[OpKind::Elementwise {
             kind: ElemKind::Other,
             bytes: 64,
+            rows: 0,
         }],
         n,
     ))?;

@@ -390,7 +390,7 @@ pub fn device_seconds(k: &KernelModel, s: &Sample) -> f64 {
             batch,
             dtype,
         } => k.gemm_device(m, n, kk, batch, dtype),
-        OpKind::Elementwise { kind, bytes } => k.mem_device(kind, bytes, Some(s.tokens)),
+        OpKind::Elementwise { kind, bytes, .. } => k.mem_device(kind, bytes, Some(s.tokens)),
         _ => unreachable!("table columns are GEMMs and memory-bound kernels"),
     }
 }
@@ -405,7 +405,7 @@ fn model_seconds(k: &KernelModel, s: &Sample) -> f64 {
             batch,
             dtype,
         } => k.gemm_model(m, n, kk, batch, dtype),
-        OpKind::Elementwise { kind, bytes } => k.mem_model(kind, bytes as f64),
+        OpKind::Elementwise { kind, bytes, .. } => k.mem_model(kind, bytes as f64),
         _ => unreachable!("table columns are GEMMs and memory-bound kernels"),
     }
 }
@@ -656,7 +656,7 @@ pub fn grid_tables(samples: &[Sample]) -> Vec<KernelTable> {
     for s in samples {
         let key: Key = match s.op {
             OpKind::Gemm { n, k, dtype, .. } => (TableKind::Gemm, dtype, n, k, 0),
-            OpKind::Elementwise { kind, bytes } => {
+            OpKind::Elementwise { kind, bytes, .. } => {
                 let t = match kind {
                     ElemKind::Norm => TableKind::Norm,
                     ElemKind::Activation => TableKind::Activation,

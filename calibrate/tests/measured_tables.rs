@@ -21,11 +21,12 @@ fn csv_path(gpu: &str) -> PathBuf {
         "/../../shared/validation/measured_kernels"
     ))
     .join(&name);
-    if beside.is_file() {
-        beside
-    } else {
-        PathBuf::from("/work/shared/validation/measured_kernels").join(name)
-    }
+    assert!(
+        beside.is_file(),
+        "{} is missing: the tests read shared/ beside the repository",
+        beside.display()
+    );
+    beside
 }
 
 fn load(gpu: &str) -> MeasuredTable {
@@ -233,4 +234,26 @@ fn malformed_tables_name_file_line_and_column() {
         .to_string();
     assert!(e.starts_with("t.csv:2:") && e.contains("emb_ms"), "{e}");
     let _ = Column::ALL;
+}
+
+#[test]
+fn the_simulator_costs_each_op_as_the_table_does() {
+    // `CostModel::duration` (what the simulator runs) reads the same width-matched tables as
+    // the error report: an op's rows give its row width. Only the launch interval separates
+    // the two (no kernel is shorter than it on a stream).
+    for (gpu, preset) in GPUS {
+        let t = load(gpu);
+        let cost = CostModel::new(&HardwareProfile::preset(preset).unwrap());
+        let launch = cost.kernels().launch_s();
+        for s in &t.samples {
+            let device = table::device_seconds(cost.kernels(), s);
+            let d = cost.duration(&s.op);
+            assert!(
+                (d - device.max(launch)).abs() <= 1e-12 * d,
+                "{preset} line {}: {:?} costs {d} in the simulator, {device} in the report",
+                s.line,
+                s.column
+            );
+        }
+    }
 }

@@ -42,6 +42,7 @@ fn tiny_ops(streams: usize, chained: bool) -> Schedule {
             OpKind::Elementwise {
                 kind: ElemKind::Other,
                 bytes: 64,
+                rows: 0,
             },
             s[i % streams],
             l,

@@ -32,7 +32,7 @@
 //! let tag = Tag { step: 1, layer: 0, batch: 0, group: Tag::NONE, phase: Phase::Decode };
 //! let load = OpKind::H2D { bytes: 1 << 20, payload: Payload::Cache, host: HostMemory::Pinned };
 //! let copy = b.push(load, h2d, label, tag, &[]);
-//! b.push(OpKind::Elementwise { kind: ElemKind::Other, bytes: 1 << 16 }, compute, label, tag, &[Some(copy)]);
+//! b.push(OpKind::Elementwise { kind: ElemKind::Other, bytes: 1 << 16, rows: 0 }, compute, label, tag, &[Some(copy)]);
 //! let schedule = b.build();
 //!
 //! let mut exec = kvplan_exec::open(BackendKind::Cpu, &ExecOptions::default())?;

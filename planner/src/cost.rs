@@ -395,7 +395,9 @@ impl CostModel {
             } => self.attention(
                 batch, q_heads, kv_heads, q_len, kv_len, head_dim, causal, dtype,
             ),
-            OpKind::Elementwise { kind, bytes } => self.elementwise_kind(kind, bytes),
+            OpKind::Elementwise { kind, bytes, rows } => {
+                self.kernel(self.kernels.mem_device(kind, bytes, Some(rows)))
+            }
             OpKind::AllReduce { bytes, ranks } => self.allreduce(bytes, ranks),
         }
     }

@@ -470,6 +470,12 @@ fn merged_table(
                 toml::Value::String(format!("{d} (overrides from {origin})")),
             );
         }
+        // Measurements of this machine (`[calibration]`, from an older `kvplan calibrate` that
+        // wrote no `[kernels]`) outrank the base's kernel model: drop the inherited one so the
+        // cost model derives kernels from the calibration.
+        if table.contains_key("calibration") && !table.contains_key("kernels") {
+            merged.remove("kernels");
+        }
         merge(&mut merged, table);
         table = merged;
     } else if !table.contains_key("name") {

@@ -96,6 +96,10 @@ pub enum Payload {
     RecomputeActivation,
 }
 
+fn is_zero(v: &u32) -> bool {
+    *v == 0
+}
+
 /// The kind of a memory-bound kernel: each has its own bytes-per-token shape, efficiency and
 /// device floor in the cost model (`[kernels]` of a profile).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -213,6 +217,10 @@ pub enum OpKind {
         kind: ElemKind,
         /// Bytes read plus written.
         bytes: u64,
+        /// Rows (tokens) it processes, when known (0: unknown): with `bytes` it gives the row
+        /// width, which picks the measured table of that width.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        rows: u32,
     },
     /// A tensor-parallel all-reduce of `bytes` (per rank) across `ranks` GPUs, run by the
     /// collective library on the compute stream.
@@ -781,6 +789,7 @@ mod tests {
             OpKind::Elementwise {
                 kind: ElemKind::Other,
                 bytes: 1,
+                rows: 0,
             },
             c,
             l,

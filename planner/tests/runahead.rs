@@ -618,10 +618,10 @@ fn errors_name_the_field_and_the_fix() {
 fn calibrated_costs_reach_the_planner() {
     // A calibrated profile's fitted attention (here: slower than the datasheet roofline) is what
     // the per-chunk costs, and so the partition and the TTFT, rest on.
-    let base = HardwareProfile::preset("a100-40g-pcie4").unwrap();
+    let base = HardwareProfile::preset("a100-80g-sxm").unwrap();
     let cal = HardwareProfile::from_toml_str(
         r#"
-base = "a100-40g-pcie4"
+base = "a100-80g-sxm"
 [calibration]
 backend = "cuda"
 device = "test"

@@ -82,6 +82,7 @@ fn op_for(kind: StreamKind) -> OpKind {
         StreamKind::Compute => OpKind::Elementwise {
             kind: ElemKind::Other,
             bytes: 1,
+            rows: 0,
         },
         StreamKind::H2D => OpKind::H2D {
             bytes: 1,

@@ -190,6 +190,7 @@ pub fn every_kind() -> Schedule {
         OpKind::Elementwise {
             kind: ElemKind::Other,
             bytes: 100_000,
+            rows: 0,
         },
         c,
         l,

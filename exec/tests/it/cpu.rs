@@ -57,6 +57,7 @@ fn peer_sends_run_on_a_two_device_schedule() {
         OpKind::Elementwise {
             kind: ElemKind::Other,
             bytes: 4096,
+            rows: 0,
         },
         c0,
         l,
@@ -68,6 +69,7 @@ fn peer_sends_run_on_a_two_device_schedule() {
         OpKind::Elementwise {
             kind: ElemKind::Other,
             bytes: 4096,
+            rows: 0,
         },
         c1,
         l,
@@ -191,6 +193,7 @@ fn absurd_sizes_are_an_error_not_a_panic() {
             OpKind::Elementwise {
                 kind: ElemKind::Other,
                 bytes: u64::MAX,
+                rows: 0,
             },
             StreamKind::Compute,
         ),

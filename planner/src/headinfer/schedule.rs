@@ -150,6 +150,7 @@ impl Pass {
             append: OpKind::Elementwise {
                 kind: ElemKind::Other,
                 bytes: 2 * bu * u64::from(n) * group_tok,
+                rows: 0,
             },
             attention: OpKind::Attention {
                 batch: b,
@@ -169,6 +170,7 @@ impl Pass {
             final_norm: OpKind::Elementwise {
                 kind: ElemKind::Norm,
                 bytes: bu * elem_bytes_per_token(model, ElemKind::Norm),
+                rows: b,
             },
             // Only the last position's logits (prefill) or the new token's (decode).
             head: (phase == Phase::Decode || start + n == shape.prompt).then_some((
@@ -182,6 +184,7 @@ impl Pass {
                 OpKind::Elementwise {
                     kind: ElemKind::Other,
                     bytes: bu * u64::from(model.vocab) * 4,
+                    rows: 0,
                 },
             )),
         }

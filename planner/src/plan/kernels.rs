@@ -118,11 +118,12 @@ struct DenseKernels {
 
 impl DenseKernels {
     fn new(m: &ModelSpec, rows: u64) -> Self {
+        let r32 = u32::try_from(rows).unwrap_or(u32::MAX);
         let elem = |kind| OpKind::Elementwise {
             kind,
             bytes: rows * elem_bytes_per_token(m, kind),
+            rows: r32,
         };
-        let r32 = u32::try_from(rows).unwrap_or(u32::MAX);
         let h = m.hidden;
         let q = m.q_dim() as u32;
         let kv = m.kv_dim() as u32;
@@ -181,6 +182,7 @@ pub fn concat_kernel(m: &ModelSpec, batch: u32, l: u32) -> OpKind {
     OpKind::Elementwise {
         kind: ElemKind::Other,
         bytes: 2 * u64::from(batch) * u64::from(l) * m.kv_bytes_per_token_layer(),
+        rows: 0,
     }
 }
 
@@ -190,6 +192,7 @@ pub fn embed_op(m: &ModelSpec, batch: u32, len: u32) -> OpKind {
     OpKind::Elementwise {
         kind: ElemKind::Embedding,
         bytes: u64::from(batch) * u64::from(len) * elem_bytes_per_token(m, ElemKind::Embedding),
+        rows: batch.saturating_mul(len),
     }
 }
 
@@ -202,6 +205,7 @@ pub fn head_ops(m: &ModelSpec, batch: u32) -> [(&'static str, OpKind); 3] {
             OpKind::Elementwise {
                 kind: ElemKind::Norm,
                 bytes: b * elem_bytes_per_token(m, ElemKind::Norm),
+                rows: batch,
             },
         ),
         (
@@ -219,6 +223,7 @@ pub fn head_ops(m: &ModelSpec, batch: u32) -> [(&'static str, OpKind); 3] {
             OpKind::Elementwise {
                 kind: ElemKind::Other,
                 bytes: b * u64::from(m.vocab) * 4,
+                rows: 0,
             },
         ),
     ]

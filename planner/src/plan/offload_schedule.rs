@@ -283,6 +283,7 @@ pub fn build_schedule(
                 OpKind::Elementwise {
                     kind: ElemKind::Norm,
                     bytes: bu * elem_bytes_per_token(m, ElemKind::Norm),
+                    rows: b,
                 },
                 c,
                 lb.final_norm,
@@ -306,6 +307,7 @@ pub fn build_schedule(
                 OpKind::Elementwise {
                     kind: ElemKind::Other,
                     bytes: bu * u64::from(m.vocab) * 4,
+                    rows: 0,
                 },
                 c,
                 lb.sample,
