@@ -519,35 +519,53 @@ impl KernelModel {
     /// model corrected by the nearest measured shape's ratio.
     pub fn gemm_device(&self, m: u32, n: u32, k: u32, batch: u32, dtype: DType) -> f64 {
         let model = self.gemm_model(m, n, k, batch, dtype);
-        if batch > 1 || self.gemm_tables.is_empty() {
+        if batch > 1 {
             return model;
         }
+        // The two measured shapes nearest in (log n, log k).
         let (ln, lk) = (f64::from(n).ln(), f64::from(k).ln());
         let distance = |c: &GemmCurve| (c.ln_n - ln).abs() + (c.ln_k - lk).abs();
-        let Some(near) = self
-            .gemm_tables
-            .iter()
-            .filter(|c| c.dtype == dtype)
-            .min_by(|a, b| distance(a).total_cmp(&distance(b)))
-        else {
+        let mut near: [Option<(f64, &GemmCurve)>; 2] = [None, None];
+        for c in self.gemm_tables.iter().filter(|c| c.dtype == dtype) {
+            let d = distance(c);
+            if near[0].is_none_or(|(d0, _)| d < d0) {
+                near[1] = near[0];
+                near[0] = Some((d, c));
+            } else if near[1].is_none_or(|(d1, _)| d < d1) {
+                near[1] = Some((d, c));
+            }
+        }
+        let Some((d0, c0)) = near[0] else {
             return model;
         };
-        let lx = f64::from(m.max(1)).ln();
-        let exact = near.n == n && near.k == k;
-        let measured = match interpolate(&near.curve, lx) {
-            Some(t) => t,
-            None => {
-                // Beyond the table: the model's growth from the last measured point.
-                let (x, t) = last(&near.curve);
-                let x = x as u32;
-                t * self.gemm_model(m, near.n, near.k, 1, dtype)
-                    / self.gemm_model(x, near.n, near.k, 1, dtype)
+        if d0 == 0.0 {
+            return self.gemm_table_time(c0, m);
+        }
+        // Elsewhere: the model, times the measured / model ratio of the nearest shapes at these
+        // rows (geometric mean weighted by inverse distance).
+        let ln_ratio = |c: &GemmCurve| {
+            (self.gemm_table_time(c, m) / self.gemm_model(m, c.n, c.k, 1, dtype)).ln()
+        };
+        let ratio = match near[1] {
+            None => ln_ratio(c0).exp(),
+            Some((d1, c1)) => {
+                let (w0, w1) = (1.0 / d0, 1.0 / d1);
+                ((w0 * ln_ratio(c0) + w1 * ln_ratio(c1)) / (w0 + w1)).exp()
             }
         };
-        if exact {
-            measured
-        } else {
-            model * measured / self.gemm_model(m, near.n, near.k, 1, dtype)
+        model * ratio
+    }
+
+    /// A measured GEMM shape's time at `m` rows: the table, and beyond its last row count the
+    /// model's growth from there.
+    fn gemm_table_time(&self, c: &GemmCurve, m: u32) -> f64 {
+        match interpolate(&c.curve, f64::from(m.max(1)).ln()) {
+            Some(t) => t,
+            None => {
+                let (x, t) = last(&c.curve);
+                t * self.gemm_model(m, c.n, c.k, 1, c.dtype)
+                    / self.gemm_model(x.round() as u32, c.n, c.k, 1, c.dtype)
+            }
         }
     }
 
@@ -565,25 +583,37 @@ impl KernelModel {
         if bytes == 0 || tables.is_empty() {
             return self.mem_model(kind, b);
         }
-        let width = tokens.filter(|&t| t > 0).map(|t| b / f64::from(t));
-        let near = match width {
-            Some(w) => tables
-                .iter()
-                .min_by(|x, y| {
-                    let d = |c: &MemCurve| ((c.width as f64).ln() - w.ln()).abs();
-                    d(x).total_cmp(&d(y))
-                })
-                .expect("non-empty"),
+        let rows = tokens.filter(|&t| t > 0);
+        // The nearest measured width, read at the same bytes. (Interpolating between the two
+        // widths around an unmeasured one, at equal rows or bytes, was tried on a held-out
+        // tensor-parallel degree of the measured tables: better for prefill-sized activations,
+        // worse below 256 rows, and no better per layer.)
+        let near = match rows {
+            Some(r) => {
+                let w = (b / f64::from(r)).ln();
+                tables
+                    .iter()
+                    .min_by(|x, y| {
+                        let d = |c: &MemCurve| ((c.width as f64).ln() - w).abs();
+                        d(x).total_cmp(&d(y))
+                    })
+                    .expect("non-empty")
+            }
             None => tables.iter().max_by_key(|c| c.width).expect("non-empty"),
         };
-        // Rows of the table's width that move the same bytes.
-        let rows = b / near.width as f64;
-        match interpolate(&near.curve, rows.max(1.0).ln()) {
+        self.mem_table_time(kind, near, b)
+    }
+
+    /// A memory-bound table's time for `bytes`, read at the rows of its width that move them;
+    /// below one row the model's share, beyond the last row count the model's growth.
+    fn mem_table_time(&self, kind: ElemKind, c: &MemCurve, bytes: f64) -> f64 {
+        let rows = bytes / c.width as f64;
+        match interpolate(&c.curve, rows.max(1.0).ln()) {
             Some(t) if rows >= 1.0 => t,
-            Some(t) => t.min(self.mem_model(kind, b).max(t * rows)),
+            Some(t) => t.min(self.mem_model(kind, bytes).max(t * rows)),
             None => {
-                let (x, t) = last(&near.curve);
-                t * self.mem_model(kind, b) / self.mem_model(kind, x * near.width as f64)
+                let (x, t) = last(&c.curve);
+                t * self.mem_model(kind, bytes) / self.mem_model(kind, x * c.width as f64)
             }
         }
     }

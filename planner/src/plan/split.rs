@@ -248,7 +248,8 @@ fn search_split(probe: &Probe, step: u32, seq_len: u32, seed: u32) -> Result<(u3
 /// emits for the step before it (prefill at step 1) and the step itself, both recomputing `l`
 /// tokens, timed on the engine; the step's time runs from the last kernel of the step before to
 /// its own last kernel, so prefetches into it overlap the step before as they do in the whole
-/// run, and stores draining after a step's kernels are charged only where they delay a kernel.
+/// run, and stores draining after a step's kernels are charged only where they delay a kernel
+/// (the last step runs until its stores have drained, as the whole run does).
 fn probe_step_s(probe: &Probe, step: u32, l: u32, keeps_x: bool) -> Result<f64> {
     let (a, b) = (step - 1, step);
     let l_at = |st: u32| l.min(probe.shape.cached_at(st.max(1)));
@@ -268,7 +269,14 @@ fn probe_step_s(probe: &Probe, step: u32, l: u32, keeps_x: bool) -> Result<f64> 
             what: format!("the KVPR split probe at step {step}"),
             message: e.to_string(),
         })?;
-    // Each step ends with its last kernel; stores may still drain into the next step.
+    // Each step ends with its last kernel; stores may still drain into the next step. The last
+    // step has no next one: the run ends when its stores have drained, and the report charges
+    // them to decode.
     let end = |step: u32| last_kernel_end(&schedule, &spans, |t| t.step == step);
-    Ok(end(b) - end(a))
+    let end_b = if b == probe.shape.decode_steps() {
+        spans.iter().fold(end(b), |m, s| m.max(s.end))
+    } else {
+        end(b)
+    };
+    Ok(end_b - end(a))
 }
