@@ -856,7 +856,18 @@ pub fn kernels_toml(section: &KernelsSection, cite: &str) -> String {
         out.push_str(line);
         if line.starts_with('[') {
             out.push_str("  # ");
-            out.push_str(cite);
+            // Attention, the all-reduce and other kernels are not in a kernel table: they come
+            // from the base profile.
+            let inherited = [
+                "[kernels.other]",
+                "[kernels.attention]",
+                "[kernels.allreduce]",
+            ];
+            if inherited.contains(&line.trim()) {
+                out.push_str("not in the table: kept from the --base profile");
+            } else {
+                out.push_str(cite);
+            }
         }
         out.push('\n');
     }
