@@ -458,30 +458,16 @@ fn kernels_section(
     }
     // GEMM shapes the `[calibration]` sweep measured and the grid did not (the LM head, KVPR's
     // recompute GEMM) keep their measured rows as tables of their own.
-    for p in &m.gemm {
-        let grid_shape = |t: &KernelTable| {
-            t.kind == TableKind::Gemm && t.dtype == p.dtype && t.n == p.n && t.k == p.k
-        };
-        if tables.iter().any(grid_shape) {
-            continue;
-        }
-        let point = (p.m, (p.seconds * 1e6).max(1e-3));
-        match section.tables.iter_mut().find(|t| grid_shape(t)) {
-            Some(t) => t.points.push(point),
-            None => section.tables.push(KernelTable {
-                kind: TableKind::Gemm,
-                dtype: p.dtype,
-                n: p.n,
-                k: p.k,
-                width: 0,
-                points: vec![point],
-            }),
-        }
-    }
-    for t in &mut section.tables[tables.len()..] {
-        t.points.sort_by_key(|p| p.0);
-        t.points.dedup_by_key(|p| p.0);
-    }
+    let on_grid = |t: &KernelTable| {
+        tables
+            .iter()
+            .any(|g| g.kind == TableKind::Gemm && g.dtype == t.dtype && g.n == t.n && g.k == t.k)
+    };
+    section.tables.extend(
+        kvplan_planner::cost::gemm_tables(&m.gemm)
+            .into_iter()
+            .filter(|t| !on_grid(t)),
+    );
     let att = fit::attention(&m.attention)?;
     let smallest = m
         .attention

@@ -145,11 +145,12 @@ pub fn derived_kernels(hw: &HardwareProfile) -> KernelsSection {
     section
 }
 
-/// Measured GEMM points as one table per `(dtype, n, k)`, sorted by rows.
-fn gemm_tables(points: &[crate::calibration::GemmPoint]) -> Vec<KernelTable> {
+/// Measured GEMM points as one table per `(dtype, n, k)`, sorted by rows (times of at least
+/// 1 ns, the tables' resolution).
+pub fn gemm_tables(points: &[crate::calibration::GemmPoint]) -> Vec<KernelTable> {
     let mut tables: Vec<KernelTable> = Vec::new();
     for p in points {
-        let point = (p.m, p.seconds * 1e6);
+        let point = (p.m, (p.seconds * 1e6).max(1e-3));
         match tables
             .iter_mut()
             .find(|t| t.dtype == p.dtype && t.n == p.n && t.k == p.k)
