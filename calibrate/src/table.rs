@@ -267,7 +267,13 @@ fn row_spec(r: &RawRow, origin: &str, line: u64) -> Result<ModelSpec, Error> {
     );
     let at = format!("{origin}:{line}");
     let spec = ModelSpec::from_hf_config_str(&config, "table row", &at)?;
-    Ok(spec.sharded(r.num_tensor_parallel_workers as u32)?)
+    spec.sharded(r.num_tensor_parallel_workers as u32)
+        .map_err(|e| match e {
+            kvplan_planner::Error::InvalidValue { message, .. } => {
+                table_error(origin, line, "num_tensor_parallel_workers", message)
+            }
+            other => other.into(),
+        })
 }
 
 impl MeasuredTable {
@@ -317,7 +323,9 @@ impl MeasuredTable {
                     return Err(table_error(origin, line, "", e.to_string()));
                 }
             }
-            let line = record.position().map_or(0, |p| p.line());
+            // The header is line 1, so no record starts before line 2 (the csv crate reports the
+            // first record after an explicit `headers()` read at line 1).
+            let line = record.position().map_or(0, |p| p.line()).max(2);
             let raw: RawRow = record.deserialize(Some(&headers)).map_err(|e| {
                 let (column, why) = match e.kind() {
                     csv::ErrorKind::Deserialize { err, .. } => (

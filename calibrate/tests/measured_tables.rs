@@ -233,6 +233,20 @@ fn malformed_tables_name_file_line_and_column() {
         .unwrap_err()
         .to_string();
     assert!(e.starts_with("t.csv:2:") && e.contains("emb_ms"), "{e}");
+    // A tensor-parallel degree that does not divide the heads names the column and the fix.
+    let row = good
+        .lines()
+        .nth(1)
+        .unwrap()
+        .replacen(",True,1,1,", ",True,1,3,", 1);
+    let e = MeasuredTable::parse(&format!("{header}\n{row}\n"), "t.csv")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("t.csv:2: column num_tensor_parallel_workers")
+            && e.contains("use a divisor of 32"),
+        "{e}"
+    );
     let _ = Column::ALL;
 }
 
