@@ -311,10 +311,10 @@ fn same(n: u64, prompt: u32, output: u32) -> Vec<Request> {
 /// A100 (~108K tokens).
 /// - Scarce: four 58K-token requests; the cache holds fewer than two, so spare memory is less
 ///   than one request and every preemption evicts a ~50K-token context: swap wins
-///   (measured 806.7 s vs 809.4 s, 3 preemptions).
+///   (measured 1037.6 s vs 1045.9 s, 3 preemptions, on the preset's fitted [kernels]).
 /// - Spare: sixty-four 2K-token requests; the cache holds ~54 at once, so spare memory is many
 ///   requests and the few preemptions evict 1-2K tokens, where the copies' per-block latency
-///   and the doubled transfer lose to a short re-prefill: recompute wins (48.1 s vs 49.3 s,
+///   and the doubled transfer lose to a short re-prefill: recompute wins (61.1 s vs 62.1 s,
 ///   10 preemptions).
 #[test]
 fn swap_beats_recompute_when_spare_memory_is_small_and_loses_when_large() {
@@ -341,7 +341,7 @@ fn swap_beats_recompute_when_spare_memory_is_small_and_loses_when_large() {
 }
 
 /// On the study's A100-40GB the evicted contexts stay under the ~32K-token crossover, and
-/// recompute edges out swap (461.5 s vs 463.1 s on six 18K-token requests, 3 preemptions);
+/// recompute edges out swap (469.1 s vs 470.6 s on six 18K-token requests, 3 preemptions);
 /// hybrid, which stores `X` for most tokens and so moves fewer bytes both ways, beats both.
 fn run_long(reqs: &[Request], mode: Preemption) -> Output {
     run_on("yarn-llama-2-7b", "a100-40g-pcie4", reqs, mode)
