@@ -36,13 +36,22 @@ fn readme_commands_run() {
     assert!(cmds.len() >= 6, "found {cmds:?}");
     let tmp = crate::common::TempDir::new("readme");
     // Commands run in `repo/`, with the shared data beside it as in the CI clone
-    // (`../shared/traces/...`).
+    // (`../shared/traces/...`, `../shared/validation/measured_kernels/...`).
     let dir = crate::common::TempDir(tmp.path().join("repo"));
     std::fs::create_dir(dir.path()).unwrap();
     let traces = tmp.path().join("shared/traces");
     std::fs::create_dir_all(&traces).unwrap();
     let f = "splitwise_conv.csv";
     std::fs::copy(root().join("../shared/traces").join(f), traces.join(f)).unwrap();
+    let kernels = tmp.path().join("shared/validation/measured_kernels");
+    std::fs::create_dir_all(&kernels).unwrap();
+    for f in ["a100_Llama-2-7b-hf.csv", "h100_Llama-2-7b-hf.csv"] {
+        std::fs::copy(
+            root().join("../shared/validation/measured_kernels").join(f),
+            kernels.join(f),
+        )
+        .unwrap();
+    }
     // The contract example needs ./config.json and my-profile.toml next to it.
     std::fs::copy(
         root().join("planner/models/opt-1.3b.json"),

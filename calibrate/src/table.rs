@@ -279,11 +279,11 @@ fn row_spec(r: &RawRow, origin: &str, line: u64) -> Result<ModelSpec, Error> {
 impl MeasuredTable {
     /// Reads a Vidur-format CSV.
     pub fn read(path: &Path) -> Result<Self, Error> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::Table {
-            origin: path.display().to_string(),
-            line: 0,
-            column: String::new(),
-            why: e.to_string(),
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::Planner(kvplan_planner::Error::Io {
+                path: path.to_path_buf(),
+                source: e,
+            })
         })?;
         Self::parse(&text, &path.display().to_string())
     }
