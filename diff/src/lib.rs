@@ -1,0 +1,202 @@
+//! Comparing kvplan's outputs, and regression suites built on that comparison.
+//!
+//! [`compare`] reads two outputs of the same kind (report JSON, CSV tables, timeline CSV;
+//! detected from content), matches their rows by key and reports, per metric, A, B, the delta,
+//! the relative delta and whether it regressed past a tolerance, in the direction the
+//! [`direction::RULES`] table gives the metric's name. [`suite`] reruns a directory of
+//! scenarios and compares each with its golden outputs.
+//!
+//! ```
+//! use kvplan_diff::compare::{Input, Status, compare};
+//!
+//! let a = Input::parse("a.json", r#"{"strategy": "kvpr", "decode_latency_s": 1.00}"#)?;
+//! let b = Input::parse("b.json", r#"{"strategy": "kvpr", "decode_latency_s": 1.02}"#)?;
+//! let c = compare(&a, &b, 0.01)?;
+//! assert_eq!(c.metrics[0].status, Status::Regressed);
+//! # Ok::<(), kvplan_diff::Error>(())
+//! ```
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod compare;
+pub mod direction;
+pub mod suite;
+
+use compare::Kind;
+
+/// Why two outputs cannot be compared, or a suite cannot run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A file cannot be read.
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A suite directory cannot be listed.
+    #[error("{path}: cannot list: {source}")]
+    ReadDir {
+        /// The directory.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// Malformed JSON.
+    #[error("{path}:{line}: malformed JSON: {message}")]
+    Json {
+        /// The file.
+        path: String,
+        /// The line of the error.
+        line: usize,
+        /// serde_json's message.
+        message: String,
+    },
+    /// Malformed CSV (ragged rows, a non-number in a timeline's number column).
+    #[error("{path}{}: malformed CSV: {message}", line.map(|l| format!(":{l}")).unwrap_or_default())]
+    Csv {
+        /// The file.
+        path: String,
+        /// The line, where known.
+        line: Option<u64>,
+        /// What is wrong.
+        message: String,
+    },
+    /// Neither JSON nor CSV.
+    #[error("{path}: not a kvplan output (expected report JSON, a CSV table or a timeline CSV)")]
+    UnknownKind {
+        /// The file.
+        path: String,
+    },
+    /// Two outputs of different kinds.
+    #[error("cannot compare {a_kind} ({a}) with {b_kind} ({b})")]
+    KindMismatch {
+        /// A's name.
+        a: String,
+        /// A's kind.
+        a_kind: Kind,
+        /// B's name.
+        b: String,
+        /// B's kind.
+        b_kind: Kind,
+    },
+    /// Two CSV tables keyed by different columns.
+    #[error("cannot match rows: {a} is keyed by {a_keys}, {b} by {b_keys}")]
+    KeyMismatch {
+        /// A's name.
+        a: String,
+        /// A's key columns.
+        a_keys: String,
+        /// B's name.
+        b: String,
+        /// B's key columns.
+        b_keys: String,
+    },
+    /// Rows in one table and not the other.
+    #[error("unmatched rows:{}{}", rows_only(a, only_a), rows_only(b, only_b))]
+    UnmatchedRows {
+        /// A's name.
+        a: String,
+        /// Keys of the rows only in A.
+        only_a: Vec<String>,
+        /// B's name.
+        b: String,
+        /// Keys of the rows only in B.
+        only_b: Vec<String>,
+    },
+    /// Two rows with the same key.
+    #[error("{path}: rows at lines {first} and {second} have the same key '{key}' (columns {})", columns.join(","))]
+    DuplicateKey {
+        /// The file.
+        path: String,
+        /// The key.
+        key: String,
+        /// The key columns.
+        columns: Vec<String>,
+        /// The first row's line.
+        first: u64,
+        /// The second row's line.
+        second: u64,
+    },
+    /// A bad tolerance.
+    #[error("--tolerance: {message} (got '{value}')")]
+    Tolerance {
+        /// As given.
+        value: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A suite directory without cases.
+    #[error("{path}: no scenarios (*.toml files with a `model` key)")]
+    NoCases {
+        /// The directory.
+        path: String,
+    },
+    /// A scenario file that is not TOML.
+    #[error("{path}: {message}")]
+    Toml {
+        /// The file.
+        path: String,
+        /// The TOML parser's message.
+        message: String,
+    },
+    /// A `simulate` case whose scenario does not resolve.
+    #[error("case {case}: {source}")]
+    Scenario {
+        /// The case.
+        case: String,
+        /// Why.
+        source: kvplan_planner::scenario::ScenarioError,
+    },
+    /// A `simulate` case that cannot be planned or simulated.
+    #[error("case {case}: {source}")]
+    Simulate {
+        /// The case.
+        case: String,
+        /// Why.
+        source: kvplan_sim::run::RunError,
+    },
+    /// A `serve` case that cannot run.
+    #[error("case {case}: {source}")]
+    Serve {
+        /// The case.
+        case: String,
+        /// Why.
+        source: kvplan_serve::scenario::ScenarioError,
+    },
+}
+
+fn rows_only(name: &str, rows: &[String]) -> String {
+    const SHOWN: usize = 5;
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut s = format!(
+        " only in {name}: {}",
+        rows.iter()
+            .take(SHOWN)
+            .map(|r| format!("'{r}'"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if rows.len() > SHOWN {
+        s.push_str(&format!(" and {} more", rows.len() - SHOWN));
+    }
+    s.push(';');
+    s
+}
+
+impl Error {
+    /// True for errors caused by the input (every error but a failed simulation).
+    pub fn is_input_error(&self) -> bool {
+        match self {
+            Error::Simulate { source, .. } => source.is_input_error(),
+            _ => true,
+        }
+    }
+}
+
+/// This crate's result.
+pub type Result<T> = std::result::Result<T, Error>;

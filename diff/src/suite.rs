@@ -1,0 +1,255 @@
+//! Regression suites: a directory of scenario files and their golden outputs.
+//!
+//! Every `DIR/*.toml` with a top-level `model` key is a case named by its file stem (other TOML
+//! files, such as hardware profiles the cases use, are skipped). A case is a `serve` scenario
+//! when it has a `[serve]` table or a `[workload]` key only serving reads (`trace`,
+//! `arrivals`, `qps`, `requests`, ...); otherwise a `simulate` scenario. Goldens live in
+//! `DIR/golden/<name>.json` (what `kvplan simulate|serve FILE --format json` prints) and, for
+//! `simulate` cases, `DIR/golden/<name>.timeline.csv` (what `--trace FILE.csv` writes).
+
+use std::path::{Path, PathBuf};
+
+use kvplan_planner::scenario::RawScenario;
+use kvplan_planner::timeline::{Run, write_csv};
+use kvplan_serve::scenario::RawServeScenario;
+use kvplan_sim::run::simulate_scenario;
+
+use crate::compare::{Comparison, Input, compare};
+use crate::{Error, Result};
+
+/// `[workload]` keys only a serving scenario has.
+const SERVE_WORKLOAD_KEYS: [&str; 10] = [
+    "trace",
+    "arrivals",
+    "qps",
+    "cv",
+    "requests",
+    "seed",
+    "prompt_lengths",
+    "output_lengths",
+    "time_scale",
+    "start_s",
+];
+
+/// Which command a case runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CaseKind {
+    /// `kvplan simulate FILE --format json --trace golden.timeline.csv`.
+    Simulate,
+    /// `kvplan serve FILE --format json`.
+    Serve,
+}
+
+impl CaseKind {
+    /// The command's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CaseKind::Simulate => "simulate",
+            CaseKind::Serve => "serve",
+        }
+    }
+}
+
+/// One scenario of a suite.
+#[derive(Debug, Clone)]
+pub struct Case {
+    /// The file stem.
+    pub name: String,
+    /// The scenario file.
+    pub path: PathBuf,
+    /// Which command runs it.
+    pub kind: CaseKind,
+}
+
+/// What a case's run prints and writes.
+#[derive(Debug, Clone)]
+pub struct Outputs {
+    /// The report or summary JSON.
+    pub json: String,
+    /// The timeline CSV (`simulate` cases).
+    pub timeline_csv: Option<String>,
+}
+
+/// A golden file and the output it is compared with.
+#[derive(Debug, Clone)]
+pub struct Golden {
+    /// Where it is (or should be).
+    pub path: PathBuf,
+    /// The fresh output.
+    pub text: String,
+}
+
+/// The cases of `dir`, sorted by name.
+pub fn discover(dir: &Path) -> Result<Vec<Case>> {
+    let read_err = |source| Error::ReadDir {
+        path: dir.display().to_string(),
+        source,
+    };
+    let mut cases = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(read_err)? {
+        let path = entry.map_err(read_err)?.path();
+        if path.extension().is_none_or(|e| e != "toml") || !path.is_file() {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).map_err(|source| Error::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let table: toml::Table = toml::from_str(&text).map_err(|e| Error::Toml {
+            path: path.display().to_string(),
+            message: e.message().trim().replace('\n', " "),
+        })?;
+        if !table.contains_key("model") {
+            continue;
+        }
+        let serve = table.contains_key("serve")
+            || table
+                .get("workload")
+                .and_then(toml::Value::as_table)
+                .is_some_and(|w| SERVE_WORKLOAD_KEYS.iter().any(|k| w.contains_key(*k)));
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        cases.push(Case {
+            name,
+            path,
+            kind: if serve {
+                CaseKind::Serve
+            } else {
+                CaseKind::Simulate
+            },
+        });
+    }
+    if cases.is_empty() {
+        return Err(Error::NoCases {
+            path: dir.display().to_string(),
+        });
+    }
+    cases.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(cases)
+}
+
+impl Case {
+    /// Runs the scenario as `kvplan simulate|serve FILE --format json` would; the JSON is
+    /// byte-identical to what the command prints, the timeline to what `--trace X.csv` writes.
+    pub fn run(&self) -> Result<Outputs> {
+        match self.kind {
+            CaseKind::Simulate => {
+                let sc = RawScenario::from_file(&self.path)
+                    .and_then(RawScenario::resolve)
+                    .map_err(|source| Error::Scenario {
+                        case: self.name.clone(),
+                        source,
+                    })?;
+                let s = simulate_scenario(&sc).map_err(|source| Error::Simulate {
+                    case: self.name.clone(),
+                    source,
+                })?;
+                let mut json =
+                    serde_json::to_string_pretty(&s.report).expect("a report serialises to JSON");
+                json.push('\n');
+                let mut csv = Vec::new();
+                let runs = [Run {
+                    name: s.plan.strategy.as_str(),
+                    schedule: &s.plan.schedule,
+                    timeline: &s.timeline,
+                }];
+                write_csv(&runs, &mut csv).expect("writing to memory does not fail");
+                Ok(Outputs {
+                    json,
+                    timeline_csv: Some(String::from_utf8(csv).expect("the timeline is UTF-8")),
+                })
+            }
+            CaseKind::Serve => {
+                let text = std::fs::read_to_string(&self.path).map_err(|source| Error::Read {
+                    path: self.path.display().to_string(),
+                    source,
+                })?;
+                let mut raw: RawServeScenario = toml::from_str(&text).map_err(|e| Error::Toml {
+                    path: self.path.display().to_string(),
+                    message: e.message().trim().replace('\n', " "),
+                })?;
+                raw.rebase(self.path.parent().unwrap_or(Path::new("")));
+                let serve_err = |source| Error::Serve {
+                    case: self.name.clone(),
+                    source,
+                };
+                let sc = raw.resolve().map_err(serve_err)?;
+                let requests = sc.requests().map_err(|e| serve_err(e.into()))?;
+                let out = sc.run(&requests).map_err(|e| serve_err(e.into()))?;
+                let mut json = Vec::new();
+                out.write_summary_json(&mut json)
+                    .expect("writing to memory does not fail");
+                Ok(Outputs {
+                    json: String::from_utf8(json).expect("the summary is UTF-8"),
+                    timeline_csv: None,
+                })
+            }
+        }
+    }
+
+    /// The golden files of this case in `dir` paired with `outputs`.
+    pub fn goldens(&self, dir: &Path, outputs: Outputs) -> Vec<Golden> {
+        let g = dir.join("golden");
+        let mut v = vec![Golden {
+            path: g.join(format!("{}.json", self.name)),
+            text: outputs.json,
+        }];
+        if let Some(csv) = outputs.timeline_csv {
+            v.push(Golden {
+                path: g.join(format!("{}.timeline.csv", self.name)),
+                text: csv,
+            });
+        }
+        v
+    }
+}
+
+/// How one case fared.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CaseCheck {
+    /// The case name.
+    pub case: String,
+    /// Which command ran it.
+    pub kind: CaseKind,
+    /// Golden files that do not exist.
+    pub missing: Vec<PathBuf>,
+    /// The golden outputs (A) against the fresh ones (B).
+    pub comparisons: Vec<Comparison>,
+}
+
+impl CaseCheck {
+    /// True when nothing regressed and no golden is missing.
+    pub fn passed(&self) -> bool {
+        self.missing.is_empty()
+            && self
+                .comparisons
+                .iter()
+                .all(|c| c.regressions().next().is_none())
+    }
+}
+
+/// Runs `case` and compares its outputs with its goldens in `dir`.
+pub fn check(dir: &Path, case: &Case, tolerance: f64) -> Result<CaseCheck> {
+    let outputs = case.run()?;
+    let mut result = CaseCheck {
+        case: case.name.clone(),
+        kind: case.kind,
+        missing: Vec::new(),
+        comparisons: Vec::new(),
+    };
+    for g in case.goldens(dir, outputs) {
+        if !g.path.exists() {
+            result.missing.push(g.path);
+            continue;
+        }
+        let golden = Input::read(&g.path)?;
+        let fresh = Input::parse(&format!("{} (this build)", case.name), &g.text)?;
+        result
+            .comparisons
+            .push(compare(&golden, &fresh, tolerance)?);
+    }
+    Ok(result)
+}
