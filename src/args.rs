@@ -64,6 +64,85 @@ pub enum Command {
     /// throughput, TTFT/TPOT/E2E percentiles, preemptions and swap traffic
     #[command(long_about = SERVE_LONG)]
     Serve(ServeArgs),
+    /// Compare two outputs of kvplan (report JSON, CSV table, timeline CSV) metric by metric;
+    /// exit 1 when a metric regressed past --tolerance
+    #[command(long_about = DIFF_LONG)]
+    Diff(DiffArgs),
+    /// Rerun a directory of scenarios and compare them with their golden outputs
+    Regress {
+        /// check or update
+        #[command(subcommand)]
+        action: RegressCommand,
+    },
+}
+
+const DIFF_LONG: &str = "\
+Compare two outputs of kvplan of the same kind, detected from content:
+  report JSON   simulate --format json (one strategy or --compare), serve --format json /
+                --summary-json, or any JSON (numeric leaves by dotted path: ttft_s.p99)
+  CSV table     --format csv outputs and sweep tables; rows matched by key: the `point`
+                column when it comes first, else the leading columns before the first
+                metric column (strategy,model,...,gen), else every non-numeric column
+  timeline CSV  --trace FILE.csv: per run, the makespan, the op count, and duration_s summed
+                by label and by category (and bytes by category)
+For each metric: A, B, B-A, (B-A)/|A| and a verdict. Which way is worse comes from the metric's
+name (kvplan_diff::direction::RULES): latencies, times (*_s), bytes, idle time, preemptions:
+higher is worse; throughputs (*throughput*, *tok_s*, *_per_s), speed-ups: lower is worse;
+anything else (counts, fractions) is reported as `changed` and never fails.
+Exit 0 when nothing regressed past --tolerance, 1 when something did, 2 on bad input
+(different kinds, rows in one file only, malformed JSON or CSV).
+  kvplan diff before.json after.json --tolerance 2%";
+
+/// `kvplan diff`.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The baseline output
+    #[arg(value_name = "A")]
+    pub a: PathBuf,
+    /// The output compared with it
+    #[arg(value_name = "B")]
+    pub b: PathBuf,
+    /// Largest relative change that is not a regression: a fraction (0.01) or a percentage (1%)
+    #[arg(long, value_name = "FRACTION|PERCENT", default_value = "1%")]
+    pub tolerance: String,
+    /// Table rows: all metrics, or only those beyond the tolerance [default: all]
+    #[arg(long)]
+    pub changed_only: bool,
+    /// Output
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `kvplan regress`.
+#[derive(Debug, Subcommand)]
+pub enum RegressCommand {
+    /// Rerun every scenario in DIR and compare with DIR/golden/ (exit 1 on a regression or a
+    /// missing golden)
+    Check(RegressCheckArgs),
+    /// Rerun every scenario in DIR and rewrite its goldens in DIR/golden/
+    Update(RegressUpdateArgs),
+}
+
+/// `kvplan regress check`.
+#[derive(Debug, Args)]
+pub struct RegressCheckArgs {
+    /// The suite: scenario files (*.toml with a `model` key) and golden/
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Largest relative change that is not a regression: a fraction (0.01) or a percentage (1%)
+    #[arg(long, value_name = "FRACTION|PERCENT", default_value = "1%")]
+    pub tolerance: String,
+    /// Output
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `kvplan regress update`.
+#[derive(Debug, Args)]
+pub struct RegressUpdateArgs {
+    /// The suite: scenario files (*.toml with a `model` key) and golden/
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
 }
 
 const CAPACITY_LONG: &str = "\

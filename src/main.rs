@@ -3,6 +3,7 @@
 
 mod args;
 mod commands;
+mod diff;
 mod error;
 mod measure;
 mod messages;
@@ -16,7 +17,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use clap::error::ErrorKind;
 
-use args::{Cli, Command, PlanCommand};
+use args::{Cli, Command, PlanCommand, RegressCommand};
 use error::{CliError, EXIT_INPUT};
 
 fn run(cli: Cli) -> Result<String, CliError> {
@@ -38,6 +39,13 @@ fn run(cli: Cli) -> Result<String, CliError> {
         Command::Calibrate(a) => measure::calibrate(a),
         Command::Validate(a) => measure::validate(a),
         Command::Serve(a) => serve::serve(a),
+        Command::Diff(a) => diff::diff(a),
+        Command::Regress {
+            action: RegressCommand::Check(a),
+        } => diff::regress_check(a),
+        Command::Regress {
+            action: RegressCommand::Update(a),
+        } => diff::regress_update(a),
     }
 }
 
