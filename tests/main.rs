@@ -12,6 +12,7 @@ mod library;
 mod measure;
 mod output;
 mod readme;
+mod regress;
 mod scenarios;
 mod serve;
 mod validation;
