@@ -21,9 +21,9 @@ fn diff_error(e: DiffError) -> CliError {
         c
     };
     match e {
-        DiffError::Scenario { case, source } => prefixed(&case, source.into()),
-        DiffError::Simulate { case, source } => prefixed(&case, source.into()),
-        DiffError::Serve { case, source } => prefixed(&case, crate::messages::serve_error(source)),
+        DiffError::Scenario { case, source } => prefixed(&case, (*source).into()),
+        DiffError::Simulate { case, source } => prefixed(&case, (*source).into()),
+        DiffError::Serve { case, source } => prefixed(&case, crate::messages::serve_error(*source)),
         other if other.is_input_error() => CliError::input(other.to_string()),
         other => CliError::failure(other.to_string()),
     }

@@ -24,7 +24,8 @@ pub mod suite;
 
 use compare::Kind;
 
-/// Why two outputs cannot be compared, or a suite cannot run.
+/// Why two outputs cannot be compared, or a suite cannot run. (The scenario errors of a suite's
+/// cases are boxed: they are much larger than the rest.)
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -148,7 +149,7 @@ pub enum Error {
         /// The case.
         case: String,
         /// Why.
-        source: kvplan_planner::scenario::ScenarioError,
+        source: Box<kvplan_planner::scenario::ScenarioError>,
     },
     /// A `simulate` case that cannot be planned or simulated.
     #[error("case {case}: {source}")]
@@ -156,7 +157,7 @@ pub enum Error {
         /// The case.
         case: String,
         /// Why.
-        source: kvplan_sim::run::RunError,
+        source: Box<kvplan_sim::run::RunError>,
     },
     /// A `serve` case that cannot run.
     #[error("case {case}: {source}")]
@@ -164,7 +165,7 @@ pub enum Error {
         /// The case.
         case: String,
         /// Why.
-        source: kvplan_serve::scenario::ScenarioError,
+        source: Box<kvplan_serve::scenario::ScenarioError>,
     },
 }
 

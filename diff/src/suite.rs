@@ -141,11 +141,11 @@ impl Case {
                     .and_then(RawScenario::resolve)
                     .map_err(|source| Error::Scenario {
                         case: self.name.clone(),
-                        source,
+                        source: Box::new(source),
                     })?;
                 let s = simulate_scenario(&sc).map_err(|source| Error::Simulate {
                     case: self.name.clone(),
-                    source,
+                    source: Box::new(source),
                 })?;
                 let mut json =
                     serde_json::to_string_pretty(&s.report).expect("a report serialises to JSON");
@@ -174,7 +174,7 @@ impl Case {
                 raw.rebase(self.path.parent().unwrap_or(Path::new("")));
                 let serve_err = |source| Error::Serve {
                     case: self.name.clone(),
-                    source,
+                    source: Box::new(source),
                 };
                 let sc = raw.resolve().map_err(serve_err)?;
                 let requests = sc.requests().map_err(|e| serve_err(e.into()))?;
