@@ -72,6 +72,16 @@ fn readme_commands_run() {
         )
         .unwrap();
     }
+    // The regression suite, its goldens with it.
+    for sub in ["regress", "regress/golden"] {
+        std::fs::create_dir(dir.path().join(sub)).unwrap();
+        for f in std::fs::read_dir(root().join(sub)).unwrap() {
+            let f = f.unwrap().path();
+            if f.is_file() {
+                std::fs::copy(&f, dir.path().join(sub).join(f.file_name().unwrap())).unwrap();
+            }
+        }
+    }
     for c in &cmds {
         let args: Vec<&str> = c.iter().map(String::as_str).collect();
         let out = run_in(dir.path(), &args);
