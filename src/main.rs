@@ -9,6 +9,7 @@ mod messages;
 mod output;
 mod render;
 mod serve;
+mod sweep;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -38,6 +39,8 @@ fn run(cli: Cli) -> Result<String, CliError> {
         Command::Calibrate(a) => measure::calibrate(a),
         Command::Validate(a) => measure::validate(a),
         Command::Serve(a) => serve::serve(a),
+        Command::Sweep(a) => sweep::sweep(a),
+        Command::Merge(a) => sweep::merge(a),
     }
 }
 
