@@ -14,4 +14,5 @@ mod output;
 mod readme;
 mod scenarios;
 mod serve;
+mod sweep;
 mod validation;
