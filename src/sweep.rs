@@ -32,6 +32,7 @@ pub fn sweep(args: &SweepArgs) -> Result<Output, CliError> {
 
     // --resume: keep the whole rows already written; everything is checked before writing.
     let mut keep = None;
+    let mut kept = 0;
     if let (true, Some(out)) = (args.resume, &args.out)
         && std::fs::metadata(out).is_ok_and(|m| m.is_file())
     {
@@ -42,6 +43,7 @@ pub fn sweep(args: &SweepArgs) -> Result<Output, CliError> {
             .resume_point(&existing, format, &indices)
             .map_err(|e| CliError::input(format!("--resume: {}: {e}", out.display())))?;
         keep = Some(bytes as u64);
+        kept = done;
         indices.drain(..done);
     }
 
@@ -90,12 +92,27 @@ pub fn sweep(args: &SweepArgs) -> Result<Output, CliError> {
     if let Err(e) = result {
         return quiet_pipe(e).map_err(fail);
     }
-    if errors > 0 {
-        eprintln!(
-            "note: {errors} of {ran} points could not run (status error; the reason column says why)"
-        );
+    // With --out, stdout is free for a summary; on stdout the rows must stay alone.
+    match &args.out {
+        Some(p) => Ok(format!(
+            "{}: {ran} points run ({} ok, {errors} error){}\n",
+            p.display(),
+            ran as u64 - errors,
+            if args.resume {
+                format!(", {kept} kept from the previous run")
+            } else {
+                String::new()
+            }
+        )),
+        None => {
+            if errors > 0 {
+                eprintln!(
+                    "note: {errors} of {ran} points could not run (status error; the reason column says why)"
+                );
+            }
+            Ok(String::new())
+        }
     }
-    Ok(String::new())
 }
 
 /// A closed pipe (`| head`) ends the sweep quietly.
@@ -147,5 +164,5 @@ pub fn merge(args: &MergeArgs) -> Result<Output, CliError> {
     let merged = kvplan_sweep::rows::merge(&texts, points)
         .map_err(|e| CliError::input(format!("merge: {e}")))?;
     write_output(out, "merge output", |w| w.write_all(merged.as_bytes()))?;
-    Ok(String::new())
+    Ok(format!("{}: merged {} files\n", out.display(), texts.len()))
 }
