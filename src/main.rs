@@ -10,6 +10,7 @@ mod messages;
 mod output;
 mod render;
 mod serve;
+mod sweep;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -46,6 +47,8 @@ fn run(cli: Cli) -> Result<String, CliError> {
         Command::Regress {
             action: RegressCommand::Update(a),
         } => diff::regress_update(a),
+        Command::Sweep(a) => sweep::sweep(a),
+        Command::Merge(a) => sweep::merge(a),
     }
 }
 

@@ -75,6 +75,50 @@ pub fn write_output(
     }
 }
 
+/// Opens the output file `path` for the option `what` to be written row by row, where a run that
+/// is killed must leave what it wrote (`kvplan sweep --out`): no temporary file. `keep` is how
+/// many bytes of an existing regular file to keep (`--resume`); without it the file is
+/// truncated. The same checks and messages as [`write_output`]: a directory or a missing parent
+/// directory is an input error; a FIFO or device is opened in place.
+pub fn open_stream(path: &Path, what: &str, keep: Option<u64>) -> Result<File, CliError> {
+    let target = resolve(path)
+        .map_err(|e| CliError::input(format!("{what}: cannot use '{}': {e}", path.display())))?;
+    let fail =
+        |e: io::Error| CliError::failure(format!("{what}: cannot write '{}': {e}", path.display()));
+    match target {
+        Target::Directory(p) => Err(CliError::input(format!(
+            "{what}: '{}' is a directory; give a file path",
+            p.display()
+        ))),
+        Target::Special(_) => OpenOptions::new().write(true).open(path).map_err(fail),
+        Target::Replace(p, _) => {
+            let dir = match p.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            if !dir.is_dir() {
+                return Err(CliError::input(format!(
+                    "{what}: cannot write '{}': directory '{}' does not exist",
+                    p.display(),
+                    dir.display()
+                )));
+            }
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(keep.is_none())
+                .open(&p)
+                .map_err(fail)?;
+            if let Some(n) = keep {
+                use std::io::Seek;
+                f.set_len(n).map_err(fail)?;
+                f.seek(io::SeekFrom::End(0)).map_err(fail)?;
+            }
+            Ok(f)
+        }
+    }
+}
+
 /// Where an output path leads, symlinks followed.
 enum Target {
     /// A directory (an error).

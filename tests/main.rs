@@ -15,4 +15,5 @@ mod readme;
 mod regress;
 mod scenarios;
 mod serve;
+mod sweep;
 mod validation;

@@ -1,0 +1,697 @@
+//! The sweep file: which scenario kind the base is, the base itself, and the points (a grid of
+//! axes, explicit points, or both). Read once ([`Sweep::from_file`]), checked once: every axis
+//! value and every explicit point is overlaid on the base and deserialised through the
+//! scenario's raw types before anything runs, so a misspelt field or a value of the wrong type
+//! is an error naming the axis, not a column of failed rows.
+//!
+//! ```toml
+//! kind = "simulate"            # or "serve"
+//! [base]                       # a scenario as `kvplan simulate FILE` reads it
+//! model = "opt-6.7b"           #   (or: base_file = "scenarios/x.toml", relative to this file)
+//! hardware = "a100-40g-pcie4"
+//! [axes]                       # cartesian product, first axis outermost, last fastest
+//! hardware = ["a100-40g-pcie4", "h100-pcie"]
+//! "workload.batch" = [8, 16, 32]
+//! [[points]]                   # explicit points, after the grid
+//! "workload.batch" = 64
+//! "offload.split" = 100
+//! ```
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use kvplan_planner::scenario::RawScenario;
+use kvplan_serve::scenario::RawServeScenario;
+use serde::Deserialize;
+use toml::{Table, Value};
+
+/// Which scenario the base is, and so which engine runs each point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Kind {
+    /// Op-level: the planner and the discrete-event simulator, as `kvplan simulate` runs them.
+    Simulate,
+    /// The serving simulator, as `kvplan serve` runs it.
+    Serve,
+}
+
+impl Kind {
+    /// The name in the sweep file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Simulate => "simulate",
+            Kind::Serve => "serve",
+        }
+    }
+
+    /// Fields holding file paths, which are taken relative to the file that writes them. Model
+    /// and hardware only when they look like paths (else they are preset names).
+    fn path_fields(self) -> &'static [&'static str] {
+        match self {
+            Kind::Simulate => &["model", "hardware"],
+            Kind::Serve => &["model", "hardware", "workload.trace"],
+        }
+    }
+}
+
+/// Why a sweep file cannot be used. Each message names the file, the part at fault and the fix.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SweepError {
+    /// The sweep file (or its `base_file`) could not be read.
+    #[error("{}: cannot read: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not valid TOML, or an unknown top-level field, or one of the wrong type.
+    #[error("{}{}: {message}", path.display(), line.map(|l| format!(":{l}")).unwrap_or_default())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The line at fault (1-based), where the parser knows it.
+        line: Option<usize>,
+        /// What the parser said, on one line.
+        message: String,
+    },
+    /// `kind` missing or unknown.
+    #[error("{}: kind: {message}; write kind = \"simulate\" (op-level: planner and simulator) or kind = \"serve\" (serving simulator)", path.display())]
+    Kind {
+        /// The sweep file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// The base scenario is missing, given twice, or not a valid scenario.
+    #[error("{}: base: {message}", path.display())]
+    Base {
+        /// The sweep file.
+        path: PathBuf,
+        /// What is wrong, with the fix.
+        message: String,
+    },
+    /// An axis is not a non-empty array, names no scenario field, or holds a value the field
+    /// does not accept.
+    #[error("{}: axes.\"{axis}\": {message}", path.display())]
+    Axis {
+        /// The sweep file.
+        path: PathBuf,
+        /// The axis (its dotted path).
+        axis: String,
+        /// What is wrong, with the fix.
+        message: String,
+    },
+    /// An explicit point names no scenario field or holds a value the field does not accept.
+    #[error("{}: points[{index}]: {message}", path.display())]
+    Point {
+        /// The sweep file.
+        path: PathBuf,
+        /// The point's position in `[[points]]` (0-based).
+        index: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// Neither axes nor points.
+    #[error("{}: nothing to sweep: add an [axes] table (e.g. \"workload.batch\" = [8, 16]) or [[points]]", path.display())]
+    Empty {
+        /// The sweep file.
+        path: PathBuf,
+    },
+}
+
+/// The file as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSweep {
+    kind: Option<String>,
+    base: Option<Table>,
+    base_file: Option<PathBuf>,
+    axes: Option<Table>,
+    points: Option<Vec<Table>>,
+}
+
+/// One axis: a dotted scenario path and its values.
+#[derive(Debug, Clone)]
+struct Axis {
+    values: Vec<Value>,
+}
+
+/// A checked sweep: the base scenario (relative paths made relative to the directory it was
+/// written in), the axes and the explicit points. Points are numbered from 0: the grid first
+/// (first axis outermost), then `[[points]]` in file order.
+#[derive(Debug, Clone)]
+pub struct Sweep {
+    kind: Kind,
+    base: Table,
+    dir: PathBuf,
+    /// Column names: the axes' paths, then keys only explicit points set.
+    columns: Vec<String>,
+    /// The axes, one per leading column.
+    axes: Vec<Axis>,
+    /// Explicit points: (column, value).
+    points: Vec<Vec<(usize, Value)>>,
+    /// Points of the grid (0 without axes), saturating.
+    grid_len: u64,
+}
+
+fn one_line(s: &str) -> String {
+    s.trim().replace('\n', " ")
+}
+
+fn parse_error(path: &Path, text: &str, e: &toml::de::Error) -> SweepError {
+    SweepError::Parse {
+        path: path.to_path_buf(),
+        line: e
+            .span()
+            .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1),
+        message: one_line(e.message()),
+    }
+}
+
+/// A TOML value's type in words.
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::String(_) => "a string",
+        Value::Integer(_) => "an integer",
+        Value::Float(_) => "a float",
+        Value::Boolean(_) => "a boolean",
+        Value::Datetime(_) => "a date-time",
+        Value::Array(_) => "an array",
+        Value::Table(_) => "a table",
+    }
+}
+
+/// Sets `value` at the dotted `path` of `table`, creating tables on the way; a table value is
+/// merged into a table already there (so `workload = {batch = 8}` keeps the base's prompt).
+pub(crate) fn set_path(table: &mut Table, path: &str, value: Value) -> Result<(), String> {
+    let parts: Vec<&str> = path.split('.').collect();
+    if parts.iter().any(|p| p.is_empty()) {
+        return Err(format!("'{path}' is not a dotted field path"));
+    }
+    let mut t = table;
+    for (i, part) in parts[..parts.len() - 1].iter().enumerate() {
+        let entry = t
+            .entry(part.to_string())
+            .or_insert_with(|| Value::Table(Table::new()));
+        t = match entry {
+            Value::Table(inner) => inner,
+            other => {
+                return Err(format!(
+                    "cannot set '{path}': '{}' is {}, not a table",
+                    parts[..=i].join("."),
+                    type_name(other)
+                ));
+            }
+        };
+    }
+    let last = parts[parts.len() - 1];
+    match (t.get_mut(last), value) {
+        (Some(Value::Table(old)), Value::Table(new)) => {
+            for (k, v) in new {
+                set_path(old, &k, v)?;
+            }
+        }
+        (_, v) => {
+            t.insert(last.to_string(), v);
+        }
+    }
+    Ok(())
+}
+
+/// Makes a relative file path written at `path` (a field of `kind` that holds one) relative to
+/// `dir`; recurses into tables.
+fn rebase(kind: Kind, path: &str, value: &mut Value, dir: &Path) {
+    match value {
+        Value::Table(t) => {
+            for (k, v) in t.iter_mut() {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                rebase(kind, &p, v, dir);
+            }
+        }
+        Value::String(s) if kind.path_fields().contains(&path) => {
+            let looks_like_path = path == "workload.trace"
+                || s.contains('/')
+                || s.ends_with(".json")
+                || s.ends_with(".toml");
+            if looks_like_path && Path::new(s.as_str()).is_relative() {
+                *s = dir.join(s.as_str()).display().to_string();
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The leaves of `table` by dotted path (tables are walked, every other value is a leaf).
+fn flatten(prefix: &str, table: &Table, out: &mut Vec<(String, Value)>) {
+    for (k, v) in table {
+        let p = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        match v {
+            Value::Table(t) => flatten(&p, t, out),
+            other => out.push((p, other.clone())),
+        }
+    }
+}
+
+/// The dotted paths of a table's leaves in the order they are written (toml's own tables are
+/// sorted by key).
+fn written_order(prefix: &str, table: &dyn toml_edit::TableLike, out: &mut Vec<String>) {
+    for (k, item) in table.iter() {
+        let p = if prefix.is_empty() {
+            k.to_string()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        match item.as_table_like() {
+            Some(t) => written_order(&p, t, out),
+            None => out.push(p),
+        }
+    }
+}
+
+/// `leaves` in the order of `order` (leaves `order` does not name keep their sorted order at
+/// the end; that happens only if the two parsers disagree).
+fn in_written_order(leaves: Vec<(String, Value)>, order: &[String]) -> Vec<(String, Value)> {
+    let mut by_path: HashMap<String, Value> = HashMap::new();
+    let mut rest = Vec::new();
+    for (p, v) in leaves {
+        if order.contains(&p) {
+            by_path.insert(p, v);
+        } else {
+            rest.push((p, v));
+        }
+    }
+    let mut out: Vec<(String, Value)> = order
+        .iter()
+        .filter_map(|p| by_path.remove(p).map(|v| (p.clone(), v)))
+        .collect();
+    out.extend(rest);
+    out
+}
+
+fn has_newline(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s.contains(['\n', '\r']),
+        Value::Array(a) => a.iter().any(has_newline),
+        Value::Table(t) => t.values().any(has_newline),
+        _ => false,
+    }
+}
+
+/// Deserialises `table` as the raw scenario of `kind` (unknown fields and wrong types are
+/// errors, named by serde).
+pub(crate) fn check(kind: Kind, table: &Table) -> Result<(), String> {
+    let v = Value::Table(table.clone());
+    let r = match kind {
+        Kind::Simulate => v.try_into::<RawScenario>().map(drop),
+        Kind::Serve => v.try_into::<RawServeScenario>().map(drop),
+    };
+    r.map_err(|e| one_line(e.message()))
+}
+
+impl Sweep {
+    /// Reads and checks a sweep file.
+    pub fn from_file(path: &Path) -> Result<Sweep, SweepError> {
+        let text = std::fs::read_to_string(path).map_err(|source| SweepError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Sweep::parse(&text, path)
+    }
+
+    /// Checks the text of a sweep file read from `path` (named in messages; relative paths in
+    /// it are relative to its directory).
+    pub fn parse(text: &str, path: &Path) -> Result<Sweep, SweepError> {
+        let raw: RawSweep = toml::from_str(text).map_err(|e| parse_error(path, text, &e))?;
+        let doc: Option<toml_edit::DocumentMut> = text.parse().ok();
+        let dir = path.parent().unwrap_or(Path::new("")).to_path_buf();
+        let kind = match raw.kind.as_deref() {
+            Some("simulate") => Kind::Simulate,
+            Some("serve") => Kind::Serve,
+            Some(other) => {
+                return Err(SweepError::Kind {
+                    path: path.to_path_buf(),
+                    message: format!("unknown kind '{other}'"),
+                });
+            }
+            None => {
+                return Err(SweepError::Kind {
+                    path: path.to_path_buf(),
+                    message: "missing".into(),
+                });
+            }
+        };
+        let base_error = |message: String| SweepError::Base {
+            path: path.to_path_buf(),
+            message,
+        };
+        let (base, base_dir) = match (raw.base, raw.base_file) {
+            (Some(_), Some(_)) => {
+                return Err(base_error(
+                    "give either a [base] table or base_file, not both".into(),
+                ));
+            }
+            (None, None) => {
+                return Err(base_error(format!(
+                    "missing; add a [base] table holding the scenario (as `kvplan {} FILE` reads it) or base_file = \"scenario.toml\"",
+                    kind.as_str()
+                )));
+            }
+            (Some(t), None) => (t, dir.clone()),
+            (None, Some(f)) => {
+                let f = if f.is_relative() { dir.join(f) } else { f };
+                let text = std::fs::read_to_string(&f).map_err(|source| SweepError::Read {
+                    path: f.clone(),
+                    source,
+                })?;
+                let t: Table = toml::from_str(&text).map_err(|e| parse_error(&f, &text, &e))?;
+                let d = f.parent().unwrap_or(Path::new("")).to_path_buf();
+                (t, d)
+            }
+        };
+        let mut base_value = Value::Table(base);
+        rebase(kind, "", &mut base_value, &base_dir);
+        let Value::Table(base) = base_value else {
+            unreachable!("a table stays a table")
+        };
+        check(kind, &base).map_err(base_error)?;
+
+        // Axes, in the order written.
+        let mut leaves = Vec::new();
+        flatten("", &raw.axes.unwrap_or_default(), &mut leaves);
+        let mut order = Vec::new();
+        if let Some(t) = doc.as_ref().and_then(|d| d.get("axes")?.as_table_like()) {
+            written_order("", t, &mut order);
+        }
+        let mut columns: Vec<String> = Vec::new();
+        let mut axes = Vec::new();
+        for (name, v) in in_written_order(leaves, &order) {
+            let axis_error = |message: String| SweepError::Axis {
+                path: path.to_path_buf(),
+                axis: name.clone(),
+                message,
+            };
+            let values = match v {
+                Value::Array(a) if a.is_empty() => {
+                    return Err(axis_error(
+                        "is empty; give at least one value, or remove the axis".into(),
+                    ));
+                }
+                Value::Array(a) => a,
+                other => {
+                    return Err(axis_error(format!(
+                        "must be an array of values (got {}); write \"{name}\" = [{other}] for a single value",
+                        type_name(&other)
+                    )));
+                }
+            };
+            if columns.contains(&name) {
+                return Err(axis_error("is given twice".into()));
+            }
+            for (j, v) in values.iter().enumerate() {
+                if has_newline(v) {
+                    return Err(axis_error(format!("value {j} holds a line break")));
+                }
+                let mut t = base.clone();
+                let mut v = v.clone();
+                rebase(kind, &name, &mut v, &dir);
+                set_path(&mut t, &name, v)
+                    .and_then(|()| check(kind, &t))
+                    .map_err(|m| axis_error(format!("value {j}: {m}")))?;
+            }
+            columns.push(name);
+            axes.push(Axis { values });
+        }
+
+        // Explicit points.
+        let point_orders: Vec<Vec<String>> = doc
+            .as_ref()
+            .and_then(|d| d.get("points"))
+            .map(|item| {
+                let tables: Vec<&dyn toml_edit::TableLike> = match item {
+                    toml_edit::Item::ArrayOfTables(a) => {
+                        a.iter().map(|t| t as &dyn toml_edit::TableLike).collect()
+                    }
+                    toml_edit::Item::Value(toml_edit::Value::Array(a)) => a
+                        .iter()
+                        .filter_map(|v| v.as_inline_table())
+                        .map(|t| t as &dyn toml_edit::TableLike)
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                tables
+                    .into_iter()
+                    .map(|t| {
+                        let mut o = Vec::new();
+                        written_order("", t, &mut o);
+                        o
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut points = Vec::new();
+        for (index, p) in raw.points.unwrap_or_default().into_iter().enumerate() {
+            let point_error = |message: String| SweepError::Point {
+                path: path.to_path_buf(),
+                index,
+                message,
+            };
+            let mut leaves = Vec::new();
+            flatten("", &p, &mut leaves);
+            if leaves.is_empty() {
+                return Err(point_error(
+                    "is empty; give at least one field = value".into(),
+                ));
+            }
+            let leaves = match point_orders.get(index) {
+                Some(o) => in_written_order(leaves, o),
+                None => leaves,
+            };
+            let mut t = base.clone();
+            let mut assigned = Vec::new();
+            for (name, v) in leaves {
+                if has_newline(&v) {
+                    return Err(point_error(format!("{name} holds a line break")));
+                }
+                let col = match columns.iter().position(|c| *c == name) {
+                    Some(c) => c,
+                    None => {
+                        columns.push(name.clone());
+                        columns.len() - 1
+                    }
+                };
+                let mut r = v.clone();
+                rebase(kind, &name, &mut r, &dir);
+                set_path(&mut t, &name, r).map_err(point_error)?;
+                assigned.push((col, v));
+            }
+            check(kind, &t).map_err(point_error)?;
+            points.push(assigned);
+        }
+        if axes.is_empty() && points.is_empty() {
+            return Err(SweepError::Empty {
+                path: path.to_path_buf(),
+            });
+        }
+        let grid_len = if axes.is_empty() {
+            0
+        } else {
+            axes.iter()
+                .fold(1u64, |n, a| n.saturating_mul(a.values.len() as u64))
+        };
+        Ok(Sweep {
+            kind,
+            base,
+            dir,
+            columns,
+            axes,
+            points,
+            grid_len,
+        })
+    }
+
+    /// Which engine runs the points.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// Points in all: the grid's, then the explicit ones (saturating at `u64::MAX`).
+    pub fn len(&self) -> u64 {
+        self.grid_len.saturating_add(self.points.len() as u64)
+    }
+
+    /// Never true: a checked sweep has at least one point.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The columns that identify a point: the axes' dotted paths in the order written, then the
+    /// fields only explicit points set, in order of first appearance.
+    pub fn columns(&self) -> &[String] {
+        &self.columns
+    }
+
+    /// The values point `index` sets, by column (`None` where it sets nothing: an explicit point
+    /// leaves the axes it does not name at the base's value).
+    ///
+    /// # Panics
+    /// If `index` is not below [`len`](Self::len).
+    pub fn values(&self, index: u64) -> Vec<Option<&Value>> {
+        assert!(index < self.len(), "point {index} of {}", self.len());
+        let mut out = vec![None; self.columns.len()];
+        if index < self.grid_len {
+            let mut rem = index;
+            for (c, axis) in self.axes.iter().enumerate().rev() {
+                let n = axis.values.len() as u64;
+                out[c] = Some(&axis.values[(rem % n) as usize]);
+                rem /= n;
+            }
+        } else {
+            for (c, v) in &self.points[(index - self.grid_len) as usize] {
+                out[*c] = Some(v);
+            }
+        }
+        out
+    }
+
+    /// The scenario table of point `index`: the base with the point's values overlaid.
+    pub fn scenario(&self, index: u64) -> Result<Table, String> {
+        let mut t = self.base.clone();
+        for (c, v) in self.values(index).into_iter().enumerate() {
+            if let Some(v) = v {
+                let name = &self.columns[c];
+                let mut v = v.clone();
+                rebase(self.kind, name, &mut v, &self.dir);
+                set_path(&mut t, name, v)?;
+            }
+        }
+        Ok(t)
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sweep(text: &str) -> Result<Sweep, SweepError> {
+        Sweep::parse(text, Path::new("dir/s.toml"))
+    }
+
+    const BASE: &str =
+        "kind = \"simulate\"\n[base]\nmodel = \"opt-1.3b\"\nhardware = \"a100-40g-pcie4\"\n";
+
+    #[test]
+    fn grid_is_in_written_order_last_axis_fastest() {
+        let s = sweep(&format!(
+            "{BASE}[axes]\nstrategy = [\"kvpr\", \"full-transfer\"]\n\"workload.batch\" = [1, 2, 3]\n"
+        ))
+        .unwrap();
+        assert_eq!(s.columns(), ["strategy", "workload.batch"]);
+        assert_eq!(s.len(), 6);
+        let v = s.values(4);
+        assert_eq!(v[0].unwrap().as_str(), Some("full-transfer"));
+        assert_eq!(v[1].unwrap().as_integer(), Some(2));
+        let t = s.scenario(4).unwrap();
+        assert_eq!(t["workload"]["batch"].as_integer(), Some(2));
+        assert_eq!(t["model"].as_str(), Some("opt-1.3b"));
+    }
+
+    #[test]
+    fn points_follow_the_grid_and_add_columns() {
+        let s = sweep(&format!(
+            "{BASE}[axes]\n\"workload.batch\" = [1]\n[[points]]\n\"workload.prompt\" = 64\n\"workload.batch\" = 4\n"
+        ))
+        .unwrap();
+        assert_eq!(s.columns(), ["workload.batch", "workload.prompt"]);
+        assert_eq!(s.len(), 2);
+        let v = s.values(1);
+        assert_eq!(v[0].unwrap().as_integer(), Some(4));
+        assert_eq!(v[1].unwrap().as_integer(), Some(64));
+    }
+
+    #[test]
+    fn nested_axes_are_dotted_paths_and_tables_merge() {
+        let s = sweep(&format!(
+            "{BASE}workload = {{ prompt = 64 }}\n[axes]\nworkload.batch = [1, 2]\n"
+        ))
+        .unwrap();
+        assert_eq!(s.columns(), ["workload.batch"]);
+        let t = s.scenario(1).unwrap();
+        assert_eq!(t["workload"]["prompt"].as_integer(), Some(64));
+        assert_eq!(t["workload"]["batch"].as_integer(), Some(2));
+    }
+
+    #[test]
+    fn bad_files_name_the_part_at_fault() {
+        let e = |text: &str| sweep(text).unwrap_err().to_string();
+        let unknown = e(&format!("{BASE}[axes]\n\"workload.batchh\" = [1]\n"));
+        assert!(
+            unknown.starts_with(
+                "dir/s.toml: axes.\"workload.batchh\": value 0: unknown field `batchh`"
+            ),
+            "{unknown}"
+        );
+        let empty = e(&format!("{BASE}[axes]\nstrategy = []\n"));
+        assert!(empty.contains("axes.\"strategy\": is empty"), "{empty}");
+        let scalar = e(&format!("{BASE}[axes]\nstrategy = \"kvpr\"\n"));
+        assert!(scalar.contains("must be an array"), "{scalar}");
+        let typ = e(&format!("{BASE}[axes]\n\"workload.batch\" = [1, \"x\"]\n"));
+        assert!(typ.contains("value 1: invalid type"), "{typ}");
+        let through = e(&format!("{BASE}[axes]\n\"model.name\" = [1]\n"));
+        assert!(
+            through.contains("'model' is a string, not a table"),
+            "{through}"
+        );
+        assert!(e(BASE).contains("nothing to sweep"));
+        assert!(e("[base]\n[axes]\na = [1]\n").contains("kind: missing"));
+        assert!(e("kind = \"simulate\"\n[axes]\na = [1]\n").contains("base: missing"));
+        assert!(e("kind = \"simulate\"\nbase = 3\n").starts_with("dir/s.toml:2:"));
+        let top = e(&format!("{BASE}[axis]\n"));
+        assert!(top.contains("unknown field `axis`"), "{top}");
+    }
+
+    #[test]
+    fn relative_paths_follow_the_file_that_writes_them() {
+        let s = sweep(
+            "kind = \"serve\"\n[base]\nmodel = \"llama-2-7b\"\nhardware = \"a100-80g-sxm\"\n[axes]\n\"workload.trace\" = [\"t.csv\"]\nhardware = [\"p/h.toml\", \"h100-sxm\"]\n",
+        )
+        .unwrap();
+        let t = s.scenario(0).unwrap();
+        assert_eq!(t["workload"]["trace"].as_str(), Some("dir/t.csv"));
+        assert_eq!(t["hardware"].as_str(), Some("dir/p/h.toml"));
+        assert_eq!(
+            s.scenario(1).unwrap()["hardware"].as_str(),
+            Some("h100-sxm")
+        );
+        // The row shows the value as written.
+        assert_eq!(s.values(0)[0].unwrap().as_str(), Some("t.csv"));
+    }
+
+    #[test]
+    fn a_million_points_are_counted_not_built() {
+        let ten = "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]";
+        let s = sweep(&format!(
+            "{BASE}[axes]\n\"workload.batch\" = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n\"offload.split\" = {ten}\n\"workload.prompt\" = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n\"workload.gen\" = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n\"runahead.devices\" = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n\"headinfer.chunk\" = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n"
+        ))
+        .unwrap();
+        assert_eq!(s.len(), 1_000_000);
+        assert_eq!(s.values(999_999)[1].unwrap().as_integer(), Some(9));
+    }
+}

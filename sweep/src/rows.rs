@@ -1,0 +1,565 @@
+//! Rows as text: CSV (a header, then one line per point) or JSONL (one object per line, keys in
+//! column order). Columns: `point` (always, so shards can be merged), the point's values by
+//! dotted path, the metrics, `status` (`ok` or `error`) and `reason`. Numbers are plain (no
+//! exponent in CSV; empty / null where undefined). Every row is exactly one line (values and
+//! reasons hold no line breaks), which is what [`resume`](Sweep::resume_point) and [`merge`]
+//! rely on.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use toml::Value;
+
+use crate::file::Sweep;
+use crate::run::{Metric, Row, metric_names};
+
+/// The output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Format {
+    /// CSV with a header row.
+    Csv,
+    /// One JSON object per line.
+    Jsonl,
+}
+
+/// Why `--resume` cannot continue the existing file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResumeError {
+    /// The file's columns are not this sweep's.
+    #[error(
+        "its columns are not this sweep's (found: {found}; this sweep writes: {expected}); give another --out file, or delete it to start over"
+    )]
+    Header {
+        /// This sweep's columns.
+        expected: String,
+        /// The file's.
+        found: String,
+    },
+    /// A row is not the next point this run would write.
+    #[error(
+        "line {line} holds {found} where this sweep (and --shard) writes point {expected}: the file is not a prefix of this sweep's output; give another --out file, or delete it to start over"
+    )]
+    NotAPrefix {
+        /// 1-based line.
+        line: usize,
+        /// The point expected there (or `none` past the last).
+        expected: String,
+        /// What the line holds.
+        found: String,
+    },
+}
+
+/// Why shard outputs cannot be merged.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MergeError {
+    /// Some inputs are CSV and some JSONL.
+    #[error("{other} is {}, {first} is {}; merge outputs of one format", fmt_name(*other_format), fmt_name(*first_format))]
+    MixedFormats {
+        /// The first input.
+        first: String,
+        /// Its format.
+        first_format: Format,
+        /// The input that differs.
+        other: String,
+        /// Its format.
+        other_format: Format,
+    },
+    /// Inputs with different columns (outputs of different sweeps).
+    #[error(
+        "{other}: columns differ from {first}'s (found: {found}; expected: {expected}); merge only the shards of one sweep"
+    )]
+    Header {
+        /// The first input.
+        first: String,
+        /// The input that differs.
+        other: String,
+        /// The first input's columns.
+        expected: String,
+        /// The other's.
+        found: String,
+    },
+    /// An input's last line is cut off (its run was killed mid-write).
+    #[error(
+        "{input}: the last line is incomplete (killed mid-write?); finish its shard with `kvplan sweep FILE --shard I/N --resume --out {input}`"
+    )]
+    Incomplete {
+        /// The input.
+        input: String,
+    },
+    /// A row without a readable `point` index.
+    #[error("{input}:{line}: no point index in this row; is it a `kvplan sweep` output?")]
+    BadRow {
+        /// The input.
+        input: String,
+        /// 1-based line.
+        line: usize,
+    },
+    /// A point in two inputs (the same shard given twice, or overlapping shards).
+    #[error("point {point} is in both {first} and {second}; give each shard once")]
+    Duplicate {
+        /// The point.
+        point: u64,
+        /// The first input holding it.
+        first: String,
+        /// The second.
+        second: String,
+    },
+    /// Points no input holds.
+    #[error(
+        "{} missing ({count} in all): add the missing shard outputs, or finish them with --resume",
+        list(points)
+    )]
+    Missing {
+        /// The first missing points.
+        points: Vec<u64>,
+        /// How many are missing.
+        count: u64,
+    },
+    /// No inputs.
+    #[error("no inputs: give the shard outputs to merge")]
+    NoInputs,
+}
+
+fn fmt_name(f: Format) -> &'static str {
+    match f {
+        Format::Csv => "CSV",
+        Format::Jsonl => "JSONL",
+    }
+}
+
+fn list(points: &[u64]) -> String {
+    let s: Vec<String> = points.iter().map(u64::to_string).collect();
+    format!(
+        "point{} {}",
+        if points.len() == 1 { "" } else { "s" },
+        s.join(", ")
+    )
+}
+
+/// A float in plain decimal (Rust never writes an exponent), empty when not finite.
+fn plain(x: f64) -> String {
+    if x.is_finite() {
+        x.to_string()
+    } else {
+        String::new()
+    }
+}
+
+fn csv_value(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Integer(n) => n.to_string(),
+        Value::Float(x) => plain(*x),
+        Value::Boolean(b) => b.to_string(),
+        Value::Datetime(d) => d.to_string(),
+        other => other.to_string(),
+    }
+}
+
+fn json_value(v: &Value) -> String {
+    match v {
+        Value::Float(x) if !x.is_finite() => "null".into(),
+        Value::Datetime(d) => json_str(&d.to_string()),
+        other => serde_json::to_string(other).unwrap_or_else(|_| "null".into()),
+    }
+}
+
+fn json_str(s: &str) -> String {
+    serde_json::to_string(s).expect("a string serialises")
+}
+
+fn csv_line(cells: &[String]) -> String {
+    let mut w = csv::WriterBuilder::new()
+        .buffer_capacity(256)
+        .from_writer(Vec::new());
+    w.write_record(cells).expect("writing to memory");
+    String::from_utf8(w.into_inner().expect("writing to memory")).expect("UTF-8 cells")
+}
+
+/// Columns of the lines of a JSONL text, for messages.
+fn json_keys(line: &str) -> Option<BTreeSet<String>> {
+    match serde_json::from_str::<serde_json::Value>(line).ok()? {
+        serde_json::Value::Object(m) => Some(m.keys().cloned().collect()),
+        _ => None,
+    }
+}
+
+fn json_point(line: &str) -> Option<u64> {
+    serde_json::from_str::<serde_json::Value>(line)
+        .ok()?
+        .get("point")?
+        .as_u64()
+}
+
+fn csv_point(line: &str) -> Option<u64> {
+    line.split(',').next()?.parse().ok()
+}
+
+fn joined(keys: &BTreeSet<String>) -> String {
+    keys.iter().cloned().collect::<Vec<_>>().join(",")
+}
+
+impl Sweep {
+    /// Every column, in order: `point`, the values' paths, the metrics, `status`, `reason`.
+    pub fn header_columns(&self) -> Vec<String> {
+        let mut h = vec!["point".to_string()];
+        h.extend(self.columns().iter().cloned());
+        h.extend(metric_names(self.kind()).iter().map(|s| s.to_string()));
+        h.extend(["status".to_string(), "reason".to_string()]);
+        h
+    }
+
+    /// The text before the first row: the CSV header line; nothing for JSONL.
+    pub fn header(&self, format: Format) -> String {
+        match format {
+            Format::Csv => csv_line(&self.header_columns()),
+            Format::Jsonl => String::new(),
+        }
+    }
+
+    /// One row as one line (with its line break).
+    pub fn format_row(&self, row: &Row, format: Format) -> String {
+        let values = self.values(row.point);
+        let n_metrics = metric_names(self.kind()).len();
+        let metrics: Vec<Option<Metric>> = match &row.outcome {
+            Ok(m) => m.iter().copied().map(Some).collect(),
+            Err(_) => vec![None; n_metrics],
+        };
+        let (status, reason) = match &row.outcome {
+            Ok(_) => ("ok", None),
+            Err(r) => ("error", Some(r.as_str())),
+        };
+        match format {
+            Format::Csv => {
+                let mut cells = vec![row.point.to_string()];
+                cells.extend(values.iter().map(|v| v.map(csv_value).unwrap_or_default()));
+                cells.extend(metrics.iter().map(|m| match m {
+                    Some(Metric::Float(x)) => plain(*x),
+                    Some(Metric::Int(n)) => n.to_string(),
+                    None => String::new(),
+                }));
+                cells.push(status.into());
+                cells.push(reason.unwrap_or_default().into());
+                csv_line(&cells)
+            }
+            Format::Jsonl => {
+                let header = self.header_columns();
+                let mut cells = vec![row.point.to_string()];
+                cells.extend(values.iter().map(|v| v.map_or("null".into(), json_value)));
+                cells.extend(metrics.iter().map(|m| match m {
+                    Some(Metric::Float(x)) if x.is_finite() => {
+                        serde_json::to_string(x).expect("a finite float serialises")
+                    }
+                    Some(Metric::Int(n)) => n.to_string(),
+                    _ => "null".into(),
+                }));
+                cells.push(json_str(status));
+                cells.push(reason.map_or("null".into(), json_str));
+                let mut s = String::from("{");
+                for (i, (k, v)) in header.iter().zip(&cells).enumerate() {
+                    if i > 0 {
+                        s.push(',');
+                    }
+                    let _ = write!(s, "{}:{v}", json_str(k));
+                }
+                s.push_str("}\n");
+                s
+            }
+        }
+    }
+
+    /// What `--resume` keeps of `existing` (the output file as a killed run left it), for a run
+    /// that writes the points `indices` in order: the number of bytes to keep (whole lines; a
+    /// cut-off last line is dropped) and how many of `indices` they already hold. An empty file,
+    /// or one holding only part of the header, keeps nothing.
+    pub fn resume_point(
+        &self,
+        existing: &[u8],
+        format: Format,
+        indices: &[u64],
+    ) -> Result<(usize, usize), ResumeError> {
+        let keep = existing
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| i + 1);
+        let text = String::from_utf8_lossy(&existing[..keep]);
+        let mut lines = text.lines().enumerate().peekable();
+        if lines.peek().is_none() {
+            return Ok((0, 0));
+        }
+        let header = self.header_columns();
+        let expected_keys: BTreeSet<String> = header.iter().cloned().collect();
+        if format == Format::Csv {
+            let (_, first) = lines.next().expect("peeked");
+            let want = self.header(Format::Csv);
+            if first != want.trim_end() {
+                return Err(ResumeError::Header {
+                    expected: want.trim_end().into(),
+                    found: first.into(),
+                });
+            }
+        }
+        let mut done = 0;
+        for (i, line) in lines {
+            let point = match format {
+                Format::Csv => csv_point(line),
+                Format::Jsonl => {
+                    let keys = json_keys(line);
+                    if keys.as_ref() != Some(&expected_keys) {
+                        return Err(ResumeError::Header {
+                            expected: joined(&expected_keys),
+                            found: keys.map_or_else(|| "not a JSON object".into(), |k| joined(&k)),
+                        });
+                    }
+                    json_point(line)
+                }
+            };
+            if point.is_none() || point != indices.get(done).copied() {
+                return Err(ResumeError::NotAPrefix {
+                    line: i + 1,
+                    expected: indices
+                        .get(done)
+                        .map_or("none (all its points are written)".into(), |p| {
+                            p.to_string()
+                        }),
+                    found: point.map_or("no point index".into(), |p| format!("point {p}")),
+                });
+            }
+            done += 1;
+        }
+        Ok((keep, done))
+    }
+}
+
+/// Joins shard outputs (`(name, text)`, CSV or JSONL, each as `kvplan sweep --shard` wrote it)
+/// into the output of the unsharded run: one header, rows in point order. Errors on mixed
+/// formats, different columns, a cut-off last line, a point given twice, or missing points:
+/// gaps below the largest point, and with `points` (the sweep's size, when known) the points
+/// after it.
+pub fn merge(inputs: &[(String, String)], points: Option<u64>) -> Result<String, MergeError> {
+    let format_of = |text: &str| {
+        if text.trim_start().starts_with('{') || text.trim().is_empty() {
+            Format::Jsonl
+        } else {
+            Format::Csv
+        }
+    };
+    // An empty input is an empty JSONL shard or (headerless) nothing: it fits either format.
+    let first = inputs.first().ok_or(MergeError::NoInputs)?;
+    let non_empty: Vec<&(String, String)> = inputs.iter().filter(|(_, t)| !t.is_empty()).collect();
+    let format = non_empty
+        .first()
+        .map_or(Format::Jsonl, |(_, t)| format_of(t));
+    let reference = non_empty.first().map_or(&first.0, |(n, _)| n);
+    let mut header: Option<(String, String)> = None; // (columns, input)
+    let mut rows: BTreeMap<u64, (&str, &str)> = BTreeMap::new(); // point -> (line, input)
+    for (name, text) in inputs {
+        if text.is_empty() {
+            continue;
+        }
+        if format_of(text) != format {
+            return Err(MergeError::MixedFormats {
+                first: reference.clone(),
+                first_format: format,
+                other: name.clone(),
+                other_format: format_of(text),
+            });
+        }
+        if !text.ends_with('\n') {
+            return Err(MergeError::Incomplete {
+                input: name.clone(),
+            });
+        }
+        let mut lines = text.lines().enumerate();
+        let mut check_header = |cols: String| match &header {
+            None => {
+                header = Some((cols, name.clone()));
+                Ok(())
+            }
+            Some((h, first)) if *h != cols => Err(MergeError::Header {
+                first: first.clone(),
+                other: name.clone(),
+                expected: h.clone(),
+                found: cols,
+            }),
+            Some(_) => Ok(()),
+        };
+        if format == Format::Csv {
+            let (_, h) = lines.next().expect("a non-empty text has a line");
+            check_header(h.to_string())?;
+        }
+        for (i, line) in lines {
+            let point = match format {
+                Format::Csv => csv_point(line),
+                Format::Jsonl => {
+                    let keys = json_keys(line).ok_or_else(|| MergeError::BadRow {
+                        input: name.clone(),
+                        line: i + 1,
+                    })?;
+                    check_header(joined(&keys))?;
+                    json_point(line)
+                }
+            };
+            let point = point.ok_or_else(|| MergeError::BadRow {
+                input: name.clone(),
+                line: i + 1,
+            })?;
+            if let Some((_, other)) = rows.insert(point, (line, name)) {
+                return Err(MergeError::Duplicate {
+                    point,
+                    first: other.to_string(),
+                    second: name.clone(),
+                });
+            }
+        }
+    }
+    let end = match (points, rows.keys().next_back()) {
+        (Some(n), _) => n,
+        (None, Some(&last)) => last + 1,
+        (None, None) => 0,
+    };
+    let mut missing = Vec::new();
+    let mut count = 0u64;
+    let mut have = rows.keys().copied().peekable();
+    for p in 0..end {
+        if have.peek() == Some(&p) {
+            have.next();
+        } else {
+            count += 1;
+            if missing.len() < 10 {
+                missing.push(p);
+            }
+        }
+    }
+    if count > 0 {
+        return Err(MergeError::Missing {
+            points: missing,
+            count,
+        });
+    }
+    let mut out = String::new();
+    if let (Format::Csv, Some((h, _))) = (format, &header) {
+        out.push_str(h);
+        out.push('\n');
+    }
+    for (line, _) in rows.values() {
+        out.push_str(line);
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn sweep() -> Sweep {
+        Sweep::parse(
+            "kind = \"simulate\"\n[base]\nmodel = \"opt-1.3b\"\nhardware = \"a100-40g-pcie4\"\nworkload = { prompt = 32, gen = 2 }\n[axes]\n\"workload.batch\" = [1, 2, 3]\nstrategy = [\"kvpr\", \"nope\"]\n",
+            Path::new("s.toml"),
+        )
+        .unwrap()
+    }
+
+    fn output(s: &Sweep, format: Format, indices: &[u64]) -> String {
+        let mut out = s.header(format);
+        s.run_ordered(indices, |r| {
+            out.push_str(&s.format_row(&r, format));
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        out
+    }
+
+    #[test]
+    fn rows_hold_values_metrics_and_reasons() {
+        let s = sweep();
+        let csv = output(&s, Format::Csv, &[0, 1]);
+        let lines: Vec<&str> = csv.lines().collect();
+        assert!(lines[0].starts_with("point,workload.batch,strategy,prefill_latency_s,"));
+        assert!(lines[0].ends_with(",status,reason"));
+        assert!(lines[1].starts_with("0,1,kvpr,0.") && lines[1].ends_with(",ok,"));
+        assert!(lines[2].starts_with("1,1,nope,,,"), "{}", lines[2]);
+        assert!(
+            lines[2].contains(",error,\"strategy: unknown strategy 'nope'"),
+            "{}",
+            lines[2]
+        );
+        let json = output(&s, Format::Jsonl, &[1]);
+        assert!(json.starts_with(
+            "{\"point\":1,\"workload.batch\":1,\"strategy\":\"nope\",\"prefill_latency_s\":null,"
+        ));
+        assert!(json.ends_with("\"status\":\"error\",\"reason\":\"strategy: unknown strategy 'nope'; use one of kvpr, full-transfer, gpu-only, headinfer, runahead\"}\n"), "{json}");
+    }
+
+    #[test]
+    fn resume_keeps_whole_lines_of_this_sweep() {
+        let s = sweep();
+        let all: Vec<u64> = (0..6).collect();
+        for format in [Format::Csv, Format::Jsonl] {
+            let full = output(&s, format, &all);
+            let cut = full.len() - 7; // inside the last line
+            let (keep, done) = s
+                .resume_point(&full.as_bytes()[..cut], format, &all)
+                .unwrap();
+            assert_eq!(done, 5);
+            assert_eq!(
+                &full[..keep],
+                full.rsplit_once('\n')
+                    .unwrap()
+                    .0
+                    .rsplit_once('\n')
+                    .unwrap()
+                    .0
+                    .to_string()
+                    + "\n"
+            );
+            assert_eq!(s.resume_point(b"poi", format, &all).unwrap(), (0, 0));
+            // A shard's rows are not a prefix of another shard's.
+            let e = s
+                .resume_point(full.as_bytes(), format, &[1, 3, 5])
+                .unwrap_err();
+            assert!(matches!(e, ResumeError::NotAPrefix { .. }), "{e}");
+        }
+        let e = s.resume_point(b"point,x\n", Format::Csv, &all).unwrap_err();
+        assert!(e.to_string().contains("not this sweep's"), "{e}");
+    }
+
+    #[test]
+    fn merge_orders_and_checks() {
+        let s = sweep();
+        for format in [Format::Csv, Format::Jsonl] {
+            let full = output(&s, format, &(0..6).collect::<Vec<_>>());
+            let shards: Vec<(String, String)> = (0..4u64)
+                .map(|i| {
+                    let idx: Vec<u64> = (i..6).step_by(4).collect();
+                    (format!("s{i}"), output(&s, format, &idx))
+                })
+                .collect();
+            assert_eq!(merge(&shards, Some(6)).unwrap(), full);
+            let e = merge(&shards[..3], Some(6)).unwrap_err().to_string();
+            assert_eq!(
+                e,
+                "point 3 missing (1 in all): add the missing shard outputs, or finish them with --resume"
+            );
+            let mut twice = shards.clone();
+            twice.push(shards[1].clone());
+            assert!(
+                merge(&twice, None)
+                    .unwrap_err()
+                    .to_string()
+                    .contains("point 1 is in both s1 and s1")
+            );
+            let mut cut = shards.clone();
+            cut[0].1.pop();
+            assert!(matches!(
+                merge(&cut, None),
+                Err(MergeError::Incomplete { .. })
+            ));
+        }
+    }
+}
