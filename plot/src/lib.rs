@@ -34,6 +34,20 @@ pub const MAX_POINTS: usize = 2000;
 /// Lines with at most this many points get a marker at each point.
 const MARKER_POINTS: usize = 60;
 
+/// Line colours (Tableau 10), reused in order past ten series.
+const PALETTE: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
 /// What can go wrong while plotting.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -162,11 +176,16 @@ pub fn serving_timeseries(points: &[ServingPoint], title: &str) -> Result<String
     if points.is_empty() {
         return Err(Error::Empty("no iteration was recorded".into()));
     }
+    // Each value holds until the next iteration starts: a step line.
     let line = |name: &str, f: fn(&ServingPoint) -> f64| {
-        Series::new(
-            name,
-            thin(&points.iter().map(|p| (p.t_s, f(p))).collect::<Vec<_>>()),
-        )
+        let mut steps = Vec::with_capacity(2 * points.len());
+        for (i, p) in points.iter().enumerate() {
+            if i > 0 {
+                steps.push((p.t_s, f(&points[i - 1])));
+            }
+            steps.push((p.t_s, f(p)));
+        }
+        Series::new(name, thin(&steps))
     };
     let blocks = [
         line("GPU", |p| p.gpu_blocks),
@@ -388,7 +407,7 @@ where
         .draw()
         .map_err(draw_err)?;
     for (i, s) in p.series.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
+        let color = PALETTE[i % PALETTE.len()];
         chart
             .draw_series(LineSeries::new(
                 s.points.iter().copied(),
