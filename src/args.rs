@@ -74,6 +74,9 @@ pub enum Command {
     /// exit 1 when a metric regressed past --tolerance
     #[command(long_about = DIFF_LONG)]
     Diff(DiffArgs),
+    /// Plot a metric against an axis from a kvplan CSV table (one line per series) as SVG
+    #[command(long_about = PLOT_LONG)]
+    Plot(PlotArgs),
     /// Rerun a directory of scenarios and compare them with their golden outputs
     Regress {
         /// check or update
@@ -117,6 +120,41 @@ pub struct DiffArgs {
     /// Output
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+const PLOT_LONG: &str = "\
+Plot column --y against column --x of a CSV table that kvplan wrote (a sweep's output: axis
+columns first, then metrics; serve --format csv or --requests-csv; --timeseries-csv), one line
+per distinct value of the --series columns, as an SVG file. Rows whose x or y is not a number
+(error rows, empty cells) are skipped and counted in a note on stderr. Axis labels are the
+column names with the unit their suffix implies (_s seconds, _bytes bytes, _tok_s tokens/s,
+_fraction fraction). Exit 2, writing nothing, on an unknown column, an empty table or a column
+with no number.
+  kvplan serve --model llama-2-7b --hardware a100-80g-sxm --arrivals poisson --qps 4 \\
+      --lengths 512 --output-lengths 64 --requests 200 --format csv > requests.csv
+  kvplan plot requests.csv --x arrival_s --y e2e_s --out e2e.svg";
+
+/// `kvplan plot`.
+#[derive(Debug, Args)]
+pub struct PlotArgs {
+    /// The CSV table (header row first)
+    #[arg(value_name = "CSV")]
+    pub csv: PathBuf,
+    /// Column on the x axis
+    #[arg(long, value_name = "COLUMN")]
+    pub x: String,
+    /// Column on the y axis
+    #[arg(long, value_name = "COLUMN")]
+    pub y: String,
+    /// Columns whose distinct values make one line each [default: one line]
+    #[arg(long, value_name = "COLUMN[,COLUMN]", value_delimiter = ',')]
+    pub series: Vec<String>,
+    /// Title [default: Y against X]
+    #[arg(long, value_name = "TEXT")]
+    pub title: Option<String>,
+    /// The SVG file to write [default: the SVG on stdout]
+    #[arg(long, value_name = "FILE.svg")]
+    pub out: Option<PathBuf>,
 }
 
 /// `kvplan regress`.
@@ -686,7 +724,8 @@ Output: a summary table (--format json: the summary JSON; --format csv: one row 
 Files: --requests-csv (per request: arrival, queue, TTFT, TPOT, E2E, preemptions, swapped and
 recomputed tokens), --timeseries-csv (per iteration: KV blocks on GPU and host, running /
 waiting / swapped, batch tokens, KV bytes read and written), --summary-json, --trace-json (one
-slice per iteration; open in https://ui.perfetto.dev).
+slice per iteration; open in https://ui.perfetto.dev), --plot (SVG: KV blocks on GPU and host,
+running / waiting / swapped sequences against time), --plot-cdf (SVG: TTFT, TPOT and E2E CDFs).
 
 A scenario TOML file can replace the flags (flags override it; relative paths are relative to
 the file):
@@ -801,6 +840,12 @@ pub struct ServeArgs {
     /// Write a Chrome trace, one slice per iteration (open in https://ui.perfetto.dev)
     #[arg(long, value_name = "FILE")]
     pub trace_json: Option<PathBuf>,
+    /// Plot KV blocks on GPU and host, and running / waiting / swapped sequences, against time
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// Plot the TTFT, TPOT and E2E latency CDFs
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot_cdf: Option<PathBuf>,
     /// Output
     #[command(flatten)]
     pub output: OutputArgs,
@@ -846,7 +891,11 @@ impl ServeArgs {
                 tensor_parallel_size: self.tensor_parallel_size,
                 // The per-iteration series costs memory on long runs: keep it only when a file
                 // needs it.
-                record_timeseries: Some(self.timeseries_csv.is_some() || self.trace_json.is_some()),
+                record_timeseries: Some(
+                    self.timeseries_csv.is_some()
+                        || self.trace_json.is_some()
+                        || self.plot.is_some(),
+                ),
                 ..RawConfig::default()
             },
         }

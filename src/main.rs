@@ -8,6 +8,7 @@ mod error;
 mod measure;
 mod messages;
 mod output;
+mod plot;
 mod render;
 mod serve;
 mod sweep;
@@ -41,6 +42,7 @@ fn run(cli: Cli) -> Result<String, CliError> {
         Command::Validate(a) => measure::validate(a),
         Command::Serve(a) => serve::serve(a),
         Command::Diff(a) => diff::diff(a),
+        Command::Plot(a) => plot::plot(a),
         Command::Regress {
             action: RegressCommand::Check(a),
         } => diff::regress_check(a),

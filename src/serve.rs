@@ -57,6 +57,21 @@ pub fn serve(args: &ServeArgs) -> Result<Output, CliError> {
     }
     let out = out.map_err(|e| serve_error(e.into()))?;
 
+    // The plots are drawn before any file is written: a plot that cannot be drawn (no request
+    // finished) leaves no file behind.
+    let title = format!("{} on {}", sc.model.name, sc.hardware.name);
+    let mut plots = Vec::new();
+    if let Some(p) = &args.plot {
+        plots.push(("--plot", p, crate::plot::serve_timeseries(&out, &title)?));
+    }
+    if let Some(p) = &args.plot_cdf {
+        plots.push((
+            "--plot-cdf",
+            p,
+            crate::plot::serve_cdf(&out, &format!("{title}: latency CDF"))?,
+        ));
+    }
+
     let files: [(&Option<std::path::PathBuf>, &str, Writer); 4] = [
         (&args.requests_csv, "--requests-csv", |o, w| {
             o.write_requests_csv(w)
@@ -77,6 +92,10 @@ pub fn serve(args: &ServeArgs) -> Result<Output, CliError> {
             write_output(p, what, |w| write(&out, w))?;
             written.push((what, p));
         }
+    }
+    for (what, p, svg) in &plots {
+        write_output(p, what, |w| w.write_all(svg.as_bytes()))?;
+        written.push((what, p));
     }
 
     let text = |f: Writer| -> Result<Output, CliError> {

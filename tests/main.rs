@@ -11,6 +11,7 @@ mod inputs;
 mod library;
 mod measure;
 mod output;
+mod plot;
 mod readme;
 mod regress;
 mod scenarios;

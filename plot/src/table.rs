@@ -1,0 +1,179 @@
+//! A metric against an axis from a kvplan CSV table (a sweep's output: axis columns first, then
+//! metrics): one series per distinct value of the series columns, axis labels from the column
+//! names with units inferred from their suffixes.
+
+use crate::{Error, Series};
+
+/// Series taken from a table, and the rows that could not be used.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableSeries {
+    /// One per distinct value of the series columns, in order of first appearance; points
+    /// sorted by x.
+    pub series: Vec<Series>,
+    /// Rows skipped because their x or y is not a number (error rows, empty cells).
+    pub skipped: usize,
+}
+
+/// Splits the rows of a table (`header` names the columns, each row holds one cell per column)
+/// into series of (x, y) points: x from column `x`, y from column `y`, one series per distinct
+/// value of the columns `by` (named `col=value, ...`; one series named after `y` when `by` is
+/// empty).
+///
+/// Errors: [`Error::UnknownColumn`] naming the table's columns, [`Error::EmptyTable`],
+/// [`Error::NonNumeric`] when `x` or `y` has no numeric cell at all.
+pub fn series_from_table(
+    header: &[String],
+    rows: &[Vec<String>],
+    x: &str,
+    y: &str,
+    by: &[String],
+) -> Result<TableSeries, Error> {
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| h == name)
+            .ok_or_else(|| Error::UnknownColumn {
+                name: name.to_string(),
+                columns: header.join(","),
+            })
+    };
+    let xi = col(x)?;
+    let yi = col(y)?;
+    let bi: Vec<usize> = by.iter().map(|b| col(b)).collect::<Result<_, _>>()?;
+    if rows.is_empty() {
+        return Err(Error::EmptyTable);
+    }
+    let num = |row: &Vec<String>, i: usize| {
+        row.get(i)
+            .and_then(|c| c.trim().parse::<f64>().ok())
+            .filter(|v| v.is_finite())
+    };
+    for (i, name) in [(xi, x), (yi, y)] {
+        if !rows.iter().any(|r| num(r, i).is_some()) {
+            return Err(Error::NonNumeric(name.to_string()));
+        }
+    }
+    let mut series: Vec<Series> = Vec::new();
+    let mut skipped = 0;
+    for row in rows {
+        let (Some(px), Some(py)) = (num(row, xi), num(row, yi)) else {
+            skipped += 1;
+            continue;
+        };
+        let name = if bi.is_empty() {
+            y.to_string()
+        } else {
+            bi.iter()
+                .map(|&i| {
+                    format!(
+                        "{}={}",
+                        header[i],
+                        row.get(i).map(String::as_str).unwrap_or("")
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match series.iter_mut().find(|s| s.name == name) {
+            Some(s) => s.points.push((px, py)),
+            None => series.push(Series::new(name, vec![(px, py)])),
+        }
+    }
+    for s in &mut series {
+        // Stable: equal x keep the table's order.
+        s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    Ok(TableSeries { series, skipped })
+}
+
+/// Unit suffixes of kvplan's column names, longest first.
+const UNITS: [(&str, &str); 7] = [
+    ("_tok_s", "tokens/s"),
+    ("_per_s", "per second"),
+    ("_fraction", "fraction"),
+    ("_bytes", "bytes"),
+    ("_gib", "GiB"),
+    ("_ms", "ms"),
+    ("_s", "seconds"),
+];
+
+/// An axis label for a column: its name with the unit its suffix implies (`decode_latency_s` →
+/// `decode_latency_s (seconds)`), or the bare name.
+pub fn axis_label(column: &str) -> String {
+    UNITS
+        .iter()
+        .find(|(suffix, _)| column.ends_with(suffix) && column.len() > suffix.len())
+        .map(|(_, unit)| format!("{column} ({unit})"))
+        .unwrap_or_else(|| column.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|c| c.to_string()).collect()
+    }
+
+    #[test]
+    fn one_series_per_distinct_value_sorted_by_x() {
+        let header = s(&["strategy", "batch", "decode_throughput_tok_s"]);
+        let rows = vec![
+            s(&["kvpr", "16", "20"]),
+            s(&["kvpr", "8", "10"]),
+            s(&["gpu-only", "8", "30"]),
+            s(&["gpu-only", "16", "error: does not fit"]),
+        ];
+        let t = series_from_table(
+            &header,
+            &rows,
+            "batch",
+            "decode_throughput_tok_s",
+            &s(&["strategy"]),
+        )
+        .unwrap();
+        assert_eq!(t.skipped, 1);
+        assert_eq!(
+            t.series,
+            vec![
+                Series::new("strategy=kvpr", vec![(8.0, 10.0), (16.0, 20.0)]),
+                Series::new("strategy=gpu-only", vec![(8.0, 30.0)]),
+            ]
+        );
+        let t = series_from_table(&header, &rows, "batch", "decode_throughput_tok_s", &[]).unwrap();
+        assert_eq!(t.series.len(), 1);
+        assert_eq!(t.series[0].name, "decode_throughput_tok_s");
+    }
+
+    #[test]
+    fn bad_tables_are_errors() {
+        let header = s(&["a", "b"]);
+        let rows = vec![s(&["x", "1"])];
+        let e = series_from_table(&header, &rows, "c", "b", &[]).unwrap_err();
+        assert_eq!(e.to_string(), "no column 'c' (columns: a,b)");
+        assert!(matches!(
+            series_from_table(&header, &[], "a", "b", &[]),
+            Err(Error::EmptyTable)
+        ));
+        assert!(matches!(
+            series_from_table(&header, &rows, "a", "b", &[]),
+            Err(Error::NonNumeric(c)) if c == "a"
+        ));
+    }
+
+    #[test]
+    fn units_from_suffixes() {
+        assert_eq!(axis_label("ttft_s"), "ttft_s (seconds)");
+        assert_eq!(axis_label("h2d_bytes"), "h2d_bytes (bytes)");
+        assert_eq!(
+            axis_label("decode_throughput_tok_s"),
+            "decode_throughput_tok_s (tokens/s)"
+        );
+        assert_eq!(
+            axis_label("gpu_busy_fraction"),
+            "gpu_busy_fraction (fraction)"
+        );
+        assert_eq!(axis_label("batch"), "batch");
+        assert_eq!(axis_label("_s"), "_s");
+    }
+}

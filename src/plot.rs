@@ -1,0 +1,119 @@
+//! `kvplan plot` (a metric against an axis from a CSV table) and the SVG plots of `kvplan serve`
+//! (`--plot`, `--plot-cdf`); the drawing lives in `kvplan_plot`.
+
+use std::path::Path;
+
+use kvplan_plot::table::{axis_label, series_from_table};
+use kvplan_plot::{ServingPoint, latency_cdf, line_chart, serving_timeseries};
+use kvplan_serve::{Output as ServeOutput, Status};
+
+use crate::args::PlotArgs;
+use crate::commands::Output;
+use crate::error::CliError;
+use crate::output::write_output;
+
+/// A plotting error for the option `what`: bad input (exit 2), or a drawing failure (exit 1).
+fn plot_error(what: &str, e: kvplan_plot::Error) -> CliError {
+    match e {
+        kvplan_plot::Error::Draw(_) => CliError::failure(format!("{what}: {e}")),
+        _ => CliError::input(format!("{what}: {e}")),
+    }
+}
+
+/// Reads a CSV table: the header and the rows (ragged rows allowed; missing cells are empty).
+fn read_table(path: &Path) -> Result<(Vec<String>, Vec<Vec<String>>), CliError> {
+    let shown = path.display();
+    let mut r = csv::ReaderBuilder::new()
+        .flexible(true)
+        .from_path(path)
+        .map_err(|e| CliError::input(format!("{shown}: cannot read: {e}")))?;
+    let header: Vec<String> = r
+        .headers()
+        .map_err(|e| CliError::input(format!("{shown}: {e}")))?
+        .iter()
+        .map(|h| h.trim().to_string())
+        .collect();
+    let mut rows = Vec::new();
+    for rec in r.records() {
+        let rec = rec.map_err(|e| CliError::input(format!("{shown}: {e}")))?;
+        rows.push(rec.iter().map(String::from).collect());
+    }
+    if header.iter().all(|h| h.is_empty()) {
+        return Err(CliError::input(format!("{shown}: the table has no header")));
+    }
+    Ok((header, rows))
+}
+
+/// `kvplan plot`.
+pub fn plot(args: &PlotArgs) -> Result<Output, CliError> {
+    let (header, rows) = read_table(&args.csv)?;
+    let shown = args.csv.display().to_string();
+    let t = series_from_table(&header, &rows, &args.x, &args.y, &args.series)
+        .map_err(|e| plot_error(&shown, e))?;
+    let title = args
+        .title
+        .clone()
+        .unwrap_or_else(|| format!("{} against {}", args.y, args.x));
+    let svg = line_chart(
+        &t.series,
+        &axis_label(&args.x),
+        &axis_label(&args.y),
+        &title,
+    )
+    .map_err(|e| plot_error(&shown, e))?;
+    if t.skipped > 0 {
+        eprintln!(
+            "note: {} of {} rows skipped: {} or {} is not a number",
+            t.skipped,
+            rows.len(),
+            args.x,
+            args.y
+        );
+    }
+    match &args.out {
+        Some(p) => {
+            write_output(p, "--out", |w| w.write_all(svg.as_bytes()))?;
+            Ok(format!("plot: written to {}\n", p.display()))
+        }
+        None => Ok(svg),
+    }
+}
+
+/// The SVG of `serve --plot`: KV blocks and sequences against time.
+pub fn serve_timeseries(out: &ServeOutput, title: &str) -> Result<String, CliError> {
+    let points: Vec<ServingPoint> = out
+        .iterations
+        .iter()
+        .map(|r| ServingPoint {
+            t_s: r.t_s,
+            gpu_blocks: f64::from(r.gpu_blocks_used),
+            host_blocks: f64::from(r.host_blocks_used),
+            running: f64::from(r.running),
+            waiting: f64::from(r.waiting),
+            swapped: f64::from(r.swapped),
+        })
+        .collect();
+    serving_timeseries(&points, title).map_err(|e| plot_error("--plot", e))
+}
+
+/// The SVG of `serve --plot-cdf`: TTFT, TPOT and E2E CDFs of the finished requests.
+pub fn serve_cdf(out: &ServeOutput, title: &str) -> Result<String, CliError> {
+    let done: Vec<_> = out
+        .requests
+        .iter()
+        .filter(|r| r.status == Status::Finished)
+        .collect();
+    if done.is_empty() {
+        return Err(CliError::input("--plot-cdf: no request finished"));
+    }
+    let col = |f: fn(&kvplan_serve::output::RequestRecord) -> f64| -> Vec<f64> {
+        done.iter().map(|r| f(r)).collect()
+    };
+    latency_cdf(
+        &col(|r| r.ttft_s),
+        &col(|r| r.tpot_s),
+        &col(|r| r.e2e_s),
+        title,
+    )
+    .map_err(|e| plot_error("--plot-cdf", e))
+}
