@@ -945,7 +945,9 @@ Large and distributed sweeps:
                         bytes as an uninterrupted run
   --shard I/N           run only points with index % N == I (0-based); then
                         `kvplan merge OUT SHARD...` gives the unsharded file byte for byte
-  --yes                 needed above --max-points (default 100000) points";
+  --yes                 needed above --max-points (default 100000) points
+  --plot FILE.svg       after the run, --plot-y against --plot-x, one line per value of the
+                        other axes (--plot-series to choose); needs --out in CSV";
 
 const MERGE_LONG: &str = "\
 Join the outputs of `kvplan sweep FILE --shard I/N` (CSV or JSONL) into the file the unsharded
@@ -1011,6 +1013,21 @@ pub struct SweepArgs {
     /// Run a sweep of more than --max-points points
     #[arg(long)]
     pub yes: bool,
+    /// After the run, draw --plot-y against --plot-x as an SVG line chart, one line per value
+    /// of the --plot-series columns (needs --out in CSV; with --shard, plot the merged file
+    /// with `kvplan plot`)
+    #[arg(long, value_name = "FILE.svg", requires = "out")]
+    pub plot: Option<PathBuf>,
+    /// Column for the plot's x axis [default: the last axis]
+    #[arg(long, value_name = "COLUMN", requires = "plot")]
+    pub plot_x: Option<String>,
+    /// Column for the plot's y axis [default: decode_latency_s for simulate sweeps, ttft_p99_s
+    /// for serve sweeps]
+    #[arg(long, value_name = "COLUMN", requires = "plot")]
+    pub plot_y: Option<String>,
+    /// Comma-separated columns whose values make the series [default: the other axes]
+    #[arg(long, value_name = "COLUMN[,COLUMN]", requires = "plot")]
+    pub plot_series: Option<String>,
 }
 
 /// `kvplan merge`.

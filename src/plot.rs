@@ -46,37 +46,64 @@ fn read_table(path: &Path) -> Result<(Vec<String>, Vec<Vec<String>>), CliError> 
 
 /// `kvplan plot`.
 pub fn plot(args: &PlotArgs) -> Result<Output, CliError> {
-    let (header, rows) = read_table(&args.csv)?;
-    let shown = args.csv.display().to_string();
-    let t = series_from_table(&header, &rows, &args.x, &args.y, &args.series)
-        .map_err(|e| plot_error(&shown, e))?;
-    let title = args
-        .title
-        .clone()
-        .unwrap_or_else(|| format!("{} against {}", args.y, args.x));
-    let svg = line_chart(
-        &t.series,
-        &axis_label(&args.x),
-        &axis_label(&args.y),
-        &title,
-    )
-    .map_err(|e| plot_error(&shown, e))?;
-    if t.skipped > 0 {
-        eprintln!(
-            "note: {} of {} rows skipped: {} or {} is not a number",
-            t.skipped,
-            rows.len(),
-            args.x,
-            args.y
-        );
-    }
     match &args.out {
         Some(p) => {
-            write_output(p, "--out", |w| w.write_all(svg.as_bytes()))?;
+            plot_table(
+                &args.csv,
+                &args.x,
+                &args.y,
+                &args.series,
+                args.title.as_deref(),
+                p,
+            )?;
             Ok(format!("plot: written to {}\n", p.display()))
         }
-        None => Ok(svg),
+        None => draw_table(
+            &args.csv,
+            &args.x,
+            &args.y,
+            &args.series,
+            args.title.as_deref(),
+        ),
     }
+}
+
+/// Draws column `y` against `x` of the CSV table at `csv`, one line per value of the `series`
+/// columns, and writes the SVG to `out` (`kvplan plot --out`, `kvplan sweep --plot`).
+pub fn plot_table(
+    csv: &Path,
+    x: &str,
+    y: &str,
+    series: &[String],
+    title: Option<&str>,
+    out: &Path,
+) -> Result<(), CliError> {
+    let svg = draw_table(csv, x, y, series, title)?;
+    write_output(out, "--out", |w| w.write_all(svg.as_bytes()))?;
+    Ok(())
+}
+
+fn draw_table(
+    csv: &Path,
+    x: &str,
+    y: &str,
+    series: &[String],
+    title: Option<&str>,
+) -> Result<String, CliError> {
+    let (header, rows) = read_table(csv)?;
+    let shown = csv.display().to_string();
+    let t = series_from_table(&header, &rows, x, y, series).map_err(|e| plot_error(&shown, e))?;
+    let title = title.map_or_else(|| format!("{y} against {x}"), str::to_string);
+    let svg = line_chart(&t.series, &axis_label(x), &axis_label(y), &title)
+        .map_err(|e| plot_error(&shown, e))?;
+    if t.skipped > 0 {
+        eprintln!(
+            "note: {} of {} rows skipped: {x} or {y} is not a number",
+            t.skipped,
+            rows.len(),
+        );
+    }
+    Ok(svg)
 }
 
 /// The SVG of `serve --plot`: KV blocks and sequences against time.

@@ -27,6 +27,7 @@ pub fn sweep(args: &SweepArgs) -> Result<Output, CliError> {
         SweepFormat::Csv => Format::Csv,
         SweepFormat::Jsonl => Format::Jsonl,
     };
+    let plot = plot_spec(args, &sweep, format)?;
     let (first, step) = args.shard.map_or((0, 1), |s| (s.index, s.count));
     let mut indices: Vec<u64> = (first..n).step_by(step as usize).collect();
 
@@ -92,10 +93,18 @@ pub fn sweep(args: &SweepArgs) -> Result<Output, CliError> {
     if let Err(e) = result {
         return quiet_pipe(e).map_err(fail);
     }
+    drop(sink);
+    let plotted = match (&plot, &args.out) {
+        (Some(spec), Some(out)) => {
+            crate::plot::plot_table(out, &spec.x, &spec.y, &spec.series, None, &spec.file)?;
+            format!("; plot written to {}", spec.file.display())
+        }
+        _ => String::new(),
+    };
     // With --out, stdout is free for a summary; on stdout the rows must stay alone.
     match &args.out {
         Some(p) => Ok(format!(
-            "{}: {ran} points run ({} ok, {errors} error){}\n",
+            "{}: {ran} points run ({} ok, {errors} error){}{plotted}\n",
             p.display(),
             ran as u64 - errors,
             if args.resume {
@@ -165,4 +174,68 @@ pub fn merge(args: &MergeArgs) -> Result<Output, CliError> {
         .map_err(|e| CliError::input(format!("merge: {e}")))?;
     write_output(out, "merge output", |w| w.write_all(merged.as_bytes()))?;
     Ok(format!("{}: merged {} files\n", out.display(), texts.len()))
+}
+
+/// What `--plot` draws: checked against the sweep's columns before anything runs.
+struct PlotSpec {
+    file: std::path::PathBuf,
+    x: String,
+    y: String,
+    series: Vec<String>,
+}
+
+fn plot_spec(
+    args: &SweepArgs,
+    sweep: &Sweep,
+    format: Format,
+) -> Result<Option<PlotSpec>, CliError> {
+    let Some(file) = &args.plot else {
+        return Ok(None);
+    };
+    if format != Format::Csv {
+        return Err(CliError::input(
+            "--plot: draws from the CSV rows; drop --format jsonl (or plot a CSV with `kvplan plot`)",
+        ));
+    }
+    let axes = sweep.columns();
+    let header = sweep.header_columns();
+    let x = match &args.plot_x {
+        Some(x) => x.clone(),
+        None => axes.last().cloned().ok_or_else(|| {
+            CliError::input("--plot-x: the sweep has no axis; name the column to plot against")
+        })?,
+    };
+    let y = args.plot_y.clone().unwrap_or_else(|| {
+        if sweep.kind() == kvplan_sweep::Kind::Serve {
+            "ttft_p99_s"
+        } else {
+            "decode_latency_s"
+        }
+        .to_string()
+    });
+    let series: Vec<String> = match &args.plot_series {
+        Some(s) => s
+            .split(',')
+            .map(|c| c.trim().to_string())
+            .filter(|c| !c.is_empty())
+            .collect(),
+        None => axes.iter().filter(|a| **a != x).cloned().collect(),
+    };
+    for (flag, c) in [("--plot-x", &x), ("--plot-y", &y)]
+        .into_iter()
+        .chain(series.iter().map(|c| ("--plot-series", c)))
+    {
+        if !header.contains(c) {
+            return Err(CliError::input(format!(
+                "{flag}: no column '{c}' in this sweep; its columns are {}",
+                header.join(", ")
+            )));
+        }
+    }
+    Ok(Some(PlotSpec {
+        file: file.clone(),
+        x,
+        y,
+        series,
+    }))
 }

@@ -304,3 +304,46 @@ fn the_readme_sweeps_run_and_name_their_axes() {
     assert_eq!(out.lines().count(), 8);
     assert!(out.starts_with("{\"point\":0,\"workload.qps\":2,\"serve.preemption\":\"recompute\","));
 }
+
+#[test]
+fn plot_draws_a_metric_against_an_axis_one_line_per_series() {
+    let d = dir_with("sweep-plot", SWEEP);
+    let out = run_in(
+        d.path(),
+        &[
+            "sweep",
+            "s.toml",
+            "--out",
+            "rows.csv",
+            "--plot",
+            "p.svg",
+            "--plot-x",
+            "workload.batch",
+            "--plot-y",
+            "decode_throughput_tok_s",
+        ],
+    );
+    assert!(ok(&out).contains("plot written to p.svg"));
+    let svg = read(&d, "p.svg");
+    // Axis labels with units, a title, and one legend entry per (model, strategy) series that
+    // has numbers (opt-30b gpu-only does not fit: its rows are errors and drop out).
+    for text in [
+        "workload.batch",
+        "decode_throughput_tok_s (tokens/s)",
+        "model=opt-1.3b, strategy=kvpr",
+        "model=opt-1.3b, strategy=gpu-only",
+        "model=opt-30b, strategy=kvpr",
+    ] {
+        assert!(svg.contains(text), "{text} not in the plot");
+    }
+    assert!(!svg.contains("model=opt-30b, strategy=gpu-only"));
+    // A column the sweep does not have: one line, exit 2, neither rows nor plot written.
+    let out = run_in(
+        d.path(),
+        &[
+            "sweep", "s.toml", "--out", "r2.csv", "--plot", "q.svg", "--plot-y", "nope",
+        ],
+    );
+    refused(&out, &["--plot-y", "nope", "decode_latency_s"]);
+    assert!(!d.path().join("r2.csv").exists() && !d.path().join("q.svg").exists());
+}
