@@ -200,7 +200,18 @@ model, with the limit that binds (GPU memory or host RAM):
 The GPU side counts weights, stored KV, the prefill pass's working set and a runtime reserve
 (--runtime-reserve, default 2.65 GiB: fitted to the HeadInfer paper's measured maxima on an RTX
 4090; 0 for the bare model). E.g. the HeadInfer paper's Table 11:
-  kvplan capacity --model llama-3-8b --hardware rtx-4090 --host-ram 512";
+  kvplan capacity --model llama-3-8b --hardware rtx-4090 --host-ram 512
+
+With --slo, the serving capacity instead: for each configuration (--hardware list x
+--tensor-parallel-size list) the highest request rate whose latencies meet every objective,
+found on the serving simulator (the workload served at a rate: halve from 1 req/s until one
+passes, double until one fails, bisect to --qps-tolerance; each rate serves the same seeded
+requests, so the answer is deterministic). With --target-qps, each configuration is sized
+(replicas = ceil(target / max rate), GPUs = replicas x TP) and the cheapest that meets the
+target is named: by price when every profile gives gpu.price_usd_per_hour (add it in a profile
+file: base = \"h100-sxm\" then [gpu] price_usd_per_hour = 4.0), else by GPU count.
+  kvplan capacity --slo ttft_p99=2s,tpot_p99=100ms --model llama-2-7b --hardware a100-80g-sxm,h100-sxm --lengths 512 --output-lengths 128 --target-qps 20
+  kvplan capacity --slo ttft_p99=2s scenarios/llama-2-7b-a100-serve.toml --tensor-parallel-size 1,2";
 
 const EXEC_LONG: &str = "\
 Plan a scenario exactly as `simulate` does, then run the schedule for real and report the
@@ -432,12 +443,53 @@ pub struct PlannerArgs {
 /// `kvplan capacity`.
 #[derive(Debug, Args)]
 pub struct CapacityArgs {
+    /// SLO mode: a serving scenario TOML (as `kvplan serve FILE` reads it); flags override it
+    #[arg(value_name = "SERVE_SCENARIO", requires = "slo")]
+    pub scenario: Option<PathBuf>,
     /// Model preset or config.json
     #[arg(long, value_name = "NAME|PATH")]
-    pub model: String,
-    /// Hardware preset or profile TOML (alias --profile)
+    pub model: Option<String>,
+    /// Hardware preset or profile TOML (alias --profile); with --slo, a comma-separated list of
+    /// configurations to compare
     #[arg(long, visible_alias = "profile", value_name = "NAME|PATH")]
-    pub hardware: String,
+    pub hardware: Option<String>,
+    /// SLO mode: latency objectives, all of which must hold, e.g. ttft_p99=2s,tpot_p99=100ms
+    /// (metrics ttft, tpot, e2e, queue; percentiles p50, p90, p99; units s, ms, us)
+    #[arg(long, value_name = "SPEC")]
+    pub slo: Option<String>,
+    /// SLO mode: the request rate to serve; sizes each configuration (replicas, GPUs, price per
+    /// hour from the profile's gpu.price_usd_per_hour) and names the cheapest
+    #[arg(long, value_name = "QPS", requires = "slo")]
+    pub target_qps: Option<f64>,
+    /// SLO mode: tensor-parallel sizes to compare, comma-separated [default: the scenario's, or 1]
+    #[arg(long, value_name = "N[,N]", requires = "slo")]
+    pub tensor_parallel_size: Option<String>,
+    /// SLO mode: arrival process (poisson, gamma:CV) [default: the scenario's, or poisson]
+    #[arg(long, value_name = "KIND", requires = "slo")]
+    pub arrivals: Option<String>,
+    /// SLO mode: prompt lengths (N, uniform:LO:HI, zipf:..., lognormal:..., trace:FILE)
+    #[arg(long, value_name = "SPEC", requires = "slo")]
+    pub lengths: Option<String>,
+    /// SLO mode: output lengths [default: the scenario's, or 128]
+    #[arg(long, value_name = "SPEC", requires = "slo")]
+    pub output_lengths: Option<String>,
+    /// SLO mode: replay a trace CSV, rescaled to each rate tried
+    #[arg(long, value_name = "FILE", requires = "slo")]
+    pub trace: Option<PathBuf>,
+    /// SLO mode: requests served at each rate tried [default: the scenario's, or 1000]
+    #[arg(long, value_name = "N", requires = "slo")]
+    pub requests: Option<u64>,
+    /// SLO mode: workload seed [default: the scenario's, or 0]
+    #[arg(long, value_name = "N", requires = "slo")]
+    pub seed: Option<u64>,
+    /// SLO mode: stop the search when the passing and failing rates are within this fraction
+    #[arg(
+        long,
+        value_name = "FRACTION",
+        default_value_t = 0.02,
+        requires = "slo"
+    )]
+    pub qps_tolerance: f64,
     /// Strategies to size (repeatable): standard, chunked-prefill, kv-quant-4bit, layer-offload,
     /// headinfer [default: all five]
     #[arg(long = "strategy", value_name = "NAME")]

@@ -586,7 +586,17 @@ pub fn plan_headinfer(args: &PlanArgs) -> Result<Output, CliError> {
 /// `kvplan capacity`.
 pub fn capacity(args: &CapacityArgs) -> Result<Output, CliError> {
     use kvplan_planner::headinfer::{CapacityOptions, MemStrategy, MemoryConfig, capacity_report};
-    let mut model = ModelSpec::resolve(&args.model)?;
+    if args.slo.is_some() {
+        return crate::serve::slo_capacity(args);
+    }
+    let required = |v: &Option<String>, flag: &str| {
+        v.clone().ok_or_else(|| {
+            CliError::input(format!(
+                "{flag}: required (or --slo SPEC for the serving capacity under latency objectives)"
+            ))
+        })
+    };
+    let mut model = ModelSpec::resolve(&required(&args.model, "--model")?)?;
     if let Some(d) = &args.dtype {
         let dt = kvplan_planner::DType::parse(d).ok_or_else(|| {
             CliError::input(format!(
@@ -595,7 +605,7 @@ pub fn capacity(args: &CapacityArgs) -> Result<Output, CliError> {
         })?;
         model = model.with_dtype(dt);
     }
-    let hw = HardwareProfile::resolve(&args.hardware)?;
+    let hw = HardwareProfile::resolve(&required(&args.hardware, "--hardware")?)?;
     let strategies = args
         .strategies
         .iter()

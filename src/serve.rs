@@ -193,3 +193,270 @@ fn kebab<T: serde::Serialize>(v: &T) -> String {
         .and_then(|v| v.as_str().map(String::from))
         .unwrap_or_default()
 }
+
+/// One configuration's answer in `kvplan capacity --slo`.
+#[derive(Debug, serde::Serialize)]
+struct SloRow {
+    hardware: String,
+    tensor_parallel_size: u32,
+    /// `None`: not even the lowest rate tried meets the SLO.
+    max_qps: Option<f64>,
+    /// The lowest rate found that misses it (`None`: the highest rate tried met it).
+    fails_at_qps: Option<f64>,
+    /// Why the next rate up fails (the terms it misses).
+    limited_by: Vec<String>,
+    ttft_p99_s: f64,
+    tpot_p99_s: f64,
+    e2e_p99_s: f64,
+    output_tok_s: f64,
+    rates_served: usize,
+    replicas: Option<u64>,
+    gpus: Option<u64>,
+    usd_per_hour: Option<f64>,
+}
+
+/// `kvplan capacity --slo`: the highest request rate each configuration sustains under the
+/// latency objectives, and with `--target-qps` the cheapest configuration for that rate.
+pub fn slo_capacity(args: &crate::args::CapacityArgs) -> Result<Output, CliError> {
+    use kvplan_serve::capacity::{SearchOptions, Slo, max_qps, size_for};
+    let slo: Slo = args
+        .slo
+        .as_deref()
+        .unwrap_or_default()
+        .parse()
+        .map_err(|e: kvplan_serve::capacity::CapacityError| CliError::input(e.to_string()))?;
+    if let Some(q) = args.target_qps
+        && !(q.is_finite() && q > 0.0)
+    {
+        return Err(CliError::input(format!(
+            "--target-qps: {q} must be a rate above 0 requests/s"
+        )));
+    }
+    let mut base = match &args.scenario {
+        Some(p) => read_scenario(p)?,
+        None => RawServeScenario::default(),
+    };
+    let w = &mut base.workload;
+    let pick = |a: &mut Option<String>, b: &Option<String>| {
+        if b.is_some() {
+            *a = b.clone();
+        }
+    };
+    pick(&mut base.model, &args.model);
+    pick(&mut w.arrivals, &args.arrivals);
+    pick(&mut w.prompt_lengths, &args.lengths);
+    pick(&mut w.output_lengths, &args.output_lengths);
+    if args.trace.is_some() {
+        w.trace = args.trace.clone();
+    }
+    if args.requests.is_some() {
+        w.requests = args.requests;
+    }
+    if args.seed.is_some() {
+        w.seed = args.seed;
+    }
+    if w.requests.is_none() {
+        w.requests = Some(1000);
+    }
+    if w.trace.is_none() && w.arrivals.is_none() {
+        w.arrivals = Some("poisson".into());
+    }
+    let hardware: Vec<String> = match (&args.hardware, &base.hardware) {
+        (Some(list), _) => list.split(',').map(|h| h.trim().to_string()).collect(),
+        (None, Some(h)) => vec![h.clone()],
+        (None, None) => Vec::new(),
+    };
+    if hardware.is_empty() || hardware.iter().any(String::is_empty) {
+        return Err(CliError::input(
+            "--hardware: give one or more presets or profile files, comma-separated (e.g. a100-80g-sxm,h100-sxm)",
+        ));
+    }
+    let tps: Vec<u32> = match &args.tensor_parallel_size {
+        Some(list) => list
+            .split(',')
+            .map(|t| {
+                t.trim().parse::<u32>().ok().filter(|&n| n >= 1).ok_or_else(|| {
+                    CliError::input(format!(
+                        "--tensor-parallel-size: '{t}' is not a GPU count; give counts such as 1,2,4"
+                    ))
+                })
+            })
+            .collect::<Result<_, _>>()?,
+        None => vec![base.serve.tensor_parallel_size.unwrap_or(1)],
+    };
+    let opts = SearchOptions {
+        rel_tol: args.qps_tolerance,
+        ..SearchOptions::default()
+    };
+    let mut rows = Vec::new();
+    for h in &hardware {
+        let profile = kvplan_planner::HardwareProfile::resolve(h)?;
+        for &tp in &tps {
+            let mut raw = base.clone();
+            raw.hardware = Some(h.clone());
+            raw.serve.tensor_parallel_size = Some(tp);
+            let c = max_qps(&raw, &slo, opts).map_err(|e| match e {
+                kvplan_serve::capacity::CapacityError::Scenario(s) => serve_error(*s),
+                other => CliError::input(other.to_string()),
+            })?;
+            let limited_by = c
+                .probes
+                .iter()
+                .find(|p| Some(p.qps) == c.fails_at)
+                .map(|p| slo.misses(&p.summary))
+                .unwrap_or_default();
+            let sizing = match (args.target_qps, c.max_qps) {
+                (Some(t), Some(q)) => Some(size_for(t, q, tp, profile.gpu.price_usd_per_hour)),
+                _ => None,
+            };
+            rows.push(SloRow {
+                hardware: profile.name.clone(),
+                tensor_parallel_size: tp,
+                max_qps: c.max_qps,
+                fails_at_qps: c.fails_at,
+                limited_by,
+                ttft_p99_s: c.at.ttft_s.p99,
+                tpot_p99_s: c.at.tpot_s.p99,
+                e2e_p99_s: c.at.e2e_s.p99,
+                output_tok_s: c.at.output_tokens_per_s,
+                rates_served: c.probes.len(),
+                replicas: sizing.map(|s| s.replicas),
+                gpus: sizing.map(|s| s.gpus),
+                usd_per_hour: sizing.and_then(|s| s.usd_per_hour),
+            });
+        }
+    }
+    // The cheapest that meets the target: by price when every sized row has one, else GPUs.
+    let sized: Vec<&SloRow> = rows.iter().filter(|r| r.gpus.is_some()).collect();
+    let by_price = !sized.is_empty() && sized.iter().all(|r| r.usd_per_hour.is_some());
+    let cheapest = sized.iter().min_by(|a, b| {
+        let key = |r: &SloRow| {
+            if by_price {
+                r.usd_per_hour.unwrap_or(f64::INFINITY)
+            } else {
+                r.gpus.unwrap_or(u64::MAX) as f64
+            }
+        };
+        key(a).total_cmp(&key(b))
+    });
+    let num = |v: Option<f64>| v.map_or(String::new(), crate::commands::csv_number);
+    match args.output.format {
+        Format::Json => {
+            #[derive(serde::Serialize)]
+            struct Report<'a> {
+                slo: String,
+                target_qps: Option<f64>,
+                cheapest: Option<String>,
+                ranked_by: Option<&'static str>,
+                configurations: &'a [SloRow],
+            }
+            crate::commands::json_line(&Report {
+                slo: slo.to_string(),
+                target_qps: args.target_qps,
+                cheapest: cheapest
+                    .map(|r| format!("{} x TP {}", r.hardware, r.tensor_parallel_size)),
+                ranked_by: args
+                    .target_qps
+                    .map(|_| if by_price { "usd_per_hour" } else { "gpus" }),
+                configurations: &rows,
+            })
+        }
+        Format::Csv => crate::commands::csv_text(
+            &[
+                "hardware",
+                "tensor_parallel_size",
+                "max_qps",
+                "fails_at_qps",
+                "ttft_p99_s",
+                "tpot_p99_s",
+                "e2e_p99_s",
+                "output_tok_s",
+                "replicas",
+                "gpus",
+                "usd_per_hour",
+            ],
+            &rows
+                .iter()
+                .map(|r| {
+                    vec![
+                        r.hardware.clone(),
+                        r.tensor_parallel_size.to_string(),
+                        num(r.max_qps),
+                        num(r.fails_at_qps),
+                        crate::commands::csv_number(r.ttft_p99_s),
+                        crate::commands::csv_number(r.tpot_p99_s),
+                        crate::commands::csv_number(r.e2e_p99_s),
+                        crate::commands::csv_number(r.output_tok_s),
+                        r.replicas.map_or(String::new(), |v| v.to_string()),
+                        r.gpus.map_or(String::new(), |v| v.to_string()),
+                        num(r.usd_per_hour),
+                    ]
+                })
+                .collect::<Vec<_>>(),
+        ),
+        Format::Table => {
+            let mut out = format!(
+                "serving capacity under {slo} ({} requests per rate, rates within {}%)\n",
+                base.workload.requests.unwrap_or_default(),
+                args.qps_tolerance * 100.0
+            );
+            let mut header = vec![
+                "hardware",
+                "TP",
+                "max req/s",
+                "TTFT p99",
+                "TPOT p99",
+                "E2E p99",
+                "output tok/s",
+                "limited by",
+            ];
+            if args.target_qps.is_some() {
+                header.extend(["replicas", "GPUs", "$/hour"]);
+            }
+            let mut t = Table::new(&header);
+            for r in &rows {
+                let mut cells = vec![
+                    r.hardware.clone(),
+                    r.tensor_parallel_size.to_string(),
+                    r.max_qps.map_or("none".to_string(), |q| format!("{q:.2}")),
+                    secs(r.ttft_p99_s),
+                    secs(r.tpot_p99_s),
+                    secs(r.e2e_p99_s),
+                    format!("{:.0}", r.output_tok_s),
+                    r.limited_by.join(", "),
+                ];
+                if args.target_qps.is_some() {
+                    cells.push(r.replicas.map_or("-".into(), |v| v.to_string()));
+                    cells.push(r.gpus.map_or("-".into(), |v| v.to_string()));
+                    cells.push(r.usd_per_hour.map_or("-".into(), |v| format!("{v:.2}")));
+                }
+                t.row(&cells);
+            }
+            out.push_str(&t.render());
+            if let Some(target) = args.target_qps {
+                match cheapest {
+                    Some(r) => {
+                        let _ = writeln!(
+                            out,
+                            "cheapest for {target} req/s: {} x TP {} ({} replicas, {} GPUs{})",
+                            r.hardware,
+                            r.tensor_parallel_size,
+                            r.replicas.unwrap_or_default(),
+                            r.gpus.unwrap_or_default(),
+                            match r.usd_per_hour {
+                                Some(p) if by_price => format!(", ${p:.2}/hour"),
+                                _ =>
+                                    ", fewest GPUs: not every profile gives gpu.price_usd_per_hour"
+                                        .into(),
+                            }
+                        );
+                    }
+                    None => {
+                        let _ = writeln!(out, "no configuration meets the SLO at any rate tried");
+                    }
+                }
+            }
+            Ok(out)
+        }
+    }
+}

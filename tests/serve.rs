@@ -342,3 +342,147 @@ fn tensor_parallel_ranks_decode_faster_but_not_linearly() {
         &["--tensor-parallel-size", "32 query heads"],
     );
 }
+
+#[test]
+fn slo_capacity_finds_the_rate_and_the_cheapest_configuration() {
+    let d = TempDir::new("serve-slo");
+    for (name, base, price) in [("a.toml", "a100-80g-sxm", 2.0), ("h.toml", "h100-sxm", 4.5)] {
+        std::fs::write(
+            d.path().join(name),
+            format!("base = \"{base}\"\n[gpu]\nprice_usd_per_hour = {price}\n"),
+        )
+        .unwrap();
+    }
+    let args = [
+        "capacity",
+        "--slo",
+        "ttft_p99=2s,tpot_p99=100ms",
+        "--model",
+        "llama-2-7b",
+        "--hardware",
+        "a.toml,h.toml",
+        "--lengths",
+        "512",
+        "--output-lengths",
+        "128",
+        "--requests",
+        "300",
+        "--target-qps",
+        "40",
+    ];
+    let mut json_args = args.to_vec();
+    json_args.extend(["--format", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&ok(&run_in(d.path(), &json_args))).unwrap();
+    let rows = v["configurations"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for r in rows {
+        // The bracket: a rate that meets the SLO within 2% of one that misses it, and the
+        // latencies at the rate found inside the objectives.
+        let (q, hi) = (
+            r["max_qps"].as_f64().unwrap(),
+            r["fails_at_qps"].as_f64().unwrap(),
+        );
+        assert!(hi > q && hi / q - 1.0 <= 0.02 + 1e-12, "{r}");
+        assert!(r["ttft_p99_s"].as_f64().unwrap() <= 2.0);
+        assert!(r["tpot_p99_s"].as_f64().unwrap() <= 0.1);
+        assert!(!r["limited_by"].as_array().unwrap().is_empty());
+        // Sized for 40 req/s at the profile's price.
+        let replicas = r["replicas"].as_u64().unwrap();
+        assert_eq!(replicas, (40.0 / q).ceil() as u64);
+        let price = if r["hardware"] == "a" { 2.0 } else { 4.5 };
+        assert_eq!(r["usd_per_hour"].as_f64().unwrap(), price * replicas as f64);
+    }
+    // The faster GPU sustains more, and the cheapest is the lowest price per hour.
+    assert!(rows[1]["max_qps"].as_f64() > rows[0]["max_qps"].as_f64());
+    let cheapest = rows
+        .iter()
+        .min_by(|a, b| {
+            a["usd_per_hour"]
+                .as_f64()
+                .partial_cmp(&b["usd_per_hour"].as_f64())
+                .unwrap()
+        })
+        .unwrap();
+    assert_eq!(
+        v["cheapest"].as_str().unwrap(),
+        format!("{} x TP 1", cheapest["hardware"].as_str().unwrap())
+    );
+    assert_eq!(v["ranked_by"], "usd_per_hour");
+    // Deterministic.
+    assert_eq!(ok(&run_in(d.path(), &args)), ok(&run_in(d.path(), &args)));
+    // Bad input: one line, exit 2.
+    fails_with(
+        &d,
+        &[
+            "capacity",
+            "--slo",
+            "ttft_p99=2",
+            "--model",
+            "llama-2-7b",
+            "--hardware",
+            "a.toml",
+            "--lengths",
+            "512",
+        ],
+        &["--slo", "needs a unit"],
+    );
+    fails_with(
+        &d,
+        &[
+            "capacity",
+            "--slo",
+            "ttft_p99=2s",
+            "--model",
+            "llama-2-7b",
+            "--hardware",
+            "a.toml",
+            "--lengths",
+            "512",
+            "--arrivals",
+            "all-at-once",
+        ],
+        &["all-at-once"],
+    );
+    fails_with(
+        &d,
+        &[
+            "capacity",
+            "--slo",
+            "ttft_p99=2s",
+            "--model",
+            "llama-2-7b",
+            "--hardware",
+            "a.toml",
+            "--lengths",
+            "512",
+            "--tensor-parallel-size",
+            "0",
+        ],
+        &["--tensor-parallel-size"],
+    );
+    std::fs::write(
+        d.path().join("bad.toml"),
+        "base = \"h100-sxm\"\n[gpu]\nprice_usd_per_hour = -1.0\n",
+    )
+    .unwrap();
+    fails_with(
+        &d,
+        &[
+            "capacity",
+            "--slo",
+            "ttft_p99=2s",
+            "--model",
+            "llama-2-7b",
+            "--hardware",
+            "bad.toml",
+            "--lengths",
+            "512",
+        ],
+        &["gpu.price_usd_per_hour"],
+    );
+    fails_with(
+        &d,
+        &["capacity", "--model", "llama-2-7b"],
+        &["--hardware: required"],
+    );
+}

@@ -289,6 +289,7 @@ pub fn build_profile(
                 bf16: b.gpu.peak_flops.bf16 / 1e12,
                 fp32: b.gpu.peak_flops.fp32 / 1e12,
             },
+            price_usd_per_hour: b.gpu.price_usd_per_hour,
         },
         None => {
             let peak = |d: DType| {
@@ -306,6 +307,7 @@ pub fn build_profile(
                     bf16: peak(DType::Bf16),
                     fp32: peak(DType::Fp32),
                 },
+                price_usd_per_hour: None,
             }
         }
     };

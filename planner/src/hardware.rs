@@ -86,6 +86,9 @@ pub struct Gpu {
     pub peak_flops: PeakFlops,
     /// Fixed cost added to every kernel, seconds.
     pub kernel_overhead_s: f64,
+    /// What one GPU of this kind costs per hour, US dollars (optional: `kvplan capacity --slo
+    /// --target-qps` ranks configurations by it when every profile gives one).
+    pub price_usd_per_hour: Option<f64>,
 }
 
 impl Gpu {
@@ -216,6 +219,9 @@ pub struct GpuSection {
     pub kernel_overhead_us: f64,
     /// Peak dense TFLOP/s per dtype.
     pub peak_tflops: PeakSection,
+    /// Price of one GPU per hour, US dollars (optional; your contract's or your cloud's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price_usd_per_hour: Option<f64>,
 }
 
 /// `[gpu.peak_tflops]` of a profile file.
@@ -365,6 +371,16 @@ fn validate(file: ProfileFile, origin: &str) -> Result<HardwareProfile> {
                 fp32: tflops("gpu.peak_tflops.fp32", s.gpu.peak_tflops.fp32)?,
             },
             kernel_overhead_s: micros("gpu.kernel_overhead_us", s.gpu.kernel_overhead_us)?,
+            price_usd_per_hour: match s.gpu.price_usd_per_hour {
+                Some(p) if !(p.is_finite() && p > 0.0 && p <= 1e4) => {
+                    return Err(Error::invalid(
+                        format!("{origin}: gpu.price_usd_per_hour"),
+                        limits::show(p),
+                        "must be more than 0 and at most 10000 US dollars per GPU-hour",
+                    ));
+                }
+                p => p,
+            },
         },
         efficiency: Efficiency {
             gemm: fraction("efficiency.gemm", s.efficiency.gemm)?,

@@ -25,6 +25,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod capacity;
 pub mod config;
 pub mod engine;
 pub mod iteration;
