@@ -411,53 +411,32 @@ fn slo_capacity_finds_the_rate_and_the_cheapest_configuration() {
     // Deterministic.
     assert_eq!(ok(&run_in(d.path(), &args)), ok(&run_in(d.path(), &args)));
     // Bad input: one line, exit 2.
-    fails_with(
-        &d,
-        &[
+    let slo_fails = |slo: &str, hw: &str, extra: &[&str], needles: &[&str]| {
+        let mut a = vec![
             "capacity",
             "--slo",
-            "ttft_p99=2",
+            slo,
             "--model",
             "llama-2-7b",
             "--hardware",
-            "a.toml",
+            hw,
             "--lengths",
             "512",
-        ],
-        &["--slo", "needs a unit"],
-    );
-    fails_with(
-        &d,
-        &[
-            "capacity",
-            "--slo",
-            "ttft_p99=2s",
-            "--model",
-            "llama-2-7b",
-            "--hardware",
-            "a.toml",
-            "--lengths",
-            "512",
-            "--arrivals",
-            "all-at-once",
-        ],
+        ];
+        a.extend(extra);
+        fails_with(&d, &a, needles);
+    };
+    slo_fails("ttft_p99=2", "a.toml", &[], &["--slo", "needs a unit"]);
+    slo_fails(
+        "ttft_p99=2s",
+        "a.toml",
+        &["--arrivals", "all-at-once"],
         &["all-at-once"],
     );
-    fails_with(
-        &d,
-        &[
-            "capacity",
-            "--slo",
-            "ttft_p99=2s",
-            "--model",
-            "llama-2-7b",
-            "--hardware",
-            "a.toml",
-            "--lengths",
-            "512",
-            "--tensor-parallel-size",
-            "0",
-        ],
+    slo_fails(
+        "ttft_p99=2s",
+        "a.toml",
+        &["--tensor-parallel-size", "0"],
         &["--tensor-parallel-size"],
     );
     std::fs::write(
@@ -465,21 +444,7 @@ fn slo_capacity_finds_the_rate_and_the_cheapest_configuration() {
         "base = \"h100-sxm\"\n[gpu]\nprice_usd_per_hour = -1.0\n",
     )
     .unwrap();
-    fails_with(
-        &d,
-        &[
-            "capacity",
-            "--slo",
-            "ttft_p99=2s",
-            "--model",
-            "llama-2-7b",
-            "--hardware",
-            "bad.toml",
-            "--lengths",
-            "512",
-        ],
-        &["gpu.price_usd_per_hour"],
-    );
+    slo_fails("ttft_p99=2s", "bad.toml", &[], &["gpu.price_usd_per_hour"]);
     fails_with(
         &d,
         &["capacity", "--model", "llama-2-7b"],

@@ -356,27 +356,30 @@ pub fn write_chrome_trace(runs: &[Run], out: &mut dyn Write) -> std::io::Result<
     Ok(())
 }
 
+/// The columns of the timeline CSV ([`write_csv`]), in order.
+pub const CSV_COLUMNS: [&str; 16] = [
+    "run",
+    "op",
+    "stream",
+    "device",
+    "label",
+    "category",
+    "phase",
+    "step",
+    "layer",
+    "batch",
+    "group",
+    "start_s",
+    "end_s",
+    "duration_s",
+    "bytes",
+    "flops",
+];
+
 /// Writes runs as CSV, one row per op.
 pub fn write_csv(runs: &[Run], out: &mut dyn Write) -> std::io::Result<()> {
     let mut w = csv::Writer::from_writer(out);
-    w.write_record([
-        "run",
-        "op",
-        "stream",
-        "device",
-        "label",
-        "category",
-        "phase",
-        "step",
-        "layer",
-        "batch",
-        "group",
-        "start_s",
-        "end_s",
-        "duration_s",
-        "bytes",
-        "flops",
-    ])?;
+    w.write_record(CSV_COLUMNS)?;
     let opt = |v: u16| {
         if v == Tag::NONE {
             String::new()
