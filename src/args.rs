@@ -48,7 +48,8 @@ pub enum Command {
     /// Simulate a generation and report latency, throughput, GPU utilisation and PCIe traffic
     #[command(long_about = SIMULATE_LONG)]
     Simulate(SimulateArgs),
-    /// The longest context each HeadInfer-study strategy fits in GPU memory and host RAM
+    /// The longest context each HeadInfer-study strategy fits in GPU memory and host RAM; with
+    /// --slo, the highest request rate each serving configuration sustains under latency goals
     #[command(long_about = CAPACITY_LONG)]
     Capacity(CapacityArgs),
     /// Run the same plan for real (CUDA GPU or CPU) and report measured figures, like simulate
