@@ -33,6 +33,43 @@ use serde::Deserialize;
 use crate::Error;
 use crate::fit::nelder_mead;
 
+/// File line numbers from the byte offsets the csv reader gives, counted incrementally. (Its own
+/// line numbers are one short in CRLF files, Vidur's among them: a record's position is the LF
+/// of the `\r\n` before it.)
+struct LineCounter<'a> {
+    text: &'a str,
+    byte: usize,
+    line: u64,
+}
+
+impl<'a> LineCounter<'a> {
+    fn new(text: &'a str) -> Self {
+        LineCounter {
+            text,
+            byte: 0,
+            line: 1,
+        }
+    }
+
+    /// The line of the record starting at `byte` (offsets increase from call to call).
+    fn line_at(&mut self, byte: usize) -> u64 {
+        // A record that starts at a line break starts on the next line.
+        let start = match self.text.as_bytes().get(byte) {
+            Some(b'\n') => byte + 1,
+            _ => byte,
+        }
+        .min(self.text.len());
+        if start >= self.byte {
+            self.line += self.text.as_bytes()[self.byte..start]
+                .iter()
+                .filter(|&&c| c == b'\n')
+                .count() as u64;
+            self.byte = start;
+        }
+        self.line
+    }
+}
+
 /// A measured column of the table and the kvplan op it times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Column {
@@ -314,6 +351,7 @@ impl MeasuredTable {
         }
         let mut samples = Vec::new();
         let mut record = csv::StringRecord::new();
+        let mut lines = LineCounter::new(text);
         loop {
             match reader.read_record(&mut record) {
                 Ok(false) => break,
@@ -323,9 +361,9 @@ impl MeasuredTable {
                     return Err(table_error(origin, line, "", e.to_string()));
                 }
             }
-            // The header is line 1, so no record starts before line 2 (the csv crate reports the
-            // first record after an explicit `headers()` read at line 1).
-            let line = record.position().map_or(0, |p| p.line()).max(2);
+            let line = record
+                .position()
+                .map_or(0, |p| lines.line_at(p.byte() as usize));
             let raw: RawRow = record.deserialize(Some(&headers)).map_err(|e| {
                 let (column, why) = match e.kind() {
                     csv::ErrorKind::Deserialize { err, .. } => (
@@ -810,39 +848,40 @@ pub fn layer_errors(k: &KernelModel, samples: &[Sample]) -> Vec<(u32, usize, Err
 pub fn error_report(k: &KernelModel, samples: &[Sample]) -> String {
     use std::fmt::Write;
     let mut s = String::new();
-    let bucket_name = |b: usize| format!("{}-{}", BUCKETS[b].0, BUCKETS[b].1);
-    let _ = writeln!(
-        s,
-        "{:<26} {:>9} {:>5} {:>9} {:>9}",
-        "op (device time)", "tokens", "n", "median", "p90"
-    );
-    for (c, b, e) in op_errors(k, samples) {
+    let mut section = |title: &str, rows: Vec<(String, usize, ErrorStat)>| {
+        if !s.is_empty() {
+            s.push('\n');
+        }
         let _ = writeln!(
             s,
-            "{:<26} {:>9} {:>5} {:>8.1}% {:>8.1}%",
-            c.as_str(),
-            bucket_name(b),
-            e.count,
-            100.0 * e.median,
-            100.0 * e.p90
+            "{title:<26} {:>9} {:>5} {:>9} {:>9}",
+            "tokens", "n", "median", "p90"
         );
-    }
-    let _ = writeln!(
-        s,
-        "\n{:<26} {:>9} {:>5} {:>9} {:>9}",
-        "layer (no attention)", "tokens", "n", "median", "p90"
+        for (name, b, e) in rows {
+            let _ = writeln!(
+                s,
+                "{name:<26} {:>9} {:>5} {:>8.1}% {:>8.1}%",
+                format!("{}-{}", BUCKETS[b].0, BUCKETS[b].1),
+                e.count,
+                100.0 * e.median,
+                100.0 * e.p90
+            );
+        }
+    };
+    section(
+        "op (device time)",
+        op_errors(k, samples)
+            .into_iter()
+            .map(|(c, b, e)| (c.as_str().to_string(), b, e))
+            .collect(),
     );
-    for (tp, b, e) in layer_errors(k, samples) {
-        let _ = writeln!(
-            s,
-            "{:<26} {:>9} {:>5} {:>8.1}% {:>8.1}%",
-            format!("TP {tp}"),
-            bucket_name(b),
-            e.count,
-            100.0 * e.median,
-            100.0 * e.p90
-        );
-    }
+    section(
+        "layer (no attention)",
+        layer_errors(k, samples)
+            .into_iter()
+            .map(|(tp, b, e)| (format!("TP {tp}"), b, e))
+            .collect(),
+    );
     s
 }
 

@@ -271,3 +271,17 @@ fn the_simulator_costs_each_op_as_the_table_does() {
         }
     }
 }
+
+#[test]
+fn crlf_tables_name_the_right_line() {
+    // Vidur's CSVs end lines with CRLF, where the csv reader's own line numbers run one short.
+    let good = std::fs::read_to_string(csv_path("a100")).unwrap();
+    let mut lines: Vec<String> = good.lines().take(4).map(String::from).collect();
+    lines[3] = lines[3].replacen(",True,4,1,", ",True,0,1,", 1);
+    for eol in ["\n", "\r\n"] {
+        let e = MeasuredTable::parse(&lines.join(eol), "t.csv")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("t.csv:4: column num_tokens"), "{eol:?}: {e}");
+    }
+}
