@@ -345,27 +345,22 @@ pub fn max_qps(
         (ok, at) = serve(lo)?;
     }
     // A failing rate above it: double.
-    let mut hi = lo;
-    let mut fails = false;
-    while !fails {
-        if hi * 2.0 > opts.max_qps {
+    let mut hi = lo * 2.0;
+    loop {
+        if hi > opts.max_qps {
             return Ok(Capacity {
-                max_qps: Some(hi),
+                max_qps: Some(lo),
                 at,
                 fails_at: None,
                 probes,
             });
         }
-        let next = hi * 2.0;
-        let (m, s) = serve(next)?;
-        if m {
-            lo = next;
-            at = s;
-            hi = next;
-        } else {
-            hi = next;
-            fails = true;
+        let (m, s) = serve(hi)?;
+        if !m {
+            break;
         }
+        (lo, at) = (hi, s);
+        hi *= 2.0;
     }
     // Bisect (geometric midpoint: rates span decades).
     while hi / lo - 1.0 > opts.rel_tol {

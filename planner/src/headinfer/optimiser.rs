@@ -113,17 +113,6 @@ impl Choice {
     }
 }
 
-fn makespan(
-    model: &ModelSpec,
-    shape: &Shape,
-    layout: &Layout,
-    host: HostMemory,
-    cost: &CostModel,
-) -> Result<f64> {
-    let s = build_schedule(model, shape, layout, host)?;
-    engine::makespan(&s, cost).map_err(|e| Error::InvalidSchedule(e.to_string()))
-}
-
 /// The simulated makespan (prefill and decode) of the HeadInfer schedule of `layout`, in
 /// seconds: the full schedule on the engine.
 pub fn predicted_seconds(
@@ -133,7 +122,8 @@ pub fn predicted_seconds(
     host: HostMemory,
     cost: &CostModel,
 ) -> Result<f64> {
-    makespan(model, shape, layout, host, cost)
+    let s = build_schedule(model, shape, layout, host)?;
+    engine::makespan(&s, cost).map_err(|e| Error::InvalidSchedule(e.to_string()))
 }
 
 /// The fastest (heads per group, chunk) of `groups × chunks` that fits: peak GPU memory within
