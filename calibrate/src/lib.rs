@@ -393,6 +393,7 @@ pub fn build_profile(
             elementwise,
             gemm: m.gemm.clone(),
         }),
+        serving: None,
     };
     // The result must be a valid --hardware file for every other command.
     let origin = format!("calibrated profile {name}");

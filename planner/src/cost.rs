@@ -358,6 +358,30 @@ impl CostModel {
         self.kernel(self.kernels.allreduce(bytes, ranks))
     }
 
+    /// Device time of a kernel without the launch interval (a kernel replayed inside a CUDA
+    /// graph); copies and all-reduces as [`CostModel::duration`].
+    pub fn device_duration(&self, kind: &OpKind) -> f64 {
+        match *kind {
+            OpKind::Gemm {
+                m,
+                n,
+                k,
+                batch,
+                dtype,
+            } => self.kernels.gemm_device(m, n, k, batch, dtype),
+            OpKind::Attention { dtype, .. } => {
+                self.kernels
+                    .attention_device(kind.flops(), kind.mem_bytes(), dtype)
+            }
+            OpKind::Elementwise {
+                kind: e,
+                bytes,
+                rows,
+            } => self.kernels.mem_device(e, bytes, Some(rows)),
+            _ => self.duration(kind),
+        }
+    }
+
     /// Duration of any op.
     #[inline]
     pub fn duration(&self, kind: &OpKind) -> f64 {

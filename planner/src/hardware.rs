@@ -14,6 +14,7 @@ use crate::calibration::Calibration;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel_model::KernelsSection;
+use crate::serving::ServingSection;
 use limits::Range;
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
@@ -171,6 +172,8 @@ pub struct HardwareProfile {
     pub kernels: Option<KernelsSection>,
     /// Measured tables (calibrated profiles only).
     pub calibration: Option<Calibration>,
+    /// Host-side costs of a serving engine (`[serving]`, or the built-in defaults).
+    pub serving: ServingSection,
 }
 
 // ---- file format -----------------------------------------------------------------------------
@@ -201,6 +204,9 @@ pub struct ProfileFile {
     /// `[calibration]`: measured tables, when the profile was calibrated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calibration: Option<Calibration>,
+    /// `[serving]`: a serving engine's host-side costs, when given or fitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serving: Option<ServingSection>,
 }
 
 /// `[gpu]` of a profile file.
@@ -344,6 +350,9 @@ fn validate(file: ProfileFile, origin: &str) -> Result<HardwareProfile> {
     if let Some(k) = &s.kernels {
         k.check(origin)?;
     }
+    if let Some(sv) = &s.serving {
+        sv.check(origin)?;
+    }
     let memory = c.range("gpu.memory_gib", s.gpu.memory_gib, GIB, "GiB", MEMORY)?;
     let reserved = c.non_negative("gpu.reserved_gib", s.gpu.reserved_gib)? * GIB;
     if reserved >= memory {
@@ -407,6 +416,7 @@ fn validate(file: ProfileFile, origin: &str) -> Result<HardwareProfile> {
         },
         kernels: s.kernels,
         calibration: s.calibration,
+        serving: s.serving.unwrap_or_default(),
     })
 }
 

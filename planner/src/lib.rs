@@ -33,6 +33,7 @@ pub mod report;
 pub mod runahead;
 pub mod scenario;
 pub mod schedule;
+pub mod serving;
 pub mod timeline;
 
 pub use cost::CostModel;

@@ -22,12 +22,12 @@ fn trace(n: usize) -> Vec<Request> {
     (0..n)
         .map(|i| {
             let r = rows[i % rows.len()];
-            Request {
-                id: i as u64,
-                arrival_s: r.arrived_at + span * (i / rows.len()) as f64,
-                prompt_tokens: r.prompt_tokens,
-                output_tokens: r.output_tokens,
-            }
+            Request::new(
+                i as u64,
+                r.arrived_at + span * (i / rows.len()) as f64,
+                r.prompt_tokens,
+                r.output_tokens,
+            )
         })
         .collect()
 }

@@ -1,4 +1,14 @@
-//! Engine settings (vLLM's names and defaults) and the KV block budget they imply.
+//! Engine settings (vLLM's names and defaults) and what they resolve to against a model and a
+//! GPU: the KV block budget, the token and sequence limits, CUDA-graph capture sizes.
+//!
+//! Defaults follow vLLM v0.15.1 (the V1 engine) for `vllm-v1`: `EngineArgs.get_batch_defaults`
+//! (`vllm/engine/arg_utils.py`) gives the OpenAI server 8192 batched tokens and 1024 sequences on
+//! GPUs with at least 70 GiB that are not A100s, 2048 and 256 on the rest; chunked prefill,
+//! prefix caching and asynchronous scheduling are on; CUDA graphs are captured for
+//! `[1, 2, 4, 8, 16, .., 248, 256, 272, .., 512]` tokens, capped at `min(2 × max_num_seqs,
+//! 512, max_num_batched_tokens)` (`VllmConfig._set_cudagraph_sizes`, `vllm/config/vllm.py`).
+//! The older schedulers (`vllm-v0`, `mixed`, `chunked`) keep vLLM 0.4's defaults (256
+//! sequences, synchronous steps, a free-block watermark, swap space).
 
 use kvplan_planner::memory::{AttentionImpl, PrefillPass, prefill_working_set};
 use kvplan_planner::{HardwareProfile, ModelSpec};
@@ -10,8 +20,13 @@ use crate::Error;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SchedulerKind {
-    /// vLLM's default: admit waiting prompts whole when they fit; prefill-only iterations take
-    /// priority; otherwise decode every running sequence.
+    /// vLLM's V1 scheduler (v0.15.1, the default): one token budget, running requests first
+    /// (decodes and unfinished prefill chunks), then waiting ones; preemption by recompute of
+    /// the most recently scheduled request; prefix caching; asynchronous scheduling.
+    VllmV1,
+    /// vLLM 0.4's default scheduler: admit waiting prompts whole when they fit; prefill-only
+    /// iterations take priority; otherwise decode every running sequence.
+    #[serde(rename = "vllm-v0", alias = "prefill-first")]
     PrefillFirst,
     /// Decode every running sequence and admit whole waiting prompts into the same iteration.
     Mixed,
@@ -20,25 +35,49 @@ pub enum SchedulerKind {
     Chunked,
 }
 
+impl SchedulerKind {
+    /// The name in files and flags.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SchedulerKind::VllmV1 => "vllm-v1",
+            SchedulerKind::PrefillFirst => "vllm-v0",
+            SchedulerKind::Mixed => "mixed",
+            SchedulerKind::Chunked => "chunked",
+        }
+    }
+}
+
 /// What happens to a preempted sequence's KV.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Preemption {
-    /// Drop its blocks; on resume re-prefill prompt + generated tokens.
+    /// Drop its blocks; on resume re-prefill prompt + generated tokens (with prefix caching, the
+    /// dropped blocks stay cached until reused, so a resume can hit its own blocks).
     Recompute,
     /// Copy its blocks to host memory; copy them back on resume. Falls back to recompute when
-    /// the host swap space is full.
+    /// the host swap space is full. vLLM 0.4 schedulers only.
     Swap,
     /// Swap out the layer inputs `X` of its first `l` tokens (half their K,V bytes on MHA) and
     /// the K,V of the rest; on resume recompute K,V[0:l] from `X` while the rest is swapped in
     /// (KVPR's split balance applied to a resume, at block granularity; see
     /// [`crate::IterationTimer::hybrid_split`]). Where `X` costs no less than K,V on the link
-    /// (GQA with equal copy counts) `l = 0` and this is swap.
+    /// (GQA with equal copy counts) `l = 0` and this is swap. vLLM 0.4 schedulers only.
     Hybrid,
 }
 
+impl Preemption {
+    /// The name in files and flags.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Preemption::Recompute => "recompute",
+            Preemption::Swap => "swap",
+            Preemption::Hybrid => "hybrid",
+        }
+    }
+}
+
 /// Engine settings. Build with [`Config::default`] and overwrite fields; [`Config::validate`]
-/// checks them against a model and a GPU.
+/// checks them against a model and a GPU. `None` means vLLM's default for the scheduler and GPU.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -46,20 +85,43 @@ pub struct Config {
     pub block_size: u32,
     /// Fraction of the GPU's usable memory the engine may use (default 0.9).
     pub gpu_memory_utilization: f64,
-    /// Fraction of GPU blocks kept free when admitting a prompt (default 0.01).
+    /// Fraction of GPU blocks kept free when admitting a prompt (vLLM 0.4 schedulers; default
+    /// 0.01; V1 has no watermark).
     pub watermark: f64,
     /// Host memory for swapped-out KV (and hybrid's stored activations), GiB (default 4).
     pub swap_space_gib: f64,
     /// Whether the swap space is pinned (default true; pageable copies use the slower curve).
     pub pinned: bool,
-    /// Scheduler (default prefill-first).
+    /// Scheduler (default `vllm-v1`).
     pub scheduler: SchedulerKind,
-    /// Preemption mode (default recompute).
+    /// Preemption mode (default recompute; `vllm-v1` recomputes only).
     pub preemption: Preemption,
-    /// Most sequences in one iteration (default 256).
-    pub max_num_seqs: u32,
-    /// Most tokens in one iteration; `None`: 2048 for chunked, else `max(2048, max_position)`.
+    /// Most sequences running at once (`--max-num-seqs`).
+    pub max_num_seqs: Option<u32>,
+    /// Most tokens in one iteration (`--max-num-batched-tokens`).
     pub max_num_batched_tokens: Option<u32>,
+    /// Longest request in tokens, prompt plus output (`--max-model-len`; default the model's
+    /// context). Longer prompts are rejected; generation stops at it (finish reason `length`).
+    pub max_model_len: Option<u32>,
+    /// Use this many GPU KV blocks instead of the memory accounting's (`--num-gpu-blocks-override`;
+    /// `vllm-v1` reserves one as the null block, as vLLM does).
+    pub num_gpu_blocks_override: Option<u32>,
+    /// Automatic prefix caching (`--enable-prefix-caching`; default on for `vllm-v1`, off for the
+    /// vLLM 0.4 schedulers, which do not support it here).
+    pub enable_prefix_caching: Option<bool>,
+    /// Chunked prefill for `vllm-v1` (`--enable-chunked-prefill`, default on): off, a prompt
+    /// whose uncached tokens exceed the remaining budget waits for a later step.
+    pub enable_chunked_prefill: Option<bool>,
+    /// `vllm-v1`: cap on one request's prefill chunk (`--long-prefill-token-threshold`, 0 = none).
+    pub long_prefill_token_threshold: u32,
+    /// Schedule the next step while the GPU runs this one (`--async-scheduling`; default on for
+    /// `vllm-v1`, as in vLLM 0.15, off for the 0.4 schedulers).
+    pub async_scheduling: Option<bool>,
+    /// No CUDA graphs (`--enforce-eager`): every kernel launched from the host.
+    pub enforce_eager: bool,
+    /// Largest CUDA-graph batch in tokens (`max_cudagraph_capture_size`); default
+    /// `min(2 × max_num_seqs, 512, max_num_batched_tokens)`.
+    pub max_cudagraph_capture_size: Option<u32>,
     /// Copies per KV block on swap; `None`: `2 * num_layers` (vLLM keeps one K and one V cache
     /// tensor per layer and issues one `cudaMemcpyAsync` per block per tensor).
     pub swap_copies_per_block: Option<u32>,
@@ -75,26 +137,58 @@ impl Default for Config {
             watermark: 0.01,
             swap_space_gib: 4.0,
             pinned: true,
-            scheduler: SchedulerKind::PrefillFirst,
+            scheduler: SchedulerKind::VllmV1,
             preemption: Preemption::Recompute,
-            max_num_seqs: 256,
+            max_num_seqs: None,
             max_num_batched_tokens: None,
+            max_model_len: None,
+            num_gpu_blocks_override: None,
+            enable_prefix_caching: None,
+            enable_chunked_prefill: None,
+            long_prefill_token_threshold: 0,
+            async_scheduling: None,
+            enforce_eager: false,
+            max_cudagraph_capture_size: None,
             swap_copies_per_block: None,
             record_timeseries: true,
         }
     }
 }
 
-/// Checked settings and the block budget derived from them.
+impl Config {
+    /// vLLM 0.4's engine (the `vllm-v0` scheduler) with its defaults.
+    pub fn vllm_v0() -> Self {
+        Config {
+            scheduler: SchedulerKind::PrefillFirst,
+            ..Config::default()
+        }
+    }
+}
+
+/// Checked settings and what they imply.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Resolved {
     /// The settings as given.
     pub config: Config,
+    /// `max_num_seqs` after defaults.
+    pub max_num_seqs: u32,
     /// `max_num_batched_tokens` after defaults.
     pub max_num_batched_tokens: u32,
-    /// KV blocks on the GPU.
+    /// `max_model_len` after defaults.
+    pub max_model_len: u32,
+    /// Prefix caching on.
+    pub prefix_caching: bool,
+    /// Chunked prefill on (`vllm-v1`; the `chunked` scheduler always chunks).
+    pub chunked_prefill: bool,
+    /// Asynchronous scheduling on.
+    pub async_scheduling: bool,
+    /// CUDA-graph capture sizes in tokens, ascending (empty: eager).
+    pub cudagraph_sizes: Vec<u32>,
+    /// GPU KV blocks (vLLM's `num_gpu_blocks`).
     pub gpu_blocks: u32,
-    /// Blocks kept free on admission.
+    /// Blocks that hold KV (`vllm-v1`: one less, the null block).
+    pub usable_blocks: u32,
+    /// Blocks kept free on admission (vLLM 0.4 schedulers).
     pub watermark_blocks: u32,
     /// Host swap space, bytes.
     pub host_bytes: u64,
@@ -102,7 +196,7 @@ pub struct Resolved {
     pub block_bytes: u64,
     /// Copies per KV block when swapping.
     pub copies_per_block: u32,
-    /// GPU memory items: weights, activation working set, KV blocks (bytes).
+    /// Model weights on the GPU, bytes.
     pub weights_bytes: u64,
     /// Activation working set of a `max_num_batched_tokens` pass.
     pub activation_bytes: u64,
@@ -120,11 +214,36 @@ fn check(field: &'static str, ok: bool, value: String, expect: &'static str) -> 
     }
 }
 
+/// vLLM v0.15.1's OpenAI-server defaults (`EngineArgs.get_batch_defaults`): GPUs with at least
+/// 70 GiB that are not A100s get 8192 batched tokens and 1024 sequences, the rest 2048 and 256.
+fn v1_defaults(hw: &HardwareProfile) -> (u32, u32) {
+    let gib = hw.gpu.memory_bytes as f64 / (1u64 << 30) as f64;
+    let a100 = hw.gpu.name.contains("A100") || hw.name.starts_with("a100");
+    if gib >= 70.0 && !a100 {
+        (8192, 1024)
+    } else {
+        (2048, 256)
+    }
+}
+
+/// vLLM's capture sizes up to `max`: 1, 2, 4, then every 8 below 256, then every 16.
+pub fn cudagraph_sizes(max: u32) -> Vec<u32> {
+    let mut v: Vec<u32> = [1, 2, 4].into_iter().filter(|&s| s <= max).collect();
+    if max >= 8 {
+        v.extend((8..(max + 1).min(256)).step_by(8));
+    }
+    if max >= 256 {
+        v.extend((256..=max).step_by(16));
+    }
+    v
+}
+
 impl Config {
-    /// Checks every setting and derives the GPU block count from memory accounting:
-    /// `(usable × utilization − weights − working set of a max_num_batched_tokens pass) /
-    /// (block_size × KV bytes per token of all layers)`.
+    /// Checks every setting and derives the limits and the GPU block count: from memory
+    /// accounting, `(usable × utilization − weights − working set of a max_num_batched_tokens
+    /// pass) / (block_size × KV bytes per token of all layers)`, or the override.
     pub fn validate(&self, model: &ModelSpec, hw: &HardwareProfile) -> Result<Resolved, Error> {
+        let v1 = self.scheduler == SchedulerKind::VllmV1;
         check(
             "block_size",
             (1..=1024).contains(&self.block_size),
@@ -152,23 +271,73 @@ impl Config {
             s.to_string(),
             "a non-negative number",
         )?;
-        check(
-            "max_num_seqs",
-            self.max_num_seqs >= 1,
-            self.max_num_seqs.to_string(),
-            "at least 1",
-        )?;
-        let default_tokens = match self.scheduler {
-            SchedulerKind::Chunked => 2048,
-            _ => 2048.max(model.max_position),
+        if v1 && self.preemption != Preemption::Recompute {
+            return Err(Error::InvalidConfig {
+                field: "preemption",
+                value: self.preemption.as_str().into(),
+                expect: "recompute with the vllm-v1 scheduler (vLLM V1 preempts by recompute; \
+                         swap and hybrid need scheduler vllm-v0, mixed or chunked)",
+            });
+        }
+        let caching = self.enable_prefix_caching.unwrap_or(v1);
+        if caching && !v1 {
+            return Err(Error::InvalidConfig {
+                field: "enable_prefix_caching",
+                value: "true".into(),
+                expect: "false with the vLLM 0.4 schedulers (prefix caching is modelled for \
+                         scheduler vllm-v1)",
+            });
+        }
+        if !v1 && self.enable_chunked_prefill.is_some() {
+            return Err(Error::InvalidConfig {
+                field: "enable_chunked_prefill",
+                value: format!("{}", self.enable_chunked_prefill.unwrap_or_default()),
+                expect: "unset except with scheduler vllm-v1 (choose scheduler chunked or \
+                         vllm-v0 for the 0.4 engine's behaviour)",
+            });
+        }
+        let chunked = match self.scheduler {
+            SchedulerKind::VllmV1 => self.enable_chunked_prefill.unwrap_or(true),
+            SchedulerKind::Chunked => true,
+            _ => false,
         };
-        let tokens = self.max_num_batched_tokens.unwrap_or(default_tokens);
+        let max_model_len = self.max_model_len.unwrap_or(model.max_position);
+        check(
+            "max_model_len",
+            max_model_len >= 2,
+            max_model_len.to_string(),
+            "at least 2 tokens (a prompt of one token and one output token)",
+        )?;
+        let (default_tokens, default_seqs) = if v1 { v1_defaults(hw) } else { (2048, 256) };
+        let seqs = self.max_num_seqs.unwrap_or(default_seqs);
+        check("max_num_seqs", seqs >= 1, seqs.to_string(), "at least 1")?;
+        let tokens = match (self.max_num_batched_tokens, self.scheduler) {
+            (Some(t), _) => t,
+            (None, SchedulerKind::Chunked) => 2048,
+            // Chunking off: a whole prompt of the longest length must fit one step.
+            (None, _) if !chunked => default_tokens.max(max_model_len),
+            (None, _) => default_tokens,
+        };
         check(
             "max_num_batched_tokens",
             tokens >= 1,
             tokens.to_string(),
             "at least 1",
         )?;
+        if v1 && !chunked && tokens < max_model_len {
+            return Err(Error::InvalidConfig {
+                field: "max_num_batched_tokens",
+                value: tokens.to_string(),
+                expect: "at least max_model_len when chunked prefill is off (vLLM refuses this \
+                         too: a prompt longer than the budget could never run)",
+            });
+        }
+        let seqs = if v1 { seqs.min(tokens) } else { seqs };
+        let graph_max = match self.max_cudagraph_capture_size {
+            _ if self.enforce_eager => 0,
+            Some(m) => m.min(tokens),
+            None => (2 * seqs).min(512).min(tokens),
+        };
         let copies = self
             .swap_copies_per_block
             .unwrap_or(2 * model.num_layers)
@@ -182,30 +351,129 @@ impl Config {
                 q_tokens: u64::from(tokens),
                 context: u64::from(tokens),
                 attention: AttentionImpl::Fused,
-                logits_rows: u64::from(self.max_num_seqs.min(tokens)),
+                logits_rows: u64::from(seqs.min(tokens)),
             },
         )
         .peak;
-        let budget = hw.gpu.usable_bytes() as f64 * u - weights as f64 - act as f64;
-        let blocks = (budget / block_bytes as f64).floor();
-        if blocks < 1.0 {
-            return Err(Error::NoKvMemory {
-                usable_bytes: (hw.gpu.usable_bytes() as f64 * u) as u64,
-                weights_bytes: weights,
-                activation_bytes: act,
+        let usable_mem = hw.gpu.usable_bytes() as f64 * u;
+        let gpu_blocks = match self.num_gpu_blocks_override {
+            Some(n) => {
+                check(
+                    "num_gpu_blocks_override",
+                    n >= 2,
+                    n.to_string(),
+                    "at least 2 blocks (vLLM keeps one as the null block)",
+                )?;
+                n
+            }
+            None => {
+                let budget = usable_mem - weights as f64 - act as f64;
+                let blocks = (budget / block_bytes as f64).floor();
+                if blocks < 2.0 {
+                    return Err(Error::NoKvMemory {
+                        usable_bytes: usable_mem as u64,
+                        weights_bytes: weights,
+                        activation_bytes: act,
+                    });
+                }
+                blocks.min(f64::from(u32::MAX)) as u32
+            }
+        };
+        let usable_blocks = if v1 { gpu_blocks - 1 } else { gpu_blocks };
+        if v1 && u64::from(usable_blocks) * u64::from(self.block_size) < u64::from(max_model_len) {
+            return Err(Error::MaxModelLenTooLong {
+                max_model_len,
+                kv_tokens: u64::from(usable_blocks) * u64::from(self.block_size),
             });
         }
-        let gpu_blocks = blocks.min(f64::from(u32::MAX)) as u32;
         Ok(Resolved {
             config: self.clone(),
+            max_num_seqs: seqs,
             max_num_batched_tokens: tokens,
+            max_model_len,
+            prefix_caching: caching,
+            chunked_prefill: chunked,
+            async_scheduling: self.async_scheduling.unwrap_or(v1),
+            cudagraph_sizes: cudagraph_sizes(graph_max),
             gpu_blocks,
-            watermark_blocks: (w * f64::from(gpu_blocks)) as u32,
+            usable_blocks,
+            watermark_blocks: if v1 {
+                0
+            } else {
+                (w * f64::from(gpu_blocks)) as u32
+            },
             host_bytes: (s * (1u64 << 30) as f64) as u64,
             block_bytes,
             copies_per_block: copies,
             weights_bytes: weights,
             activation_bytes: act,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capture_sizes_follow_vllm() {
+        let s = cudagraph_sizes(512);
+        assert_eq!(s.len(), 51);
+        assert_eq!(&s[..5], &[1, 2, 4, 8, 16]);
+        assert!(s.contains(&248) && s.contains(&256) && s.contains(&272));
+        assert_eq!(*s.last().unwrap(), 512);
+        assert_eq!(cudagraph_sizes(0), Vec::<u32>::new());
+        assert_eq!(cudagraph_sizes(6), vec![1, 2, 4]);
+    }
+
+    #[test]
+    fn v1_defaults_depend_on_the_gpu_and_override_counts_the_null_block() {
+        let m = ModelSpec::preset("llama-2-7b").unwrap();
+        let h100 = HardwareProfile::preset("h100-sxm").unwrap();
+        let a100 = HardwareProfile::preset("a100-80g-sxm").unwrap();
+        let r = Config::default().validate(&m, &h100).unwrap();
+        assert_eq!((r.max_num_batched_tokens, r.max_num_seqs), (8192, 1024));
+        assert_eq!(*r.cudagraph_sizes.last().unwrap(), 512);
+        assert!(r.prefix_caching && r.async_scheduling && r.chunked_prefill);
+        let r = Config::default().validate(&m, &a100).unwrap();
+        assert_eq!((r.max_num_batched_tokens, r.max_num_seqs), (2048, 256));
+        let c = Config {
+            num_gpu_blocks_override: Some(7463),
+            max_num_seqs: Some(128),
+            max_num_batched_tokens: Some(2048),
+            ..Config::default()
+        };
+        let r = c.validate(&m, &h100).unwrap();
+        assert_eq!((r.gpu_blocks, r.usable_blocks), (7463, 7462));
+        assert_eq!(*r.cudagraph_sizes.last().unwrap(), 256);
+    }
+
+    #[test]
+    fn bad_combinations_name_the_field() {
+        let m = ModelSpec::preset("llama-2-7b").unwrap();
+        let hw = HardwareProfile::preset("h100-sxm").unwrap();
+        let e = |c: Config| c.validate(&m, &hw).unwrap_err().to_string();
+        let s = e(Config {
+            preemption: Preemption::Swap,
+            ..Config::default()
+        });
+        assert!(s.starts_with("preemption:"), "{s}");
+        let s = e(Config {
+            scheduler: SchedulerKind::PrefillFirst,
+            enable_prefix_caching: Some(true),
+            ..Config::default()
+        });
+        assert!(s.starts_with("enable_prefix_caching:"), "{s}");
+        let s = e(Config {
+            num_gpu_blocks_override: Some(100),
+            ..Config::default()
+        });
+        assert!(s.contains("max_model_len") && s.contains("1584"), "{s}");
+        let s = e(Config {
+            enable_chunked_prefill: Some(false),
+            max_num_batched_tokens: Some(1024),
+            ..Config::default()
+        });
+        assert!(s.starts_with("max_num_batched_tokens:"), "{s}");
     }
 }

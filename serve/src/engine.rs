@@ -1,90 +1,29 @@
-//! The event loop: arrivals and iteration ends on a heap ordered by (time, sequence number);
-//! at each iteration end the scheduler forms the next batch.
+//! The engine loop: vLLM's engine-core busy loop as one host thread and one GPU stream.
+//!
+//! Each pass of the loop (`EngineCore.run_busy_loop`, `vllm/v1/engine/core.py`): take the
+//! requests that have reached the engine, schedule a step with the policy, spend the host time
+//! to prepare and launch it (the GPU starts it when both the launch and the previous step are
+//! done), then — synchronously, or with asynchronous scheduling only once two steps are in
+//! flight (`step_with_batch_queue`, queue depth 2) — wait for the oldest step's output and
+//! process it: tokens are emitted at that moment, finished requests free their blocks. With
+//! asynchronous scheduling the host schedules step `k + 1` while the GPU runs step `k`, so a
+//! step's period is `max(GPU, host)`, and a request that arrives during step `k` is first
+//! scheduled after step `k`'s output is processed.
+//!
+//! The loop only advances time; the scheduling rules live in [`crate::sched`], the step's time
+//! in [`crate::iteration`], the blocks in [`crate::kv_cache`].
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 
 use kvplan_planner::{CostModel, HardwareProfile, ModelSpec};
 use kvplan_workloads::Request;
 
 use crate::Error;
-use crate::config::{Config, Preemption, Resolved, SchedulerKind};
-use crate::iteration::{HybridResume, IterationShape, IterationTimer};
-use crate::output::{IterationRecord, Output, RejectReason, RequestRecord, Status, Summary};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Arrival(usize),
-    IterationEnd,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Event {
-    time: f64,
-    seq: u64,
-    kind: Kind,
-}
-
-impl PartialEq for Event {
-    fn eq(&self, o: &Self) -> bool {
-        self.cmp(o) == Ordering::Equal
-    }
-}
-impl Eq for Event {}
-impl PartialOrd for Event {
-    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Event {
-    /// Reversed so the std max-heap pops the earliest (time, seq) first.
-    fn cmp(&self, o: &Self) -> Ordering {
-        o.time
-            .total_cmp(&self.time)
-            .then_with(|| o.seq.cmp(&self.seq))
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Where {
-    Pending,
-    Waiting,
-    Running,
-    Swapped,
-    Done,
-}
-
-#[derive(Debug, Clone)]
-struct Seq {
-    prompt: u32,
-    output: u32,
-    arrival: f64,
-    /// Tokens with KV in the cache.
-    computed: u32,
-    generated: u32,
-    blocks: u32,
-    /// Host bytes held while swapped (KV and activations).
-    host_bytes: u64,
-    /// Activation blocks stored on host (hybrid).
-    act_blocks: u32,
-    place: Where,
-    chunk: u32,
-    first_sched: f64,
-    first_token: f64,
-    finish: f64,
-    preemptions: u32,
-    swapped_tokens: u64,
-    recomputed_tokens: u64,
-}
-
-impl Seq {
-    fn len(&self) -> u32 {
-        self.prompt + self.generated
-    }
-    fn pending(&self) -> u32 {
-        self.len() - self.computed
-    }
-}
+use crate::config::{Config, Preemption, Resolved};
+use crate::iteration::{EngineCosts, IterationTimer};
+use crate::output::{IterationRecord, Output, RequestRecord, Status, Summary};
+use crate::sched::{Place, State, Step, policy};
 
 /// Runs `requests` (sorted by arrival) through the serving engine.
 pub fn simulate(
@@ -101,14 +40,21 @@ pub fn simulate(
         config.block_size,
         resolved.copies_per_block,
         config.pinned,
-    );
-    simulate_with(timer, resolved, requests)
+    )
+    .with_engine(EngineCosts {
+        cudagraph_sizes: resolved.cudagraph_sizes.clone(),
+        full_graph_max_seqs: resolved.max_num_seqs,
+        serving: hw.serving.clone(),
+    });
+    simulate_with(timer, resolved, hw.serving.frontend_us * 1e-6, requests)
 }
 
-/// [`simulate`] with a prepared timer and resolved settings.
+/// [`simulate`] with a prepared timer, resolved settings and the frontend latency (seconds
+/// between a client's send and the engine seeing the request).
 pub fn simulate_with(
     timer: IterationTimer,
     resolved: Resolved,
+    frontend_s: f64,
     requests: &[Request],
 ) -> Result<Output, Error> {
     for (i, w) in requests.windows(2).enumerate() {
@@ -122,485 +68,168 @@ pub fn simulate_with(
     {
         return Err(Error::BadArrival { index: i });
     }
-    let mut e = Engine::new(timer, resolved, requests);
+    let mut st = State::new(&resolved, requests);
+    if resolved.config.preemption == Preemption::Hybrid {
+        st.hybrid = Some(timer.clone());
+        st.act_block_bytes = u64::from(resolved.config.block_size)
+            * timer.model().act_bytes_per_token_layer()
+            * u64::from(timer.model().num_layers);
+    }
+    let mut e = Engine {
+        timer,
+        policy: policy(resolved.config.scheduler),
+        st,
+        frontend_s: frontend_s.max(0.0),
+        series: Vec::new(),
+        compute_s: 0.0,
+        iterations: 0,
+        next_arrival: 0,
+        now: 0.0,
+    };
     e.run()?;
     Ok(e.finish())
 }
 
-struct Engine<'a> {
-    timer: IterationTimer,
-    r: Resolved,
-    reqs: &'a [Request],
-    seqs: Vec<Seq>,
-    status: Vec<Status>,
-    heap: BinaryHeap<Event>,
-    next_seq: u64,
-    next_arrival: usize,
-    waiting: VecDeque<usize>,
-    running: Vec<usize>,
-    kept: Vec<usize>,
-    swapped: VecDeque<usize>,
-    free_blocks: u32,
-    host_used: u64,
-    busy: bool,
-    shape: IterationShape,
-    batch: Vec<usize>,
-    series: Vec<IterationRecord>,
-    now: f64,
-    compute_s: f64,
-    iterations: u64,
-    preemptions: u64,
-    swap_out_bytes: u64,
-    swap_in_bytes: u64,
-    kv_token_bytes: u64,
+struct InFlight {
+    step: Step,
+    gpu_end: f64,
+    cpu_after: f64,
 }
 
-impl<'a> Engine<'a> {
-    fn new(timer: IterationTimer, r: Resolved, reqs: &'a [Request]) -> Self {
-        let kv_token_bytes = timer.model().kv_bytes_per_token();
-        Engine {
-            free_blocks: r.gpu_blocks,
-            timer,
-            r,
-            reqs,
-            seqs: reqs
-                .iter()
-                .map(|q| Seq {
-                    prompt: q.prompt_tokens,
-                    output: q.output_tokens,
-                    arrival: q.arrival_s,
-                    computed: 0,
-                    generated: 0,
-                    blocks: 0,
-                    host_bytes: 0,
-                    act_blocks: 0,
-                    place: Where::Pending,
-                    chunk: 0,
-                    first_sched: f64::NAN,
-                    first_token: f64::NAN,
-                    finish: f64::NAN,
-                    preemptions: 0,
-                    swapped_tokens: 0,
-                    recomputed_tokens: 0,
-                })
-                .collect(),
-            status: vec![Status::Finished; reqs.len()],
-            heap: BinaryHeap::new(),
-            next_seq: 0,
-            next_arrival: 0,
-            waiting: VecDeque::new(),
-            running: Vec::new(),
-            kept: Vec::new(),
-            swapped: VecDeque::new(),
-            host_used: 0,
-            busy: false,
-            shape: IterationShape::default(),
-            batch: Vec::new(),
-            series: Vec::new(),
-            now: 0.0,
-            compute_s: 0.0,
-            iterations: 0,
-            preemptions: 0,
-            swap_out_bytes: 0,
-            swap_in_bytes: 0,
-            kv_token_bytes,
+struct Engine<'a> {
+    timer: IterationTimer,
+    policy: Box<dyn crate::sched::Policy>,
+    st: State<'a>,
+    frontend_s: f64,
+    series: Vec<IterationRecord>,
+    compute_s: f64,
+    iterations: u64,
+    next_arrival: usize,
+    /// The host thread's clock.
+    now: f64,
+}
+
+impl Engine<'_> {
+    /// When request `i` reaches the engine.
+    fn engine_arrival(&self, i: usize) -> f64 {
+        self.st.reqs[i].arrival_s + self.frontend_s
+    }
+
+    /// Moves every request that has reached the engine by now into the waiting queue (or
+    /// rejects it).
+    fn take_arrivals(&mut self) {
+        while self.next_arrival < self.st.reqs.len()
+            && self.engine_arrival(self.next_arrival) <= self.now
+        {
+            self.st.arrive(self.next_arrival);
+            self.next_arrival += 1;
         }
-    }
-
-    fn push(&mut self, time: f64, kind: Kind) {
-        self.heap.push(Event {
-            time,
-            seq: self.next_seq,
-            kind,
-        });
-        self.next_seq += 1;
-    }
-
-    fn blocks_for(&self, tokens: u32) -> u32 {
-        tokens.div_ceil(self.r.config.block_size)
     }
 
     fn run(&mut self) -> Result<(), Error> {
-        if !self.reqs.is_empty() {
-            self.push(self.reqs[0].arrival_s, Kind::Arrival(0));
-        }
-        while let Some(ev) = self.heap.pop() {
-            self.now = ev.time;
-            match ev.kind {
-                Kind::Arrival(i) => {
-                    if i < self.next_arrival {
+        let depth = if self.st.r.async_scheduling { 2 } else { 1 };
+        let mut inflight: VecDeque<InFlight> = VecDeque::new();
+        let mut spare: Vec<Step> = Vec::new();
+        let mut gpu_free = 0.0f64;
+        loop {
+            self.take_arrivals();
+            if self.st.has_work() {
+                let mut step = spare.pop().unwrap_or_default();
+                step.clear();
+                self.policy.schedule(&mut self.st, &mut step, self.now);
+                if step.is_empty() {
+                    spare.push(step);
+                } else {
+                    let t = self.timer.time(&step.shape);
+                    let launch_at = self.now + t.cpu_before_s;
+                    let start = launch_at.max(gpu_free);
+                    let end = (start + t.total_s).max(launch_at + t.cpu_launch_s);
+                    gpu_free = end;
+                    self.now = launch_at + t.cpu_launch_s;
+                    self.compute_s += t.compute_s;
+                    self.iterations += 1;
+                    if self.st.r.config.record_timeseries {
+                        self.record(&step, start, end - start);
+                    }
+                    inflight.push_back(InFlight {
+                        step,
+                        gpu_end: end,
+                        cpu_after: t.cpu_after_s,
+                    });
+                    // Asynchronous scheduling: schedule the next step before waiting, while
+                    // fewer than two are in flight and the oldest is still running.
+                    if inflight.len() < depth
+                        && inflight.front().is_some_and(|f| f.gpu_end > self.now)
+                    {
                         continue;
                     }
-                    self.take_arrivals();
-                }
-                Kind::IterationEnd => {
-                    self.end_iteration();
-                    self.busy = false;
-                    self.take_arrivals();
                 }
             }
-            if !self.busy {
-                self.start_iteration()?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Moves every request that has arrived by now into the waiting queue (or rejects it), and
-    /// schedules the next arrival.
-    fn take_arrivals(&mut self) {
-        while self.next_arrival < self.reqs.len()
-            && self.reqs[self.next_arrival].arrival_s <= self.now
-        {
-            let i = self.next_arrival;
-            self.next_arrival += 1;
-            match self.reject_reason(i) {
-                Some(reason) => {
-                    self.status[i] = Status::Rejected(reason);
-                    self.seqs[i].place = Where::Done;
+            match inflight.pop_front() {
+                Some(f) => {
+                    self.now = self.now.max(f.gpu_end) + f.cpu_after;
+                    self.st.complete(&f.step, self.now);
+                    spare.push(f.step);
+                }
+                None if self.st.has_work() => {
+                    return Err(Error::Stalled {
+                        time_s: self.now,
+                        waiting: self.st.waiting.len(),
+                        swapped: self.st.swapped.len(),
+                    });
                 }
                 None => {
-                    self.seqs[i].place = Where::Waiting;
-                    self.waiting.push_back(i);
-                }
-            }
-        }
-        if self.next_arrival < self.reqs.len() {
-            let i = self.next_arrival;
-            self.push(self.reqs[i].arrival_s, Kind::Arrival(i));
-        }
-    }
-
-    fn reject_reason(&self, i: usize) -> Option<RejectReason> {
-        let s = &self.seqs[i];
-        let total = u64::from(s.prompt) + u64::from(s.output);
-        if s.prompt == 0 || s.output == 0 {
-            return Some(RejectReason::EmptyRequest);
-        }
-        if total > u64::from(self.timer.model().max_position) {
-            return Some(RejectReason::ExceedsContext);
-        }
-        let total = total as u32;
-        if self.blocks_for(total) > self.r.gpu_blocks - self.r.watermark_blocks {
-            return Some(RejectReason::ExceedsKvCapacity);
-        }
-        if self.r.config.scheduler != SchedulerKind::Chunked
-            && s.prompt > self.r.max_num_batched_tokens
-        {
-            return Some(RejectReason::ExceedsBatchTokens);
-        }
-        None
-    }
-
-    /// Frees a victim's GPU blocks: swapped out when host space allows, else dropped for
-    /// recomputation. Hybrid stores the layer inputs `X` of the first `l` tokens (hybrid's
-    /// split, decided now since it fixes what is stored) and K,V of the rest; with no room for
-    /// that it falls back to plain swap, then to recompute.
-    fn preempt(&mut self, v: usize) {
-        self.preemptions += 1;
-        let mode = self.r.config.preemption;
-        let block_bytes = self.r.block_bytes;
-        let act_block_bytes = self.act_block_bytes();
-        let s = &self.seqs[v];
-        let blocks = s.blocks;
-        let kv_bytes = u64::from(blocks) * block_bytes;
-        let free_host = self.r.host_bytes - self.host_used;
-        // A sequence whose prompt is still being prefilled (chunked) is recomputed: vLLM swaps
-        // only decoding sequences.
-        let decoding = s.pending() == 1;
-        let hybrid = if mode == Preemption::Hybrid && decoding {
-            let h = self.timer.hybrid_split(s.computed);
-            let lb = h.act_blocks.min(blocks);
-            let bytes = u64::from(blocks - lb) * block_bytes + u64::from(lb) * act_block_bytes;
-            (bytes <= free_host).then_some(h)
-        } else {
-            None
-        };
-        let swap = match mode {
-            Preemption::Recompute => false,
-            Preemption::Swap | Preemption::Hybrid => {
-                decoding && (hybrid.is_some() || kv_bytes <= free_host)
-            }
-        };
-        self.free_blocks += blocks;
-        let s = &mut self.seqs[v];
-        s.blocks = 0;
-        s.preemptions += 1;
-        if swap {
-            let h = hybrid.unwrap_or_default();
-            let act_blocks = h.act_blocks.min(blocks);
-            let kv_blocks = blocks - act_blocks;
-            let held = u64::from(kv_blocks) * block_bytes + u64::from(act_blocks) * act_block_bytes;
-            s.host_bytes = held;
-            s.act_blocks = act_blocks;
-            s.place = Where::Swapped;
-            s.recomputed_tokens += u64::from(h.recompute_tokens);
-            s.swapped_tokens += u64::from(s.computed - h.recompute_tokens);
-            self.host_used += held;
-            self.swap_out_bytes += held;
-            self.shape.swap_out_blocks += kv_blocks;
-            self.shape.act_out_blocks += act_blocks;
-            self.swapped.push_back(v);
-        } else {
-            s.recomputed_tokens += u64::from(s.computed);
-            s.computed = 0;
-            s.place = Where::Waiting;
-            self.waiting.push_front(v);
-        }
-    }
-
-    /// Bytes of one block of stored layer inputs `X` (all layers).
-    fn act_block_bytes(&self) -> u64 {
-        u64::from(self.r.config.block_size)
-            * self.timer.model().act_bytes_per_token_layer()
-            * u64::from(self.timer.model().num_layers)
-    }
-
-    /// Resumes a swapped sequence: copies its K,V back and, for hybrid, its stored `X`, from
-    /// which the first tokens' K,V are recomputed.
-    fn swap_in(&mut self, v: usize) {
-        let s = &self.seqs[v];
-        let blocks = self.blocks_for(s.computed);
-        let act_blocks = s.act_blocks.min(blocks);
-        let kv_blocks = blocks - act_blocks;
-        if act_blocks > 0 {
-            self.shape.hybrid.push(HybridResume {
-                act_blocks,
-                recompute_tokens: (act_blocks * self.r.config.block_size).min(s.computed),
-            });
-        }
-        self.shape.swap_in_blocks += kv_blocks;
-        self.swap_in_bytes += s.host_bytes;
-        let s = &mut self.seqs[v];
-        self.host_used -= s.host_bytes;
-        s.host_bytes = 0;
-        s.act_blocks = 0;
-        s.blocks = blocks;
-        s.place = Where::Running;
-        self.free_blocks -= blocks;
-    }
-
-    /// Schedules `v` for `chunk` tokens, allocating its blocks (caller checked they fit).
-    fn schedule(&mut self, v: usize, chunk: u32) {
-        let need = self.blocks_for(self.seqs[v].computed + chunk);
-        let s = &mut self.seqs[v];
-        self.free_blocks -= need - s.blocks;
-        s.blocks = need;
-        s.chunk = chunk;
-        if s.first_sched.is_nan() {
-            s.first_sched = self.now;
-        }
-        let kv = s.computed + chunk;
-        if chunk == s.pending() {
-            self.shape.logits += 1;
-        }
-        self.shape.seqs.push((chunk, kv));
-        self.batch.push(v);
-    }
-
-    /// Running sequences continue (decode, or the next prefill chunk for chunked), preempting
-    /// the latest-arrived running sequence when blocks run out. Returns whether any was
-    /// preempted and the tokens used.
-    fn schedule_running(&mut self, budget: &mut u32) -> bool {
-        let mut preempted = false;
-        let mut i = 0;
-        let mut running = std::mem::take(&mut self.running);
-        let mut kept = std::mem::take(&mut self.kept);
-        kept.clear();
-        while i < running.len() {
-            let v = running[i];
-            let s = &self.seqs[v];
-            let chunk = s.pending().min(*budget);
-            if chunk == 0 || kept.len() as u32 >= self.r.config.max_num_seqs {
-                kept.push(v);
-                i += 1;
-                continue;
-            }
-            let need = self.blocks_for(s.computed + chunk) - s.blocks;
-            let mut self_preempted = false;
-            while self.free_blocks < need {
-                preempted = true;
-                if running.len() > i + 1 {
-                    let victim = running.pop().expect("a later sequence");
-                    self.preempt(victim);
-                } else {
-                    self.preempt(v);
-                    self_preempted = true;
-                    break;
-                }
-            }
-            if self_preempted {
-                break;
-            }
-            self.schedule(v, chunk);
-            *budget -= chunk;
-            kept.push(v);
-            i += 1;
-        }
-        self.running = kept;
-        self.kept = running;
-        preempted
-    }
-
-    fn schedule_swapped(&mut self, budget: &mut u32) {
-        while let Some(&v) = self.swapped.front() {
-            let s = &self.seqs[v];
-            let blocks = self.blocks_for(s.computed + 1);
-            if self.running.len() as u32 >= self.r.config.max_num_seqs
-                || *budget == 0
-                || self.free_blocks < blocks + self.r.watermark_blocks
-            {
-                break;
-            }
-            self.swapped.pop_front();
-            self.swap_in(v);
-            self.schedule(v, 1);
-            *budget -= 1;
-            self.running.push(v);
-        }
-    }
-
-    /// Admits waiting sequences (whole, or a chunk for chunked).
-    fn schedule_waiting(&mut self, budget: &mut u32, chunked: bool) {
-        while let Some(&v) = self.waiting.front() {
-            let s = &self.seqs[v];
-            let pending = s.pending();
-            let alone = self.batch.is_empty() && self.running.is_empty();
-            let chunk = if chunked {
-                pending.min(*budget)
-            } else if pending <= *budget || alone {
-                // A resumed sequence longer than the budget runs alone rather than never.
-                pending
-            } else {
-                break;
-            };
-            let need = self.blocks_for(s.computed + chunk);
-            if chunk == 0
-                || self.running.len() as u32 >= self.r.config.max_num_seqs
-                || self.free_blocks < need + self.r.watermark_blocks
-            {
-                break;
-            }
-            self.waiting.pop_front();
-            self.seqs[v].place = Where::Running;
-            self.schedule(v, chunk);
-            *budget = budget.saturating_sub(chunk);
-            self.running.push(v);
-        }
-    }
-
-    fn start_iteration(&mut self) -> Result<(), Error> {
-        self.shape.clear();
-        self.batch.clear();
-        let mut budget = self.r.max_num_batched_tokens;
-        match self.r.config.scheduler {
-            SchedulerKind::PrefillFirst => {
-                if self.swapped.is_empty() {
-                    self.schedule_waiting(&mut budget, false);
-                }
-                if self.batch.is_empty() {
-                    let preempted = self.schedule_running(&mut budget);
-                    if !preempted {
-                        self.schedule_swapped(&mut budget);
+                    if self.next_arrival >= self.st.reqs.len() {
+                        break;
                     }
-                }
-            }
-            SchedulerKind::Mixed | SchedulerKind::Chunked => {
-                let chunked = self.r.config.scheduler == SchedulerKind::Chunked;
-                let preempted = self.schedule_running(&mut budget);
-                if !preempted {
-                    self.schedule_swapped(&mut budget);
-                }
-                if self.swapped.is_empty() {
-                    self.schedule_waiting(&mut budget, chunked);
+                    self.now = self.now.max(self.engine_arrival(self.next_arrival));
                 }
             }
         }
-        if self.batch.is_empty() && self.shape.swap_out_blocks == 0 {
-            if self.waiting.is_empty() && self.swapped.is_empty() && self.running.is_empty() {
-                return Ok(());
-            }
-            return Err(Error::Stalled {
-                time_s: self.now,
-                waiting: self.waiting.len(),
-                swapped: self.swapped.len(),
-            });
-        }
-        let t = self.timer.time(&self.shape);
-        self.compute_s += t.compute_s;
-        self.iterations += 1;
-        if self.r.config.record_timeseries {
-            let mut read = 0u64;
-            let mut written = 0u64;
-            for &(q, kv) in &self.shape.seqs {
-                read += u64::from(kv - q);
-                written += u64::from(q);
-            }
-            self.series.push(IterationRecord {
-                t_s: self.now,
-                duration_s: t.total_s,
-                gpu_blocks_used: self.r.gpu_blocks - self.free_blocks,
-                host_blocks_used: self.host_used.div_ceil(self.r.block_bytes) as u32,
-                running: self.running.len() as u32,
-                waiting: self.waiting.len() as u32,
-                swapped: self.swapped.len() as u32,
-                batch_tokens: written as u32,
-                kv_bytes_read: read * self.kv_token_bytes,
-                kv_bytes_written: written * self.kv_token_bytes,
-            });
-        }
-        self.busy = true;
-        let end = self.now + t.total_s;
-        self.push(end, Kind::IterationEnd);
         Ok(())
     }
 
-    fn end_iteration(&mut self) {
-        let now = self.now;
-        let mut finished = false;
-        for k in 0..self.batch.len() {
-            let v = self.batch[k];
-            let s = &mut self.seqs[v];
-            let emits = s.chunk == s.pending();
-            s.computed += s.chunk;
-            s.chunk = 0;
-            if emits {
-                s.generated += 1;
-                if s.first_token.is_nan() {
-                    s.first_token = now;
-                }
-                if s.generated >= s.output {
-                    s.finish = now;
-                    s.place = Where::Done;
-                    self.free_blocks += s.blocks;
-                    s.blocks = 0;
-                    finished = true;
-                }
-            }
+    fn record(&mut self, step: &Step, start: f64, duration: f64) {
+        let mut read = 0u64;
+        let mut written = 0u64;
+        for &(q, kv) in &step.shape.seqs {
+            read += u64::from(kv - q);
+            written += u64::from(q);
         }
-        if finished {
-            let seqs = &self.seqs;
-            self.running.retain(|&v| seqs[v].place != Where::Done);
-        }
+        let kv_token_bytes = self.timer.model().kv_bytes_per_token();
+        let st = &self.st;
+        self.series.push(IterationRecord {
+            t_s: start,
+            duration_s: duration,
+            gpu_blocks_used: st.kv.pool().num_used(),
+            host_blocks_used: st.host_used.div_ceil(st.r.block_bytes) as u32,
+            running: st.running.len() as u32,
+            waiting: st.waiting.len() as u32,
+            swapped: st.swapped.len() as u32,
+            batch_tokens: written as u32,
+            kv_bytes_read: read * kv_token_bytes,
+            kv_bytes_written: written * kv_token_bytes,
+        });
     }
 
     fn finish(self) -> Output {
-        let mut records = Vec::with_capacity(self.seqs.len());
-        for (i, (s, q)) in self.seqs.iter().zip(self.reqs).enumerate() {
-            let status = self.status[i];
-            let done = status == Status::Finished;
+        let st = self.st;
+        let mut records = Vec::with_capacity(st.seqs.len());
+        for (i, (s, q)) in st.seqs.iter().zip(st.reqs).enumerate() {
+            let status = st.status[i];
+            let done = status == Status::Finished && s.place == Place::Done;
             let nan = f64::NAN;
             let (queue, ttft, e2e) = if done {
                 (
-                    s.first_sched - s.arrival,
-                    s.first_token - s.arrival,
-                    s.finish - s.arrival,
+                    s.first_sched - (q.arrival_s + self.frontend_s),
+                    s.first_token - q.arrival_s,
+                    s.finish - q.arrival_s,
                 )
             } else {
                 (nan, nan, nan)
             };
-            let tpot = if done && s.output > 1 {
-                (s.finish - s.first_token) / f64::from(s.output - 1)
+            let tpot = if done && s.generated > 1 {
+                (s.finish - s.first_token) / f64::from(s.generated - 1)
             } else if done {
                 0.0
             } else {
@@ -610,8 +239,10 @@ impl<'a> Engine<'a> {
                 id: q.id,
                 arrival_s: q.arrival_s,
                 prompt_tokens: q.prompt_tokens,
-                output_tokens: q.output_tokens,
+                output_tokens: if done { s.generated } else { q.output_tokens },
                 status,
+                finish_reason: done.then_some(s.finish_reason),
+                cached_tokens: s.cached_tokens.unwrap_or(0),
                 queue_s: queue,
                 ttft_s: ttft,
                 tpot_s: tpot,
@@ -621,16 +252,14 @@ impl<'a> Engine<'a> {
                 recomputed_tokens: s.recomputed_tokens,
             });
         }
-        let makespan = self.now;
         let summary = Summary::new(
             &records,
-            makespan,
+            self.now,
             self.compute_s,
             self.iterations,
-            self.preemptions,
-            self.swap_out_bytes,
-            self.swap_in_bytes,
-            &self.r,
+            &st.counters,
+            st.kv.stats(),
+            st.r,
         );
         Output {
             requests: records,

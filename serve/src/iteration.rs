@@ -1,28 +1,41 @@
-//! One iteration's work and its time: a fast closed form ([`IterationTimer::time`]) and the
-//! op-level [`Schedule`] it stands for ([`IterationTimer::schedule`]), which the property tests
-//! hold equal on the planner's engine.
+//! One engine step's work and its time, behind the [`IterationModel`] trait: how long the GPU
+//! runs the step, and how long the host spends before, while and after it (the engine composes
+//! them, synchronously or overlapped as vLLM V1's asynchronous scheduling does).
 //!
-//! The schedule of an iteration (one compute stream, an H2D and a D2H copy stream):
+//! [`IterationTimer`] is the model on kvplan's cost model:
+//! - **Kernels as vLLM runs a batch.** Per layer, the token-wise kernels over all the step's
+//!   tokens ([`forward_ops`]) and one attention kernel for the whole ragged batch (FlashAttention
+//!   varlen: prefill chunks and decodes in one call, its floor paid once). Then the LM head and
+//!   sampling over the rows that produce a token.
+//! - **CUDA graphs** (vLLM v0.15.1's `FULL_AND_PIECEWISE`, `vllm/v1/cudagraph_dispatcher.py`): a
+//!   step of at most the largest capture size runs as graphs padded to the next capture size: a
+//!   uniform decode step (every request one token, at most `max_num_seqs`) as one full graph, any
+//!   other as piecewise graphs with attention launched eagerly between them. Inside a graph a
+//!   kernel takes its device time; launched eagerly it takes at least the launch interval.
+//!   Larger steps run eagerly. LM head and sampling run outside the graphs.
+//! - **Host time** from the profile's `[serving]` section: scheduling and input preparation
+//!   before the GPU can start (per step, request and token), launching (one graph, a launch per
+//!   layer for piecewise steps, every kernel when eager), output processing after.
+//! - **Swap and hybrid copies** (vLLM 0.4 schedulers) before the forward pass, as below.
+//!
+//! [`IterationTimer::new`] gives the plain model: everything eager, no host costs; its time is
+//! the closed form of [`IterationTimer::schedule`], the op-level schedule of the step (one
+//! compute stream, an H2D and a D2H copy stream), which the property tests hold equal on the
+//! planner's engine:
 //! - D2H: every swap-out copy (KV blocks, then hybrid's stored activations), one op per copy;
 //! - H2D: the stored activations `X` of hybrid resumes, then every swap-in KV copy;
 //! - compute: hybrid's recompute GEMM and concatenation per layer (after the last `X` copy),
 //!   then the forward pass (after every copy: swapped-out blocks are reused by this iteration,
 //!   swapped-in blocks are read by it): `embed`, per layer [`forward_ops`] of the ragged batch,
-//!   then `final_norm`, `lm_head`, `sample` over the rows that produce a token — the same ops,
-//!   per step, as the planner's gpu-only plan.
+//!   then `final_norm`, `lm_head`, `sample` over the rows that produce a token.
 //!
-//! Cache copies block the forward pass, as in vLLM 0.4: its worker runs `cache_swap`
-//! (`swap_in`, `swap_out`, `copy`) and then the model, and `swap_blocks` issues its
-//! `cudaMemcpyAsync`s on the current (compute) stream (the separate cache stream of vLLM 0.2
-//! is gone), so neither the swap-out nor the swap-in overlaps a forward pass; a preemption by
-//! swap costs the copy out *and* the copy back. vLLM's scheduler never swaps in during an
-//! iteration that preempted, so whether D2H and H2D of one iteration overlap does not arise in
-//! the engine. Hybrid (no serving system has it) overlaps its recomputation with its own H2D
-//! copies, as KVPR does.
-//!
-//! With a full-duplex link, the forward pass starts at `max(D, H, X + R)` (`D`, `H` the copy
-//! streams' totals, `X` the activation copies, `R` the recomputation); half duplex serves the
-//! D2H copies first (lower op indices), so `H` and `X` start after `D`.
+//! Cache copies block the forward pass, as in vLLM 0.4: its worker runs `cache_swap` and then the
+//! model, and `swap_blocks` issues its `cudaMemcpyAsync`s on the compute stream, so neither the
+//! swap-out nor the swap-in overlaps a forward pass. Hybrid (no serving system has it) overlaps
+//! its recomputation with its own H2D copies, as KVPR does. With a full-duplex link the forward
+//! pass starts at `max(D, H, X + R)` (`D`, `H` the copy streams' totals, `X` the activation
+//! copies, `R` the recomputation); half duplex serves the D2H copies first, so `H` and `X` start
+//! after `D`.
 
 use kvplan_planner::ModelSpec;
 use kvplan_planner::cost::CostModel;
@@ -32,6 +45,7 @@ use kvplan_planner::plan::{concat_kernel, embed_op, forward_ops, head_ops, recom
 use kvplan_planner::schedule::{
     HostMemory, OpId, OpKind, Payload, Phase, Schedule, ScheduleBuilder, StreamKind, Tag,
 };
+use kvplan_planner::serving::ServingSection;
 
 /// A hybrid resume: `recompute_tokens` tokens recomputed from stored activations
 /// (`act_blocks` blocks of `X` copied in first).
@@ -43,12 +57,12 @@ pub struct HybridResume {
     pub recompute_tokens: u32,
 }
 
-/// What one iteration does. The engine reuses one of these (no allocation per iteration).
+/// What one iteration does. The engine reuses these (no allocation per iteration).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct IterationShape {
     /// `(q_len, kv_len)` per scheduled sequence: new tokens and tokens attended.
     pub seqs: Vec<(u32, u32)>,
-    /// Rows producing a token (sequences whose pending tokens all run this iteration).
+    /// Rows producing a token.
     pub logits: u32,
     /// KV blocks copied out.
     pub swap_out_blocks: u32,
@@ -75,21 +89,70 @@ impl IterationShape {
     pub fn tokens(&self) -> u64 {
         self.seqs.iter().map(|&(q, _)| u64::from(q)).sum()
     }
+
+    /// Every sequence decodes one token (vLLM's uniform decode batch).
+    pub fn uniform_decode(&self) -> bool {
+        !self.seqs.is_empty() && self.seqs.iter().all(|&(q, _)| q == 1)
+    }
+}
+
+/// How a step's kernels are launched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Launch {
+    /// Every kernel launched from the host.
+    #[default]
+    Eager,
+    /// One full CUDA graph, padded to `tokens`.
+    Full {
+        /// The capture size used.
+        tokens: u32,
+    },
+    /// Piecewise CUDA graphs padded to `tokens`, attention launched between them.
+    Piecewise {
+        /// The capture size used.
+        tokens: u32,
+    },
 }
 
 /// An iteration's time split into its parts.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct IterationTime {
-    /// From the iteration's start to its last op's end.
+    /// GPU time: from the step's start to its last op's end (copies, recomputation, forward).
     pub total_s: f64,
     /// Kernel time on the compute stream (forward pass and recomputation).
     pub compute_s: f64,
     /// When the forward pass can start (copies and recomputation done).
     pub forward_start_s: f64,
+    /// Host time before the GPU can start: scheduling, input preparation, the first launch.
+    pub cpu_before_s: f64,
+    /// Host time issuing launches while the GPU runs (the GPU cannot finish before it ends).
+    pub cpu_launch_s: f64,
+    /// Host time after the GPU's output: bookkeeping, `update_from_output`, outputs.
+    pub cpu_after_s: f64,
+    /// How the kernels were launched.
+    pub launch: Launch,
 }
 
-/// Times iterations on a cost model: per-row dense costs are cached, attention is costed per
-/// distinct `(q_len, kv_len)` shape, so an iteration costs `O(batch log batch)`.
+/// Times an engine step.
+pub trait IterationModel {
+    /// The time of one step.
+    fn time(&mut self, it: &IterationShape) -> IterationTime;
+}
+
+/// The engine settings the timer needs beyond the model and the GPU.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct EngineCosts {
+    /// CUDA-graph capture sizes in tokens, ascending (empty: everything eager).
+    pub cudagraph_sizes: Vec<u32>,
+    /// Uniform decode steps up to this many requests run as full graphs (vLLM's FULL keys stop
+    /// at `max_num_seqs`).
+    pub full_graph_max_seqs: u32,
+    /// Host costs (`[serving]`).
+    pub serving: ServingSection,
+}
+
+/// Times iterations on a cost model. Token-wise kernels are cached per row count, so a step
+/// costs O(batch) with no allocation.
 #[derive(Debug, Clone)]
 pub struct IterationTimer {
     model: ModelSpec,
@@ -97,13 +160,16 @@ pub struct IterationTimer {
     layers: f64,
     duplex: Duplex,
     host: HostMemory,
-    /// Per row count: embed + L × (dense layer kernels); NaN when not computed yet.
-    dense: Vec<f64>,
-    /// Per logits row count: final norm + LM head + sample.
+    engine: Option<EngineCosts>,
+    /// Kernels per layer and outside the layers (for eager launch counts).
+    kernels_per_layer: f64,
+    /// Per row count: embed + L × (token-wise layer kernels) + final norm, launched eagerly;
+    /// NaN when not computed yet.
+    dense_eager: Vec<f64>,
+    /// The same in device time (inside a CUDA graph).
+    dense_graph: Vec<f64>,
+    /// Per logits row count: LM head + sample (eager).
     head: Vec<f64>,
-    /// Per `kv_len`: one layer's attention of a single decode row; NaN when not computed yet.
-    decode_attn: Vec<f64>,
-    /// Per copy bytes and count of one block, KV.
     kv_copy_bytes: u64,
     kv_copies: u32,
     act_copy_bytes: u64,
@@ -117,8 +183,9 @@ pub struct IterationTimer {
 }
 
 impl IterationTimer {
-    /// A timer for `model` on `cost`: KV blocks of `block_size` tokens are copied as
-    /// `kv_copies_per_block` equal copies; activation blocks as one copy per layer.
+    /// A timer for `model` on `cost`, every kernel launched eagerly and no host costs: KV
+    /// blocks of `block_size` tokens are copied as `kv_copies_per_block` equal copies;
+    /// activation blocks as one copy per layer.
     pub fn new(
         model: &ModelSpec,
         cost: &CostModel,
@@ -153,15 +220,18 @@ impl IterationTimer {
             };
             f64::from(copies) * dur(kind)
         };
+        let kernels_per_layer = forward_ops(model, &[(1, 1)], 1).len() as f64;
         IterationTimer {
             model: model.clone(),
             cost: cost.clone(),
             layers: f64::from(model.num_layers),
             duplex: cost.duplex(),
             host,
-            dense: Vec::new(),
+            engine: None,
+            kernels_per_layer,
+            dense_eager: Vec::new(),
+            dense_graph: Vec::new(),
             head: Vec::new(),
-            decode_attn: Vec::new(),
             kv_copy_bytes,
             kv_copies,
             act_copy_bytes,
@@ -173,6 +243,12 @@ impl IterationTimer {
             block_size: block_size.max(1),
             scratch: Vec::new(),
         }
+    }
+
+    /// The timer with CUDA graphs and host costs.
+    pub fn with_engine(mut self, engine: EngineCosts) -> Self {
+        self.engine = Some(engine);
+        self
     }
 
     /// The model.
@@ -260,24 +336,40 @@ impl IterationTimer {
         }
     }
 
-    fn dense_s(&mut self, rows: u32) -> f64 {
+    /// Embedding, L × token-wise layer kernels and the final norm over `rows` rows, launched
+    /// eagerly (`graph = false`) or inside a CUDA graph (device time).
+    fn dense_s(&mut self, rows: u32, graph: bool) -> f64 {
         let i = rows as usize;
-        if i >= self.dense.len() {
-            self.dense.resize(i + 1, f64::NAN);
+        let cache = if graph {
+            &mut self.dense_graph
+        } else {
+            &mut self.dense_eager
+        };
+        if i >= cache.len() {
+            cache.resize(i + 1, f64::NAN);
         }
-        if self.dense[i].is_nan() {
+        if cache[i].is_nan() {
+            let cost = &self.cost;
+            let d = |k: &OpKind| {
+                if graph {
+                    cost.device_duration(k)
+                } else {
+                    cost.duration(k)
+                }
+            };
             let ops = forward_ops(&self.model, &[(rows, rows)], 1);
             let layer: f64 = ops
                 .iter()
-                .filter(|(name, _)| *name != "attention")
-                .map(|(_, k)| self.cost.duration(k))
+                .filter(|(_, k)| !is_attention(k))
+                .map(|(_, k)| d(k))
                 .sum();
-            self.dense[i] =
-                self.cost.duration(&embed_op(&self.model, 1, rows)) + self.layers * layer;
+            let norm = head_ops(&self.model, rows)[0].1;
+            cache[i] = d(&embed_op(&self.model, 1, rows)) + self.layers * layer + d(&norm);
         }
-        self.dense[i]
+        cache[i]
     }
 
+    /// LM head and sampling over `rows` token-producing rows (eager).
     fn head_s(&mut self, rows: u32) -> f64 {
         let i = rows as usize;
         if i >= self.head.len() {
@@ -287,7 +379,7 @@ impl IterationTimer {
             self.head[i] = if rows == 0 {
                 0.0
             } else {
-                head_ops(&self.model, rows)
+                head_ops(&self.model, rows)[1..]
                     .iter()
                     .map(|(_, k)| self.cost.duration(k))
                     .sum()
@@ -296,32 +388,9 @@ impl IterationTimer {
         self.head[i]
     }
 
-    /// Seconds of one layer's attention over `count` sequences of shape `(q_len, kv_len)`. A lone
-    /// decode row (`count = q_len = 1`, the common case) is cached per `kv_len`.
-    fn attention_s(&mut self, count: u32, q_len: u32, kv_len: u32) -> f64 {
-        let op = |m| attention_op(m, count, q_len, kv_len);
-        if count != 1 || q_len != 1 {
-            return self.cost.duration(&op(&self.model));
-        }
-        let i = kv_len as usize;
-        if i >= self.decode_attn.len() {
-            self.decode_attn.resize(i + 1, f64::NAN);
-        }
-        if self.decode_attn[i].is_nan() {
-            self.decode_attn[i] = self.cost.duration(&op(&self.model));
-        }
-        self.decode_attn[i]
-    }
-
-    /// Seconds of the forward pass of `seqs` with `logits` token-producing rows.
-    pub fn forward_s(&mut self, seqs: &[(u32, u32)], logits: u32) -> f64 {
-        if seqs.is_empty() {
-            return 0.0;
-        }
-        let rows: u64 = seqs.iter().map(|&(q, _)| u64::from(q)).sum();
-        let rows = u32::try_from(rows).unwrap_or(u32::MAX);
-        // Shapes packed as `q_len << 32 | kv_len`: sorting the keys orders them as the
-        // `(q_len, kv_len)` pairs, with a cheaper comparison.
+    /// One layer's attention over the ragged batch `seqs`: one kernel for the whole batch.
+    fn attention_s(&mut self, seqs: &[(u32, u32)], graph: bool) -> f64 {
+        // Shapes packed as `q_len << 32 | kv_len`: sorting the keys groups equal shapes.
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         scratch.extend(
@@ -337,44 +406,82 @@ impl IterationTimer {
             while j < scratch.len() && scratch[j] == key {
                 j += 1;
             }
-            attn += self.attention_s((j - i) as u32, (key >> 32) as u32, key as u32);
+            let op = attention_op(&self.model, (j - i) as u32, (key >> 32) as u32, key as u32);
+            attn += if graph {
+                self.cost.device_duration(&op)
+            } else {
+                self.cost.duration(&op)
+            };
             i = j;
         }
         self.scratch = scratch;
-        self.dense_s(rows) + self.layers * attn + self.head_s(logits)
+        attn
     }
 
-    /// The iteration's time (the closed form of [`IterationTimer::schedule`] on the engine).
-    pub fn time(&mut self, it: &IterationShape) -> IterationTime {
-        let d = f64::from(it.swap_out_blocks) * self.kv_out_block_s
-            + f64::from(it.act_out_blocks) * self.act_out_block_s;
-        let mut x = 0.0;
-        let mut r = 0.0;
-        for h in &it.hybrid {
-            x += f64::from(h.act_blocks) * self.act_in_block_s;
-            r += self.recompute_s(h.recompute_tokens);
-        }
-        let kv_in = f64::from(it.swap_in_blocks) * self.kv_in_block_s;
-        let h2d_start = if self.duplex == Duplex::Half { d } else { 0.0 };
-        let x_done = h2d_start + x;
-        let h_done = x_done + kv_in;
-        // Recomputation waits for the last activation copy (none: it starts at once).
-        let x_wait = if it.hybrid.iter().any(|h| h.act_blocks > 0) {
-            x_done
-        } else {
-            0.0
+    /// How a step of `shape` is launched (vLLM's CUDA-graph dispatch).
+    pub fn launch(&self, shape: &IterationShape) -> Launch {
+        let Some(e) = &self.engine else {
+            return Launch::Eager;
         };
-        let recompute_done = if r > 0.0 { x_wait + r } else { 0.0 };
-        let start = d.max(h_done).max(recompute_done);
-        let fwd = self.forward_s(&it.seqs, it.logits);
-        IterationTime {
-            total_s: start + fwd,
-            compute_s: r + fwd,
-            forward_start_s: start,
+        let tokens = shape.tokens();
+        let Some(&size) = e.cudagraph_sizes.iter().find(|&&s| u64::from(s) >= tokens) else {
+            return Launch::Eager;
+        };
+        if shape.uniform_decode() && size <= e.full_graph_max_seqs {
+            Launch::Full { tokens: size }
+        } else {
+            Launch::Piecewise { tokens: size }
         }
     }
 
-    /// The op-level schedule of an iteration (see the module docs).
+    /// Seconds of the forward pass of `seqs` with `logits` token-producing rows, launched as
+    /// `launch` says.
+    pub fn forward_launched(&mut self, seqs: &[(u32, u32)], logits: u32, launch: Launch) -> f64 {
+        if seqs.is_empty() {
+            return 0.0;
+        }
+        let rows: u64 = seqs.iter().map(|&(q, _)| u64::from(q)).sum();
+        let rows = u32::try_from(rows).unwrap_or(u32::MAX);
+        let (dense, attn) = match launch {
+            Launch::Eager => (self.dense_s(rows, false), self.attention_s(seqs, false)),
+            Launch::Full { tokens } => (self.dense_s(tokens, true), self.attention_s(seqs, true)),
+            Launch::Piecewise { tokens } => {
+                (self.dense_s(tokens, true), self.attention_s(seqs, false))
+            }
+        };
+        dense + self.layers * attn + self.head_s(logits)
+    }
+
+    /// Seconds of the forward pass of `seqs` with `logits` token-producing rows, every kernel
+    /// launched eagerly (the planner's gpu-only plan, step for step).
+    pub fn forward_s(&mut self, seqs: &[(u32, u32)], logits: u32) -> f64 {
+        self.forward_launched(seqs, logits, Launch::Eager)
+    }
+
+    /// Host seconds around a step: before the GPU may start, issuing launches, and after.
+    fn host_s(&self, shape: &IterationShape, launch: Launch) -> (f64, f64, f64) {
+        let Some(e) = &self.engine else {
+            return (0.0, 0.0, 0.0);
+        };
+        let s = &e.serving;
+        let n = shape.seqs.len() as f64;
+        let tokens = shape.tokens() as f64;
+        let before = s.schedule_us + s.schedule_per_seq_us * n + s.schedule_per_token_us * tokens;
+        let launching = match launch {
+            Launch::Full { .. } => s.graph_launch_us,
+            Launch::Piecewise { .. } => s.graph_launch_us + self.layers * s.piecewise_layer_us,
+            // Eager launches already bound the GPU's kernels (`max(launch, device)`); the host
+            // is busy issuing them meanwhile.
+            Launch::Eager => {
+                (self.layers * self.kernels_per_layer + 4.0) * self.cost.kernels().launch_s() * 1e6
+            }
+        };
+        let after = s.update_us + s.update_per_seq_us * n;
+        (before * 1e-6, launching * 1e-6, after * 1e-6)
+    }
+
+    /// The op-level schedule of an iteration, every kernel launched eagerly (see the module
+    /// docs).
     pub fn schedule(&self, it: &IterationShape) -> Schedule {
         let m = &self.model;
         let mut sb = ScheduleBuilder::new();
@@ -472,13 +579,68 @@ impl IterationTimer {
                     sb.push(*k, c, *l, tag, &[]);
                 }
             }
+            // The final norm runs over every row (inside the model, as vLLM's `LlamaModel`
+            // does); the LM head and sampling over the rows that produce a token.
+            let norm = head_ops(m, rows)[0];
+            let l = sb.label(norm.0);
+            sb.push(norm.1, c, l, tag, &[]);
             if it.logits > 0 {
-                for (n, k) in head_ops(m, it.logits) {
+                for (n, k) in &head_ops(m, it.logits)[1..] {
                     let l = sb.label(n);
-                    sb.push(k, c, l, tag, &[]);
+                    sb.push(*k, c, l, tag, &[]);
                 }
             }
         }
         sb.build()
+    }
+}
+
+fn is_attention(k: &OpKind) -> bool {
+    matches!(k, OpKind::Attention { .. })
+}
+
+impl IterationModel for IterationTimer {
+    /// The step's time. Without engine costs (eager, no host time) `total_s` is the closed form
+    /// of [`IterationTimer::schedule`] on the engine.
+    fn time(&mut self, it: &IterationShape) -> IterationTime {
+        let d = f64::from(it.swap_out_blocks) * self.kv_out_block_s
+            + f64::from(it.act_out_blocks) * self.act_out_block_s;
+        let mut x = 0.0;
+        let mut r = 0.0;
+        for h in &it.hybrid {
+            x += f64::from(h.act_blocks) * self.act_in_block_s;
+            r += self.recompute_s(h.recompute_tokens);
+        }
+        let kv_in = f64::from(it.swap_in_blocks) * self.kv_in_block_s;
+        let h2d_start = if self.duplex == Duplex::Half { d } else { 0.0 };
+        let x_done = h2d_start + x;
+        let h_done = x_done + kv_in;
+        // Recomputation waits for the last activation copy (none: it starts at once).
+        let x_wait = if it.hybrid.iter().any(|h| h.act_blocks > 0) {
+            x_done
+        } else {
+            0.0
+        };
+        let recompute_done = if r > 0.0 { x_wait + r } else { 0.0 };
+        let start = d.max(h_done).max(recompute_done);
+        let launch = self.launch(it);
+        let fwd = self.forward_launched(&it.seqs, it.logits, launch);
+        let (before, launching, after) = self.host_s(it, launch);
+        IterationTime {
+            total_s: start + fwd,
+            compute_s: r + fwd,
+            forward_start_s: start,
+            cpu_before_s: before,
+            cpu_launch_s: launching,
+            cpu_after_s: after,
+            launch,
+        }
+    }
+}
+
+impl IterationTimer {
+    /// The step's time ([`IterationModel::time`]).
+    pub fn time(&mut self, it: &IterationShape) -> IterationTime {
+        IterationModel::time(self, it)
     }
 }

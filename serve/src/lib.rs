@@ -1,11 +1,16 @@
 //! kvplan's serving simulator: many requests over time on one GPU, iteration by iteration, on
 //! the planner's models, hardware profiles, cost model and memory accounting.
 //!
-//! - [`config`]: vLLM's settings (block size, memory utilisation, watermark, swap space,
-//!   scheduler, preemption, `max_num_seqs`, `max_num_batched_tokens`) and the GPU block budget.
-//! - [`iteration`]: an iteration's time in closed form, and the op-level schedule it equals.
-//! - [`engine`]: the event loop (arrivals and iteration ends ordered by (time, sequence)), the
-//!   paged block accounting, the schedulers and preemption.
+//! Shaped like vLLM's engine (v0.15.1, the V1 engine, with vLLM 0.4's schedulers kept for the
+//! swap-versus-recompute studies):
+//! - [`config`]: vLLM's settings and defaults, and what they resolve to (block budget, limits,
+//!   CUDA-graph capture sizes).
+//! - [`block_pool`]: the GPU blocks, reference counts, the LRU free queue and the prefix cache.
+//! - [`kv_cache`]: per-request block tables and block hashes, prefix lookup, slot allocation.
+//! - [`sched`]: the request state and one scheduling policy per kind (V1, and the 0.4 family).
+//! - [`iteration`]: a step's GPU and host time behind the [`IterationModel`] trait.
+//! - [`engine`]: the loop that only advances time (host thread, GPU stream, asynchronous
+//!   scheduling).
 //! - [`output`]: per-request records, summary, time series and their CSV / JSON / trace writers.
 //!
 //! ```
@@ -16,7 +21,7 @@
 //! let model = ModelSpec::preset("llama-2-7b")?;
 //! let hw = HardwareProfile::preset("a100-80g-sxm")?;
 //! let reqs: Vec<Request> = (0..4)
-//!     .map(|id| Request { id, arrival_s: 0.1 * id as f64, prompt_tokens: 256, output_tokens: 32 })
+//!     .map(|id| Request::new(id, 0.1 * id as f64, 256, 32))
 //!     .collect();
 //! let out = simulate(&model, &hw, &Config::default(), &reqs)?;
 //! assert_eq!(out.summary.finished, 4);
@@ -25,17 +30,20 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod block_pool;
 pub mod capacity;
 pub mod config;
 pub mod engine;
 pub mod iteration;
+pub mod kv_cache;
 pub mod output;
 pub mod scenario;
+pub mod sched;
 
 pub use config::{Config, Preemption, Resolved, SchedulerKind};
 pub use engine::{simulate, simulate_with};
-pub use iteration::{IterationShape, IterationTimer};
-pub use output::{Output, RejectReason, RequestRecord, Status, Summary};
+pub use iteration::{IterationModel, IterationShape, IterationTimer};
+pub use output::{FinishReason, Output, RejectReason, RequestRecord, Status, Summary};
 
 /// Serving simulator errors.
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +70,16 @@ pub enum Error {
         weights_bytes: u64,
         /// Activation working set.
         activation_bytes: u64,
+    },
+    /// `max_model_len` longer than the KV cache holds: such a request could never be scheduled.
+    #[error(
+        "max_model_len: {max_model_len} tokens do not fit the KV cache ({kv_tokens} tokens); lower max_model_len, or raise gpu_memory_utilization or num_gpu_blocks_override"
+    )]
+    MaxModelLenTooLong {
+        /// The limit.
+        max_model_len: u32,
+        /// Tokens the usable blocks hold.
+        kv_tokens: u64,
     },
     /// Requests not sorted by arrival.
     #[error("request {index} arrives before the one before it")]

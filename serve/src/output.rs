@@ -1,17 +1,24 @@
 //! Results as data: per-request records, a summary, a per-iteration time series, and writers
 //! for CSV, JSON and a Chrome trace (Perfetto). Numbers are plain (seconds, bytes, tokens).
 
+use std::collections::BTreeMap;
 use std::io::{self, Write};
 
 use serde::Serialize;
 
 use crate::config::Resolved;
+use crate::kv_cache::CacheStats;
+use crate::sched::Counters;
 
 /// Why a request was not served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RejectReason {
-    /// Prompt + output tokens exceed the model's context (`max_position`).
+    /// The prompt has `max_model_len` tokens or more: no room for one output token (vLLM's
+    /// input processor refuses it).
+    PromptTooLong,
+    /// Prompt + output tokens exceed the model's context (no longer produced: generation
+    /// stops at `max_model_len` instead; kept for older outputs).
     ExceedsContext,
     /// Its KV at full length needs more blocks than the GPU has (less the watermark).
     ExceedsKvCapacity,
@@ -25,6 +32,7 @@ impl RejectReason {
     /// The kebab-case name.
     pub fn as_str(self) -> &'static str {
         match self {
+            RejectReason::PromptTooLong => "prompt-too-long",
             RejectReason::ExceedsContext => "exceeds-context",
             RejectReason::ExceedsKvCapacity => "exceeds-kv-capacity",
             RejectReason::ExceedsBatchTokens => "exceeds-batch-tokens",
@@ -43,6 +51,26 @@ pub enum Status {
     Rejected(RejectReason),
 }
 
+/// Why a served request stopped (vLLM's finish reasons).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FinishReason {
+    /// It produced all its output tokens.
+    Stop,
+    /// Generation stopped at `max_model_len` (vLLM's `FINISHED_LENGTH_CAPPED`).
+    Length,
+}
+
+impl FinishReason {
+    /// The name vLLM reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+        }
+    }
+}
+
 /// One request's timings (seconds from its arrival; NaN / empty in CSV when rejected).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RequestRecord {
@@ -52,11 +80,16 @@ pub struct RequestRecord {
     pub arrival_s: f64,
     /// Prompt tokens.
     pub prompt_tokens: u32,
-    /// Output tokens.
+    /// Output tokens: generated when served (fewer than asked when cut at `max_model_len`),
+    /// asked for when rejected.
     pub output_tokens: u32,
     /// Outcome.
     pub status: Status,
-    /// Arrival to first scheduled.
+    /// Why it stopped (served requests).
+    pub finish_reason: Option<FinishReason>,
+    /// Prompt tokens found in the prefix cache when it was first scheduled.
+    pub cached_tokens: u32,
+    /// Reaching the engine (arrival plus the frontend latency) to first scheduled.
     pub queue_s: f64,
     /// Arrival to first token.
     pub ttft_s: f64,
@@ -81,6 +114,8 @@ pub struct Percentiles {
     pub p50: f64,
     /// 90th percentile.
     pub p90: f64,
+    /// 95th percentile.
+    pub p95: f64,
     /// 99th percentile.
     pub p99: f64,
 }
@@ -100,6 +135,7 @@ impl Percentiles {
             mean: v.iter().sum::<f64>() / v.len() as f64,
             p50: at(0.5),
             p90: at(0.9),
+            p95: at(0.95),
             p99: at(0.99),
         }
     }
@@ -114,6 +150,10 @@ pub struct Summary {
     pub finished: u64,
     /// Requests rejected.
     pub rejected: u64,
+    /// Rejected requests by reason (kebab-case names).
+    pub rejected_by_reason: BTreeMap<&'static str, u64>,
+    /// Served requests whose generation stopped at `max_model_len` (finish reason `length`).
+    pub truncated: u64,
     /// Time of the last event (seconds from 0).
     pub makespan_s: f64,
     /// Output tokens of finished requests per second of makespan.
@@ -128,7 +168,7 @@ pub struct Summary {
     pub tpot_s: Percentiles,
     /// End to end.
     pub e2e_s: Percentiles,
-    /// Queueing (arrival to first scheduled).
+    /// Queueing in the engine (reaching it to first scheduled).
     pub queue_s: Percentiles,
     /// Preemptions.
     pub preemptions: u64,
@@ -136,6 +176,11 @@ pub struct Summary {
     pub swap_out_bytes: u64,
     /// Bytes copied back.
     pub swap_in_bytes: u64,
+    /// Prompt tokens of finished requests found in the prefix cache when first scheduled.
+    pub cached_prompt_tokens: u64,
+    /// Prefix-cache hit rate: tokens found over tokens looked up, every lookup counted (vLLM's
+    /// `prefix_cache_hits / prefix_cache_queries`); 0 without prefix caching.
+    pub prefix_cache_hit_rate: f64,
     /// Kernel time over makespan.
     pub gpu_busy: f64,
     /// Iterations run.
@@ -147,15 +192,13 @@ pub struct Summary {
 }
 
 impl Summary {
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         records: &[RequestRecord],
         makespan_s: f64,
         compute_s: f64,
         iterations: u64,
-        preemptions: u64,
-        swap_out_bytes: u64,
-        swap_in_bytes: u64,
+        counters: &Counters,
+        cache: CacheStats,
         r: &Resolved,
     ) -> Self {
         let done: Vec<&RequestRecord> = records
@@ -175,10 +218,21 @@ impl Summary {
                 0.0
             }
         };
+        let mut rejected_by_reason = BTreeMap::new();
+        for q in records {
+            if let Status::Rejected(why) = q.status {
+                *rejected_by_reason.entry(why.as_str()).or_insert(0) += 1;
+            }
+        }
         Summary {
             requests: records.len() as u64,
             finished: done.len() as u64,
             rejected: (records.len() - done.len()) as u64,
+            rejected_by_reason,
+            truncated: done
+                .iter()
+                .filter(|q| q.finish_reason == Some(FinishReason::Length))
+                .count() as u64,
             makespan_s,
             output_tokens_per_s: per_s(out as f64),
             total_tokens_per_s: per_s((out + inp) as f64),
@@ -187,9 +241,15 @@ impl Summary {
             tpot_s: col(|q| q.tpot_s),
             e2e_s: col(|q| q.e2e_s),
             queue_s: col(|q| q.queue_s),
-            preemptions,
-            swap_out_bytes,
-            swap_in_bytes,
+            preemptions: counters.preemptions,
+            swap_out_bytes: counters.swap_out_bytes,
+            swap_in_bytes: counters.swap_in_bytes,
+            cached_prompt_tokens: done.iter().map(|q| u64::from(q.cached_tokens)).sum(),
+            prefix_cache_hit_rate: if cache.queried_tokens > 0 {
+                cache.hit_tokens as f64 / cache.queried_tokens as f64
+            } else {
+                0.0
+            },
             gpu_busy: per_s(compute_s),
             iterations,
             gpu_blocks: r.gpu_blocks,
@@ -247,7 +307,7 @@ impl Output {
     pub fn write_requests_csv(&self, mut w: impl Write) -> io::Result<()> {
         writeln!(
             w,
-            "id,arrival_s,prompt_tokens,output_tokens,status,reason,queue_s,ttft_s,tpot_s,e2e_s,preemptions,swapped_tokens,recomputed_tokens"
+            "id,arrival_s,prompt_tokens,output_tokens,status,reason,finish_reason,cached_tokens,queue_s,ttft_s,tpot_s,e2e_s,preemptions,swapped_tokens,recomputed_tokens"
         )?;
         for r in &self.requests {
             let (status, reason) = match r.status {
@@ -258,8 +318,11 @@ impl Output {
             num(&mut w, r.arrival_s)?;
             write!(
                 w,
-                ",{},{},{status},{reason},",
-                r.prompt_tokens, r.output_tokens
+                ",{},{},{status},{reason},{},{},",
+                r.prompt_tokens,
+                r.output_tokens,
+                r.finish_reason.map_or("", FinishReason::as_str),
+                r.cached_tokens
             )?;
             for x in [r.queue_s, r.ttft_s, r.tpot_s, r.e2e_s] {
                 num(&mut w, x)?;

@@ -51,6 +51,22 @@ pub struct RawConfig {
     pub max_num_seqs: Option<u32>,
     /// [`Config::max_num_batched_tokens`].
     pub max_num_batched_tokens: Option<u32>,
+    /// [`Config::max_model_len`].
+    pub max_model_len: Option<u32>,
+    /// [`Config::num_gpu_blocks_override`].
+    pub num_gpu_blocks_override: Option<u32>,
+    /// [`Config::enable_prefix_caching`].
+    pub enable_prefix_caching: Option<bool>,
+    /// [`Config::enable_chunked_prefill`].
+    pub enable_chunked_prefill: Option<bool>,
+    /// [`Config::long_prefill_token_threshold`].
+    pub long_prefill_token_threshold: Option<u32>,
+    /// [`Config::async_scheduling`].
+    pub async_scheduling: Option<bool>,
+    /// [`Config::enforce_eager`].
+    pub enforce_eager: Option<bool>,
+    /// [`Config::max_cudagraph_capture_size`].
+    pub max_cudagraph_capture_size: Option<u32>,
     /// [`Config::swap_copies_per_block`].
     pub swap_copies_per_block: Option<u32>,
     /// [`Config::record_timeseries`].
@@ -85,6 +101,26 @@ impl RawConfig {
             &mut self.max_num_batched_tokens,
             other.max_num_batched_tokens,
         );
+        pick(&mut self.max_model_len, other.max_model_len);
+        pick(
+            &mut self.num_gpu_blocks_override,
+            other.num_gpu_blocks_override,
+        );
+        pick(&mut self.enable_prefix_caching, other.enable_prefix_caching);
+        pick(
+            &mut self.enable_chunked_prefill,
+            other.enable_chunked_prefill,
+        );
+        pick(
+            &mut self.long_prefill_token_threshold,
+            other.long_prefill_token_threshold,
+        );
+        pick(&mut self.async_scheduling, other.async_scheduling);
+        pick(&mut self.enforce_eager, other.enforce_eager);
+        pick(
+            &mut self.max_cudagraph_capture_size,
+            other.max_cudagraph_capture_size,
+        );
         pick(&mut self.swap_copies_per_block, other.swap_copies_per_block);
         pick(&mut self.record_timeseries, other.record_timeseries);
         pick(&mut self.tensor_parallel_size, other.tensor_parallel_size);
@@ -104,8 +140,20 @@ impl RawConfig {
             pinned: self.pinned.unwrap_or(d.pinned),
             scheduler: self.scheduler.unwrap_or(d.scheduler),
             preemption: self.preemption.unwrap_or(d.preemption),
-            max_num_seqs: self.max_num_seqs.unwrap_or(d.max_num_seqs),
+            max_num_seqs: self.max_num_seqs.or(d.max_num_seqs),
             max_num_batched_tokens: self.max_num_batched_tokens.or(d.max_num_batched_tokens),
+            max_model_len: self.max_model_len.or(d.max_model_len),
+            num_gpu_blocks_override: self.num_gpu_blocks_override.or(d.num_gpu_blocks_override),
+            enable_prefix_caching: self.enable_prefix_caching.or(d.enable_prefix_caching),
+            enable_chunked_prefill: self.enable_chunked_prefill.or(d.enable_chunked_prefill),
+            long_prefill_token_threshold: self
+                .long_prefill_token_threshold
+                .unwrap_or(d.long_prefill_token_threshold),
+            async_scheduling: self.async_scheduling.or(d.async_scheduling),
+            enforce_eager: self.enforce_eager.unwrap_or(d.enforce_eager),
+            max_cudagraph_capture_size: self
+                .max_cudagraph_capture_size
+                .or(d.max_cudagraph_capture_size),
             swap_copies_per_block: self.swap_copies_per_block.or(d.swap_copies_per_block),
             record_timeseries: self.record_timeseries.unwrap_or(d.record_timeseries),
         }

@@ -211,12 +211,7 @@ impl Workload {
                         Some(rows) => rows[rr.random_range(0..rows.len())],
                         None => (prompt.sample(&mut pr), output.sample(&mut out)),
                     };
-                    v.push(Request {
-                        id: id as u64,
-                        arrival_s: t,
-                        prompt_tokens: p,
-                        output_tokens: o,
-                    });
+                    v.push(Request::new(id as u64, t, p, o));
                 }
                 v
             }

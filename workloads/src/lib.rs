@@ -155,8 +155,17 @@ pub enum Error {
 /// Results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// A run of shared prompt tokens (TEMPORARY stand-in until the workloads branch lands).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Segment {
+    /// Segment id.
+    pub id: u64,
+    /// Tokens.
+    pub len: u32,
+}
+
 /// One inference request.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Request {
     /// Position in the workload.
     pub id: u64,
@@ -166,6 +175,26 @@ pub struct Request {
     pub prompt_tokens: u32,
     /// Tokens to generate.
     pub output_tokens: u32,
+    /// Shared prefix segments.
+    #[serde(skip)]
+    pub prefix: Option<std::sync::Arc<[Segment]>>,
+    /// Output segment id.
+    #[serde(skip)]
+    pub output_segment: Option<u64>,
+}
+
+impl Request {
+    /// A request with no shared tokens.
+    pub fn new(id: u64, arrival_s: f64, prompt_tokens: u32, output_tokens: u32) -> Self {
+        Request {
+            id,
+            arrival_s,
+            prompt_tokens,
+            output_tokens,
+            prefix: None,
+            output_segment: None,
+        }
+    }
 }
 
 /// `batch` requests, all present at time 0, each with the same prompt and output length.
@@ -196,12 +225,7 @@ impl FixedBatch {
 
     /// The requests, in id order.
     pub fn requests(&self) -> impl Iterator<Item = Request> + '_ {
-        (0..u64::from(self.batch)).map(|id| Request {
-            id,
-            arrival_s: 0.0,
-            prompt_tokens: self.prompt,
-            output_tokens: self.gen_len,
-        })
+        (0..u64::from(self.batch)).map(|id| Request::new(id, 0.0, self.prompt, self.gen_len))
     }
 
     /// Total tokens the KV cache must hold at the end (`batch * (prompt + gen)`).

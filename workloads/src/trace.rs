@@ -287,11 +287,13 @@ impl Trace {
         Ok(rows
             .iter()
             .enumerate()
-            .map(|(i, r)| Request {
-                id: i as u64,
-                arrival_s: (r.arrived_at - options.start_s) * factor,
-                prompt_tokens: r.prompt_tokens,
-                output_tokens: r.output_tokens,
+            .map(|(i, r)| {
+                Request::new(
+                    i as u64,
+                    (r.arrived_at - options.start_s) * factor,
+                    r.prompt_tokens,
+                    r.output_tokens,
+                )
             })
             .collect())
     }

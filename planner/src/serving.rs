@@ -1,0 +1,90 @@
+//! A profile's `[serving]` section: what a serving engine costs on the host, besides the GPU's
+//! kernels. The serving simulator (`kvplan serve`) adds these to every engine step and request.
+//!
+//! vLLM V1 (v0.15.1) runs one engine-core process per GPU group: each step the host schedules
+//! (`Scheduler.schedule`), prepares the inputs and launches the model (`GPUModelRunner.
+//! execute_model`: a CUDA-graph replay, or launches around eager attention), and after the GPU
+//! processes the sampled tokens (`update_from_output`, output serialisation). With asynchronous
+//! scheduling (the default) the host prepares step `k + 1` while the GPU runs step `k`, so the
+//! host's time hides behind the GPU's unless it is longer. The API server process tokenises
+//! requests, detokenises and streams tokens; a client sees that latency on top of the engine's.
+//!
+//! The figures depend on the host CPU and the software version, not on the GPU: one set serves
+//! every preset unless a profile gives its own, and `kvplan calibrate --from-runs` fits them to
+//! measured serving runs.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::limits;
+
+/// `[serving]`: host-side costs of a serving engine, microseconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServingSection {
+    /// Where the figures come from.
+    pub source: String,
+    /// Host time before a step's launch: scheduling and input preparation, per step.
+    pub schedule_us: f64,
+    /// The same, per request in the step.
+    pub schedule_per_seq_us: f64,
+    /// The same, per token in the step (input ids, positions, slot mapping).
+    pub schedule_per_token_us: f64,
+    /// Host time after a step's output: sampled-token bookkeeping, `update_from_output`,
+    /// output serialisation, per step.
+    pub update_us: f64,
+    /// The same, per request in the step.
+    pub update_per_seq_us: f64,
+    /// Host time to replay one full CUDA graph.
+    pub graph_launch_us: f64,
+    /// Host time per layer of a step run as piecewise CUDA graphs (the eager attention call
+    /// between two graph pieces).
+    pub piecewise_layer_us: f64,
+    /// Per request, between the client and the engine: tokenisation, the hop to the engine
+    /// process, detokenisation and HTTP streaming (a client-side TTFT includes it).
+    pub frontend_us: f64,
+}
+
+impl Default for ServingSection {
+    fn default() -> Self {
+        ServingSection {
+            source: DEFAULT_SOURCE.into(),
+            schedule_us: 400.0,
+            schedule_per_seq_us: 8.0,
+            schedule_per_token_us: 0.05,
+            update_us: 200.0,
+            update_per_seq_us: 6.0,
+            graph_launch_us: 50.0,
+            piecewise_layer_us: 30.0,
+            frontend_us: 5000.0,
+        }
+    }
+}
+
+/// The source line of the built-in figures.
+pub const DEFAULT_SOURCE: &str = "kvplan's defaults for vLLM 0.15 (estimates)";
+
+impl ServingSection {
+    /// Checks every figure (`origin: serving.FIELD` in errors): each from 0 to 10 s.
+    pub fn check(&self, origin: &str) -> Result<()> {
+        for (field, v) in [
+            ("schedule_us", self.schedule_us),
+            ("schedule_per_seq_us", self.schedule_per_seq_us),
+            ("schedule_per_token_us", self.schedule_per_token_us),
+            ("update_us", self.update_us),
+            ("update_per_seq_us", self.update_per_seq_us),
+            ("graph_launch_us", self.graph_launch_us),
+            ("piecewise_layer_us", self.piecewise_layer_us),
+            ("frontend_us", self.frontend_us),
+        ] {
+            if !(v.is_finite() && (0.0..=1e7).contains(&v)) {
+                return Err(Error::invalid(
+                    format!("{origin}: serving.{field}"),
+                    limits::show(v),
+                    "must be from 0 to 10000000 microseconds",
+                ));
+            }
+        }
+        Ok(())
+    }
+}

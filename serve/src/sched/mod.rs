@@ -1,0 +1,339 @@
+//! Scheduling: the engine's request state ([`State`]) and one policy per scheduler kind, each
+//! forming the next step's batch ([`Step`]) from it.
+//!
+//! - [`v1::V1`]: vLLM V1's `Scheduler.schedule()` (v0.15.1).
+//! - [`v0::PrefillFirst`], [`v0::Mixed`], [`v0::Chunked`]: vLLM 0.4's default scheduler and the two
+//!   variants kvplan modelled before V1, with swap and hybrid preemption.
+//!
+//! Token accounting follows V1: a request's `computed` tokens advance when a step is scheduled;
+//! a step that completes a request's known tokens will sample one, counted as a placeholder until
+//! the step's output is processed ([`State::complete`]), so with asynchronous scheduling the next
+//! step can already decode the request (vLLM's `num_output_placeholders`).
+
+use std::collections::VecDeque;
+
+use kvplan_workloads::Request;
+
+use crate::config::Resolved;
+use crate::iteration::IterationShape;
+use crate::kv_cache::{KvCacheManager, Layout, ReqKv};
+use crate::output::{FinishReason, RejectReason, Status};
+
+pub mod v0;
+pub mod v1;
+
+/// Where a request is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// Not arrived yet.
+    Pending,
+    /// In the waiting queue (new, or preempted for recompute).
+    Waiting,
+    /// In the running list.
+    Running,
+    /// Swapped out to host memory (vLLM 0.4 schedulers).
+    Swapped,
+    /// Finished or rejected.
+    Done,
+}
+
+/// One request's state in the engine.
+#[derive(Debug, Clone)]
+pub struct Seq {
+    /// Prompt tokens.
+    pub prompt: u32,
+    /// Output tokens it will generate: the request's, cut at `max_model_len`.
+    pub target: u32,
+    /// Tokens with KV (scheduled, this step's included).
+    pub computed: u32,
+    /// Tokens generated and processed.
+    pub generated: u32,
+    /// Tokens sampled by steps in flight, not yet processed.
+    pub placeholders: u32,
+    /// Block table and hashes.
+    pub kv: ReqKv,
+    /// Host bytes held while swapped (KV and activations).
+    pub host_bytes: u64,
+    /// Activation blocks stored on host (hybrid).
+    pub act_blocks: u32,
+    /// Where it is.
+    pub place: Place,
+    /// First scheduled (engine time).
+    pub first_sched: f64,
+    /// First token processed.
+    pub first_token: f64,
+    /// Last token processed.
+    pub finish: f64,
+    /// Times preempted.
+    pub preemptions: u32,
+    /// Tokens swapped out, summed over preemptions.
+    pub swapped_tokens: u64,
+    /// Tokens dropped for recomputation, summed over preemptions.
+    pub recomputed_tokens: u64,
+    /// Prompt tokens found in the prefix cache when first scheduled (`None`: not looked up yet).
+    pub cached_tokens: Option<u32>,
+    /// Why it stopped.
+    pub finish_reason: FinishReason,
+}
+
+impl Seq {
+    /// Tokens known: prompt, generated and in flight.
+    #[inline]
+    pub fn known(&self) -> u32 {
+        self.prompt + self.generated + self.placeholders
+    }
+
+    /// Whether every output token is generated or in flight.
+    #[inline]
+    pub fn done_sampling(&self) -> bool {
+        self.generated + self.placeholders >= self.target
+    }
+}
+
+/// One step's batch: the shape the iteration model times and who gets what.
+#[derive(Debug, Clone, Default)]
+pub struct Step {
+    /// What the step runs.
+    pub shape: IterationShape,
+    /// `(request, tokens, samples a token)` in batch order.
+    pub members: Vec<(usize, u32, bool)>,
+}
+
+impl Step {
+    /// Empties it for reuse.
+    pub fn clear(&mut self) {
+        self.shape.clear();
+        self.members.clear();
+    }
+
+    /// Whether the step does nothing (no tokens, no copies).
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty() && self.shape.swap_out_blocks == 0 && self.shape.act_out_blocks == 0
+    }
+}
+
+/// Engine-wide counters.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Counters {
+    /// Preemptions.
+    pub preemptions: u64,
+    /// Bytes copied to host.
+    pub swap_out_bytes: u64,
+    /// Bytes copied back.
+    pub swap_in_bytes: u64,
+}
+
+/// The requests, queues and KV cache a policy schedules.
+pub struct State<'a> {
+    /// Settings.
+    pub r: &'a Resolved,
+    /// The requests, in input order.
+    pub reqs: &'a [Request],
+    /// Their state.
+    pub seqs: Vec<Seq>,
+    /// Outcome per request.
+    pub status: Vec<Status>,
+    /// Token layouts (prefix caching only; built when a request arrives).
+    pub layouts: Vec<Option<Layout>>,
+    /// Waiting queue (front first).
+    pub waiting: VecDeque<usize>,
+    /// Running list, in scheduling order.
+    pub running: Vec<usize>,
+    /// Swapped out (vLLM 0.4 schedulers).
+    pub swapped: VecDeque<usize>,
+    /// The GPU blocks.
+    pub kv: KvCacheManager,
+    /// Host swap space in use, bytes.
+    pub host_used: u64,
+    /// Counters.
+    pub counters: Counters,
+    /// Scratch for prefix-hit blocks.
+    pub hits: Vec<u32>,
+    /// Scratch list.
+    pub scratch: Vec<usize>,
+    /// The iteration model, for hybrid preemption's split (vLLM 0.4 schedulers).
+    pub hybrid: Option<crate::iteration::IterationTimer>,
+    /// Bytes of one block of stored layer inputs `X`, all layers (hybrid).
+    pub act_block_bytes: u64,
+}
+
+static EMPTY_LAYOUT: Layout = Layout::empty();
+
+impl<'a> State<'a> {
+    /// The state before any arrival.
+    pub fn new(r: &'a Resolved, reqs: &'a [Request]) -> Self {
+        State {
+            seqs: reqs
+                .iter()
+                .map(|q| Seq {
+                    prompt: q.prompt_tokens,
+                    target: q.output_tokens,
+                    computed: 0,
+                    generated: 0,
+                    placeholders: 0,
+                    kv: ReqKv::default(),
+                    host_bytes: 0,
+                    act_blocks: 0,
+                    place: Place::Pending,
+                    first_sched: f64::NAN,
+                    first_token: f64::NAN,
+                    finish: f64::NAN,
+                    preemptions: 0,
+                    swapped_tokens: 0,
+                    recomputed_tokens: 0,
+                    cached_tokens: None,
+                    finish_reason: FinishReason::Stop,
+                })
+                .collect(),
+            status: vec![Status::Finished; reqs.len()],
+            layouts: vec![None; if r.prefix_caching { reqs.len() } else { 0 }],
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            swapped: VecDeque::new(),
+            kv: KvCacheManager::new(r.gpu_blocks, r.config.block_size, r.prefix_caching),
+            host_used: 0,
+            counters: Counters::default(),
+            hits: Vec::new(),
+            scratch: Vec::new(),
+            hybrid: None,
+            act_block_bytes: 0,
+            r,
+            reqs,
+        }
+    }
+
+    /// The token layout of request `v` (empty without prefix caching: nothing is hashed).
+    #[inline]
+    pub fn layout(&self, v: usize) -> &Layout {
+        match self.layouts.get(v) {
+            Some(Some(l)) => l,
+            _ => &EMPTY_LAYOUT,
+        }
+    }
+
+    /// Blocks of `tokens` tokens.
+    #[inline]
+    pub fn blocks_for(&self, tokens: u32) -> u32 {
+        tokens.div_ceil(self.r.config.block_size)
+    }
+
+    /// Whether there is anything to schedule.
+    pub fn has_work(&self) -> bool {
+        !self.waiting.is_empty() || !self.running.is_empty() || !self.swapped.is_empty()
+    }
+
+    /// Admits request `i` to the waiting queue, or rejects it.
+    pub fn arrive(&mut self, i: usize) {
+        if let Some(reason) = self.reject_reason(i) {
+            self.status[i] = Status::Rejected(reason);
+            self.seqs[i].place = Place::Done;
+            return;
+        }
+        let mml = self.r.max_model_len;
+        let s = &mut self.seqs[i];
+        // vLLM's check_stop: the request stops once prompt + output reaches max_model_len.
+        let room = mml - s.prompt;
+        if s.target > room {
+            s.target = room;
+            s.finish_reason = FinishReason::Length;
+        }
+        s.place = Place::Waiting;
+        if self.r.prefix_caching {
+            self.layouts[i] = Some(Layout::of(&self.reqs[i]));
+        }
+        self.waiting.push_back(i);
+    }
+
+    fn reject_reason(&self, i: usize) -> Option<RejectReason> {
+        let s = &self.seqs[i];
+        if s.prompt == 0 || s.target == 0 {
+            return Some(RejectReason::EmptyRequest);
+        }
+        // vLLM's input processor: a prompt of max_model_len tokens or more leaves no room for
+        // one output token.
+        if s.prompt >= self.r.max_model_len {
+            return Some(RejectReason::PromptTooLong);
+        }
+        if self.r.config.scheduler == crate::SchedulerKind::VllmV1 {
+            return None;
+        }
+        let total = (s.prompt + s.target).min(self.r.max_model_len);
+        if self.blocks_for(total) > self.r.usable_blocks - self.r.watermark_blocks {
+            return Some(RejectReason::ExceedsKvCapacity);
+        }
+        if !self.r.chunked_prefill && s.prompt > self.r.max_num_batched_tokens {
+            return Some(RejectReason::ExceedsBatchTokens);
+        }
+        None
+    }
+
+    /// Schedules `n` tokens of request `v` in `step` (its blocks already allocated): advances
+    /// its computed tokens and, when they reach its known tokens, counts a token being sampled.
+    pub fn schedule_tokens(&mut self, step: &mut Step, v: usize, n: u32, now: f64) {
+        let s = &mut self.seqs[v];
+        s.computed += n;
+        let emits = s.computed == s.known();
+        if emits {
+            s.placeholders += 1;
+            step.shape.logits += 1;
+        }
+        if s.first_sched.is_nan() {
+            s.first_sched = now;
+        }
+        step.shape.seqs.push((n, s.computed));
+        step.members.push((v, n, emits));
+    }
+
+    /// Processes a step's output at time `now`: sampled tokens become generated; requests with
+    /// all their tokens finish and free their blocks.
+    pub fn complete(&mut self, step: &Step, now: f64) {
+        let mut finished = false;
+        for &(v, _, emits) in &step.members {
+            if !emits {
+                continue;
+            }
+            let s = &mut self.seqs[v];
+            s.placeholders -= 1;
+            s.generated += 1;
+            if s.first_token.is_nan() {
+                s.first_token = now;
+            }
+            if s.generated >= s.target && s.place != Place::Done {
+                s.finish = now;
+                let was = s.place;
+                s.place = Place::Done;
+                let mut kv = std::mem::take(&mut s.kv);
+                self.kv.free(&mut kv);
+                kv.clear();
+                finished = true;
+                if was == Place::Waiting {
+                    // Preempted while its last token was in flight.
+                    self.waiting.retain(|&w| w != v);
+                }
+                if let Some(l) = self.layouts.get_mut(v) {
+                    *l = None;
+                }
+            }
+        }
+        if finished {
+            let seqs = &self.seqs;
+            self.running.retain(|&v| seqs[v].place != Place::Done);
+        }
+    }
+}
+
+/// A scheduling policy: forms the next step from the state.
+pub trait Policy {
+    /// Fills `step` (cleared by the caller) with the next step's batch at engine time `now`.
+    fn schedule(&mut self, st: &mut State<'_>, step: &mut Step, now: f64);
+}
+
+/// The policy of a scheduler kind.
+pub fn policy(kind: crate::SchedulerKind) -> Box<dyn Policy> {
+    match kind {
+        crate::SchedulerKind::VllmV1 => Box::new(v1::V1),
+        crate::SchedulerKind::PrefillFirst => Box::new(v0::PrefillFirst),
+        crate::SchedulerKind::Mixed => Box::new(v0::Mixed),
+        crate::SchedulerKind::Chunked => Box::new(v0::Chunked),
+    }
+}
