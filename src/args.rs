@@ -800,7 +800,12 @@ the file):
 /// Serving scheduler (`--scheduler`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum SchedulerArg {
-    /// vLLM's default: whole prompts first, then decode every running sequence
+    /// vLLM V1 (0.15): one token budget, running requests first, then waiting ones; prefix
+    /// caching, chunked prefill, recompute preemption, asynchronous scheduling
+    #[value(name = "vllm-v1")]
+    VllmV1,
+    /// vLLM 0.4's default: whole prompts first, then decode every running sequence
+    #[value(name = "vllm-v0", alias = "prefill-first")]
     PrefillFirst,
     /// Decode the running sequences and admit whole prompts in the same iteration
     Mixed,
@@ -856,12 +861,49 @@ pub struct ServeArgs {
     /// Seed of the synthetic workload's random streams [default: 0]
     #[arg(long, value_name = "N")]
     pub seed: Option<u64>,
-    /// Scheduler [default: prefill-first]
+    /// Scheduler [default: vllm-v1]
     #[arg(long, value_enum)]
     pub scheduler: Option<SchedulerArg>,
-    /// What happens to a preempted sequence's KV [default: recompute]
+    /// What happens to a preempted sequence's KV (vllm-v1: recompute only) [default: recompute]
     #[arg(long, value_enum)]
     pub preemption: Option<PreemptionArg>,
+    /// Automatic prefix caching: reuse cached full KV blocks of a shared prompt prefix
+    /// [default: on for vllm-v1, off for the vLLM 0.4 schedulers]
+    #[arg(long, overrides_with = "no_enable_prefix_caching")]
+    pub enable_prefix_caching: bool,
+    /// Turn automatic prefix caching off
+    #[arg(long, overrides_with = "enable_prefix_caching")]
+    pub no_enable_prefix_caching: bool,
+    /// vllm-v1: split long prompts into chunks within the token budget [default: on]
+    #[arg(long, overrides_with = "no_enable_chunked_prefill")]
+    pub enable_chunked_prefill: bool,
+    /// vllm-v1: a prompt waits until its uncached tokens fit one step's budget
+    #[arg(long, overrides_with = "enable_chunked_prefill")]
+    pub no_enable_chunked_prefill: bool,
+    /// Schedule the next step while the GPU runs this one [default: on for vllm-v1]
+    #[arg(long, overrides_with = "no_async_scheduling")]
+    pub async_scheduling: bool,
+    /// Schedule each step after the previous one's output is processed
+    #[arg(long, overrides_with = "async_scheduling")]
+    pub no_async_scheduling: bool,
+    /// No CUDA graphs: every kernel launched from the host
+    #[arg(long)]
+    pub enforce_eager: bool,
+    /// Largest CUDA-graph batch in tokens [default: min(2 x max-num-seqs, 512,
+    /// max-num-batched-tokens)]
+    #[arg(long, value_name = "TOKENS")]
+    pub max_cudagraph_capture_size: Option<u32>,
+    /// Longest request, prompt plus output tokens: longer prompts are rejected, generation stops
+    /// here (finish reason `length`) [default: the model's context]
+    #[arg(long, value_name = "TOKENS")]
+    pub max_model_len: Option<u32>,
+    /// Use this many GPU KV blocks (a count measured on the real server) instead of kvplan's
+    /// memory accounting; vllm-v1 keeps one as the null block, as vLLM does
+    #[arg(long, value_name = "N")]
+    pub num_gpu_blocks_override: Option<u32>,
+    /// vllm-v1: most tokens of one request's prefill chunk per step (0: no cap) [default: 0]
+    #[arg(long, value_name = "TOKENS")]
+    pub long_prefill_token_threshold: Option<u32>,
     /// Tokens per KV block [default: 16]
     #[arg(long, value_name = "TOKENS")]
     pub block_size: Option<u32>,
@@ -871,10 +913,12 @@ pub struct ServeArgs {
     /// Host memory for swapped-out KV, GiB [default: 4]
     #[arg(long, value_name = "GIB", allow_negative_numbers = true)]
     pub swap_space_gib: Option<f64>,
-    /// Most sequences in one iteration [default: 256]
+    /// Most sequences running at once [default: vllm-v1 as vLLM 0.15's API server: 1024 on
+    /// GPUs of 70 GiB or more other than A100, else 256; 256 for the vLLM 0.4 schedulers]
     #[arg(long, value_name = "N")]
     pub max_num_seqs: Option<u32>,
-    /// Most tokens in one iteration [default: 2048 for chunked, else max(2048, context)]
+    /// Most tokens in one step [default: vllm-v1: 8192 on GPUs of 70 GiB or more other than
+    /// A100, else 2048; chunked 2048; vllm-v0 and mixed max(2048, max-model-len)]
     #[arg(long, value_name = "N")]
     pub max_num_batched_tokens: Option<u32>,
     /// Tensor-parallel GPUs (vLLM's flag): one rank is simulated with 1/N of the heads, FFN
@@ -930,6 +974,7 @@ impl ServeArgs {
                 gpu_memory_utilization: self.gpu_memory_utilization,
                 swap_space_gib: self.swap_space_gib,
                 scheduler: self.scheduler.map(|s| match s {
+                    SchedulerArg::VllmV1 => SchedulerKind::VllmV1,
                     SchedulerArg::PrefillFirst => SchedulerKind::PrefillFirst,
                     SchedulerArg::Mixed => SchedulerKind::Mixed,
                     SchedulerArg::Chunked => SchedulerKind::Chunked,
@@ -942,6 +987,20 @@ impl ServeArgs {
                 max_num_seqs: self.max_num_seqs,
                 max_num_batched_tokens: self.max_num_batched_tokens,
                 tensor_parallel_size: self.tensor_parallel_size,
+                enable_prefix_caching: on_off(
+                    self.enable_prefix_caching,
+                    self.no_enable_prefix_caching,
+                ),
+                enable_chunked_prefill: on_off(
+                    self.enable_chunked_prefill,
+                    self.no_enable_chunked_prefill,
+                ),
+                async_scheduling: on_off(self.async_scheduling, self.no_async_scheduling),
+                enforce_eager: self.enforce_eager.then_some(true),
+                max_cudagraph_capture_size: self.max_cudagraph_capture_size,
+                max_model_len: self.max_model_len,
+                num_gpu_blocks_override: self.num_gpu_blocks_override,
+                long_prefill_token_threshold: self.long_prefill_token_threshold,
                 // The per-iteration series costs memory on long runs: keep it only when a file
                 // needs it.
                 record_timeseries: Some(
@@ -952,6 +1011,15 @@ impl ServeArgs {
                 ..RawConfig::default()
             },
         }
+    }
+}
+
+/// A `--flag` / `--no-flag` pair as an optional setting (neither: the default).
+fn on_off(on: bool, off: bool) -> Option<bool> {
+    match (on, off) {
+        (true, _) => Some(true),
+        (_, true) => Some(false),
+        _ => None,
     }
 }
 

@@ -205,14 +205,29 @@ struct SloRow {
     fails_at_qps: Option<f64>,
     /// Why the next rate up fails (the terms it misses).
     limited_by: Vec<String>,
+    /// Requests per second meeting every objective at `max_qps` (vLLM's goodput).
+    goodput_rps: Option<f64>,
+    /// Percentiles at `max_qps` over the measured requests (rejected and truncated ones
+    /// counted as infinite).
+    ttft: kvplan_serve::output::Percentiles,
+    tpot: kvplan_serve::output::Percentiles,
+    e2e: kvplan_serve::output::Percentiles,
     ttft_p99_s: f64,
     tpot_p99_s: f64,
     e2e_p99_s: f64,
     output_tok_s: f64,
+    /// Measured requests at `max_qps` that were rejected / cut at max_model_len.
+    rejected: u64,
+    truncated: u64,
+    measured_requests: u64,
+    requests_per_rate: u64,
     rates_served: usize,
     replicas: Option<u64>,
     gpus: Option<u64>,
     usd_per_hour: Option<f64>,
+    /// Price per million output tokens / all tokens at `max_qps`, when the profile has one.
+    usd_per_m_output_tokens: Option<f64>,
+    usd_per_m_tokens: Option<f64>,
 }
 
 /// `kvplan capacity --slo`: the highest request rate each configuration sustains under the
@@ -255,9 +270,6 @@ pub fn slo_capacity(args: &crate::args::CapacityArgs) -> Result<Output, CliError
     if args.seed.is_some() {
         w.seed = args.seed;
     }
-    if w.requests.is_none() {
-        w.requests = Some(1000);
-    }
     if w.trace.is_none() && w.arrivals.is_none() {
         w.arrivals = Some("poisson".into());
     }
@@ -288,6 +300,9 @@ pub fn slo_capacity(args: &crate::args::CapacityArgs) -> Result<Output, CliError
         rel_tol: args.qps_tolerance,
         ..SearchOptions::default()
     };
+    if let Some(n) = w.requests {
+        base.workload.requests = Some(n.max(1));
+    }
     let mut rows = Vec::new();
     for h in &hardware {
         let profile = kvplan_planner::HardwareProfile::resolve(h)?;
@@ -303,26 +318,46 @@ pub fn slo_capacity(args: &crate::args::CapacityArgs) -> Result<Output, CliError
                 .probes
                 .iter()
                 .find(|p| Some(p.qps) == c.fails_at)
-                .map(|p| slo.misses(&p.summary))
+                .map(|p| slo.misses(&p.window))
                 .unwrap_or_default();
+            let requests_per_rate = c
+                .probes
+                .iter()
+                .find(|p| Some(p.qps) == c.max_qps)
+                .map_or(0, |p| p.requests);
             let sizing = match (args.target_qps, c.max_qps) {
                 (Some(t), Some(q)) => Some(size_for(t, q, tp, profile.gpu.price_usd_per_hour)),
                 _ => None,
             };
+            let price = profile.gpu.price_usd_per_hour;
+            let per_m = |tok_s: f64| {
+                price.and_then(|p| kvplan_serve::capacity::usd_per_million_tokens(p, tp, tok_s))
+            };
+            let found = c.max_qps.is_some();
             rows.push(SloRow {
                 hardware: profile.name.clone(),
                 tensor_parallel_size: tp,
                 max_qps: c.max_qps,
                 fails_at_qps: c.fails_at,
                 limited_by,
+                goodput_rps: found.then_some(c.at.goodput_rps),
+                ttft: c.at.ttft_s,
+                tpot: c.at.tpot_s,
+                e2e: c.at.e2e_s,
                 ttft_p99_s: c.at.ttft_s.p99,
                 tpot_p99_s: c.at.tpot_s.p99,
                 e2e_p99_s: c.at.e2e_s.p99,
                 output_tok_s: c.at.output_tokens_per_s,
+                rejected: c.at.rejected,
+                truncated: c.at.truncated,
+                measured_requests: c.at.measured,
+                requests_per_rate,
                 rates_served: c.probes.len(),
                 replicas: sizing.map(|s| s.replicas),
                 gpus: sizing.map(|s| s.gpus),
                 usd_per_hour: sizing.and_then(|s| s.usd_per_hour),
+                usd_per_m_output_tokens: found.then(|| per_m(c.at.output_tokens_per_s)).flatten(),
+                usd_per_m_tokens: found.then(|| per_m(c.at.total_tokens_per_s)).flatten(),
             });
         }
     }
@@ -367,64 +402,111 @@ pub fn slo_capacity(args: &crate::args::CapacityArgs) -> Result<Output, CliError
                 "tensor_parallel_size",
                 "max_qps",
                 "fails_at_qps",
+                "goodput_rps",
+                "ttft_p50_s",
+                "ttft_p90_s",
+                "ttft_p95_s",
                 "ttft_p99_s",
+                "tpot_p50_s",
+                "tpot_p90_s",
+                "tpot_p95_s",
                 "tpot_p99_s",
+                "e2e_p50_s",
+                "e2e_p90_s",
+                "e2e_p95_s",
                 "e2e_p99_s",
                 "output_tok_s",
+                "rejected",
+                "truncated",
+                "measured_requests",
                 "replicas",
                 "gpus",
                 "usd_per_hour",
+                "usd_per_m_output_tokens",
+                "usd_per_m_tokens",
             ],
             &rows
                 .iter()
                 .map(|r| {
-                    vec![
+                    let n = crate::commands::csv_number;
+                    let mut row = vec![
                         r.hardware.clone(),
                         r.tensor_parallel_size.to_string(),
                         num(r.max_qps),
                         num(r.fails_at_qps),
-                        crate::commands::csv_number(r.ttft_p99_s),
-                        crate::commands::csv_number(r.tpot_p99_s),
-                        crate::commands::csv_number(r.e2e_p99_s),
-                        crate::commands::csv_number(r.output_tok_s),
+                        num(r.goodput_rps),
+                    ];
+                    for p in [&r.ttft, &r.tpot, &r.e2e] {
+                        row.extend([n(p.p50), n(p.p90), n(p.p95), n(p.p99)]);
+                    }
+                    row.extend([
+                        n(r.output_tok_s),
+                        r.rejected.to_string(),
+                        r.truncated.to_string(),
+                        r.measured_requests.to_string(),
                         r.replicas.map_or(String::new(), |v| v.to_string()),
                         r.gpus.map_or(String::new(), |v| v.to_string()),
                         num(r.usd_per_hour),
-                    ]
+                        num(r.usd_per_m_output_tokens),
+                        num(r.usd_per_m_tokens),
+                    ]);
+                    row
                 })
                 .collect::<Vec<_>>(),
         ),
         Format::Table => {
+            let steady = opts.steady;
             let mut out = format!(
-                "serving capacity under {slo} ({} requests per rate, rates within {}%)\n",
-                base.workload.requests.unwrap_or_default(),
+                "serving capacity under {slo} at steady state (each rate served for at least {} \
+                 requests and {} s of arrivals, the first {}% left out as warm-up; the queue must \
+                 not grow; rejected and truncated requests count as misses; rates within {}%)\n",
+                base.workload.requests.unwrap_or(0).max(steady.min_requests),
+                steady.min_duration_s,
+                steady.warmup_fraction * 100.0,
                 args.qps_tolerance * 100.0
             );
             let mut header = vec![
                 "hardware",
                 "TP",
                 "max req/s",
-                "TTFT p99",
-                "TPOT p99",
+                "goodput req/s",
+                "TTFT p50 / p95 / p99",
+                "TPOT p50 / p95 / p99",
                 "E2E p99",
+                "rejected",
                 "output tok/s",
                 "limited by",
             ];
+            let priced = rows.iter().any(|r| r.usd_per_m_output_tokens.is_some());
+            if priced {
+                header.push("$/M output tok");
+            }
             if args.target_qps.is_some() {
                 header.extend(["replicas", "GPUs", "$/hour"]);
             }
             let mut t = Table::new(&header);
             for r in &rows {
+                let three = |p: &kvplan_serve::output::Percentiles| {
+                    format!("{} / {} / {}", secs(p.p50), secs(p.p95), secs(p.p99))
+                };
                 let mut cells = vec![
                     r.hardware.clone(),
                     r.tensor_parallel_size.to_string(),
                     r.max_qps.map_or("none".to_string(), |q| format!("{q:.2}")),
-                    secs(r.ttft_p99_s),
-                    secs(r.tpot_p99_s),
+                    r.goodput_rps.map_or("-".into(), |g| format!("{g:.2}")),
+                    three(&r.ttft),
+                    three(&r.tpot),
                     secs(r.e2e_p99_s),
+                    format!("{} of {}", r.rejected, r.measured_requests),
                     format!("{:.0}", r.output_tok_s),
                     r.limited_by.join(", "),
                 ];
+                if priced {
+                    cells.push(
+                        r.usd_per_m_output_tokens
+                            .map_or("-".into(), |v| format!("{v:.3}")),
+                    );
+                }
                 if args.target_qps.is_some() {
                     cells.push(r.replicas.map_or("-".into(), |v| v.to_string()));
                     cells.push(r.gpus.map_or("-".into(), |v| v.to_string()));

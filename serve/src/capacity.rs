@@ -1,18 +1,35 @@
 //! SLO capacity: the highest request rate a serving configuration sustains under latency
-//! objectives, by bisection on the serving simulator.
+//! objectives at steady state, by bisection on the serving simulator.
 //!
 //! An [`Slo`] is a list of terms `METRIC_PCT=LIMIT` (`ttft_p99=2s,tpot_p99=100ms`): metric
-//! `ttft`, `tpot`, `e2e` or `queue`; percentile `p50`, `p90` or `p99`; a limit in `s`, `ms` or
-//! `us`. A rate meets the SLO when every term's percentile over the finished requests is within
-//! its limit and at least one request finished. [`max_qps`] searches the scenario's arrival rate
-//! (`workload.qps`: a Poisson or Gamma process, or a trace replay rescaled to that rate):
-//! halving from a start rate until a rate meets the SLO, doubling until one does not, then
-//! bisecting until the two are within a relative tolerance. Every evaluation serves the same
-//! seeded requests at another rate, so the search is deterministic.
+//! `ttft`, `tpot`, `e2e` or `queue`; percentile `p50`, `p90`, `p95` or `p99`; a limit in `s`,
+//! `ms` or `us`. [`max_qps`] searches the scenario's arrival rate (`workload.qps`: a Poisson or
+//! Gamma process, or a trace replay rescaled to that rate): halving from a start rate until a
+//! rate meets the SLO, doubling until one does not, then bisecting until the two are within a
+//! relative tolerance. Every evaluation serves the same seeded request stream at another rate,
+//! so the search is deterministic.
+//!
+//! A rate is judged at steady state ([`SteadyState`], [`judge`]):
+//! - the run is long enough to show a queue building: at least `min_requests` requests and
+//!   `min_duration_s` seconds of arrivals;
+//! - the first `warmup_fraction` of the arrival span is warm-up, left out of every figure;
+//! - the service keeps up: the rate is at most `1 − headroom` of the configuration's service
+//!   rate (its completion rate when always backlogged: the same request stream arriving at
+//!   once, completions per second between the 20% and 80% marks, [`service_rate`]), and the
+//!   queueing delay's least-squares trend across the measured requests adds at most
+//!   `max(max_queue_growth_s, 10% of their mean queueing delay)` (a server slower than the
+//!   arrivals adds delay in proportion to the run's length);
+//! - rejected requests and requests cut at `max_model_len` count against every objective (as
+//!   an infinite latency), so a percentile holds only if enough requests were served whole.
+//!
+//! Goodput is vLLM's (`vllm bench serve --goodput`): measured requests meeting every objective's
+//! limit themselves, per second of the measured span.
 
 use std::fmt;
 
-use crate::output::{Percentiles, Summary};
+use serde::Serialize;
+
+use crate::output::{FinishReason, Output, Percentiles, RequestRecord, Status, Summary};
 use crate::scenario::{RawServeScenario, ScenarioError};
 
 /// A latency metric of the serving summary.
@@ -38,12 +55,21 @@ impl Metric {
         }
     }
 
-    fn of(self, s: &Summary) -> &Percentiles {
+    fn of(self, s: &Window) -> &Percentiles {
         match self {
             Metric::Ttft => &s.ttft_s,
             Metric::Tpot => &s.tpot_s,
             Metric::E2e => &s.e2e_s,
             Metric::Queue => &s.queue_s,
+        }
+    }
+
+    fn of_request(self, r: &RequestRecord) -> f64 {
+        match self {
+            Metric::Ttft => r.ttft_s,
+            Metric::Tpot => r.tpot_s,
+            Metric::E2e => r.e2e_s,
+            Metric::Queue => r.queue_s,
         }
     }
 }
@@ -55,6 +81,8 @@ pub enum Pct {
     P50,
     /// 90th percentile.
     P90,
+    /// 95th percentile.
+    P95,
     /// 99th percentile.
     P99,
 }
@@ -64,6 +92,7 @@ impl Pct {
         match self {
             Pct::P50 => "p50",
             Pct::P90 => "p90",
+            Pct::P95 => "p95",
             Pct::P99 => "p99",
         }
     }
@@ -72,6 +101,7 @@ impl Pct {
         match self {
             Pct::P50 => p.p50,
             Pct::P90 => p.p90,
+            Pct::P95 => p.p95,
             Pct::P99 => p.p99,
         }
     }
@@ -94,8 +124,8 @@ impl Term {
         format!("{}_{}", self.metric.name(), self.pct.name())
     }
 
-    /// The term's value in a summary, seconds.
-    pub fn observed(&self, s: &Summary) -> f64 {
+    /// The term's value in a measured window, seconds.
+    pub fn observed(&self, s: &Window) -> f64 {
         self.pct.of(self.metric.of(s))
     }
 }
@@ -131,7 +161,7 @@ pub enum CapacityError {
     Scenario(#[from] Box<ScenarioError>),
 }
 
-const FORM: &str = "write METRIC_PCT=LIMIT with METRIC ttft, tpot, e2e or queue, PCT p50, p90 or p99, \
+const FORM: &str = "write METRIC_PCT=LIMIT with METRIC ttft, tpot, e2e or queue, PCT p50, p90, p95 or p99, \
                     and LIMIT in s, ms or us, e.g. ttft_p99=2s,tpot_p99=100ms";
 
 impl std::str::FromStr for Slo {
@@ -164,6 +194,7 @@ impl std::str::FromStr for Slo {
             let pct = match pct {
                 "p50" => Pct::P50,
                 "p90" => Pct::P90,
+                "p95" => Pct::P95,
                 "p99" => Pct::P99,
                 p => return Err(bad(raw, format!("unknown percentile '{p}'; {FORM}"))),
             };
@@ -232,14 +263,16 @@ fn round(v: f64) -> f64 {
 }
 
 impl Slo {
-    /// Whether `s` meets every term (and some request finished).
-    pub fn met(&self, s: &Summary) -> bool {
-        s.finished > 0 && self.0.iter().all(|t| t.observed(s) <= t.limit_s)
+    /// Whether `s` meets every term, was stable, and some request was served whole.
+    pub fn met(&self, s: &Window) -> bool {
+        s.served > 0 && s.stable && self.0.iter().all(|t| t.observed(s) <= t.limit_s)
     }
 
-    /// The terms `s` misses, as `ttft_p99 2.4s > 2s`.
-    pub fn misses(&self, s: &Summary) -> Vec<String> {
-        self.0
+    /// What `s` misses: the terms, as `ttft_p99 2.4s > 2s`, and `queue grows` when the service
+    /// did not keep up.
+    pub fn misses(&self, s: &Window) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .0
             .iter()
             .filter(|t| t.observed(s) > t.limit_s)
             .map(|t| {
@@ -250,8 +283,250 @@ impl Slo {
                     show_seconds(t.limit_s)
                 )
             })
-            .collect()
+            .collect();
+        if !s.stable {
+            if s.service_rps > 0.0 && s.offered_rps > s.stable_limit_rps {
+                v.push(format!(
+                    "{} req/s is above {} req/s, {:.0}% of the service rate",
+                    round(s.offered_rps),
+                    round(s.stable_limit_rps),
+                    100.0 * s.stable_limit_rps / s.service_rps
+                ));
+            } else {
+                v.push(format!(
+                    "queue delay grows {} over the run",
+                    show_seconds(s.queue_growth_s)
+                ));
+            }
+        }
+        v
     }
+
+    /// Whether one request meets every term's limit (vLLM's goodput rule, `<=`).
+    pub fn request_ok(&self, r: &RequestRecord) -> bool {
+        r.status == Status::Finished
+            && r.finish_reason != Some(FinishReason::Length)
+            && self.0.iter().all(|t| t.metric.of_request(r) <= t.limit_s)
+    }
+}
+
+/// How long a rate is served and how it is judged.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SteadyState {
+    /// At least this many requests per rate.
+    pub min_requests: u64,
+    /// At least this many seconds of arrivals per rate.
+    pub min_duration_s: f64,
+    /// Leading fraction of the arrival span left out as warm-up.
+    pub warmup_fraction: f64,
+    /// The queueing delay may grow by at most this much across the measured requests (or a
+    /// tenth of their mean queueing delay, whichever is larger), seconds.
+    pub max_queue_growth_s: f64,
+    /// A rate must stay this fraction below the service rate.
+    pub headroom: f64,
+}
+
+impl Default for SteadyState {
+    fn default() -> Self {
+        SteadyState {
+            min_requests: 2000,
+            min_duration_s: 300.0,
+            warmup_fraction: 0.1,
+            max_queue_growth_s: 1.0,
+            headroom: 0.03,
+        }
+    }
+}
+
+impl SteadyState {
+    /// Requests to serve at `qps`.
+    pub fn requests_at(&self, qps: f64) -> u64 {
+        let by_time = (qps * self.min_duration_s).ceil();
+        (by_time.min(crate::scenario::MAX_STEADY_REQUESTS as f64) as u64).max(self.min_requests)
+    }
+}
+
+/// A rate's measured requests (after warm-up): percentiles with rejected and truncated requests
+/// counted as infinite, goodput, and whether the service kept up.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Window {
+    /// Requests arriving after the warm-up.
+    pub measured: u64,
+    /// Of those, served whole (finished, not cut at `max_model_len`).
+    pub served: u64,
+    /// Of those, rejected.
+    pub rejected: u64,
+    /// Of those, cut at `max_model_len`.
+    pub truncated: u64,
+    /// Seconds from the first to the last measured arrival.
+    pub span_s: f64,
+    /// Served requests per second of the span.
+    pub requests_per_s: f64,
+    /// Output tokens of served requests per second of the span.
+    pub output_tokens_per_s: f64,
+    /// Prompt + output tokens of served requests per second of the span.
+    pub total_tokens_per_s: f64,
+    /// Requests meeting every objective per second (vLLM's goodput).
+    pub goodput_rps: f64,
+    /// Time to first token.
+    pub ttft_s: Percentiles,
+    /// Time per output token.
+    pub tpot_s: Percentiles,
+    /// End to end.
+    pub e2e_s: Percentiles,
+    /// Queueing in the engine.
+    pub queue_s: Percentiles,
+    /// The queueing delay's trend across the span: slope × span, seconds.
+    pub queue_growth_s: f64,
+    /// The rate offered, requests/s (0 when not known).
+    pub offered_rps: f64,
+    /// The configuration's service rate, requests/s (0 when not measured).
+    pub service_rps: f64,
+    /// The highest rate judged stable: `(1 − headroom) × service_rps`.
+    pub stable_limit_rps: f64,
+    /// Whether the service kept up (within the headroom, growth within the allowance).
+    pub stable: bool,
+}
+
+/// Judges a run offered at `offered_rps` on a configuration serving at most `service_rps`
+/// (either 0 when not known): the requests arriving after the warm-up (see the module docs).
+pub fn judge(
+    out: &Output,
+    slo: &Slo,
+    steady: &SteadyState,
+    offered_rps: f64,
+    service_rps: f64,
+) -> Window {
+    let reqs = &out.requests;
+    let (first, last) = match (reqs.first(), reqs.last()) {
+        (Some(a), Some(b)) => (a.arrival_s, b.arrival_s),
+        _ => (0.0, 0.0),
+    };
+    let cut = first + steady.warmup_fraction * (last - first);
+    let window: Vec<&RequestRecord> = reqs.iter().filter(|r| r.arrival_s >= cut).collect();
+    let start = window.first().map_or(0.0, |r| r.arrival_s);
+    let end = window.last().map_or(0.0, |r| r.arrival_s);
+    let span = end - start;
+    let whole = |r: &RequestRecord| {
+        r.status == Status::Finished && r.finish_reason != Some(FinishReason::Length)
+    };
+    let col = |m: Metric| {
+        let mut v: Vec<f64> = window
+            .iter()
+            .map(|r| {
+                if whole(r) {
+                    m.of_request(r)
+                } else {
+                    f64::INFINITY
+                }
+            })
+            .collect();
+        Percentiles::of(&mut v)
+    };
+    let served: Vec<&&RequestRecord> = window.iter().filter(|r| whole(r)).collect();
+    let per_s = |x: f64| if span > 0.0 { x / span } else { 0.0 };
+    let out_tok: u64 = served.iter().map(|r| u64::from(r.output_tokens)).sum();
+    let in_tok: u64 = served.iter().map(|r| u64::from(r.prompt_tokens)).sum();
+    let good = window.iter().filter(|r| slo.request_ok(r)).count();
+    // Least-squares slope of the queueing delay over arrival time (served requests).
+    let n = served.len() as f64;
+    let growth = if served.len() >= 2 && span > 0.0 {
+        let mx = served.iter().map(|r| r.arrival_s).sum::<f64>() / n;
+        let my = served.iter().map(|r| r.queue_s).sum::<f64>() / n;
+        let (mut sxy, mut sxx) = (0.0, 0.0);
+        for r in &served {
+            let dx = r.arrival_s - mx;
+            sxy += dx * (r.queue_s - my);
+            sxx += dx * dx;
+        }
+        if sxx > 0.0 { sxy / sxx * span } else { 0.0 }
+    } else {
+        0.0
+    };
+    let mean_queue = if n > 0.0 {
+        served.iter().map(|r| r.queue_s).sum::<f64>() / n
+    } else {
+        0.0
+    };
+    Window {
+        measured: window.len() as u64,
+        served: served.len() as u64,
+        rejected: window
+            .iter()
+            .filter(|r| r.status != Status::Finished)
+            .count() as u64,
+        truncated: window
+            .iter()
+            .filter(|r| r.finish_reason == Some(FinishReason::Length))
+            .count() as u64,
+        span_s: span,
+        requests_per_s: per_s(served.len() as f64),
+        output_tokens_per_s: per_s(out_tok as f64),
+        total_tokens_per_s: per_s((out_tok + in_tok) as f64),
+        goodput_rps: per_s(good as f64),
+        ttft_s: col(Metric::Ttft),
+        tpot_s: col(Metric::Tpot),
+        e2e_s: col(Metric::E2e),
+        queue_s: col(Metric::Queue),
+        queue_growth_s: growth,
+        offered_rps,
+        service_rps,
+        stable_limit_rps: (1.0 - steady.headroom) * service_rps,
+        stable: growth <= steady.max_queue_growth_s.max(0.1 * mean_queue)
+            && (service_rps <= 0.0 || offered_rps <= (1.0 - steady.headroom) * service_rps),
+    }
+}
+
+/// The configuration's service rate for `base`'s requests: the stream arriving all at once (at
+/// least `min_requests` requests and eight times `max_num_seqs`), completions per second
+/// between the 20% and 80% marks of the completion order.
+pub fn service_rate(base: &RawServeScenario, steady: &SteadyState) -> Result<f64, CapacityError> {
+    let mut raw = base.clone();
+    if raw.workload.trace.is_some() {
+        raw.workload.qps = None;
+        raw.workload.time_scale = Some(1e-9);
+    } else {
+        raw.workload.arrivals = Some("all-at-once".into());
+        raw.workload.qps = None;
+        raw.workload.cv = None;
+        raw.workload.requests = Some(steady.min_requests);
+        let seqs = raw
+            .clone()
+            .resolve()
+            .map_err(Box::new)?
+            .resolved
+            .max_num_seqs;
+        let n = steady
+            .min_requests
+            .max(8 * u64::from(seqs))
+            .max(base.workload.requests.unwrap_or(0));
+        raw.workload.requests = Some(n);
+    }
+    let mut sc = raw.resolve().map_err(Box::new)?;
+    sc.config.record_timeseries = false;
+    let requests = sc
+        .requests()
+        .map_err(|e| Box::new(ScenarioError::from(e)))?;
+    let out = sc
+        .run(&requests)
+        .map_err(|e| Box::new(ScenarioError::from(e)))?;
+    let mut done: Vec<f64> = out
+        .requests
+        .iter()
+        .filter(|r| r.status == Status::Finished)
+        .map(|r| r.arrival_s + r.e2e_s)
+        .collect();
+    done.sort_unstable_by(f64::total_cmp);
+    if done.len() < 10 {
+        return Ok(0.0);
+    }
+    let (a, b) = (done.len() / 5, done.len() * 4 / 5);
+    let span = done[b] - done[a];
+    Ok(if span > 0.0 {
+        (b - a) as f64 / span
+    } else {
+        0.0
+    })
 }
 
 /// Settings of the search.
@@ -265,6 +540,8 @@ pub struct SearchOptions {
     pub min_qps: f64,
     /// The highest rate tried, requests/s.
     pub max_qps: f64,
+    /// How each rate is served and judged.
+    pub steady: SteadyState,
 }
 
 impl Default for SearchOptions {
@@ -274,6 +551,7 @@ impl Default for SearchOptions {
             rel_tol: 0.02,
             min_qps: 1.0 / 1024.0,
             max_qps: 1e5,
+            steady: SteadyState::default(),
         }
     }
 }
@@ -283,9 +561,13 @@ impl Default for SearchOptions {
 pub struct Probe {
     /// Requests/s offered.
     pub qps: f64,
+    /// Requests served at it.
+    pub requests: u64,
     /// Whether it met the SLO.
     pub met: bool,
-    /// Its summary.
+    /// Its measured window.
+    pub window: Window,
+    /// Its whole-run summary.
     pub summary: Summary,
 }
 
@@ -294,12 +576,14 @@ pub struct Probe {
 pub struct Capacity {
     /// The highest rate found that meets the SLO (`None`: not even `min_qps`).
     pub max_qps: Option<f64>,
-    /// The summary at that rate (or at the lowest rate tried when none met).
-    pub at: Summary,
+    /// The measured window at that rate (or at the lowest rate tried when none met).
+    pub at: Window,
     /// The lowest rate found that misses it (`None`: `max_qps` itself met it).
     pub fails_at: Option<f64>,
     /// Every rate served, in order.
     pub probes: Vec<Probe>,
+    /// The configuration's service rate ([`service_rate`]), requests/s.
+    pub service_rps: f64,
 }
 
 /// The highest arrival rate `base` sustains under `slo` (see the module docs).
@@ -309,24 +593,19 @@ pub fn max_qps(
     opts: SearchOptions,
 ) -> Result<Capacity, CapacityError> {
     check(base, opts)?;
+    let service_rps = service_rate(base, &opts.steady)?;
     let mut probes: Vec<Probe> = Vec::new();
-    let mut serve = |qps: f64| -> Result<(bool, Summary), CapacityError> {
-        let mut raw = base.clone();
-        raw.workload.qps = Some(qps);
-        let sc = raw.resolve().map_err(Box::new)?;
-        let requests = sc
-            .requests()
-            .map_err(|e| Box::new(ScenarioError::from(e)))?;
-        let out = sc
-            .run(&requests)
-            .map_err(|e| Box::new(ScenarioError::from(e)))?;
-        let met = slo.met(&out.summary);
+    let mut serve = |qps: f64| -> Result<(bool, Window), CapacityError> {
+        let (window, summary, requests) = serve_at(base, slo, &opts.steady, qps, service_rps)?;
+        let met = slo.met(&window);
         probes.push(Probe {
             qps,
+            requests,
             met,
-            summary: out.summary.clone(),
+            window: window.clone(),
+            summary,
         });
-        Ok((met, out.summary))
+        Ok((met, window))
     };
     // A passing rate: the start, else halve.
     let mut lo = opts.start_qps;
@@ -339,6 +618,7 @@ pub fn max_qps(
                 at,
                 fails_at: Some(lo),
                 probes,
+                service_rps,
             });
         }
         lo = next;
@@ -353,6 +633,7 @@ pub fn max_qps(
                 at,
                 fails_at: None,
                 probes,
+                service_rps,
             });
         }
         let (m, s) = serve(hi)?;
@@ -378,7 +659,40 @@ pub fn max_qps(
         at,
         fails_at: Some(hi),
         probes,
+        service_rps,
     })
+}
+
+/// Serves `base` at `qps` for a steady-state run ([`SteadyState::requests_at`] requests unless
+/// the scenario replays a trace, which gives its own) and judges it.
+pub fn serve_at(
+    base: &RawServeScenario,
+    slo: &Slo,
+    steady: &SteadyState,
+    qps: f64,
+    service_rps: f64,
+) -> Result<(Window, Summary, u64), CapacityError> {
+    let mut raw = base.clone();
+    raw.workload.qps = Some(qps);
+    if raw.workload.trace.is_none() {
+        let n = steady
+            .requests_at(qps)
+            .max(raw.workload.requests.unwrap_or(0));
+        raw.workload.requests = Some(n);
+    }
+    let mut sc = raw.resolve().map_err(Box::new)?;
+    sc.config.record_timeseries = false;
+    let requests = sc
+        .requests()
+        .map_err(|e| Box::new(ScenarioError::from(e)))?;
+    let out = sc
+        .run(&requests)
+        .map_err(|e| Box::new(ScenarioError::from(e)))?;
+    Ok((
+        judge(&out, slo, steady, qps, service_rps),
+        out.summary,
+        requests.len() as u64,
+    ))
 }
 
 fn check(base: &RawServeScenario, opts: SearchOptions) -> Result<(), CapacityError> {
@@ -421,6 +735,12 @@ pub struct Sizing {
     pub usd_per_hour: Option<f64>,
 }
 
+/// US dollars per million tokens for `gpus` GPUs at `usd_per_gpu_hour` producing
+/// `tokens_per_s` tokens per second.
+pub fn usd_per_million_tokens(usd_per_gpu_hour: f64, gpus: u32, tokens_per_s: f64) -> Option<f64> {
+    (tokens_per_s > 0.0).then(|| usd_per_gpu_hour * f64::from(gpus) / 3600.0 / tokens_per_s * 1e6)
+}
+
 /// Replicas and GPUs to serve `target_qps` with configurations of `max_qps` each.
 pub fn size_for(
     target_qps: f64,
@@ -452,7 +772,7 @@ mod tests {
         assert_eq!(s.to_string(), "ttft_p99=2s,tpot_p99=100ms,e2e_p50=500us");
         for (bad, needle) in [
             ("ttft=2s", "no percentile"),
-            ("ttft_p95=2s", "unknown percentile 'p95'"),
+            ("ttft_p97=2s", "unknown percentile 'p97'"),
             ("itl_p99=2s", "unknown metric 'itl'"),
             ("ttft_p99=2", "needs a unit"),
             ("ttft_p99=-1s", "more than 0"),
@@ -492,10 +812,15 @@ mod tests {
         assert!(slo.met(&c.at));
         // Served again, independently: the bracket holds.
         let probe = |qps: f64| {
-            let mut raw = scenario(300);
-            raw.workload.qps = Some(qps);
-            let sc = raw.resolve().unwrap();
-            sc.run(&sc.requests().unwrap()).unwrap().summary
+            serve_at(
+                &scenario(300),
+                &slo,
+                &SearchOptions::default().steady,
+                qps,
+                c.service_rps,
+            )
+            .unwrap()
+            .0
         };
         assert!(slo.met(&probe(q)));
         assert!(!slo.met(&probe(hi)));

@@ -29,6 +29,9 @@ use crate::{Config, Output, Preemption, Resolved, SchedulerKind};
 /// Output lengths of a synthetic workload that gives none (tokens).
 pub const DEFAULT_OUTPUT_LENGTHS: &str = "128";
 
+/// Most requests a capacity search serves at one rate.
+pub const MAX_STEADY_REQUESTS: u64 = 1_000_000;
+
 /// The `[serve]` table: every [`Config`] field, each optional (unset: the default).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
