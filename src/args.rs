@@ -925,6 +925,11 @@ pub struct ServeArgs {
     /// and KV cache, and two all-reduces per layer over the profile's peer link [default: 1]
     #[arg(long, value_name = "N")]
     pub tensor_parallel_size: Option<u32>,
+    /// Replay a measured run and report predicted against measured per metric: a per-request
+    /// CSV (arrival_s, prompt_tokens, output_tokens, ttft_s, e2e_s; kvplan's own --requests-csv
+    /// reads back) or `vllm bench serve --save-detailed` result JSON; the requests come from FILE
+    #[arg(long, value_name = "FILE")]
+    pub compare_to: Option<PathBuf>,
     /// Write one CSV row per request
     #[arg(long, value_name = "FILE")]
     pub requests_csv: Option<PathBuf>,

@@ -43,8 +43,36 @@ pub fn serve(args: &ServeArgs) -> Result<Output, CliError> {
         Some(p) => read_scenario(p)?,
         None => RawServeScenario::default(),
     };
-    let sc = base.overlay(args.to_raw()).resolve().map_err(serve_error)?;
-    let requests = sc.requests().map_err(|e| serve_error(e.into()))?;
+    let mut raw = base.overlay(args.to_raw());
+    let measured = match &args.compare_to {
+        Some(path) => {
+            let w = &raw.workload;
+            if w.trace.is_some() || w.arrivals.is_some() || w.prompt_lengths.is_some() {
+                return Err(CliError::input(format!(
+                    "--compare-to: {} gives the requests; drop the workload (--trace, \
+                     --arrivals, --lengths, or the scenario's [workload])",
+                    path.display()
+                )));
+            }
+            let run = kvplan_serve::runs::MeasuredRun::from_path(path)
+                .map_err(|e| CliError::input(format!("--compare-to: {e}")))?;
+            // A placeholder workload: the requests come from the run.
+            raw.workload = kvplan_workloads::WorkloadConfig {
+                arrivals: Some("all-at-once".into()),
+                prompt_lengths: Some("1".into()),
+                output_lengths: Some("1".into()),
+                requests: Some(1),
+                ..Default::default()
+            };
+            Some(run)
+        }
+        None => None,
+    };
+    let sc = raw.resolve().map_err(serve_error)?;
+    let requests = match &measured {
+        Some(run) => run.to_requests(),
+        None => sc.requests().map_err(|e| serve_error(e.into()))?,
+    };
     let bar = (requests.len() > PROGRESS_REQUESTS && std::io::stderr().is_terminal()).then(|| {
         let bar = indicatif::ProgressBar::new_spinner();
         bar.set_message(format!("serving {} requests", requests.len()));
@@ -98,6 +126,11 @@ pub fn serve(args: &ServeArgs) -> Result<Output, CliError> {
         written.push((what, p));
     }
 
+    if let Some(run) = &measured {
+        let cmp = kvplan_serve::runs::compare(run, &out);
+        return comparison_output(&sc, run, &cmp, args.output.format, &written);
+    }
+
     let text = |f: Writer| -> Result<Output, CliError> {
         let mut buf = Vec::new();
         f(&out, &mut buf).map_err(|e| CliError::failure(format!("cannot render output: {e}")))?;
@@ -117,6 +150,71 @@ pub fn serve(args: &ServeArgs) -> Result<Output, CliError> {
 }
 
 type Writer = fn(&ServeOutput, &mut dyn std::io::Write) -> std::io::Result<()>;
+
+/// `serve --compare-to`: predicted against measured, per metric.
+fn comparison_output(
+    sc: &ServeScenario,
+    run: &kvplan_serve::runs::MeasuredRun,
+    cmp: &kvplan_serve::runs::Comparison,
+    format: Format,
+    written: &[(&str, &std::path::PathBuf)],
+) -> Result<Output, CliError> {
+    use crate::commands::{csv_number, csv_text, json_line};
+    match format {
+        Format::Json => json_line(cmp),
+        Format::Csv => csv_text(
+            &["metric", "predicted", "measured", "error"],
+            &cmp.metrics
+                .iter()
+                .map(|m| {
+                    vec![
+                        m.metric.to_string(),
+                        csv_number(m.predicted),
+                        csv_number(m.measured),
+                        csv_number(m.error),
+                    ]
+                })
+                .collect::<Vec<_>>(),
+        ),
+        Format::Table => {
+            let mut text = format!(
+                "serve --compare-to {}: {} on {} ({} scheduler) replaying {} measured requests\n",
+                run.name,
+                sc.model.name,
+                sc.hardware.name,
+                sc.config.scheduler.as_str(),
+                run.requests.len()
+            );
+            let mut t = Table::new(&["metric", "predicted", "measured", "error"]);
+            for m in &cmp.metrics {
+                let show = |x: f64| {
+                    if m.metric.ends_with("_s") && !m.metric.ends_with("_per_s") {
+                        secs(x)
+                    } else {
+                        format!("{x:.3}")
+                    }
+                };
+                t.row(&[
+                    m.metric.to_string(),
+                    show(m.predicted),
+                    show(m.measured),
+                    format!("{:+.1}%", m.error * 100.0),
+                ]);
+            }
+            text.push_str(&t.render());
+            let _ = writeln!(
+                text,
+                "per request, median |error|: E2E {:.1}%, TTFT {:.1}%",
+                cmp.median_request_e2e_error * 100.0,
+                cmp.median_request_ttft_error * 100.0
+            );
+            for (what, p) in written {
+                let _ = writeln!(text, "{what}: written to {}", p.display());
+            }
+            Ok(text)
+        }
+    }
+}
 
 fn three(p: &kvplan_serve::output::Percentiles) -> String {
     if !p.p50.is_finite() {

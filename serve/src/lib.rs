@@ -37,6 +37,7 @@ pub mod engine;
 pub mod iteration;
 pub mod kv_cache;
 pub mod output;
+pub mod runs;
 pub mod scenario;
 pub mod sched;
 

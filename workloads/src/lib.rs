@@ -181,6 +181,30 @@ pub struct Request {
     /// Output segment id.
     #[serde(skip)]
     pub output_segment: Option<u64>,
+    /// Closed-loop dependency.
+    #[serde(skip)]
+    pub follows: Option<Follows>,
+}
+
+/// A closed-loop dependency (TEMPORARY stand-in).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Follows {
+    /// The earlier request.
+    pub request: u64,
+    /// Seconds after it finishes.
+    pub think_s: f64,
+}
+
+/// Parses a prefix chain (TEMPORARY stand-in).
+pub fn parse_prefix(s: &str) -> Result<Vec<Segment>> {
+    Err(Error::Missing {
+        field: "prefix",
+        why: "not supported yet",
+    })
+    .map(|()| {
+        let _ = s;
+        Vec::new()
+    })
 }
 
 impl Request {
@@ -193,6 +217,7 @@ impl Request {
             output_tokens,
             prefix: None,
             output_segment: None,
+            follows: None,
         }
     }
 }

@@ -1,0 +1,773 @@
+//! Measured serving runs, replayed and compared with the simulator's prediction.
+//!
+//! Two per-request formats ([`MeasuredRun::from_path`] tells them apart by content):
+//! - **CSV**, one row per request, header names in any order (others ignored): the arrival
+//!   (`arrival_s` or `arrived_at`, seconds), the prompt (`prompt_tokens`, `num_prefill_tokens` or
+//!   `input_tokens`), the output (`output_tokens` or `num_decode_tokens`), and what the client
+//!   measured: `ttft_s` or `ttft_ms`, `e2e_s`, `e2e_ms` or `latency_s`. Optional: `status` (a
+//!   row whose status is not `finished`/`ok`/`success` is a failed request: replayed, left out
+//!   of the measured figures), `prefix` (the trace prefix chain). kvplan's own `--requests-csv`
+//!   is such a file.
+//! - **`vllm bench serve` result JSON** saved with `--save-detailed` (vLLM 0.15,
+//!   `vllm/benchmarks/serve.py`): `input_lens`, `output_lens`, `ttfts`, `itls` (E2E = TTFT plus
+//!   the inter-token gaps), `start_times` (the send times, `time.perf_counter()`; taken relative
+//!   to the first) and `errors` (non-empty: failed). Without `start_times` (a file saved without
+//!   `--save-detailed` has no per-request data at all) the file is refused, naming the flag.
+//!
+//! [`compare`] sets a prediction against the measurement metric by metric (TTFT, TPOT, E2E:
+//! mean and percentiles; throughput) and request by request (median relative error of E2E and
+//! TTFT over requests both served).
+
+use std::path::Path;
+
+use kvplan_workloads::Request;
+use serde::Serialize;
+
+use crate::output::{Output, Percentiles, Status};
+
+/// Errors reading a measured run. Each names the file (and line or field).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunsError {
+    /// The file could not be read.
+    #[error("{path}: cannot read: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A malformed file.
+    #[error("{path}: {message}")]
+    Format {
+        /// The file (with `:line` for CSV rows).
+        path: String,
+        /// What is wrong and what is expected.
+        message: String,
+    },
+}
+
+/// One request as a client measured it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MeasuredRequest {
+    /// Send time, seconds from the run's first request.
+    pub arrival_s: f64,
+    /// Prompt tokens.
+    pub prompt_tokens: u32,
+    /// Output tokens.
+    pub output_tokens: u32,
+    /// Time to first token, seconds (NaN when failed).
+    pub ttft_s: f64,
+    /// End to end, seconds (NaN when failed).
+    pub e2e_s: f64,
+    /// Whether the request was served.
+    pub ok: bool,
+    /// The prompt's shared prefix, when the file gives one.
+    pub prefix: Option<std::sync::Arc<[kvplan_workloads::Segment]>>,
+}
+
+/// A measured run: its requests in arrival order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MeasuredRun {
+    /// Where it came from.
+    pub name: String,
+    /// The requests, sorted by arrival.
+    pub requests: Vec<MeasuredRequest>,
+}
+
+fn format_err(path: &str, message: impl Into<String>) -> RunsError {
+    RunsError::Format {
+        path: path.to_string(),
+        message: message.into(),
+    }
+}
+
+impl MeasuredRun {
+    /// Reads a per-request CSV or a `vllm bench serve` JSON (by its first non-blank character).
+    pub fn from_path(path: &Path) -> Result<MeasuredRun, RunsError> {
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| RunsError::Io {
+            path: name.clone(),
+            source,
+        })?;
+        if text.trim_start().starts_with('{') {
+            MeasuredRun::from_vllm_json(&text, &name)
+        } else {
+            MeasuredRun::from_csv(&text, &name)
+        }
+    }
+
+    /// Reads the per-request CSV format (see the module docs).
+    pub fn from_csv(text: &str, name: &str) -> Result<MeasuredRun, RunsError> {
+        let mut rdr = csv::ReaderBuilder::new()
+            .trim(csv::Trim::All)
+            .flexible(true)
+            .from_reader(text.as_bytes());
+        let header = rdr
+            .headers()
+            .map_err(|e| format_err(name, e.to_string()))?
+            .clone();
+        let find = |names: &[&str]| {
+            names
+                .iter()
+                .find_map(|n| header.iter().position(|h| h == *n))
+        };
+        let expected = "a header with arrival_s (or arrived_at), prompt_tokens (or \
+                        num_prefill_tokens), output_tokens (or num_decode_tokens), ttft_s (or \
+                        ttft_ms) and e2e_s (or e2e_ms, latency_s)";
+        let need = |names: &[&str], what: &str| {
+            find(names).ok_or_else(|| {
+                format_err(
+                    name,
+                    format!(
+                        "no {what} column ({}); expected {expected}",
+                        names.join(" or ")
+                    ),
+                )
+            })
+        };
+        let arrival = need(&["arrival_s", "arrived_at"], "arrival")?;
+        let prompt = need(
+            &["prompt_tokens", "num_prefill_tokens", "input_tokens"],
+            "prompt",
+        )?;
+        let output = need(&["output_tokens", "num_decode_tokens"], "output")?;
+        let (ttft, ttft_scale) = match (find(&["ttft_s"]), find(&["ttft_ms"])) {
+            (Some(i), _) => (i, 1.0),
+            (None, Some(i)) => (i, 1e-3),
+            _ => return Err(need(&["ttft_s", "ttft_ms"], "TTFT").unwrap_err()),
+        };
+        let (e2e, e2e_scale) = match (find(&["e2e_s", "latency_s"]), find(&["e2e_ms"])) {
+            (Some(i), _) => (i, 1.0),
+            (None, Some(i)) => (i, 1e-3),
+            _ => return Err(need(&["e2e_s", "e2e_ms", "latency_s"], "E2E").unwrap_err()),
+        };
+        let status = find(&["status"]);
+        let prefix = find(&["prefix"]);
+        let mut requests = Vec::new();
+        for rec in rdr.records() {
+            let rec = rec.map_err(|e| format_err(name, e.to_string()))?;
+            let line = rec.position().map_or(0, |p| p.line());
+            let at = |field: &str, msg: String| {
+                format_err(&format!("{name}:{line}"), format!("{field}: {msg}"))
+            };
+            let cell = |i: usize| rec.get(i).unwrap_or("");
+            let num = |i: usize, field: &str| -> Result<f64, RunsError> {
+                let c = cell(i);
+                if c.is_empty() {
+                    return Ok(f64::NAN);
+                }
+                c.parse::<f64>()
+                    .map_err(|_| at(field, format!("`{c}` is not a number")))
+            };
+            let tokens = |i: usize| -> Result<u32, RunsError> {
+                let c = cell(i);
+                c.parse::<u32>()
+                    .map_err(|_| at(&header[i], format!("`{c}` is not a whole number of tokens")))
+            };
+            let arrival_s = num(arrival, &header[arrival])?;
+            if !(arrival_s.is_finite() && arrival_s >= 0.0) {
+                return Err(at(
+                    &header[arrival],
+                    "must be a time in seconds, 0 or more".into(),
+                ));
+            }
+            let ok = status.is_none_or(|i| {
+                matches!(
+                    cell(i).to_ascii_lowercase().as_str(),
+                    "finished" | "ok" | "success" | "served"
+                )
+            });
+            let ttft_s = num(ttft, &header[ttft])? * ttft_scale;
+            let e2e_s = num(e2e, &header[e2e])? * e2e_scale;
+            let ok = ok && ttft_s.is_finite() && e2e_s.is_finite();
+            let prefix = match prefix.map(cell).filter(|c| !c.is_empty()) {
+                Some(c) => Some(
+                    kvplan_workloads::parse_prefix(c)
+                        .map_err(|e| at("prefix", e.to_string()))?
+                        .into(),
+                ),
+                None => None,
+            };
+            requests.push(MeasuredRequest {
+                arrival_s,
+                prompt_tokens: tokens(prompt)?,
+                output_tokens: tokens(output)?,
+                ttft_s: if ok { ttft_s } else { f64::NAN },
+                e2e_s: if ok { e2e_s } else { f64::NAN },
+                ok,
+                prefix,
+            });
+        }
+        MeasuredRun::checked(name, requests)
+    }
+
+    /// Reads a `vllm bench serve --save-detailed` result JSON.
+    pub fn from_vllm_json(text: &str, name: &str) -> Result<MeasuredRun, RunsError> {
+        let v: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| format_err(name, format!("not JSON: {e}")))?;
+        let array = |key: &str| -> Result<&Vec<serde_json::Value>, RunsError> {
+            v.get(key).and_then(|x| x.as_array()).ok_or_else(|| {
+                format_err(
+                    name,
+                    format!(
+                        "no `{key}` array: a `vllm bench serve` result saved with \
+                         --save-detailed carries input_lens, output_lens, ttfts, itls, \
+                         start_times and errors"
+                    ),
+                )
+            })
+        };
+        let inputs = array("input_lens")?;
+        let outputs = array("output_lens")?;
+        let ttfts = array("ttfts")?;
+        let itls = array("itls")?;
+        let starts = array("start_times")?;
+        let errors = v.get("errors").and_then(|x| x.as_array());
+        let n = inputs.len();
+        for (key, a) in [
+            ("output_lens", outputs),
+            ("ttfts", ttfts),
+            ("itls", itls),
+            ("start_times", starts),
+        ] {
+            if a.len() != n {
+                return Err(format_err(
+                    name,
+                    format!("`{key}` has {} entries, `input_lens` {n}", a.len()),
+                ));
+            }
+        }
+        let t0 = starts
+            .iter()
+            .filter_map(|s| s.as_f64())
+            .fold(f64::INFINITY, f64::min);
+        let mut requests = Vec::with_capacity(n);
+        for i in 0..n {
+            let bad = |key: &str| format_err(name, format!("`{key}[{i}]` is not a number"));
+            let tok = |a: &Vec<serde_json::Value>, key: &str| {
+                a[i].as_u64()
+                    .and_then(|x| u32::try_from(x).ok())
+                    .ok_or_else(|| bad(key))
+            };
+            let start = starts[i].as_f64().ok_or_else(|| bad("start_times"))?;
+            let ttft = ttfts[i].as_f64().ok_or_else(|| bad("ttfts"))?;
+            let gaps: f64 = itls[i]
+                .as_array()
+                .ok_or_else(|| bad("itls"))?
+                .iter()
+                .map(|g| g.as_f64().unwrap_or(0.0))
+                .sum();
+            let failed = errors
+                .and_then(|e| e.get(i))
+                .and_then(|e| e.as_str())
+                .is_some_and(|e| !e.is_empty());
+            let output = tok(outputs, "output_lens")?;
+            let ok = !failed && output > 0;
+            requests.push(MeasuredRequest {
+                arrival_s: start - t0,
+                prompt_tokens: tok(inputs, "input_lens")?,
+                output_tokens: output.max(1),
+                ttft_s: if ok { ttft } else { f64::NAN },
+                e2e_s: if ok { ttft + gaps } else { f64::NAN },
+                ok,
+                prefix: None,
+            });
+        }
+        MeasuredRun::checked(name, requests)
+    }
+
+    fn checked(name: &str, mut requests: Vec<MeasuredRequest>) -> Result<MeasuredRun, RunsError> {
+        if requests.is_empty() {
+            return Err(format_err(name, "no requests"));
+        }
+        requests.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
+        let t0 = requests[0].arrival_s;
+        for r in &mut requests {
+            r.arrival_s -= t0;
+        }
+        Ok(MeasuredRun {
+            name: name.to_string(),
+            requests,
+        })
+    }
+
+    /// The requests to replay, ids in arrival order.
+    pub fn to_requests(&self) -> Vec<Request> {
+        self.requests
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let mut r = Request::new(i as u64, m.arrival_s, m.prompt_tokens, m.output_tokens);
+                r.prefix = m.prefix.clone();
+                r
+            })
+            .collect()
+    }
+
+    /// The measured figures, over served requests.
+    pub fn figures(&self) -> Figures {
+        let ok: Vec<&MeasuredRequest> = self.requests.iter().filter(|r| r.ok).collect();
+        let pct = |f: fn(&MeasuredRequest) -> f64| {
+            let mut v: Vec<f64> = ok.iter().map(|r| f(r)).collect();
+            Percentiles::of(&mut v)
+        };
+        let end = ok
+            .iter()
+            .map(|r| r.arrival_s + r.e2e_s)
+            .fold(0.0f64, f64::max);
+        Figures {
+            served: ok.len() as u64,
+            ttft_s: pct(|r| r.ttft_s),
+            tpot_s: pct(|r| tpot(r.e2e_s, r.ttft_s, r.output_tokens)),
+            e2e_s: pct(|r| r.e2e_s),
+            requests_per_s: if end > 0.0 {
+                ok.len() as f64 / end
+            } else {
+                0.0
+            },
+            output_tokens_per_s: if end > 0.0 {
+                ok.iter().map(|r| f64::from(r.output_tokens)).sum::<f64>() / end
+            } else {
+                0.0
+            },
+        }
+    }
+}
+
+/// Time per output token after the first (vLLM bench's TPOT; 0 for one token).
+fn tpot(e2e: f64, ttft: f64, out: u32) -> f64 {
+    if out > 1 {
+        (e2e - ttft) / f64::from(out - 1)
+    } else {
+        0.0
+    }
+}
+
+/// A run's figures: latency percentiles over served requests, throughput over the run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Figures {
+    /// Requests served.
+    pub served: u64,
+    /// Time to first token.
+    pub ttft_s: Percentiles,
+    /// Time per output token.
+    pub tpot_s: Percentiles,
+    /// End to end.
+    pub e2e_s: Percentiles,
+    /// Served requests per second, first send to last completion.
+    pub requests_per_s: f64,
+    /// Output tokens per second, the same span.
+    pub output_tokens_per_s: f64,
+}
+
+impl Figures {
+    /// The same figures of a simulated run (served requests, same definitions).
+    pub fn of(out: &Output) -> Figures {
+        let ok: Vec<_> = out
+            .requests
+            .iter()
+            .filter(|r| r.status == Status::Finished)
+            .collect();
+        let pct = |f: &dyn Fn(&&crate::RequestRecord) -> f64| {
+            let mut v: Vec<f64> = ok.iter().map(f).collect();
+            Percentiles::of(&mut v)
+        };
+        let end = ok
+            .iter()
+            .map(|r| r.arrival_s + r.e2e_s)
+            .fold(0.0f64, f64::max);
+        Figures {
+            served: ok.len() as u64,
+            ttft_s: pct(&|r| r.ttft_s),
+            tpot_s: pct(&|r| tpot(r.e2e_s, r.ttft_s, r.output_tokens)),
+            e2e_s: pct(&|r| r.e2e_s),
+            requests_per_s: if end > 0.0 {
+                ok.len() as f64 / end
+            } else {
+                0.0
+            },
+            output_tokens_per_s: if end > 0.0 {
+                ok.iter().map(|r| f64::from(r.output_tokens)).sum::<f64>() / end
+            } else {
+                0.0
+            },
+        }
+    }
+
+    /// `(name, value)` of every figure, in report order.
+    pub fn named(&self) -> Vec<(&'static str, f64)> {
+        let mut v = vec![("served", self.served as f64)];
+        for (m, p) in [
+            ("ttft", &self.ttft_s),
+            ("tpot", &self.tpot_s),
+            ("e2e", &self.e2e_s),
+        ] {
+            for (q, x) in [
+                ("mean", p.mean),
+                ("p50", p.p50),
+                ("p90", p.p90),
+                ("p99", p.p99),
+            ] {
+                v.push((metric_name(m, q), x));
+            }
+        }
+        v.push(("requests_per_s", self.requests_per_s));
+        v.push(("output_tokens_per_s", self.output_tokens_per_s));
+        v
+    }
+}
+
+fn metric_name(m: &str, q: &str) -> &'static str {
+    match (m, q) {
+        ("ttft", "mean") => "ttft_mean_s",
+        ("ttft", "p50") => "ttft_p50_s",
+        ("ttft", "p90") => "ttft_p90_s",
+        ("ttft", "p99") => "ttft_p99_s",
+        ("tpot", "mean") => "tpot_mean_s",
+        ("tpot", "p50") => "tpot_p50_s",
+        ("tpot", "p90") => "tpot_p90_s",
+        ("tpot", "p99") => "tpot_p99_s",
+        ("e2e", "mean") => "e2e_mean_s",
+        ("e2e", "p50") => "e2e_p50_s",
+        ("e2e", "p90") => "e2e_p90_s",
+        _ => "e2e_p99_s",
+    }
+}
+
+/// One metric, predicted against measured.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MetricError {
+    /// The metric (`ttft_mean_s`, …).
+    pub metric: &'static str,
+    /// The simulator's value.
+    pub predicted: f64,
+    /// The measurement.
+    pub measured: f64,
+    /// `predicted / measured − 1`.
+    pub error: f64,
+}
+
+/// A prediction set against a measurement.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Comparison {
+    /// The measured run.
+    pub run: String,
+    /// Metric by metric.
+    pub metrics: Vec<MetricError>,
+    /// Median over requests served in both of `|predicted E2E / measured E2E − 1|`.
+    pub median_request_e2e_error: f64,
+    /// The same for TTFT.
+    pub median_request_ttft_error: f64,
+}
+
+/// Relative error `p / m − 1` (0 when both are 0).
+pub fn rel_error(p: f64, m: f64) -> f64 {
+    if m == 0.0 {
+        if p == 0.0 { 0.0 } else { f64::INFINITY }
+    } else {
+        p / m - 1.0
+    }
+}
+
+/// Compares the simulated replay `out` of `run` (requests in the same order) with it.
+pub fn compare(run: &MeasuredRun, out: &Output) -> Comparison {
+    let measured = run.figures();
+    let predicted = Figures::of(out);
+    let metrics = predicted
+        .named()
+        .into_iter()
+        .zip(measured.named())
+        .map(|((metric, p), (_, m))| MetricError {
+            metric,
+            predicted: p,
+            measured: m,
+            error: rel_error(p, m),
+        })
+        .collect();
+    let mut e2e = Vec::new();
+    let mut ttft = Vec::new();
+    for (m, p) in run.requests.iter().zip(&out.requests) {
+        if m.ok && p.status == Status::Finished {
+            e2e.push(rel_error(p.e2e_s, m.e2e_s).abs());
+            ttft.push(rel_error(p.ttft_s, m.ttft_s).abs());
+        }
+    }
+    Comparison {
+        run: run.name.clone(),
+        metrics,
+        median_request_e2e_error: Percentiles::of(&mut e2e).p50,
+        median_request_ttft_error: Percentiles::of(&mut ttft).p50,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_with_milliseconds_and_failed_rows() {
+        let text = "arrived_at,num_prefill_tokens,num_decode_tokens,ttft_ms,e2e_ms,status\n\
+                    1.5,100,10,30,130,ok\n0.5,200,20,40,400,ok\n2.0,50,5,,,error\n";
+        let run = MeasuredRun::from_csv(text, "m.csv").unwrap();
+        assert_eq!(run.requests.len(), 3);
+        // Sorted and shifted to the first send.
+        assert_eq!(run.requests[0].arrival_s, 0.0);
+        assert_eq!(run.requests[0].prompt_tokens, 200);
+        assert!((run.requests[1].ttft_s - 0.03).abs() < 1e-12);
+        assert!(!run.requests[2].ok);
+        let f = run.figures();
+        assert_eq!(f.served, 2);
+        assert!((f.e2e_s.mean - 0.265).abs() < 1e-12);
+        // TPOTs (0.13 - 0.03) / 9 and (0.4 - 0.04) / 19; the median is the lower (nearest rank).
+        assert!((f.tpot_s.p50 - 0.1 / 9.0).abs() < 1e-12);
+        assert!((f.tpot_s.p99 - 0.36 / 19.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn csv_errors_name_the_column_and_line() {
+        let e = MeasuredRun::from_csv("arrival_s,prompt_tokens,output_tokens\n", "x.csv")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("x.csv: no TTFT column"), "{e}");
+        let e = MeasuredRun::from_csv(
+            "arrival_s,prompt_tokens,output_tokens,ttft_s,e2e_s\n0,abc,3,0.1,0.2\n",
+            "x.csv",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("x.csv:2: prompt_tokens:"), "{e}");
+    }
+
+    #[test]
+    fn vllm_bench_json_adds_inter_token_gaps() {
+        let text = r#"{"duration": 3.0, "input_lens": [10, 20], "output_lens": [3, 0],
+            "ttfts": [0.05, 0.0], "itls": [[0.01, 0.02], []], "start_times": [100.5, 100.0],
+            "errors": ["", "timeout"]}"#;
+        let run = MeasuredRun::from_vllm_json(text, "r.json").unwrap();
+        assert_eq!(run.requests.len(), 2);
+        let ok = run.requests.iter().find(|r| r.ok).unwrap();
+        assert!((ok.arrival_s - 0.5).abs() < 1e-12);
+        assert!((ok.e2e_s - 0.08).abs() < 1e-12);
+        let e = MeasuredRun::from_vllm_json(r#"{"duration": 3.0}"#, "r.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--save-detailed"), "{e}");
+    }
+}
+
+/// One load stage of a shared-prefix serving run (inference-perf's "shared prefix" data against
+/// a vLLM server), as one row of a stage table such as
+/// `data/validation/real_vllm/vllm_h100_llama2-7b_mixtral-8x7b.csv`: the server's settings, the
+/// load, and what the client measured (means and percentiles in ms, throughput in req/s).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StageRun {
+    /// `exp_name` and the stage index.
+    pub name: String,
+    /// Hugging Face model id (`model_hf`).
+    pub model_hf: String,
+    /// GPU as written (`hardware`, e.g. `H100`).
+    pub hardware: String,
+    /// Tensor-parallel GPUs.
+    pub tp: u32,
+    /// vLLM version as written.
+    pub vllm_version: String,
+    /// `max_model_len`.
+    pub max_model_len: u32,
+    /// `max_num_batched_tokens`.
+    pub max_num_batched_tokens: u32,
+    /// `max_num_seqs`.
+    pub max_num_seqs: u32,
+    /// `gpu_memory_utilization`.
+    pub gpu_memory_utilization: f64,
+    /// Automatic prefix caching on.
+    pub prefix_caching: bool,
+    /// Chunked prefill on.
+    pub chunked_prefill: bool,
+    /// GPU KV blocks the server reported, when known.
+    pub kv_blocks_gpu: Option<u32>,
+    /// System prompts.
+    pub num_groups: u32,
+    /// Users per system prompt.
+    pub users_per_group: u32,
+    /// System prompt tokens as configured.
+    pub system_prompt_len: u32,
+    /// Question tokens as configured.
+    pub question_len: u32,
+    /// Output tokens of every request.
+    pub output_len: u32,
+    /// Stage index.
+    pub stage: i64,
+    /// Offered rate, requests/s.
+    pub rate_rps: f64,
+    /// Stage duration, s.
+    pub duration_s: f64,
+    /// Requests sent.
+    pub requests_sent: u64,
+    /// Measured prompt length after tokenisation, mean.
+    pub prompt_len_mean: f64,
+    /// Measured TTFT mean, s.
+    pub ttft_mean_s: f64,
+    /// Measured E2E mean, s.
+    pub e2e_mean_s: f64,
+    /// Measured time per output token `(E2E mean − TTFT mean) / (output − 1)`, s.
+    pub tpot_s: f64,
+    /// Measured throughput, requests/s.
+    pub throughput_rps: f64,
+    /// Whether the server could not keep up (`status = overloaded`).
+    pub overloaded: bool,
+}
+
+/// The columns a stage table must have.
+pub const STAGE_COLUMNS: [&str; 25] = [
+    "exp_name",
+    "model_hf",
+    "hardware",
+    "tp",
+    "vllm_version",
+    "max_model_len",
+    "max_num_batched_tokens",
+    "max_num_seqs",
+    "gpu_memory_utilization",
+    "prefix_caching",
+    "chunked_prefill",
+    "kv_blocks_gpu",
+    "num_groups",
+    "users_per_group",
+    "system_prompt_len",
+    "question_len",
+    "output_len",
+    "stage_index",
+    "stage_rate_rps",
+    "stage_duration_s",
+    "requests_sent",
+    "prompt_len_mean",
+    "ttft_mean_ms",
+    "e2e_mean_ms",
+    "status",
+];
+
+/// Whether `header` (a CSV's first line) is a stage table's.
+pub fn is_stage_table(header: &str) -> bool {
+    let cols: Vec<&str> = header.split(',').map(str::trim).collect();
+    STAGE_COLUMNS.iter().all(|c| cols.contains(c))
+}
+
+impl StageRun {
+    /// Reads every stage row of a stage table (pooled rows, `stage_index` −1, are left out).
+    pub fn read(path: &Path) -> Result<Vec<StageRun>, RunsError> {
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| RunsError::Io {
+            path: name.clone(),
+            source,
+        })?;
+        StageRun::parse(&text, &name)
+    }
+
+    /// [`StageRun::read`] from text; `name` stands for the file in errors.
+    pub fn parse(text: &str, name: &str) -> Result<Vec<StageRun>, RunsError> {
+        let mut rdr = csv::ReaderBuilder::new()
+            .trim(csv::Trim::All)
+            .from_reader(text.as_bytes());
+        let header = rdr
+            .headers()
+            .map_err(|e| format_err(name, e.to_string()))?
+            .clone();
+        let mut idx = std::collections::HashMap::new();
+        for c in STAGE_COLUMNS
+            .iter()
+            .chain(["tpot_true_ms", "throughput_rps"].iter())
+        {
+            match header.iter().position(|h| h == *c) {
+                Some(i) => {
+                    idx.insert(*c, i);
+                }
+                None if *c == "tpot_true_ms" || *c == "throughput_rps" => {}
+                None => {
+                    return Err(format_err(
+                        name,
+                        format!(
+                            "no `{c}` column: a stage table has {}",
+                            STAGE_COLUMNS.join(",")
+                        ),
+                    ));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for rec in rdr.records() {
+            let rec = rec.map_err(|e| format_err(name, e.to_string()))?;
+            let line = rec.position().map_or(0, |p| p.line());
+            let at = format!("{name}:{line}");
+            let get = |c: &str| idx.get(c).and_then(|&i| rec.get(i)).unwrap_or("");
+            let num = |c: &str| -> Result<f64, RunsError> {
+                get(c)
+                    .parse::<f64>()
+                    .map_err(|_| format_err(&at, format!("{c}: `{}` is not a number", get(c))))
+            };
+            let whole = |c: &str| -> Result<u32, RunsError> {
+                let v = num(c)?;
+                if v >= 0.0 && v.fract() == 0.0 && v <= f64::from(u32::MAX) {
+                    Ok(v as u32)
+                } else {
+                    Err(format_err(
+                        &at,
+                        format!("{c}: `{}` is not a whole number", get(c)),
+                    ))
+                }
+            };
+            let stage = num("stage_index")? as i64;
+            if stage < 0 {
+                continue;
+            }
+            let on = |c: &str| get(c).to_ascii_lowercase().starts_with("on");
+            let output_len = whole("output_len")?;
+            let ttft = num("ttft_mean_ms")? * 1e-3;
+            let e2e = num("e2e_mean_ms")? * 1e-3;
+            let tpot = match idx.get("tpot_true_ms") {
+                Some(_) if !get("tpot_true_ms").is_empty() => num("tpot_true_ms")? * 1e-3,
+                _ => (e2e - ttft) / f64::from(output_len.max(2) - 1),
+            };
+            out.push(StageRun {
+                name: format!("{} stage {stage}", get("exp_name")),
+                model_hf: get("model_hf").to_string(),
+                hardware: get("hardware").to_string(),
+                tp: whole("tp")?.max(1),
+                vllm_version: get("vllm_version").to_string(),
+                max_model_len: whole("max_model_len")?,
+                max_num_batched_tokens: whole("max_num_batched_tokens")?,
+                max_num_seqs: whole("max_num_seqs")?,
+                gpu_memory_utilization: num("gpu_memory_utilization")?,
+                prefix_caching: on("prefix_caching"),
+                chunked_prefill: on("chunked_prefill"),
+                kv_blocks_gpu: if get("kv_blocks_gpu").is_empty() {
+                    None
+                } else {
+                    Some(whole("kv_blocks_gpu")?)
+                },
+                num_groups: whole("num_groups")?,
+                users_per_group: whole("users_per_group")?,
+                system_prompt_len: whole("system_prompt_len")?,
+                question_len: whole("question_len")?,
+                output_len,
+                stage,
+                rate_rps: num("stage_rate_rps")?,
+                duration_s: num("stage_duration_s")?,
+                requests_sent: u64::from(whole("requests_sent")?),
+                prompt_len_mean: num("prompt_len_mean")?,
+                ttft_mean_s: ttft,
+                e2e_mean_s: e2e,
+                tpot_s: tpot,
+                throughput_rps: match idx.get("throughput_rps") {
+                    Some(_) => num("throughput_rps")?,
+                    None => f64::NAN,
+                },
+                overloaded: get("status").eq_ignore_ascii_case("overloaded"),
+            });
+        }
+        if out.is_empty() {
+            return Err(format_err(name, "no stage rows (stage_index 0 or more)"));
+        }
+        Ok(out)
+    }
+}
