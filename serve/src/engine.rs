@@ -14,7 +14,7 @@
 //! in [`crate::iteration`], the blocks in [`crate::kv_cache`].
 
 use std::cmp::Ordering;
-use std::collections::VecDeque;
+use std::collections::{BinaryHeap, VecDeque};
 
 use kvplan_planner::{CostModel, HardwareProfile, ModelSpec};
 use kvplan_workloads::Request;
@@ -75,6 +75,16 @@ pub fn simulate_with(
             * timer.model().act_bytes_per_token_layer()
             * u64::from(timer.model().num_layers);
     }
+    let closed_loop = requests.iter().any(|r| r.follows.is_some());
+    let index_of: std::collections::HashMap<u64, usize> = if closed_loop {
+        requests
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.id, i))
+            .collect()
+    } else {
+        Default::default()
+    };
     let mut e = Engine {
         timer,
         policy: policy(resolved.config.scheduler),
@@ -85,6 +95,11 @@ pub fn simulate_with(
         iterations: 0,
         next_arrival: 0,
         now: 0.0,
+        sent: requests.iter().map(|r| r.arrival_s).collect(),
+        index_of,
+        followers: vec![Vec::new(); if closed_loop { requests.len() } else { 0 }],
+        released: BinaryHeap::new(),
+        ended: vec![f64::NAN; if closed_loop { requests.len() } else { 0 }],
     };
     e.run()?;
     Ok(e.finish())
@@ -94,6 +109,29 @@ struct InFlight {
     step: Step,
     gpu_end: f64,
     cpu_after: f64,
+}
+
+/// A closed-loop request released at `time` (engine time), ordered earliest first, then by
+/// index.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Release {
+    time: f64,
+    index: usize,
+}
+
+impl Eq for Release {}
+impl PartialOrd for Release {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Release {
+    /// Reversed: the std max-heap pops the earliest first.
+    fn cmp(&self, o: &Self) -> Ordering {
+        o.time
+            .total_cmp(&self.time)
+            .then_with(|| o.index.cmp(&self.index))
+    }
 }
 
 struct Engine<'a> {
@@ -107,22 +145,105 @@ struct Engine<'a> {
     next_arrival: usize,
     /// The host thread's clock.
     now: f64,
+    /// When each request was sent (its arrival, or a closed-loop follower's release).
+    sent: Vec<f64>,
+    /// Request id to index (closed loop only).
+    index_of: std::collections::HashMap<u64, usize>,
+    /// Requests waiting for each request to end (closed loop only).
+    followers: Vec<Vec<usize>>,
+    /// Followers released, by engine time.
+    released: BinaryHeap<Release>,
+    /// When each request ended: finished or rejected (closed loop only; NaN: not yet).
+    ended: Vec<f64>,
 }
 
 impl Engine<'_> {
-    /// When request `i` reaches the engine.
+    /// When request `i` (not a waiting follower) reaches the engine.
     fn engine_arrival(&self, i: usize) -> f64 {
         self.st.reqs[i].arrival_s + self.frontend_s
     }
 
+    /// The next time something reaches the engine, if anything will.
+    fn next_event(&self) -> Option<f64> {
+        let stream = (self.next_arrival < self.st.reqs.len())
+            .then(|| self.engine_arrival(self.next_arrival));
+        let released = self.released.peek().map(|r| r.time);
+        match (stream, released) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     /// Moves every request that has reached the engine by now into the waiting queue (or
-    /// rejects it).
+    /// rejects it). A closed-loop follower whose predecessor has not ended waits for it.
     fn take_arrivals(&mut self) {
-        while self.next_arrival < self.st.reqs.len()
-            && self.engine_arrival(self.next_arrival) <= self.now
-        {
-            self.st.arrive(self.next_arrival);
-            self.next_arrival += 1;
+        loop {
+            let stream = self.next_arrival < self.st.reqs.len()
+                && self.engine_arrival(self.next_arrival) <= self.now;
+            let released = self.released.peek().is_some_and(|r| r.time <= self.now);
+            if !stream && !released {
+                break;
+            }
+            let from_stream = stream
+                && !(released
+                    && self
+                        .released
+                        .peek()
+                        .map(|r| r.time)
+                        .unwrap_or(f64::INFINITY)
+                        < self.engine_arrival(self.next_arrival));
+            if from_stream {
+                let i = self.next_arrival;
+                self.next_arrival += 1;
+                if let Some(f) = self.st.reqs[i].follows
+                    && let Some(&p) = self.index_of.get(&f.request)
+                    && p != i
+                {
+                    if self.ended[p].is_nan() {
+                        self.followers[p].push(i);
+                        continue;
+                    }
+                    let t = (self.ended[p] + f.think_s).max(self.st.reqs[i].arrival_s);
+                    if t + self.frontend_s > self.now {
+                        self.sent[i] = t;
+                        self.released.push(Release {
+                            time: t + self.frontend_s,
+                            index: i,
+                        });
+                        continue;
+                    }
+                    self.sent[i] = t;
+                }
+                self.admit(i);
+            } else {
+                let r = self.released.pop().expect("peeked");
+                self.admit(r.index);
+            }
+        }
+    }
+
+    fn admit(&mut self, i: usize) {
+        self.st.arrive(i);
+        if self.st.seqs[i].place == Place::Done {
+            // Rejected: it ends now.
+            self.ended_at(i, self.sent[i]);
+        }
+    }
+
+    /// Request `i` ended at client time `t`: release the followers waiting for it.
+    fn ended_at(&mut self, i: usize, t: f64) {
+        if self.ended.is_empty() {
+            return;
+        }
+        self.ended[i] = t;
+        for f in std::mem::take(&mut self.followers[i]) {
+            let think = self.st.reqs[f].follows.map_or(0.0, |x| x.think_s);
+            let send = (t + think).max(self.st.reqs[f].arrival_s);
+            self.sent[f] = send;
+            self.released.push(Release {
+                time: send + self.frontend_s,
+                index: f,
+            });
         }
     }
 
@@ -169,6 +290,13 @@ impl Engine<'_> {
                 Some(f) => {
                     self.now = self.now.max(f.gpu_end) + f.cpu_after;
                     self.st.complete(&f.step, self.now);
+                    if !self.ended.is_empty() {
+                        for k in 0..self.st.just_finished.len() {
+                            let v = self.st.just_finished[k];
+                            // The client sees the last token a frontend hop later.
+                            self.ended_at(v, self.now);
+                        }
+                    }
                     spare.push(f.step);
                 }
                 None if self.st.has_work() => {
@@ -178,12 +306,10 @@ impl Engine<'_> {
                         swapped: self.st.swapped.len(),
                     });
                 }
-                None => {
-                    if self.next_arrival >= self.st.reqs.len() {
-                        break;
-                    }
-                    self.now = self.now.max(self.engine_arrival(self.next_arrival));
-                }
+                None => match self.next_event() {
+                    Some(t) => self.now = self.now.max(t),
+                    None => break,
+                },
             }
         }
         Ok(())
@@ -219,11 +345,12 @@ impl Engine<'_> {
             let status = st.status[i];
             let done = status == Status::Finished && s.place == Place::Done;
             let nan = f64::NAN;
+            let sent = self.sent[i];
             let (queue, ttft, e2e) = if done {
                 (
-                    s.first_sched - (q.arrival_s + self.frontend_s),
-                    s.first_token - q.arrival_s,
-                    s.finish - q.arrival_s,
+                    s.first_sched - (sent + self.frontend_s),
+                    s.first_token - sent,
+                    s.finish - sent,
                 )
             } else {
                 (nan, nan, nan)
@@ -237,7 +364,7 @@ impl Engine<'_> {
             };
             records.push(RequestRecord {
                 id: q.id,
-                arrival_s: q.arrival_s,
+                arrival_s: sent,
                 prompt_tokens: q.prompt_tokens,
                 output_tokens: if done { s.generated } else { q.output_tokens },
                 status,

@@ -155,6 +155,9 @@ pub struct State<'a> {
     pub hybrid: Option<crate::iteration::IterationTimer>,
     /// Bytes of one block of stored layer inputs `X`, all layers (hybrid).
     pub act_block_bytes: u64,
+    /// Requests that finished in the last [`State::complete`] (the engine releases their
+    /// closed-loop followers).
+    pub just_finished: Vec<usize>,
 }
 
 static EMPTY_LAYOUT: Layout = Layout::empty();
@@ -197,6 +200,7 @@ impl<'a> State<'a> {
             scratch: Vec::new(),
             hybrid: None,
             act_block_bytes: 0,
+            just_finished: Vec::new(),
             r,
             reqs,
         }
@@ -287,6 +291,7 @@ impl<'a> State<'a> {
     /// Processes a step's output at time `now`: sampled tokens become generated; requests with
     /// all their tokens finish and free their blocks.
     pub fn complete(&mut self, step: &Step, now: f64) {
+        self.just_finished.clear();
         let mut finished = false;
         for &(v, _, emits) in &step.members {
             if !emits {
@@ -306,6 +311,7 @@ impl<'a> State<'a> {
                 self.kv.free(&mut kv);
                 kv.clear();
                 finished = true;
+                self.just_finished.push(v);
                 if was == Place::Waiting {
                     // Preempted while its last token was in flight.
                     self.waiting.retain(|&w| w != v);
