@@ -1,5 +1,6 @@
 //! Integration tests of kvplan-workloads: one binary, a module per feature.
 
+mod compat;
 mod determinism;
 mod errors;
 mod stats;
