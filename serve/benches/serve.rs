@@ -21,13 +21,13 @@ fn trace(n: usize) -> Vec<Request> {
     let span = rows[rows.len() - 1].arrived_at + 1.0;
     (0..n)
         .map(|i| {
-            let r = rows[i % rows.len()];
-            Request {
-                id: i as u64,
-                arrival_s: r.arrived_at + span * (i / rows.len()) as f64,
-                prompt_tokens: r.prompt_tokens,
-                output_tokens: r.output_tokens,
-            }
+            let r = &rows[i % rows.len()];
+            Request::new(
+                i as u64,
+                r.arrived_at + span * (i / rows.len()) as f64,
+                r.prompt_tokens,
+                r.output_tokens,
+            )
         })
         .collect()
 }

@@ -16,7 +16,7 @@
 //! let model = ModelSpec::preset("llama-2-7b")?;
 //! let hw = HardwareProfile::preset("a100-80g-sxm")?;
 //! let reqs: Vec<Request> = (0..4)
-//!     .map(|id| Request { id, arrival_s: 0.1 * id as f64, prompt_tokens: 256, output_tokens: 32 })
+//!     .map(|id| Request::new(id, 0.1 * id as f64, 256, 32))
 //!     .collect();
 //! let out = simulate(&model, &hw, &Config::default(), &reqs)?;
 //! assert_eq!(out.summary.finished, 4);

@@ -88,12 +88,7 @@ fn one_request_equals_gpu_only_plan() {
         .unwrap();
         let tl = kvplan_planner::engine::simulate(&p.schedule, &cost).unwrap();
         let mt = metrics(&p.schedule, &tl, Window::Whole);
-        let reqs = [Request {
-            id: 0,
-            arrival_s: 0.0,
-            prompt_tokens: prompt,
-            output_tokens: gen_len,
-        }];
+        let reqs = [Request::new(0, 0.0, prompt, gen_len)];
         let out = simulate(&m, &hw, &Config::default(), &reqs).unwrap();
         let r = &out.requests[0];
         assert_eq!(r.status, Status::Finished);
@@ -127,12 +122,7 @@ fn poisson(n: usize, qps: f64, prompt: u32, output: u32, seed: u64) -> Vec<Reque
                 .wrapping_add(1442695040888963407);
             let u = ((x >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
             t += -u.ln() / qps;
-            Request {
-                id: id as u64,
-                arrival_s: t,
-                prompt_tokens: prompt,
-                output_tokens: output,
-            }
+            Request::new(id as u64, t, prompt, output)
         })
         .collect()
 }
@@ -157,12 +147,7 @@ fn light_load_has_no_queueing() {
 fn decode_tokens_per_s(batch: u32) -> f64 {
     let (m, hw, _) = setup("llama-2-7b", "a100-80g-sxm");
     let reqs: Vec<Request> = (0..batch)
-        .map(|id| Request {
-            id: u64::from(id),
-            arrival_s: 0.0,
-            prompt_tokens: 128,
-            output_tokens: 129,
-        })
+        .map(|id| Request::new(u64::from(id), 0.0, 128, 129))
         .collect();
     let out = simulate(&m, &hw, &Config::default(), &reqs).unwrap();
     // Decode iterations only: batch tokens = running sequences, all decoding.
@@ -201,14 +186,7 @@ fn decode_throughput_grows_and_saturates() {
 #[test]
 fn chunked_prefill_lowers_throughput_when_passes_are_short() {
     let (m, hw, _) = setup("llama-2-7b", "a100-80g-sxm");
-    let reqs: Vec<Request> = (0..64)
-        .map(|id| Request {
-            id,
-            arrival_s: 0.0,
-            prompt_tokens: 2048,
-            output_tokens: 4,
-        })
-        .collect();
+    let reqs: Vec<Request> = (0..64).map(|id| Request::new(id, 0.0, 2048, 4)).collect();
     let base = simulate(&m, &hw, &Config::default(), &reqs).unwrap();
     let chunked = Config {
         scheduler: SchedulerKind::Chunked,
@@ -293,12 +271,7 @@ fn run_on(model: &str, hw: &str, reqs: &[Request], mode: Preemption) -> Output {
 
 fn same(n: u64, prompt: u32, output: u32) -> Vec<Request> {
     (0..n)
-        .map(|id| Request {
-            id,
-            arrival_s: 0.0,
-            prompt_tokens: prompt,
-            output_tokens: output,
-        })
+        .map(|id| Request::new(id, 0.0, prompt, output))
         .collect()
 }
 
@@ -439,24 +412,9 @@ fn hybrid_resume_is_cheapest_on_mha_and_swap_on_gqa() {
 fn impossible_requests_are_rejected() {
     let (m, hw, _) = setup("llama-2-7b", "a100-80g-sxm");
     let reqs = [
-        Request {
-            id: 0,
-            arrival_s: 0.0,
-            prompt_tokens: 4000,
-            output_tokens: 200,
-        },
-        Request {
-            id: 1,
-            arrival_s: 0.0,
-            prompt_tokens: 100,
-            output_tokens: 10,
-        },
-        Request {
-            id: 2,
-            arrival_s: 0.1,
-            prompt_tokens: 0,
-            output_tokens: 10,
-        },
+        Request::new(0, 0.0, 4000, 200),
+        Request::new(1, 0.0, 100, 10),
+        Request::new(2, 0.1, 0, 10),
     ];
     let out = simulate(&m, &hw, &Config::default(), &reqs).unwrap();
     assert_eq!(
@@ -469,12 +427,7 @@ fn impossible_requests_are_rejected() {
         Status::Rejected(RejectReason::EmptyRequest)
     );
     let (m, hw, _) = setup("yarn-llama-2-7b", "a100-40g-pcie4");
-    let big = [Request {
-        id: 0,
-        arrival_s: 0.0,
-        prompt_tokens: 60000,
-        output_tokens: 100,
-    }];
+    let big = [Request::new(0, 0.0, 60000, 100)];
     let cfg = Config {
         scheduler: SchedulerKind::Chunked,
         ..Config::default()

@@ -4,7 +4,7 @@
 //! Each digest is FNV-1a 64 over every request's `id`, `arrival_s` bits, `prompt_tokens` and
 //! `output_tokens` (little-endian), computed here rather than with the crate's own hash so a
 //! change in the crate cannot move both sides. The expected values were computed by this same
-//! test on the unmodified generator (commit cc337ed) and pasted in.
+//! test on the unmodified generator (commit cc337ed, before `Request` had a prefix) and pasted in.
 
 use kvplan_workloads::{Request, WorkloadConfig, generate, write_csv};
 
@@ -136,5 +136,10 @@ fn todays_workloads_are_unchanged() {
         assert_eq!(r.len(), n, "{name}");
         assert_eq!(digest(&r), want, "{name}: the requests changed");
         assert_eq!(csv_digest(&r), want_csv, "{name}: the CSV bytes changed");
+        assert!(
+            r.iter()
+                .all(|q| q.prefix.is_none() && q.output_segment.is_none() && q.follows.is_none()),
+            "{name}: no token identity in today's workloads"
+        );
     }
 }
