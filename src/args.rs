@@ -973,6 +973,8 @@ impl ServeArgs {
                 trace: self.trace.clone(),
                 time_scale: self.time_scale,
                 start_s: self.start,
+                shared_prefix: None,
+                conversation: None,
             },
             serve: RawConfig {
                 block_size: self.block_size,

@@ -323,7 +323,9 @@ impl ServeScenario {
     pub fn trace(&self) -> Option<&PathBuf> {
         match &self.workload {
             WorkloadSpec::Replay { path, .. } => Some(path),
-            WorkloadSpec::Synthetic(_) => None,
+            WorkloadSpec::Synthetic(_)
+            | WorkloadSpec::SharedPrefix(_)
+            | WorkloadSpec::Conversation(_) => None,
         }
     }
 

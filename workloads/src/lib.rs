@@ -4,7 +4,29 @@
 //! A workload is described in two stages. The raw form is strings and options, as they come from
 //! CLI flags or a TOML `[workload]` table ([`WorkloadConfig`]); [`WorkloadConfig::validate`] turns
 //! it into a checked [`WorkloadSpec`], and [`generate`] (or [`Workload`]) turns a spec and a seed
-//! into `Vec<Request>`, sorted by arrival time then id, ids `0..n`.
+//! into `Vec<Request>`, sorted by arrival time then id, ids `0..n`. Four kinds:
+//!
+//! | kind | `[workload]` fields | requests |
+//! |---|---|---|
+//! | synthetic | `arrivals`, `qps`, `cv`, `prompt_lengths`, `output_lengths`, `requests` | independent prompts |
+//! | replay | `trace`, optional `requests` (cap), `qps` or `time_scale`, `start_s` | a trace file's rows |
+//! | shared prefix | `[workload.shared_prefix]` + `arrivals`, `qps`, `cv`, `output_lengths`, `requests` | inference-perf's system prompts × users ([`SharedPrefixSpec`]) |
+//! | conversations | `[workload.conversation]` + `arrivals`, `qps`, `cv`, `output_lengths`, optional `requests` (cap) | multi-turn chats, closed loop ([`ConversationSpec`]) |
+//!
+//! # Token identity
+//!
+//! A [`Request`] carries lengths and, optionally, which of its tokens it shares with others, for
+//! a serving engine's prefix cache:
+//! - [`Request::prefix`]: the prompt's leading [`Segment`]s (`id`, `len`: the first `len` tokens
+//!   of the token sequence named `id`); the rest of the prompt is unique to the request;
+//! - [`Request::output_segment`]: the id under which its generated tokens appear in later
+//!   prompts (a conversation's next turn);
+//! - [`Request::follows`]: released `think_s` after an earlier request finishes (closed loop);
+//!   its `arrival_s` is then the nominal, earliest release.
+//!
+//! Segment ids are [`fnv1a_64`] hashes of names of ASCII letters, digits, `.`, `_` and `-`;
+//! `#` followed by 16 hex digits is a raw id ([`segment_id`], [`format_segment_id`]). A prefix
+//! chain is written `ID:LEN` segments joined by `/`: `s3:105/u17:488` ([`parse_prefix`]).
 //!
 //! # Spec grammar
 //!
@@ -16,8 +38,9 @@
 //! | `poisson` | exponential inter-arrival times with mean `1/qps` |
 //! | `gamma:CV` or `gamma` (with `cv`) | Gamma inter-arrival times, mean `1/qps`, coefficient of variation CV (bursty when CV > 1; CV = 1 is Poisson) |
 //!
-//! Lengths ([`LengthSpec`], prompt and output separately; token counts are whole numbers from 1
-//! to 4294967295):
+//! Lengths ([`LengthSpec`]: prompt and output lengths, and `shared_prefix.system_prompt_len`,
+//! `shared_prefix.question_len`, `conversation.turns`, `conversation.first_message_len`,
+//! `conversation.message_len`; token counts are whole numbers from 1 to 4294967295):
 //!
 //! | form | meaning |
 //! |---|---|
@@ -25,17 +48,49 @@
 //! | `uniform:LO:HI` | uniform over the integers LO..=HI |
 //! | `zipf:LO:HI[:THETA]` | Zipf over the integers LO..=HI: LO has rank 1, LO+k rank k+1, P(rank r) ∝ r^-THETA; THETA ≥ 0, default 1.0 (0 is uniform) |
 //! | `lognormal:MEDIAN:SIGMA[:MAX]` | log-normal with that median and log-space sigma, rounded and clamped to 1..=MAX (default MAX 1048576) |
-//! | `trace:FILE` | resampled from a trace CSV's column (`num_prefill_tokens` for prompts, `num_decode_tokens` for outputs); when prompts and outputs name the same file, whole rows are resampled so the two lengths keep their correlation |
+//! | `trace:FILE` | resampled from a trace CSV's column (`num_prefill_tokens` for prompts, questions and messages, `num_decode_tokens` for outputs); when prompts and outputs name the same file, whole rows are resampled so the two lengths keep their correlation; not for `conversation.turns` |
+//!
+//! Think times ([`ThinkTime`], `conversation.think_time_s`, seconds):
+//!
+//! | form | meaning |
+//! |---|---|
+//! | `S` or `fixed:S` | always S ≥ 0 |
+//! | `exp:MEAN` or `exponential:MEAN` | exponential with mean MEAN > 0 |
+//! | `uniform:LO:HI` | uniform over [LO, HI], 0 ≤ LO ≤ HI |
+//!
+//! `[workload.shared_prefix]` ([`SharedPrefixConfig`]): `groups` (system prompts), `users_per_group`,
+//! `system_prompt_len` (drawn per group), `question_len` (drawn per user); each user's output
+//! length is drawn once from `output_lengths`. `[workload.conversation]` ([`ConversationConfig`]):
+//! `conversations`, `turns`, `first_message_len`, `message_len`, `think_time_s`, optional
+//! `max_context` (tokens of a turn's prompt plus output; the conversation ends before a turn that
+//! would exceed it). Errors name these fields as `shared_prefix.groups`, `conversation.turns`, ….
+//!
+//! # Trace files
 //!
 //! Trace replay ([`Trace`], [`ReplayOptions`]) reads CSV files with the header
-//! `arrived_at,num_prefill_tokens,num_decode_tokens` (seconds, tokens, tokens).
+//! `arrived_at,num_prefill_tokens,num_decode_tokens` (seconds, tokens, tokens), columns in any
+//! order, and the optional columns ([`TRACE_OPTIONAL_COLUMNS`]; an empty cell means none):
+//!
+//! | column | meaning |
+//! |---|---|
+//! | `prefix` | the prompt's prefix chain, `ID:LEN/ID:LEN…`; the lengths sum to at most `num_prefill_tokens` |
+//! | `output_id` | the segment name of the generated tokens |
+//! | `follows` | the 0-based data row of an earlier request this one follows |
+//! | `think_s` | seconds from that request's end to this one's release (with `follows` only) |
+//!
+//! [`write_csv`] writes `prefix,output_id` only when some request has a prefix or an output
+//! segment, and `follows,think_s` only when some request follows another, so traces without
+//! token identity keep their bytes; the trace reader reads back exactly the requests written.
 //!
 //! # Determinism
 //!
 //! Every random draw comes from ChaCha8 ([`rand::rngs::ChaCha8Rng`]) keyed by the seed's
-//! little-endian bytes and a stream number (arrivals, prompt lengths and output lengths draw from
-//! separate streams, so changing the length spec leaves arrival times as they were). The same seed,
-//! spec and dependency versions (pinned by `Cargo.lock`) give byte-identical requests.
+//! little-endian bytes and a stream number, one per quantity: arrivals (1), prompt lengths (2),
+//! output lengths (3), resampled trace rows (4), system prompt lengths (5), question lengths (6),
+//! the shared-prefix order (7), turns (8), message lengths (9), think times (10). Changing one
+//! spec leaves the other quantities' draws as they were, and a new quantity takes a new stream,
+//! so existing workloads keep their requests. The same seed, spec and dependency versions
+//! (pinned by `Cargo.lock`) give byte-identical requests.
 //!
 //! # Example
 //!
@@ -59,21 +114,52 @@
 //! assert_eq!(requests, generate(&spec, config.seed())?);
 //! # Ok::<(), kvplan_workloads::Error>(())
 //! ```
+//!
+//! Shared prefixes, from a scenario's TOML (inference-perf's 11 system prompts × 4 users):
+//!
+//! ```
+//! use kvplan_workloads::{generate, WorkloadConfig};
+//!
+//! let config: WorkloadConfig = toml::from_str(
+//!     r#"
+//! arrivals = "poisson"
+//! qps = 5.0
+//! output_lengths = "300"
+//! requests = 100
+//! [shared_prefix]
+//! groups = 11
+//! users_per_group = 4
+//! system_prompt_len = "100"
+//! question_len = "466"
+//! "#,
+//! )
+//! .unwrap();
+//! let requests = generate(&config.validate()?, config.seed())?;
+//! // Each prompt is its group's system prompt plus its user's question, repeating every 44.
+//! assert!(requests.iter().all(|r| r.prefix_tokens() == 566 && r.segments()[0].len == 100));
+//! assert_eq!(requests[3].prefix, requests[3 + 44].prefix);
+//! # Ok::<(), kvplan_workloads::Error>(())
+//! ```
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
+
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 mod generate;
+mod segment;
 mod spec;
 mod trace;
 
 pub use generate::{Workload, generate, write_csv};
+pub use segment::{Segment, fnv1a_64, format_prefix, format_segment_id, parse_prefix, segment_id};
 pub use spec::{
-    ArrivalKind, Arrivals, DEFAULT_LOGNORMAL_MAX, DEFAULT_SEED, DEFAULT_ZIPF_THETA, LengthSpec,
-    MAX_CV, MAX_REQUESTS, SyntheticSpec, WorkloadConfig, WorkloadSpec,
+    ArrivalKind, Arrivals, ConversationConfig, ConversationSpec, DEFAULT_LOGNORMAL_MAX,
+    DEFAULT_SEED, DEFAULT_ZIPF_THETA, LengthSpec, MAX_CV, MAX_REQUESTS, MAX_TURNS,
+    SharedPrefixConfig, SharedPrefixSpec, SyntheticSpec, ThinkTime, WorkloadConfig, WorkloadSpec,
 };
-pub use trace::{ReplayOptions, TRACE_HEADER, TimeScale, Trace, TraceRow};
+pub use trace::{ReplayOptions, TRACE_HEADER, TRACE_OPTIONAL_COLUMNS, TimeScale, Trace, TraceRow};
 
 /// Workload errors. Each names the field (or the trace file and its 1-based line) and what is
 /// accepted.
@@ -124,6 +210,16 @@ pub enum Error {
         /// Why it is refused.
         why: String,
     },
+    /// A bad segment name or prefix chain.
+    #[error("{field}: `{got}`: {why}")]
+    BadSegment {
+        /// The field (`prefix`, `segment`).
+        field: &'static str,
+        /// What was given.
+        got: String,
+        /// What is wrong and what is accepted.
+        why: String,
+    },
     /// A trace file that could not be read.
     #[error("{path}: {source}")]
     Io {
@@ -155,61 +251,56 @@ pub enum Error {
 /// Results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// A run of shared prompt tokens (TEMPORARY stand-in until the workloads branch lands).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Segment {
-    /// Segment id.
-    pub id: u64,
-    /// Tokens.
-    pub len: u32,
-}
-
 /// One inference request.
+///
+/// Its prompt is `prompt_tokens` tokens: first the [`prefix`](Self::prefix) chain of shared
+/// segments (their lengths sum to at most `prompt_tokens`), then tokens unique to the request.
+/// Its generated tokens are unique unless [`output_segment`](Self::output_segment) names them,
+/// so that a later request's prefix (the next turn of a conversation) can contain them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Request {
     /// Position in the workload.
     pub id: u64,
-    /// Arrival time, seconds from the start.
+    /// Arrival time, seconds from the start. For a request that [`follows`](Self::follows)
+    /// another this is its nominal (open-loop) arrival, a lower bound: an engine that honours
+    /// `follows` may release it later.
     pub arrival_s: f64,
     /// Prompt tokens.
     pub prompt_tokens: u32,
     /// Tokens to generate.
     pub output_tokens: u32,
-    /// Shared prefix segments.
-    #[serde(skip)]
-    pub prefix: Option<std::sync::Arc<[Segment]>>,
-    /// Output segment id.
-    #[serde(skip)]
+    /// The prompt's leading shared segments; `None` when the whole prompt is unique. Requests
+    /// whose chains start with the same segments share those tokens (see [`Segment`]). Many
+    /// requests hold the same chain, so it is shared, not copied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<Arc<[Segment]>>,
+    /// The segment id under which this request's generated tokens (`output_tokens` of them) may
+    /// appear in a later request's prefix; `None` when its output is unique.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_segment: Option<u64>,
-    /// Closed-loop dependency.
-    #[serde(skip)]
+    /// A closed-loop follow-up: the request is sent `think_s` seconds after the earlier request
+    /// `request` *finishes* (the next turn of a conversation). `None`: it arrives at `arrival_s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub follows: Option<Follows>,
 }
 
-/// A closed-loop dependency (TEMPORARY stand-in).
+/// A request's closed-loop dependency on an earlier request ([`Request::follows`]).
+///
+/// A serving engine that honours it releases the request at `finish(request) + think_s` (never
+/// before its `arrival_s`, which generators set to the earlier request's arrival plus `think_s`,
+/// so the two agree when the earlier request finishes instantly). An engine that ignores it
+/// replays the workload open-loop at the `arrival_s` times.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Follows {
-    /// The earlier request.
+    /// The id of the earlier request (always smaller than the follower's id).
     pub request: u64,
-    /// Seconds after it finishes.
+    /// Seconds between that request's end and this one's release (≥ 0).
     pub think_s: f64,
 }
 
-/// Parses a prefix chain (TEMPORARY stand-in).
-pub fn parse_prefix(s: &str) -> Result<Vec<Segment>> {
-    Err(Error::Missing {
-        field: "prefix",
-        why: "not supported yet",
-    })
-    .map(|()| {
-        let _ = s;
-        Vec::new()
-    })
-}
-
 impl Request {
-    /// A request with no shared tokens.
-    pub fn new(id: u64, arrival_s: f64, prompt_tokens: u32, output_tokens: u32) -> Self {
+    /// A request with a unique prompt and output and no follow-up dependency.
+    pub fn new(id: u64, arrival_s: f64, prompt_tokens: u32, output_tokens: u32) -> Request {
         Request {
             id,
             arrival_s,
@@ -219,6 +310,18 @@ impl Request {
             output_segment: None,
             follows: None,
         }
+    }
+
+    /// The prefix chain's segments (empty when there is none).
+    pub fn segments(&self) -> &[Segment] {
+        self.prefix.as_deref().unwrap_or(&[])
+    }
+
+    /// Tokens of the prompt covered by the prefix chain (the sum of its lengths, at most
+    /// `prompt_tokens` in requests from this crate; saturates at `u32::MAX`).
+    pub fn prefix_tokens(&self) -> u32 {
+        let sum: u64 = self.segments().iter().map(|s| u64::from(s.len)).sum();
+        u32::try_from(sum).unwrap_or(u32::MAX)
     }
 }
 

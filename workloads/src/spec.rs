@@ -15,8 +15,12 @@ pub const DEFAULT_SEED: u64 = 0;
 pub const DEFAULT_ZIPF_THETA: f64 = 1.0;
 /// Largest length `lognormal:MEDIAN:SIGMA` produces when no MAX is given (2^20 tokens).
 pub const DEFAULT_LOGNORMAL_MAX: u32 = 1 << 20;
-/// Most requests one synthetic workload may hold (10^8, about 2.4 GB of requests).
+/// Most requests one synthetic workload may hold (10^8, about 8 GB of requests); also the most
+/// users (`groups × users_per_group`) of a shared-prefix workload.
 pub const MAX_REQUESTS: u64 = 100_000_000;
+/// Most turns one conversation may have (turn `k`'s prefix holds `2k - 1` segments, so a
+/// conversation's chains hold about `turns²` segments).
+pub const MAX_TURNS: u32 = 1000;
 /// Largest accepted coefficient of variation for Gamma arrivals.
 pub const MAX_CV: f64 = 100.0;
 
@@ -25,6 +29,8 @@ const ARRIVAL_FORMS: &str =
 const LENGTH_FORMS: &str = "`N` or `fixed:N`, `uniform:LO:HI`, `zipf:LO:HI[:THETA]`, \
      `lognormal:MEDIAN:SIGMA[:MAX]`, `trace:FILE` (token counts are whole numbers 1..=4294967295)";
 const TOKENS: &str = "a whole number of tokens from 1 to 4294967295";
+const THINK_FORMS: &str = "`S` or `fixed:S` (seconds ≥ 0), `exp:MEAN` (exponential, MEAN > 0), \
+     `uniform:LO:HI` (0 ≤ LO ≤ HI), all finite";
 
 /// The kind of arrival process, as written in a spec string (rates are given beside it).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -371,6 +377,19 @@ impl LengthSpec {
     }
 }
 
+impl LengthSpec {
+    /// The largest length the spec can produce, or `None` for `trace:FILE` (known once the file
+    /// is read).
+    pub fn upper_bound(&self) -> Option<u32> {
+        match self {
+            LengthSpec::Fixed(n) => Some(*n),
+            LengthSpec::Uniform { hi, .. } | LengthSpec::Zipf { hi, .. } => Some(*hi),
+            LengthSpec::LogNormal { max, .. } => Some(*max),
+            LengthSpec::Trace(_) => None,
+        }
+    }
+}
+
 const THETA: &str = "a Zipf exponent THETA ≥ 0 (finite; 0 is uniform, default 1.0)";
 const MEDIAN: &str = "a median length MEDIAN > 0 (finite)";
 const SIGMA: &str = "a log-space standard deviation SIGMA ≥ 0 (finite)";
@@ -432,6 +451,348 @@ pub(crate) fn check_requests(n: u64) -> Result<()> {
     }
 }
 
+/// A think-time distribution, in seconds: the pause between one turn of a conversation
+/// finishing and the user sending the next.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ThinkTime {
+    /// `S` or `fixed:S`: always S seconds (≥ 0).
+    Fixed(f64),
+    /// `exp:MEAN` (or `exponential:MEAN`): exponential with that mean (> 0).
+    Exponential {
+        /// Mean seconds.
+        mean: f64,
+    },
+    /// `uniform:LO:HI`: uniform over `[lo, hi]` seconds.
+    Uniform {
+        /// Shortest pause.
+        lo: f64,
+        /// Longest pause.
+        hi: f64,
+    },
+}
+
+impl ThinkTime {
+    /// Parses a think-time spec string; `field` names it in errors.
+    pub fn parse(field: &'static str, s: &str) -> Result<Self> {
+        let bad = || Error::BadSpec {
+            field,
+            got: s.to_string(),
+            expected: THINK_FORMS,
+        };
+        let t = s.trim();
+        let (head, rest) = t.split_once(':').unwrap_or((t, ""));
+        let args: Vec<&str> = if t.contains(':') {
+            rest.split(':').collect()
+        } else {
+            Vec::new()
+        };
+        let secs = |v: &str| parse_f64(field, v, THINK_FORMS.into());
+        let think = match (head.to_ascii_lowercase().as_str(), args.as_slice()) {
+            ("fixed", [v]) => ThinkTime::Fixed(secs(v)?),
+            ("exp" | "exponential", [m]) => ThinkTime::Exponential { mean: secs(m)? },
+            ("uniform", [lo, hi]) => ThinkTime::Uniform {
+                lo: secs(lo)?,
+                hi: secs(hi)?,
+            },
+            (_, []) if head.trim().parse::<f64>().is_ok() => ThinkTime::Fixed(secs(head)?),
+            _ => return Err(bad()),
+        };
+        think.check(field)?;
+        Ok(think)
+    }
+
+    /// Checks the parameters (finite; fixed and LO ≥ 0, LO ≤ HI, MEAN > 0); `field` names the
+    /// spec in errors.
+    pub fn check(&self, field: &'static str) -> Result<()> {
+        let ok = match *self {
+            ThinkTime::Fixed(v) => v.is_finite() && v >= 0.0,
+            ThinkTime::Exponential { mean } => mean.is_finite() && mean > 0.0,
+            ThinkTime::Uniform { lo, hi } => {
+                lo.is_finite() && hi.is_finite() && 0.0 <= lo && lo <= hi
+            }
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(Error::OutOfRange {
+                field,
+                got: self.to_string(),
+                expected: THINK_FORMS.into(),
+            })
+        }
+    }
+}
+
+/// Writes the canonical spec string, which [`ThinkTime::parse`] reads back to the same value.
+impl fmt::Display for ThinkTime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ThinkTime::Fixed(v) => write!(f, "fixed:{v}"),
+            ThinkTime::Exponential { mean } => write!(f, "exp:{mean}"),
+            ThinkTime::Uniform { lo, hi } => write!(f, "uniform:{lo}:{hi}"),
+        }
+    }
+}
+
+/// A checked shared-prefix workload, after inference-perf's shared-prefix data generator
+/// (`kubernetes-sigs/inference-perf`, `inference_perf/datagen/synthetic/shared_prefix_datagen.py`,
+/// earlier `inference_perf/datagen/shared_prefix_datagen.py`).
+///
+/// `groups` system prompts, `users_per_group` users per group. Group `g`'s system prompt length
+/// is drawn once per group, user `(g, u)`'s question length and output length once per user, so
+/// a user's whole prompt repeats: its prefix is `[system_g, question_{g,u}]`, covering the
+/// prompt. As in inference-perf, the `G·U` prompts are listed group-major (`g·U + u`), shuffled
+/// once by a seeded permutation, and request `i` takes entry `i mod G·U`: every window of `G·U`
+/// consecutive requests holds every user once, and request `i + G·U` repeats request `i`'s
+/// prompt. inference-perf's shuffle (numpy's `permutation`, or Python's `random.shuffle` before
+/// it was seeded) is not reproduced draw for draw; the order's structure is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SharedPrefixSpec {
+    /// How requests arrive.
+    pub arrivals: Arrivals,
+    /// System prompts (≥ 1).
+    pub groups: u32,
+    /// Users per system prompt (≥ 1); `groups × users_per_group` ≤ [`MAX_REQUESTS`].
+    pub users_per_group: u32,
+    /// System prompt length, drawn once per group.
+    pub system_prompt: LengthSpec,
+    /// Question length, drawn once per user.
+    pub question: LengthSpec,
+    /// Output length, drawn once per user (inference-perf's `output_len` per prompt).
+    pub output: LengthSpec,
+    /// How many requests (1..=[`MAX_REQUESTS`]).
+    pub requests: u64,
+}
+
+impl SharedPrefixSpec {
+    /// Checks every part, including that a system prompt plus a question fits in 4294967295
+    /// tokens (for `trace:FILE` lengths, once the file is read).
+    pub fn check(&self) -> Result<()> {
+        self.arrivals.check()?;
+        for (field, v) in [
+            ("shared_prefix.groups", self.groups),
+            ("shared_prefix.users_per_group", self.users_per_group),
+        ] {
+            if v == 0 {
+                return Err(Error::NonPositive { field, value: 0 });
+            }
+        }
+        let users = u64::from(self.groups) * u64::from(self.users_per_group);
+        if users > MAX_REQUESTS {
+            return Err(Error::OutOfRange {
+                field: "shared_prefix.users_per_group",
+                got: format!(
+                    "groups × users_per_group = {} × {} = {users}",
+                    self.groups, self.users_per_group
+                ),
+                expected: format!("at most {MAX_REQUESTS} users in all"),
+            });
+        }
+        self.system_prompt
+            .check("shared_prefix.system_prompt_len")?;
+        self.question.check("shared_prefix.question_len")?;
+        self.output.check("output_lengths")?;
+        if let (Some(s), Some(q)) = (
+            self.system_prompt.upper_bound(),
+            self.question.upper_bound(),
+        ) {
+            check_prompt_fits(s, q)?;
+        }
+        check_requests(self.requests)
+    }
+}
+
+pub(crate) fn check_prompt_fits(system_max: u32, question_max: u32) -> Result<()> {
+    if system_max.checked_add(question_max).is_some() {
+        Ok(())
+    } else {
+        Err(Error::OutOfRange {
+            field: "shared_prefix.question_len",
+            got: format!(
+                "a system prompt of up to {system_max} tokens plus a question of up to {question_max}"
+            ),
+            expected: "prompts of at most 4294967295 tokens: lower the largest system_prompt_len or question_len".into(),
+        })
+    }
+}
+
+/// A checked multi-turn conversation workload.
+///
+/// Conversations start by the arrival process (`qps` is conversations per second). Conversation
+/// `c` has `turns` turns; turn 1's prompt is the first message, turn `k`'s prompt is every
+/// earlier message and answer plus the new message, each a named segment, so turn `k`'s prefix
+/// is `[m1, a1, …, m_{k-1}, a_{k-1}, m_k]` (covering its prompt) and turn `k + 1`'s prefix starts
+/// with it. Turn `k`'s answer is its [`output_segment`](crate::Request::output_segment) (the
+/// conversation's last turn has none: no later prompt contains it).
+///
+/// Turn `k + 1` [`follows`](crate::Request::follows) turn `k` with a think time drawn from
+/// `think_time`: closed loop, released that long after turn `k` finishes, as vLLM's multi-turn
+/// benchmark clients do. Its nominal `arrival_s` is turn `k`'s arrival plus the think time, the
+/// earliest it can be released; requests are sorted by that nominal time (ties by conversation
+/// then turn) and numbered in that order, so a follower's id is larger than the id it follows.
+///
+/// Every turn's lengths and think time are drawn before `max_context` is applied, so the cap
+/// only ends conversations early and leaves the other conversations' draws as they were.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConversationSpec {
+    /// How conversations start.
+    pub arrivals: Arrivals,
+    /// How many conversations (1..=[`MAX_REQUESTS`]).
+    pub conversations: u64,
+    /// Turns per conversation (at most [`MAX_TURNS`]).
+    pub turns: LengthSpec,
+    /// Length of the first user message.
+    pub first_message: LengthSpec,
+    /// Length of each later user message.
+    pub message: LengthSpec,
+    /// Length of each answer.
+    pub output: LengthSpec,
+    /// Pause between a turn's end and the next turn.
+    pub think_time: ThinkTime,
+    /// A turn whose prompt plus output would exceed this many tokens is not sent, and the
+    /// conversation ends before it (the first turn is always sent). `u32::MAX` when not given,
+    /// so every prompt fits a `u32`.
+    pub max_context: u32,
+    /// Keep only the first this many requests in arrival order (`None`: all of them).
+    pub max_requests: Option<u64>,
+}
+
+impl ConversationSpec {
+    /// Checks every part, including `conversations ×` the most turns ≤ [`MAX_REQUESTS`] (for
+    /// `trace:FILE` turns, once the file is read).
+    pub fn check(&self) -> Result<()> {
+        self.arrivals.check()?;
+        if self.conversations == 0 || self.conversations > MAX_REQUESTS {
+            return Err(Error::OutOfRange {
+                field: "conversation.conversations",
+                got: self.conversations.to_string(),
+                expected: format!("a number of conversations from 1 to {MAX_REQUESTS}"),
+            });
+        }
+        self.turns.check("conversation.turns")?;
+        if let LengthSpec::Trace(_) = self.turns {
+            return Err(Error::Conflict {
+                field: "conversation.turns",
+                why: "`trace:FILE` resamples token counts, not turns; give `N`, `uniform:LO:HI`, `zipf:LO:HI[:THETA]` or `lognormal:MEDIAN:SIGMA:MAX`".into(),
+            });
+        }
+        self.first_message.check("conversation.first_message_len")?;
+        self.message.check("conversation.message_len")?;
+        self.output.check("output_lengths")?;
+        self.think_time.check("conversation.think_time_s")?;
+        if self.max_context == 0 {
+            return Err(Error::NonPositive {
+                field: "conversation.max_context",
+                value: 0,
+            });
+        }
+        if let Some(t) = self.turns.upper_bound() {
+            check_turns(t, self.conversations)?;
+        }
+        if let Some(n) = self.max_requests {
+            check_requests(n)?;
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn check_turns(max_turns: u32, conversations: u64) -> Result<()> {
+    if max_turns > MAX_TURNS {
+        return Err(Error::OutOfRange {
+            field: "conversation.turns",
+            got: format!("up to {max_turns} turns"),
+            expected: format!(
+                "at most {MAX_TURNS} turns per conversation (give the spec a smaller HI or MAX)"
+            ),
+        });
+    }
+    if conversations.saturating_mul(u64::from(max_turns)) > MAX_REQUESTS {
+        return Err(Error::OutOfRange {
+            field: "conversation.conversations",
+            got: format!("{conversations} conversations of up to {max_turns} turns"),
+            expected: format!("at most {MAX_REQUESTS} requests in all"),
+        });
+    }
+    Ok(())
+}
+
+/// The raw `[workload.shared_prefix]` table: inference-perf's shared-prefix data
+/// ([`SharedPrefixSpec`]). Arrivals, `qps`, `cv`, `output_lengths`, `requests` and `seed` come
+/// from `[workload]`; `prompt_lengths` is refused (a prompt is a system prompt plus a question).
+///
+/// ```toml
+/// [workload]
+/// arrivals = "poisson"
+/// qps = 5.0
+/// output_lengths = "300"
+/// requests = 2000
+///
+/// [workload.shared_prefix]
+/// groups = 11             # system prompts
+/// users_per_group = 4     # users (questions) per system prompt
+/// system_prompt_len = "100"
+/// question_len = "466"
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SharedPrefixConfig {
+    /// Number of system prompts (groups), ≥ 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub groups: Option<u64>,
+    /// Users per group, ≥ 1; each user has one fixed question.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub users_per_group: Option<u64>,
+    /// System prompt length spec (drawn once per group; usually a fixed `N`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt_len: Option<String>,
+    /// Question length spec (drawn once per user).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question_len: Option<String>,
+}
+
+/// The raw `[workload.conversation]` table: multi-turn conversations ([`ConversationSpec`]).
+/// Arrivals, `qps` (conversations per second), `cv`, `output_lengths` (per turn) and `seed` come
+/// from `[workload]`; there `requests` is optional and keeps only the first requests in arrival
+/// order; `prompt_lengths` is refused.
+///
+/// ```toml
+/// [workload]
+/// arrivals = "poisson"
+/// qps = 0.5                          # conversations per second
+/// output_lengths = "lognormal:200:0.6:2048"
+///
+/// [workload.conversation]
+/// conversations = 100
+/// turns = "uniform:2:8"
+/// first_message_len = "lognormal:400:0.8:4096"
+/// message_len = "lognormal:60:0.8:1024"
+/// think_time_s = "exp:5"             # after the previous turn finishes
+/// max_context = 8192                 # optional: end a conversation before it exceeds this
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConversationConfig {
+    /// Number of conversations, ≥ 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversations: Option<u64>,
+    /// Turns per conversation: a length spec (whole numbers ≥ 1, at most [`MAX_TURNS`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turns: Option<String>,
+    /// Length spec of each conversation's first user message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_message_len: Option<String>,
+    /// Length spec of every later user message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_len: Option<String>,
+    /// Think time in seconds between a turn's end and the next turn ([`ThinkTime`] grammar).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub think_time_s: Option<String>,
+    /// Optional cap in tokens on a turn's prompt plus output; the conversation ends before a
+    /// turn that would exceed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_context: Option<u64>,
+}
+
 /// A checked workload.
 #[derive(Debug, Clone, PartialEq)]
 pub enum WorkloadSpec {
@@ -444,6 +805,10 @@ pub enum WorkloadSpec {
         /// Time scaling, request cap and start offset.
         options: ReplayOptions,
     },
+    /// inference-perf's shared-prefix data: system prompts shared by groups of users.
+    SharedPrefix(SharedPrefixSpec),
+    /// Multi-turn conversations whose turns share the conversation so far.
+    Conversation(ConversationSpec),
 }
 
 /// The raw workload description, as a TOML `[workload]` table or CLI flags hold it. Every field
@@ -453,6 +818,10 @@ pub enum WorkloadSpec {
 /// `prompt_lengths`, `output_lengths`, `requests`, `seed` (default [`DEFAULT_SEED`]).
 /// Replay: `trace` with optional `requests` (cap), `qps` (rate scaling) or `time_scale`, and
 /// `start_s`.
+/// Shared prefix: a `[workload.shared_prefix]` subtable ([`SharedPrefixConfig`]) with the
+/// synthetic fields but `prompt_lengths`.
+/// Conversations: a `[workload.conversation]` subtable ([`ConversationConfig`]) with the
+/// synthetic fields but `prompt_lengths`, `requests` optional (a cap).
 ///
 /// ```toml
 /// [workload]
@@ -469,7 +838,8 @@ pub struct WorkloadConfig {
     /// Arrival process: `all-at-once`, `poisson`, `gamma:CV` or `gamma`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arrivals: Option<String>,
-    /// Mean requests per second (synthetic), or the target rate a trace is scaled to.
+    /// Mean requests per second (synthetic, shared prefix), conversations started per second
+    /// (conversations), or the target rate a trace is scaled to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub qps: Option<f64>,
     /// Coefficient of variation of Gamma inter-arrival times.
@@ -481,7 +851,8 @@ pub struct WorkloadConfig {
     /// Output length spec.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_lengths: Option<String>,
-    /// Number of requests (synthetic), or a cap on the requests replayed from a trace.
+    /// Number of requests (synthetic, shared prefix), or a cap on the requests replayed from a
+    /// trace or kept from conversations (the first in arrival order).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests: Option<u64>,
     /// Seed of the random streams.
@@ -496,6 +867,13 @@ pub struct WorkloadConfig {
     /// Replay only: start at this trace time in seconds (≥ 0); it becomes t = 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_s: Option<f64>,
+    /// inference-perf's shared-prefix data instead of independent prompts
+    /// (`[workload.shared_prefix]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_prefix: Option<SharedPrefixConfig>,
+    /// Multi-turn conversations instead of independent requests (`[workload.conversation]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<ConversationConfig>,
 }
 
 impl WorkloadConfig {
@@ -506,8 +884,18 @@ impl WorkloadConfig {
 
     /// Checks the fields and derives the typed spec.
     pub fn validate(&self) -> Result<WorkloadSpec> {
+        if self.shared_prefix.is_some() && self.conversation.is_some() {
+            return Err(Error::Conflict {
+                field: "conversation",
+                why:
+                    "give either `[workload.shared_prefix]` or `[workload.conversation]`, not both"
+                        .into(),
+            });
+        }
         if let Some(path) = &self.trace {
             for (field, given) in [
+                ("shared_prefix", self.shared_prefix.is_some()),
+                ("conversation", self.conversation.is_some()),
                 ("arrivals", self.arrivals.is_some()),
                 ("cv", self.cv.is_some()),
                 ("prompt_lengths", self.prompt_lengths.is_some()),
@@ -565,6 +953,12 @@ impl WorkloadConfig {
         })?;
         let kind = ArrivalKind::parse("arrivals", arrivals)?;
         let arrivals = Arrivals::new(kind, self.qps, self.cv)?;
+        if let Some(sp) = &self.shared_prefix {
+            return self.shared_prefix(sp, arrivals);
+        }
+        if let Some(c) = &self.conversation {
+            return self.conversation(c, arrivals);
+        }
         let prompt = LengthSpec::parse(
             "prompt_lengths",
             self.prompt_lengths.as_deref().ok_or(Error::Missing {
@@ -590,5 +984,129 @@ impl WorkloadConfig {
             output,
             requests,
         }))
+    }
+
+    fn output(&self) -> Result<LengthSpec> {
+        LengthSpec::parse(
+            "output_lengths",
+            self.output_lengths.as_deref().ok_or(Error::Missing {
+                field: "output_lengths",
+                why: LENGTH_FORMS,
+            })?,
+        )
+    }
+
+    fn no_prompt_lengths(&self, table: &str, why: &str) -> Result<()> {
+        match self.prompt_lengths {
+            Some(_) => Err(Error::Conflict {
+                field: "prompt_lengths",
+                why: format!("not used with `[workload.{table}]` ({why})"),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn shared_prefix(&self, sp: &SharedPrefixConfig, arrivals: Arrivals) -> Result<WorkloadSpec> {
+        self.no_prompt_lengths(
+            "shared_prefix",
+            "a prompt is a system prompt of `shared_prefix.system_prompt_len` tokens plus a question of `shared_prefix.question_len`",
+        )?;
+        let count = |field: &'static str, v: Option<u64>, why: &'static str| -> Result<u32> {
+            let v = v.ok_or(Error::Missing { field, why })?;
+            if v == 0 {
+                return Err(Error::NonPositive { field, value: 0 });
+            }
+            if v > MAX_REQUESTS {
+                return Err(Error::OutOfRange {
+                    field,
+                    got: v.to_string(),
+                    expected: format!("a whole number from 1 to {MAX_REQUESTS}"),
+                });
+            }
+            // At most MAX_REQUESTS, so it fits.
+            Ok(v as u32)
+        };
+        let length = |field: &'static str, v: &Option<String>| -> Result<LengthSpec> {
+            LengthSpec::parse(
+                field,
+                v.as_deref().ok_or(Error::Missing {
+                    field,
+                    why: LENGTH_FORMS,
+                })?,
+            )
+        };
+        let spec = SharedPrefixSpec {
+            arrivals,
+            groups: count(
+                "shared_prefix.groups",
+                sp.groups,
+                "the number of system prompts (groups), ≥ 1",
+            )?,
+            users_per_group: count(
+                "shared_prefix.users_per_group",
+                sp.users_per_group,
+                "the number of users (questions) per system prompt, ≥ 1",
+            )?,
+            system_prompt: length("shared_prefix.system_prompt_len", &sp.system_prompt_len)?,
+            question: length("shared_prefix.question_len", &sp.question_len)?,
+            output: self.output()?,
+            requests: self.requests.ok_or(Error::Missing {
+                field: "requests",
+                why: "the number of requests to generate, ≥ 1",
+            })?,
+        };
+        spec.check()?;
+        Ok(WorkloadSpec::SharedPrefix(spec))
+    }
+
+    fn conversation(&self, c: &ConversationConfig, arrivals: Arrivals) -> Result<WorkloadSpec> {
+        self.no_prompt_lengths(
+            "conversation",
+            "a turn's prompt is the conversation so far plus a message of `conversation.first_message_len` or `conversation.message_len` tokens",
+        )?;
+        let length = |field: &'static str, v: &Option<String>| -> Result<LengthSpec> {
+            LengthSpec::parse(
+                field,
+                v.as_deref().ok_or(Error::Missing {
+                    field,
+                    why: LENGTH_FORMS,
+                })?,
+            )
+        };
+        let max_context = match c.max_context {
+            None => u32::MAX,
+            Some(n) => {
+                u32::try_from(n)
+                    .ok()
+                    .filter(|&n| n >= 1)
+                    .ok_or_else(|| Error::OutOfRange {
+                        field: "conversation.max_context",
+                        got: n.to_string(),
+                        expected: TOKENS.into(),
+                    })?
+            }
+        };
+        let spec = ConversationSpec {
+            arrivals,
+            conversations: c.conversations.ok_or(Error::Missing {
+                field: "conversation.conversations",
+                why: "the number of conversations, ≥ 1",
+            })?,
+            turns: length("conversation.turns", &c.turns)?,
+            first_message: length("conversation.first_message_len", &c.first_message_len)?,
+            message: length("conversation.message_len", &c.message_len)?,
+            output: self.output()?,
+            think_time: ThinkTime::parse(
+                "conversation.think_time_s",
+                c.think_time_s.as_deref().ok_or(Error::Missing {
+                    field: "conversation.think_time_s",
+                    why: THINK_FORMS,
+                })?,
+            )?,
+            max_context,
+            max_requests: self.requests,
+        };
+        spec.check()?;
+        Ok(WorkloadSpec::Conversation(spec))
     }
 }

@@ -1,19 +1,37 @@
-//! Request traces: reading `arrived_at,num_prefill_tokens,num_decode_tokens` CSV files and
-//! replaying them with time or rate scaling.
+//! Request traces: reading `arrived_at,num_prefill_tokens,num_decode_tokens` CSV files (with the
+//! optional token-identity columns `prefix`, `output_id`, `follows`, `think_s`) and replaying them
+//! with time or rate scaling.
 
+use std::collections::HashMap;
 use std::io;
 use std::path::Path;
+use std::sync::Arc;
 
+use crate::segment::{NAME_FORMS, Segment, parse_chain, parse_id};
 use crate::spec::{check_qps, check_requests};
-use crate::{Error, Request, Result};
+use crate::{Error, Follows, Request, Result};
 
-/// The header a trace CSV carries (columns may come in any order; others are ignored).
+/// The header a trace CSV carries (columns may come in any order; others are ignored). The
+/// optional columns [`TRACE_OPTIONAL_COLUMNS`] may follow.
 pub const TRACE_HEADER: &str = "arrived_at,num_prefill_tokens,num_decode_tokens";
 
+/// Optional trace columns, read when the header names them (an empty cell means none):
+/// - `prefix`: the prompt's shared prefix chain, `ID:LEN` segments joined by `/`
+///   (`s3:105/u17:488`; IDs are segment names or `#` + 16 hex digits, see
+///   [`segment_id`](crate::segment_id)); the lengths sum to at most `num_prefill_tokens`;
+/// - `output_id`: the segment name of the request's generated tokens
+///   ([`Request::output_segment`]);
+/// - `follows`: the 0-based data row of an earlier request this one follows (closed loop,
+///   [`Request::follows`]), with
+/// - `think_s`: the seconds between that request's end and this one's release (≥ 0; given
+///   exactly when `follows` is).
+pub const TRACE_OPTIONAL_COLUMNS: [&str; 4] = ["prefix", "output_id", "follows", "think_s"];
+
 const COLUMNS: [&str; 3] = ["arrived_at", "num_prefill_tokens", "num_decode_tokens"];
+const EXPECTED_HEADER: &str = "`arrived_at,num_prefill_tokens,num_decode_tokens` (optional columns: `prefix`, `output_id`, `follows`, `think_s`)";
 
 /// One row of a trace.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct TraceRow {
     /// Arrival time, seconds from the start of the trace (≥ 0, non-decreasing).
     pub arrived_at: f64,
@@ -21,6 +39,14 @@ pub struct TraceRow {
     pub prompt_tokens: u32,
     /// Output tokens (≥ 1).
     pub output_tokens: u32,
+    /// The `prefix` column: the prompt's shared segments (rows with the same cell share one
+    /// allocation).
+    pub prefix: Option<Arc<[Segment]>>,
+    /// The `output_id` column.
+    pub output_segment: Option<u64>,
+    /// The `follows` and `think_s` columns; `request` is the 0-based data row of the request
+    /// followed (earlier than this row).
+    pub follows: Option<Follows>,
 }
 
 /// A checked trace: at least one row, times finite, non-negative and sorted, lengths ≥ 1.
@@ -140,14 +166,26 @@ impl Trace {
                 row_err(
                     header_line,
                     format!(
-                        "missing column `{col}` in the header `{}`; expected `{TRACE_HEADER}`",
+                        "missing column `{col}` in the header `{}`; expected {EXPECTED_HEADER}",
                         header.iter().collect::<Vec<_>>().join(",")
                     ),
                 )
             })?;
         }
-        let needed = idx.iter().max().map_or(0, |m| m + 1);
-        let mut rows = Vec::new();
+        let [prefix_col, output_col, follows_col, think_col] =
+            TRACE_OPTIONAL_COLUMNS.map(|col| header.iter().position(|h| h == col));
+        let needed = idx
+            .iter()
+            .chain(
+                [prefix_col, output_col, follows_col, think_col]
+                    .iter()
+                    .flatten(),
+            )
+            .max()
+            .map_or(0, |m| m + 1);
+        // Rows with the same prefix cell share one chain (and its length).
+        let mut chains: HashMap<String, (Arc<[Segment]>, u64)> = HashMap::new();
+        let mut rows: Vec<TraceRow> = Vec::new();
         let mut prev = 0.0f64;
         for rec in records {
             let rec = rec.map_err(read_err)?;
@@ -200,10 +238,93 @@ impl Trace {
                     )),
                 }
             };
+            let prompt_tokens = tokens(1)?;
+            let cell = |col: Option<usize>| col.map_or("", |i| &rec[i]);
+            let prefix = match cell(prefix_col) {
+                "" => None,
+                text => {
+                    let (chain, sum) = match chains.get(text) {
+                        Some((chain, sum)) => (Arc::clone(chain), *sum),
+                        None => {
+                            let chain: Arc<[Segment]> = parse_chain(text)
+                                .map_err(|why| {
+                                    row_err(
+                                        line,
+                                        format!("prefix: {why}; fix the cell or leave it empty"),
+                                    )
+                                })?
+                                .into();
+                            let sum = chain.iter().map(|s| u64::from(s.len)).sum();
+                            chains.insert(text.to_string(), (Arc::clone(&chain), sum));
+                            (chain, sum)
+                        }
+                    };
+                    if sum > u64::from(prompt_tokens) {
+                        return Err(row_err(
+                            line,
+                            format!(
+                                "prefix: the segments of `{text}` sum to {sum} tokens, more than num_prefill_tokens = {prompt_tokens}; shorten the segments or raise num_prefill_tokens"
+                            ),
+                        ));
+                    }
+                    Some(chain)
+                }
+            };
+            let output_segment = match cell(output_col) {
+                "" => None,
+                text => Some(parse_id(text).map_err(|why| {
+                    row_err(
+                        line,
+                        format!("output_id: `{text}`: {why}; give {NAME_FORMS}, or leave it empty"),
+                    )
+                })?),
+            };
+            let row = rows.len();
+            let follows = match (cell(follows_col), cell(think_col)) {
+                ("", "") => None,
+                (f, "") => {
+                    return Err(row_err(
+                        line,
+                        format!(
+                            "think_s: missing; a row that follows another (follows = `{f}`) needs the seconds between that request's end and this one (≥ 0)"
+                        ),
+                    ));
+                }
+                ("", th) => {
+                    return Err(row_err(
+                        line,
+                        format!(
+                            "follows: missing; think_s = `{th}` needs the 0-based data row of the earlier request this one follows (or leave think_s empty)"
+                        ),
+                    ));
+                }
+                (f, th) => {
+                    let request = f.parse::<u64>().ok().filter(|&r| r < row as u64).ok_or_else(|| {
+                        row_err(
+                            line,
+                            format!("follows: `{f}` is not an earlier row; give the 0-based data row of an earlier request (this row is {row})"),
+                        )
+                    })?;
+                    let think_s = th
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|v| v.is_finite() && *v >= 0.0)
+                        .ok_or_else(|| {
+                            row_err(
+                                line,
+                                format!("think_s: `{th}` must be a finite number of seconds ≥ 0"),
+                            )
+                        })?;
+                    Some(Follows { request, think_s })
+                }
+            };
             rows.push(TraceRow {
                 arrived_at: t,
-                prompt_tokens: tokens(1)?,
+                prompt_tokens,
                 output_tokens: tokens(2)?,
+                prefix,
+                output_segment,
+                follows,
             });
         }
         if rows.is_empty() {
@@ -245,7 +366,10 @@ impl Trace {
     }
 
     /// The requests of the trace under `options`: rows at or after `start_s`, at most
-    /// `max_requests` of them, arriving at `(arrived_at - start_s) * factor`, ids `0..n`.
+    /// `max_requests` of them, arriving at `(arrived_at - start_s) * factor`, ids `0..n`, with
+    /// their prefixes and output segments. A row that follows another follows its replayed
+    /// request, with the think time multiplied by the same factor; when the row it follows is
+    /// before `start_s`, it is not a follow-up (it arrives at its own time).
     pub fn replay(&self, options: &ReplayOptions) -> Result<Vec<Request>> {
         options.check()?;
         let first = self
@@ -287,8 +411,17 @@ impl Trace {
         Ok(rows
             .iter()
             .enumerate()
-            .map(|(i, r)| {
-                Request::new(
+            .map(|(i, r)| Request {
+                prefix: r.prefix.clone(),
+                output_segment: r.output_segment,
+                follows: r.follows.and_then(|f| {
+                    let row = f.request.checked_sub(first as u64)?;
+                    Some(Follows {
+                        request: row,
+                        think_s: f.think_s * factor,
+                    })
+                }),
+                ..Request::new(
                     i as u64,
                     (r.arrived_at - options.start_s) * factor,
                     r.prompt_tokens,

@@ -1,7 +1,11 @@
 //! Integration tests of kvplan-workloads: one binary, a module per feature.
 
+mod compat;
+mod conversation;
 mod determinism;
 mod errors;
+mod prefix;
+mod shared_prefix;
 mod stats;
 mod trace;
 
@@ -28,6 +32,19 @@ pub fn temp_file(name: &str, contents: &str) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, contents).unwrap();
     path
+}
+
+/// A `[workload]` table (with its subtables) from TOML text.
+pub fn workload(toml_text: &str) -> WorkloadConfig {
+    toml::from_str(toml_text).unwrap_or_else(|e| panic!("{toml_text}: {e}"))
+}
+
+/// The message of the error `validate` gives for the `[workload]` table in `toml_text`.
+pub fn validate_err(toml_text: &str) -> String {
+    match workload(toml_text).validate() {
+        Ok(spec) => panic!("{toml_text}: expected an error, got {spec:?}"),
+        Err(e) => e.to_string(),
+    }
 }
 
 /// A synthetic spec from spec strings.

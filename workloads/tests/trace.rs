@@ -23,7 +23,8 @@ fn fixture_reads() {
         TraceRow {
             arrived_at: 1.5,
             prompt_tokens: 396,
-            output_tokens: 109
+            output_tokens: 109,
+            ..Default::default()
         }
     );
     assert_eq!(t.mean_qps(), Some(0.4));
