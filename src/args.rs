@@ -722,9 +722,9 @@ pub struct CalibrateArgs {
     /// Backend
     #[command(flatten)]
     pub backend: BackendArgs,
-    /// Where to write the profile TOML (with --from-table: optional, else the [kernels]
-    /// section is printed after the error table)
-    #[arg(long, value_name = "FILE", required_unless_present = "from_table")]
+    /// Where to write the profile TOML (with --from-table and --from-runs: optional, else the
+    /// fitted section is printed after the error table)
+    #[arg(long, value_name = "FILE", required_unless_present_any = ["from_table", "from_runs"])]
     pub out: Option<PathBuf>,
     /// Fewer sizes and shapes: seconds on a CPU, for CI
     #[arg(long)]
@@ -738,6 +738,15 @@ pub struct CalibrateArgs {
     /// num_tokens, num_tensor_parallel_workers, one *_ms column per op) instead of measuring
     #[arg(long, value_name = "FILE", conflicts_with_all = ["quick", "models"])]
     pub from_table: Option<PathBuf>,
+    /// Fit the serving figures (decode attention's KV bandwidth, the engine's host time, the
+    /// frontend latency) to real serving runs: a stage table of shared-prefix runs (one row per
+    /// load stage with the server's settings and the measured TTFT / E2E; see
+    /// data/validation/real_vllm/); --base names the GPU's profile
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["quick", "models", "from_table"])]
+    pub from_runs: Option<PathBuf>,
+    /// With --from-runs: requests of each stage replayed while fitting (the report replays all)
+    #[arg(long, value_name = "N", default_value_t = 3000, requires = "from_runs")]
+    pub fit_requests: u64,
     /// Streaming multiprocessors of the GPU (the GEMM model's wave quantisation; with
     /// --from-table) [default: from the base's GPU name: A100 108, H100/H200 SXM 132]
     #[arg(long, value_name = "N", requires = "from_table")]
@@ -861,6 +870,40 @@ pub struct ServeArgs {
     /// Seed of the synthetic workload's random streams [default: 0]
     #[arg(long, value_name = "N")]
     pub seed: Option<u64>,
+    /// Shared-prefix workload (inference-perf's): system prompts, each shared by a group of
+    /// users; with --users-per-group, --system-prompt-len, --question-len, --output-lengths
+    #[arg(long, value_name = "N")]
+    pub prefix_groups: Option<u64>,
+    /// Shared-prefix workload: users per system prompt, each with one fixed question
+    #[arg(long, value_name = "N")]
+    pub users_per_group: Option<u64>,
+    /// Shared-prefix workload: system prompt length (a length spec, drawn once per group)
+    #[arg(long, value_name = "SPEC")]
+    pub system_prompt_len: Option<String>,
+    /// Shared-prefix workload: question length (a length spec, drawn once per user)
+    #[arg(long, value_name = "SPEC")]
+    pub question_len: Option<String>,
+    /// Multi-turn workload: conversations (started by --arrivals at --qps conversations/s); each
+    /// turn's prompt is the conversation so far plus a new message
+    #[arg(long, value_name = "N")]
+    pub conversations: Option<u64>,
+    /// Multi-turn workload: turns per conversation (a length spec)
+    #[arg(long, value_name = "SPEC")]
+    pub turns: Option<String>,
+    /// Multi-turn workload: first message length (a length spec)
+    #[arg(long, value_name = "SPEC")]
+    pub first_message_len: Option<String>,
+    /// Multi-turn workload: later messages' length (a length spec)
+    #[arg(long, value_name = "SPEC")]
+    pub message_len: Option<String>,
+    /// Multi-turn workload: seconds between an answer's end and the next turn (S, exp:MEAN,
+    /// uniform:LO:HI); the next turn is sent only after the answer (closed loop)
+    #[arg(long, value_name = "SPEC")]
+    pub think_time: Option<String>,
+    /// Multi-turn workload: end a conversation before a turn whose prompt plus output would pass
+    /// this many tokens
+    #[arg(long, value_name = "TOKENS")]
+    pub max_context: Option<u64>,
     /// Scheduler [default: vllm-v1]
     #[arg(long, value_enum)]
     pub scheduler: Option<SchedulerArg>,
@@ -973,8 +1016,30 @@ impl ServeArgs {
                 trace: self.trace.clone(),
                 time_scale: self.time_scale,
                 start_s: self.start,
-                shared_prefix: None,
-                conversation: None,
+                shared_prefix: (self.prefix_groups.is_some()
+                    || self.users_per_group.is_some()
+                    || self.system_prompt_len.is_some()
+                    || self.question_len.is_some())
+                .then(|| kvplan_workloads::SharedPrefixConfig {
+                    groups: self.prefix_groups,
+                    users_per_group: self.users_per_group,
+                    system_prompt_len: self.system_prompt_len.clone(),
+                    question_len: self.question_len.clone(),
+                }),
+                conversation: (self.conversations.is_some()
+                    || self.turns.is_some()
+                    || self.first_message_len.is_some()
+                    || self.message_len.is_some()
+                    || self.think_time.is_some()
+                    || self.max_context.is_some())
+                .then(|| kvplan_workloads::ConversationConfig {
+                    conversations: self.conversations,
+                    turns: self.turns.clone(),
+                    first_message_len: self.first_message_len.clone(),
+                    message_len: self.message_len.clone(),
+                    think_time_s: self.think_time.clone(),
+                    max_context: self.max_context,
+                }),
             },
             serve: RawConfig {
                 block_size: self.block_size,

@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod args;
+mod calibrate_runs;
 mod commands;
 mod diff;
 mod error;

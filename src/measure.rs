@@ -265,6 +265,9 @@ pub fn validate(args: &ValidateArgs) -> Result<Output, CliError> {
 
 /// `kvplan calibrate`.
 pub fn calibrate(args: &CalibrateArgs) -> Result<Output, CliError> {
+    if let Some(runs) = &args.from_runs {
+        return crate::calibrate_runs::calibrate_from_runs(args, runs);
+    }
     if let Some(table) = &args.from_table {
         return calibrate_from_table(args, table);
     }

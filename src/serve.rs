@@ -44,6 +44,17 @@ pub fn serve(args: &ServeArgs) -> Result<Output, CliError> {
         None => RawServeScenario::default(),
     };
     let mut raw = base.overlay(args.to_raw());
+    if let Some(path) = &args.compare_to {
+        let head = std::fs::read_to_string(path).map_err(|e| {
+            CliError::input(format!(
+                "--compare-to: {}: cannot read: {e}",
+                path.display()
+            ))
+        })?;
+        if kvplan_serve::runs::is_stage_table(head.lines().next().unwrap_or("")) {
+            return compare_stages(&raw, path, args.output.format);
+        }
+    }
     let measured = match &args.compare_to {
         Some(path) => {
             let w = &raw.workload;
@@ -150,6 +161,67 @@ pub fn serve(args: &ServeArgs) -> Result<Output, CliError> {
 }
 
 type Writer = fn(&ServeOutput, &mut dyn std::io::Write) -> std::io::Result<()>;
+
+/// `serve --compare-to STAGES.csv`: every stage of a stage table replayed with its own settings
+/// (the model and GPU its row names, unless --model / --hardware say otherwise).
+fn compare_stages(raw: &RawServeScenario, path: &Path, format: Format) -> Result<Output, CliError> {
+    use kvplan_serve::runs::{StageComparison, StageRun};
+    let stages = StageRun::read(path).map_err(|e| CliError::input(format!("--compare-to: {e}")))?;
+    let mut rows: Vec<StageComparison> = Vec::new();
+    let mut skipped = Vec::new();
+    for st in &stages {
+        let sc = st
+            .scenario(raw.model.as_deref(), raw.hardware.as_deref())
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.resolve().map_err(|e| serve_error(e).message));
+        let sc = match sc {
+            Ok(sc) => sc,
+            Err(why) => {
+                skipped.push((st.name.clone(), why));
+                continue;
+            }
+        };
+        let reqs = sc.requests().map_err(|e| serve_error(e.into()))?;
+        let out = sc.run(&reqs).map_err(|e| serve_error(e.into()))?;
+        rows.push(StageComparison::new(st, &out));
+    }
+    if rows.is_empty() {
+        return Err(CliError::input(format!(
+            "--compare-to {}: no stage could be replayed ({})",
+            path.display(),
+            skipped
+                .iter()
+                .map(|(n, w)| format!("{n}: {w}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        )));
+    }
+    match format {
+        Format::Json => {
+            #[derive(serde::Serialize)]
+            struct Report<'a> {
+                stages: &'a [StageComparison],
+                skipped: &'a [(String, String)],
+            }
+            crate::commands::json_line(&Report {
+                stages: &rows,
+                skipped: &skipped,
+            })
+        }
+        _ => {
+            let mut text = format!(
+                "serve --compare-to {}: {} stage(s) replayed with their settings\n",
+                path.display(),
+                rows.len()
+            );
+            text.push_str(&crate::calibrate_runs::stage_table(&rows));
+            for (stage, why) in &skipped {
+                let _ = writeln!(text, "skipped {stage}: {why}");
+            }
+            Ok(text)
+        }
+    }
+}
 
 /// `serve --compare-to`: predicted against measured, per metric.
 fn comparison_output(

@@ -11,6 +11,7 @@ pub mod compare;
 pub mod fit;
 pub mod kernels;
 pub mod micro;
+pub mod runs;
 pub mod table;
 
 use kvplan_exec::{DeviceInfo, Executor};

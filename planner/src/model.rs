@@ -206,7 +206,14 @@ impl ModelSpec {
         if path.is_dir() {
             return Self::from_model_dir(path);
         }
-        if looks_like_path {
+        // A Hugging Face model id (`meta-llama/Llama-2-7b-hf`) of a model with a preset.
+        if let Some(preset) = Self::preset_for_hf_id(name_or_path) {
+            return Self::preset(preset);
+        }
+        let hf_id = name_or_path.matches('/').count() == 1
+            && !name_or_path.starts_with(['.', '/'])
+            && !name_or_path.ends_with(".json");
+        if looks_like_path && !hf_id {
             return Err(Error::Io {
                 path: path.to_path_buf(),
                 source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
@@ -216,6 +223,39 @@ impl ModelSpec {
             name: name_or_path.to_string(),
             known: Self::preset_names(),
         })
+    }
+
+    /// The preset of a Hugging Face model id, if one matches: the id's last part, lower case,
+    /// without a `meta-` prefix and without `-hf`, `-instruct`, `-chat`, `-it`, `-base` or a
+    /// version suffix (`-v0.1`), equals a preset's name (`meta-llama/Llama-2-7b-hf` →
+    /// `llama-2-7b`, `meta-llama/Meta-Llama-3.1-8B-Instruct` → `llama-3.1-8b`,
+    /// `mistralai/Mistral-7B-v0.1` → `mistral-7b`).
+    pub fn preset_for_hf_id(id: &str) -> Option<&'static str> {
+        let last = id.trim().rsplit('/').next()?.to_ascii_lowercase();
+        let mut name = last.strip_prefix("meta-").unwrap_or(&last).to_string();
+        loop {
+            let before = name.clone();
+            for suffix in ["-hf", "-instruct", "-chat", "-it", "-base"] {
+                if let Some(s) = name.strip_suffix(suffix) {
+                    name = s.to_string();
+                }
+            }
+            if let Some(i) = name.rfind("-v")
+                && name[i + 2..]
+                    .chars()
+                    .all(|c| c.is_ascii_digit() || c == '.')
+                && name.len() > i + 2
+            {
+                name.truncate(i);
+            }
+            if name == before {
+                break;
+            }
+        }
+        PRESETS
+            .iter()
+            .map(|(n, _)| *n)
+            .find(|n| n.eq_ignore_ascii_case(&name))
     }
 
     /// Reads a Hugging Face `config.json` file.
@@ -753,6 +793,26 @@ fn falcon(c: &Cfg, name: &str) -> Result<ModelSpec> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hugging_face_ids_find_their_presets() {
+        for (id, preset) in [
+            ("meta-llama/Llama-2-7b-hf", Some("llama-2-7b")),
+            ("meta-llama/Llama-2-13b-chat-hf", Some("llama-2-13b")),
+            (
+                "meta-llama/Meta-Llama-3.1-8B-Instruct",
+                Some("llama-3.1-8b"),
+            ),
+            ("mistralai/Mistral-7B-v0.1", Some("mistral-7b")),
+            ("Qwen/Qwen2-7B", Some("qwen2-7b")),
+            ("facebook/opt-6.7b", Some("opt-6.7b")),
+            ("mistralai/Mixtral-8x7B-v0.1", None),
+        ] {
+            assert_eq!(ModelSpec::preset_for_hf_id(id), preset, "{id}");
+        }
+        let m = ModelSpec::resolve("meta-llama/Llama-2-7b-hf").unwrap();
+        assert_eq!(m.name, "llama-2-7b");
+    }
 
     /// One test per preset: the shape arithmetic lands within 2% of the published count.
     macro_rules! param_tests {

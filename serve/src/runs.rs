@@ -771,3 +771,183 @@ impl StageRun {
         Ok(out)
     }
 }
+
+/// The hardware preset a stage table's GPU name stands for (`H100` is the 80 GB SXM part the
+/// published runs used; `A100` the 80 GB SXM one unless the name says 40 GB or PCIe).
+pub fn hardware_preset(name: &str) -> Option<&'static str> {
+    let n = name.to_ascii_lowercase();
+    if n.contains("h200") {
+        Some("h200")
+    } else if n.contains("h100") {
+        Some(if n.contains("pcie") {
+            "h100-pcie"
+        } else {
+            "h100-sxm"
+        })
+    } else if n.contains("a100") {
+        Some(if n.contains("40") || n.contains("pcie") {
+            "a100-40g-pcie4"
+        } else {
+            "a100-80g-sxm"
+        })
+    } else if n.contains("4090") {
+        Some("rtx-4090")
+    } else if n == "t4" || n.contains("tesla t4") {
+        Some("t4")
+    } else {
+        None
+    }
+}
+
+impl StageRun {
+    /// The serving scenario that replays this stage: the model and GPU named in the row (or
+    /// the overrides), vLLM V1 with the row's settings, and inference-perf's shared-prefix load
+    /// at the stage's rate: `rate × duration` Poisson requests, the system prompts and questions
+    /// scaled to the measured mean prompt length (the row's lengths are before tokenisation).
+    pub fn scenario(
+        &self,
+        model: Option<&str>,
+        hardware: Option<&str>,
+    ) -> Result<crate::scenario::RawServeScenario, RunsError> {
+        let model = match model {
+            Some(m) => m.to_string(),
+            None => kvplan_planner::ModelSpec::preset_for_hf_id(&self.model_hf)
+                .map(String::from)
+                .unwrap_or_else(|| self.model_hf.clone()),
+        };
+        let hardware = match hardware {
+            Some(h) => h.to_string(),
+            None => hardware_preset(&self.hardware)
+                .ok_or_else(|| {
+                    format_err(
+                        &self.name,
+                        format!(
+                            "hardware `{}` has no preset; give --hardware (a preset or profile)",
+                            self.hardware
+                        ),
+                    )
+                })?
+                .to_string(),
+        };
+        let configured = f64::from(self.system_prompt_len + self.question_len);
+        let scale = if configured > 0.0 && self.prompt_len_mean > 0.0 {
+            self.prompt_len_mean / configured
+        } else {
+            1.0
+        };
+        let len = |n: u32| ((f64::from(n) * scale).round() as u32).max(1).to_string();
+        Ok(crate::scenario::RawServeScenario {
+            model: Some(model),
+            hardware: Some(hardware),
+            workload: kvplan_workloads::WorkloadConfig {
+                arrivals: Some("poisson".into()),
+                qps: Some(self.rate_rps),
+                output_lengths: Some(self.output_len.to_string()),
+                requests: Some(self.requests_sent.max(1)),
+                seed: Some(0),
+                shared_prefix: Some(kvplan_workloads::SharedPrefixConfig {
+                    groups: Some(u64::from(self.num_groups)),
+                    users_per_group: Some(u64::from(self.users_per_group)),
+                    system_prompt_len: Some(len(self.system_prompt_len)),
+                    question_len: Some(len(self.question_len)),
+                }),
+                ..Default::default()
+            },
+            serve: crate::scenario::RawConfig {
+                scheduler: Some(crate::SchedulerKind::VllmV1),
+                max_model_len: Some(self.max_model_len),
+                max_num_batched_tokens: Some(self.max_num_batched_tokens),
+                max_num_seqs: Some(self.max_num_seqs),
+                gpu_memory_utilization: Some(self.gpu_memory_utilization),
+                enable_prefix_caching: Some(self.prefix_caching),
+                enable_chunked_prefill: Some(self.chunked_prefill),
+                num_gpu_blocks_override: self.kv_blocks_gpu,
+                tensor_parallel_size: Some(self.tp),
+                record_timeseries: Some(false),
+                ..Default::default()
+            },
+        })
+    }
+}
+
+/// A stage's figures: predicted or measured.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct StageFigures {
+    /// TTFT mean, s.
+    pub ttft_mean_s: f64,
+    /// Time per output token, `(E2E mean − TTFT mean) / (output − 1)`, s.
+    pub tpot_s: f64,
+    /// E2E mean, s.
+    pub e2e_mean_s: f64,
+    /// Served requests per second.
+    pub throughput_rps: f64,
+    /// Whether the server could not keep up.
+    pub overloaded: bool,
+}
+
+/// A stage replayed: predicted against measured.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StageComparison {
+    /// The stage.
+    pub name: String,
+    /// Offered rate, requests/s.
+    pub rate_rps: f64,
+    /// The simulator's figures.
+    pub predicted: StageFigures,
+    /// The measurement.
+    pub measured: StageFigures,
+    /// Mean queueing in the engine, predicted, s.
+    pub predicted_queue_mean_s: f64,
+    /// Relative errors `predicted / measured − 1` of TTFT, TPOT, E2E and throughput.
+    pub ttft_error: f64,
+    /// See `ttft_error`.
+    pub tpot_error: f64,
+    /// See `ttft_error`.
+    pub e2e_error: f64,
+    /// See `ttft_error`.
+    pub throughput_error: f64,
+}
+
+impl StageComparison {
+    /// Compares the replay `out` of `stage`. The prediction is overloaded when the service did
+    /// not keep up (the capacity search's steady-state test, [`crate::capacity::judge`]) or
+    /// served less than 95% of the offered rate.
+    pub fn new(stage: &StageRun, out: &Output) -> StageComparison {
+        use crate::capacity::{Slo, SteadyState, judge};
+        let s = &out.summary;
+        let out_len = f64::from(stage.output_len.max(2) - 1);
+        let window = judge(
+            out,
+            &Slo(Vec::new()),
+            &SteadyState::default(),
+            stage.rate_rps,
+            0.0,
+        );
+        let throughput = s.requests_per_s;
+        let predicted = StageFigures {
+            ttft_mean_s: s.ttft_s.mean,
+            tpot_s: (s.e2e_s.mean - s.ttft_s.mean) / out_len,
+            e2e_mean_s: s.e2e_s.mean,
+            throughput_rps: throughput,
+            overloaded: !window.stable || throughput < 0.95 * stage.rate_rps,
+        };
+        let measured = StageFigures {
+            ttft_mean_s: stage.ttft_mean_s,
+            tpot_s: stage.tpot_s,
+            e2e_mean_s: stage.e2e_mean_s,
+            throughput_rps: stage.throughput_rps,
+            overloaded: stage.overloaded,
+        };
+        StageComparison {
+            name: stage.name.clone(),
+            rate_rps: stage.rate_rps,
+            ttft_error: rel_error(predicted.ttft_mean_s, measured.ttft_mean_s),
+            tpot_error: rel_error(predicted.tpot_s, measured.tpot_s),
+            e2e_error: rel_error(predicted.e2e_mean_s, measured.e2e_mean_s),
+            throughput_error: rel_error(predicted.throughput_rps, measured.throughput_rps),
+            predicted_queue_mean_s: s.queue_s.mean,
+            predicted,
+            measured,
+        }
+    }
+}

@@ -220,16 +220,32 @@ impl RawServeScenario {
         }
     }
 
-    /// Overlays `other` (flags) on `self` (a file): any field `other` sets wins. Choosing the
-    /// other kind of workload (a `trace` over a synthetic file, `arrivals` over a replay)
-    /// replaces the file's workload but for `requests` and `seed`; `qps` and `time_scale`
-    /// replace each other.
+    /// Overlays `other` (flags) on `self` (a file): any field `other` sets wins. Choosing
+    /// another kind of workload (a trace, a shared-prefix or a conversation workload, or plain
+    /// synthetic arrivals with prompt lengths) replaces the file's workload but for `requests`
+    /// and `seed`; `qps` and `time_scale` replace each other; the shared-prefix and conversation
+    /// tables merge field by field.
     pub fn overlay(mut self, other: RawServeScenario) -> Self {
         pick(&mut self.model, other.model);
         pick(&mut self.hardware, other.hardware);
         let (w, o) = (&mut self.workload, other.workload);
-        let switching =
-            (o.trace.is_some() && w.trace.is_none()) || (o.arrivals.is_some() && w.trace.is_some());
+        let kind = |c: &WorkloadConfig| {
+            if c.trace.is_some() {
+                Some(1)
+            } else if c.shared_prefix.is_some() {
+                Some(2)
+            } else if c.conversation.is_some() {
+                Some(3)
+            } else if c.arrivals.is_some() || c.prompt_lengths.is_some() {
+                Some(0)
+            } else {
+                None
+            }
+        };
+        let switching = match (kind(w), kind(&o)) {
+            (Some(a), Some(b)) => a != b && !(a != 1 && b == 0 && o.prompt_lengths.is_none()),
+            _ => false,
+        };
         if switching {
             *w = WorkloadConfig {
                 requests: w.requests,
@@ -253,6 +269,22 @@ impl RawServeScenario {
         pick(&mut w.trace, o.trace);
         pick(&mut w.time_scale, o.time_scale);
         pick(&mut w.start_s, o.start_s);
+        if let Some(op) = o.shared_prefix {
+            let sp = w.shared_prefix.get_or_insert_with(Default::default);
+            pick(&mut sp.groups, op.groups);
+            pick(&mut sp.users_per_group, op.users_per_group);
+            pick(&mut sp.system_prompt_len, op.system_prompt_len);
+            pick(&mut sp.question_len, op.question_len);
+        }
+        if let Some(oc) = o.conversation {
+            let c = w.conversation.get_or_insert_with(Default::default);
+            pick(&mut c.conversations, oc.conversations);
+            pick(&mut c.turns, oc.turns);
+            pick(&mut c.first_message_len, oc.first_message_len);
+            pick(&mut c.message_len, oc.message_len);
+            pick(&mut c.think_time_s, oc.think_time_s);
+            pick(&mut c.max_context, oc.max_context);
+        }
         self.serve = self.serve.overlay(other.serve);
         self
     }

@@ -1,0 +1,221 @@
+//! Fitting a profile to measured serving runs (`kvplan calibrate --from-runs`).
+//!
+//! The serving simulator's time per step is the kernel model's GPU time, the host's time
+//! (overlapped by asynchronous scheduling) and, for a client, the frontend's per-request
+//! latency. Measured runs pin the figures the kernel tables cannot: how fast the batched decode
+//! attention reads the KV cache on this GPU (`[kernels.attention] decode_efficiency`), how long
+//! the engine's host side takes per step (a common factor on `[serving]`'s host costs), and the
+//! frontend latency (`serving.frontend_us`). The three are fitted by a deterministic
+//! Nelder–Mead search on the squared log errors of each served stage's TPOT, E2E mean and
+//! (half weight) TTFT mean; overloaded stages are reported, not fitted (their latencies lack
+//! the requests that failed). Each fitted figure is clamped to a physical range.
+
+use kvplan_planner::HardwareProfile;
+use kvplan_planner::cost::derived_kernels;
+use kvplan_serve::runs::{StageComparison, StageRun};
+
+use crate::Error;
+use crate::fit::nelder_mead;
+
+/// What a fit found, and the errors before and after.
+#[derive(Debug, Clone)]
+pub struct RunsFit {
+    /// The fitted profile (the base with the three figures replaced).
+    pub profile: HardwareProfile,
+    /// Fitted `[kernels.attention] decode_efficiency`.
+    pub decode_efficiency: f64,
+    /// Fitted factor on the base's host costs.
+    pub host_scale: f64,
+    /// Fitted `serving.frontend_us`.
+    pub frontend_us: f64,
+    /// Every stage replayed on the base profile.
+    pub before: Vec<StageComparison>,
+    /// Every stage replayed on the fitted profile.
+    pub after: Vec<StageComparison>,
+    /// Stages left out, with the reason.
+    pub skipped: Vec<(String, String)>,
+}
+
+/// The figures a fit sets.
+#[derive(Debug, Clone, Copy)]
+struct Params {
+    decode_efficiency: f64,
+    host_scale: f64,
+    frontend_us: f64,
+}
+
+fn apply(base: &HardwareProfile, p: Params) -> HardwareProfile {
+    let mut hw = base.clone();
+    let mut k = hw.kernels.clone().unwrap_or_else(|| derived_kernels(&hw));
+    k.attention.decode_efficiency = p.decode_efficiency;
+    hw.kernels = Some(k);
+    let s = &mut hw.serving;
+    for v in [
+        &mut s.schedule_us,
+        &mut s.schedule_per_seq_us,
+        &mut s.schedule_per_token_us,
+        &mut s.update_us,
+        &mut s.update_per_seq_us,
+        &mut s.graph_launch_us,
+        &mut s.piecewise_layer_us,
+    ] {
+        *v *= p.host_scale;
+    }
+    s.frontend_us = p.frontend_us;
+    hw
+}
+
+/// A stage resolved for replay on any profile.
+struct Prepared {
+    stage: StageRun,
+    scenario: kvplan_serve::scenario::ServeScenario,
+    requests: Vec<kvplan_workloads::Request>,
+}
+
+fn prepare(stage: &StageRun, base_name: &str, cap: Option<u64>) -> Result<Prepared, String> {
+    let raw = stage
+        .scenario(None, Some(base_name))
+        .map_err(|e| e.to_string())?;
+    let mut raw = raw;
+    if let Some(n) = cap {
+        let full = raw.workload.requests.unwrap_or(n);
+        raw.workload.requests = Some(full.min(n));
+    }
+    let scenario = raw.resolve().map_err(|e| e.to_string())?;
+    let requests = scenario.requests().map_err(|e| e.to_string())?;
+    Ok(Prepared {
+        stage: stage.clone(),
+        scenario,
+        requests,
+    })
+}
+
+fn replay(p: &Prepared, hw: &HardwareProfile) -> Result<StageComparison, Error> {
+    let out = kvplan_serve::simulate(&p.scenario.model, hw, &p.scenario.config, &p.requests)
+        .map_err(|e| Error::Fit {
+            what: p.stage.name.clone(),
+            why: e.to_string(),
+        })?;
+    Ok(StageComparison::new(&p.stage, &out))
+}
+
+/// The loss of one stage: squared log errors of TPOT, E2E mean and half of TTFT mean.
+fn loss(c: &StageComparison) -> f64 {
+    let l = |e: f64| {
+        let r = (1.0 + e).max(1e-6).ln();
+        r * r
+    };
+    l(c.tpot_error) + l(c.e2e_error) + 0.5 * l(c.ttft_error)
+}
+
+/// Fits `base` (named `base_name`, a preset or profile path the stages resolve it by) to the
+/// stages whose model resolves and whose GPU is `base`'s. At most `fit_requests` requests of
+/// each stage are replayed while searching (the figures settle within a few hundred seconds of
+/// load); the before/after reports replay every request.
+pub fn fit_stages(
+    stages: &[StageRun],
+    base: &HardwareProfile,
+    base_name: &str,
+    fit_requests: u64,
+) -> Result<RunsFit, Error> {
+    let mut skipped = Vec::new();
+    let mut fit_set = Vec::new();
+    let mut full_set = Vec::new();
+    for st in stages {
+        // The stage's GPU must be the profile's (the same device name as its preset's).
+        let same_gpu = kvplan_serve::runs::hardware_preset(&st.hardware)
+            .and_then(|h| HardwareProfile::preset(h).ok())
+            .is_some_and(|h| h.gpu.name == base.gpu.name);
+        if !same_gpu {
+            skipped.push((
+                st.name.clone(),
+                format!(
+                    "runs on {}, not on {} ({})",
+                    st.hardware, base.name, base.gpu.name
+                ),
+            ));
+            continue;
+        }
+        match (
+            prepare(st, base_name, Some(fit_requests)),
+            prepare(st, base_name, None),
+        ) {
+            (Ok(a), Ok(b)) => {
+                fit_set.push(a);
+                full_set.push(b);
+            }
+            (Err(e), _) | (_, Err(e)) => skipped.push((st.name.clone(), e)),
+        }
+    }
+    let served: Vec<&Prepared> = fit_set.iter().filter(|p| !p.stage.overloaded).collect();
+    if served.is_empty() {
+        return Err(Error::Fit {
+            what: "serving runs".into(),
+            why: format!(
+                "no served (not overloaded) stage of a supported model on {}",
+                base.name
+            ),
+        });
+    }
+    let base_attention = base
+        .kernels
+        .clone()
+        .unwrap_or_else(|| derived_kernels(base))
+        .attention
+        .decode_efficiency;
+    let start = Params {
+        decode_efficiency: base_attention,
+        host_scale: 1.0,
+        frontend_us: base.serving.frontend_us.max(100.0),
+    };
+    let to_params = |x: &[f64]| Params {
+        decode_efficiency: (1.0 / (1.0 + (-x[0]).exp())).clamp(0.05, 1.0),
+        host_scale: x[1].exp().clamp(0.05, 20.0),
+        frontend_us: x[2].exp().clamp(10.0, 1e6),
+    };
+    let logit = |p: f64| (p / (1.0 - p)).ln();
+    let x0 = [
+        logit(start.decode_efficiency.clamp(0.06, 0.99)),
+        0.0,
+        start.frontend_us.ln(),
+    ];
+    let objective = |x: &[f64]| -> f64 {
+        let hw = apply(base, to_params(x));
+        let mut total = 0.0;
+        for p in &served {
+            match replay(p, &hw) {
+                Ok(c) => total += loss(&c),
+                Err(_) => return f64::INFINITY,
+            }
+        }
+        total / served.len() as f64
+    };
+    let (x, _) = nelder_mead(&objective, &x0, 0.4, 120, 1);
+    let params = to_params(&x);
+    let fitted = apply(base, params);
+    let mut before = Vec::new();
+    let mut after = Vec::new();
+    for p in &full_set {
+        before.push(replay(p, base)?);
+        after.push(replay(p, &fitted)?);
+    }
+    let mut profile = fitted;
+    profile.serving.source = format!(
+        "fitted by `kvplan calibrate --from-runs` to {} served stage(s) of real runs ({})",
+        served.len(),
+        served
+            .iter()
+            .map(|p| p.stage.name.as_str())
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    Ok(RunsFit {
+        decode_efficiency: params.decode_efficiency,
+        host_scale: params.host_scale,
+        frontend_us: params.frontend_us,
+        profile,
+        before,
+        after,
+        skipped,
+    })
+}
