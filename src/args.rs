@@ -64,7 +64,7 @@ pub enum Command {
     /// Serve many requests over time (continuous batching, paged KV, preemption) and report
     /// throughput, TTFT/TPOT/E2E percentiles, preemptions and swap traffic
     #[command(long_about = SERVE_LONG)]
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Run a grid of scenarios (a base and axes) in parallel; one CSV or JSONL row per point
     #[command(long_about = SWEEP_LONG)]
     Sweep(SweepArgs),
