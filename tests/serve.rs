@@ -96,6 +96,8 @@ fn files_are_written_and_same_seed_gives_the_same_bytes() {
         "40",
         "--seed",
         "7",
+        "--scheduler",
+        "vllm-v0",
         "--preemption",
         "swap",
     ];
@@ -279,9 +281,16 @@ fn help_lists_schedulers_and_preemptions() {
     let d = TempDir::new("serve-help");
     let help = ok(&run_in(d.path(), &["serve", "--help"]));
     for w in [
+        "vllm-v1",
+        "vllm-v0",
         "prefill-first",
         "mixed",
         "chunked",
+        "--enable-prefix-caching",
+        "--max-model-len",
+        "--num-gpu-blocks-override",
+        "--compare-to",
+        "--prefix-groups",
         "recompute",
         "swap",
         "hybrid",
