@@ -284,3 +284,52 @@ fn preemption_recomputes_and_hits_its_own_blocks() {
     let slow = simulate(&m, &hw, &off, &reqs).unwrap();
     assert!(out.summary.makespan_s <= slow.summary.makespan_s);
 }
+
+/// One attention kernel per layer for the whole batch: a decode step of B sequences costs the
+/// same, within 5%, whether their contexts are equal or spread around the same total (here
+/// uniformly over ±1/6 of the mean, as 500-700 tokens around 600), for B = 1..256, with CUDA
+/// graphs and eagerly; and it grows with B for the hardware's reasons (more KV to read), not
+/// per distinct length.
+#[test]
+fn decode_steps_cost_the_same_with_equal_and_spread_lengths() {
+    for (model, hw) in [("llama-3.1-8b", "h100-sxm"), ("llama-2-7b", "a100-80g-sxm")] {
+        let (m, hw) = setup(model, hw);
+        for eager in [false, true] {
+            let cfg = Config {
+                enforce_eager: eager,
+                max_num_seqs: Some(256),
+                ..Config::default()
+            };
+            let (mut t, _) = timer(&m, &hw, &cfg);
+            let mut worst: f64 = 0.0;
+            let mut prev = 0.0;
+            for b in 1u32..=256 {
+                let mean = 600u32;
+                let mut equal = IterationShape::default();
+                let mut spread = IterationShape::default();
+                for i in 0..b {
+                    equal.seqs.push((1, mean));
+                    // Symmetric around the mean: 500 + 200 * i / (b - 1), paired so the
+                    // total stays b * 600.
+                    let off = if b == 1 {
+                        0
+                    } else {
+                        (200 * i / (b - 1)) as i64 - 100
+                    };
+                    spread.seqs.push((1, (i64::from(mean) + off) as u32));
+                }
+                let total_eq: u64 = equal.seqs.iter().map(|s| u64::from(s.1)).sum();
+                let total_sp: u64 = spread.seqs.iter().map(|s| u64::from(s.1)).sum();
+                assert!(total_eq.abs_diff(total_sp) <= u64::from(b), "b {b}");
+                equal.logits = b;
+                spread.logits = b;
+                let (te, ts) = (t.time(&equal).total_s, t.time(&spread).total_s);
+                worst = worst.max((ts / te - 1.0).abs());
+                assert!(te >= prev * 0.999, "{model} b {b}: {te} < {prev}");
+                prev = te;
+            }
+            eprintln!("{model} eager {eager}: worst equal/spread difference {:.2}%", worst * 100.0);
+            assert!(worst < 0.05, "{model} eager {eager}: {worst}");
+        }
+    }
+}
