@@ -72,6 +72,20 @@ fn readme_commands_run() {
         )
         .unwrap();
     }
+    // The repository's data (traces, measured runs), as a clone has it.
+    fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let p = e.unwrap().path();
+            let dest = to.join(p.file_name().unwrap());
+            if p.is_dir() {
+                copy_tree(&p, &dest);
+            } else {
+                std::fs::copy(&p, &dest).unwrap();
+            }
+        }
+    }
+    copy_tree(&root().join("data"), &dir.path().join("data"));
     // The regression suite, its goldens with it.
     for sub in ["regress", "regress/golden"] {
         std::fs::create_dir(dir.path().join(sub)).unwrap();

@@ -40,9 +40,9 @@ fn copy_suite(dir: &Path) {
         }
     }
     let serve = dir.join("llama-2-7b-serve.toml");
-    let trace = root().join("../shared/traces/splitwise_conv.csv");
+    let trace = root().join("data/traces/splitwise_conv.csv");
     let text = std::fs::read_to_string(&serve).unwrap().replace(
-        "\"../../shared/traces/splitwise_conv.csv\"",
+        "\"../data/traces/splitwise_conv.csv\"",
         &format!("{:?}", trace.display().to_string()),
     );
     std::fs::write(&serve, text).unwrap();
