@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod attention;
 pub mod compare;
 pub mod fit;
 pub mod kernels;
@@ -484,11 +485,11 @@ fn kernels_section(
             1.0
         }
     };
-    section.attention = AttentionFit {
-        floor_us: att.overhead_us.min(smallest * 1e6).max(0.0),
-        prefill_efficiency: frac(att.tflops * 1e12 / hw.gpu.peak_flops.get(DType::Fp16)),
-        decode_efficiency: frac(att.gbps * 1e9 / hbm),
-    };
+    section.attention = AttentionFit::roofline(
+        att.overhead_us.min(smallest * 1e6).max(0.0),
+        frac(att.tflops * 1e12 / hw.gpu.peak_flops.get(DType::Fp16)),
+        frac(att.gbps * 1e9 / hbm),
+    );
     section.allreduce = match base {
         Some(b) => b
             .kernels

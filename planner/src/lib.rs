@@ -16,6 +16,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod attention;
 pub mod calibration;
 pub mod cost;
 pub mod dtype;
@@ -35,6 +36,7 @@ pub mod scenario;
 pub mod schedule;
 pub mod timeline;
 
+pub use attention::AttentionBatch;
 pub use cost::CostModel;
 pub use dtype::DType;
 pub use error::{Error, Result};
