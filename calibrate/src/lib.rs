@@ -377,6 +377,8 @@ pub fn build_profile(
         host,
         peer,
         kernels: None,
+        // Attention comes from the measurements ([calibration], then [kernels]).
+        attention: None,
         calibration: Some(Calibration {
             backend: m.info.backend.as_str().into(),
             device: m.info.name.clone(),

@@ -87,7 +87,8 @@ fn host_index(h: HostMemory) -> usize {
 
 /// The `[kernels]` section a profile without one stands for: the plain roofline of its `[gpu]`
 /// and `[efficiency]` figures (every kernel `overhead + max(flops / (peak * eff), bytes / (hbm *
-/// eff))`), or a `[calibration]`'s fitted attention and memory-bound kernels and measured GEMMs.
+/// eff))`), or a `[calibration]`'s fitted attention and memory-bound kernels and measured GEMMs;
+/// its `[attention]`, when it has one, replaces the attention.
 pub fn derived_kernels(hw: &HardwareProfile) -> KernelsSection {
     let overhead_us = hw.gpu.kernel_overhead_s * 1e6;
     let e = &hw.efficiency;
@@ -138,6 +139,10 @@ pub fn derived_kernels(hw: &HardwareProfile) -> KernelsSection {
             *section.mem_mut(kind) = el;
         }
         section.tables = gemm_tables(&cal.gemm);
+    }
+    if let Some(a) = hw.attention {
+        section.attention = a;
+        section.source.push_str(", attention from [attention]");
     }
     section
 }

@@ -30,7 +30,8 @@
 //! table.
 //!
 //! A profile without `[kernels]` derives one from its `[gpu]` and `[efficiency]` figures that
-//! reproduces the plain roofline (`overhead + max(flops / (peak * eff), bytes / (hbm * eff))`).
+//! reproduces the plain roofline (`overhead + max(flops / (peak * eff), bytes / (hbm * eff))`);
+//! its `[attention]` table, when it has one, replaces the roofline's attention.
 
 use serde::{Deserialize, Serialize};
 
