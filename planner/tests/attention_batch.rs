@@ -146,15 +146,10 @@ fn uneven_batches_cost_what_uniform_ones_do() {
     // out uneven units) and the longest unit only bounds it from below, but FlashAttention's
     // split-KV count follows the longest sequence (`max_seqlen_k`): a few sequences whose longest
     // crosses a 128-key block split differently, and the attention kernel alone differs by up
-    // to 24% there (h200, Llama-2-7B, B = 3, mean 600), 0.01% or nothing from B = 81 on.
-    for hw in [
-        "a100-80g-sxm",
-        "h100-sxm",
-        "a100-40g-pcie4",
-        "h200",
-        "rtx-4090",
-    ] {
-        let c = cost(hw);
+    // to 27% there (h100-pcie, Llama-3.1-8B, B = 3, mean 3000), 0.01% or nothing from B = 81
+    // on. Every preset, two models, two mean lengths.
+    for hw in HardwareProfile::preset_names() {
+        let c = cost(&hw);
         for model in ["llama-3.1-8b", "llama-2-7b"] {
             let m = ModelSpec::preset(model).unwrap();
             for mean in [600, 3000] {
@@ -166,7 +161,7 @@ fn uneven_batches_cost_what_uniform_ones_do() {
                 );
                 assert!(step < 0.05, "{hw} {model} {mean}: step {step} at B={sb}");
                 assert!(
-                    attn < 0.25,
+                    attn < 0.3,
                     "{hw} {model} {mean}: attention {attn} at B={ab}"
                 );
             }
