@@ -261,7 +261,19 @@ GEMM shapes and bytes), then
 The --base profile (preset or file) is written with the fitted [kernels] section; attention
 and all-reduce figures (not in the table) come from the base's [kernels], else its roofline.
 The per-op x token-bucket error (median, p90) of the result is printed on stdout.
-  kvplan calibrate --from-table a100_Llama-2-7b-hf.csv --base a100-80g-sxm --out a100.toml";
+  kvplan calibrate --from-table a100_Llama-2-7b-hf.csv --base a100-80g-sxm --out a100.toml
+
+An attention table (detected by its header phase,batch_size,query_tokens_per_seq,
+kv_tokens_per_seq,median_ms_per_layer: one row per decode batch or prefill chunk of one layer,
+Vidur's attention profiling) fits [kernels.attention] instead: the work-unit model of one
+attention kernel per batch (--sms fixed; floor, per-unit cost, HBM and tensor efficiency per SM,
+tail, per-row and split-combine costs), with the heads of --model [default: the preset the file
+name contains, e.g. llama-2-7b]. The measured calls appended the new tokens' K,V to the cache
+inside the kernel (flash_attn_with_kvcache with k, v: every query block copies the keys it
+attends); the fit models that copy and leaves it out of the profile (vLLM writes the cache in a
+separate kernel). The base must have a [kernels] section; the decode and prefill errors (median,
+p90) by batch x context and chunk x cached-token bucket are printed on stdout.
+  kvplan calibrate --from-table a100_Llama-2-7b-hf_attention.csv --base a100-80g-sxm";
 
 const VALIDATE_LONG: &str = "\
 Simulate a scenario with a (calibrated) profile and execute the same schedule on a backend, then
@@ -735,8 +747,10 @@ pub struct CalibrateArgs {
     #[arg(long, value_name = "PRESET|FILE")]
     pub base: Option<String>,
     /// Fit the [kernels] section from a measured table (Vidur's profiling CSV: model sizes,
-    /// num_tokens, num_tensor_parallel_workers, one *_ms column per op) instead of measuring
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["quick", "models"])]
+    /// num_tokens, num_tensor_parallel_workers, one *_ms column per op), or [kernels.attention]
+    /// from a measured attention table (header phase,batch_size,query_tokens_per_seq,
+    /// kv_tokens_per_seq,median_ms_per_layer), instead of measuring
+    #[arg(long, value_name = "FILE", conflicts_with = "quick")]
     pub from_table: Option<PathBuf>,
     /// Fit the serving figures (decode attention's KV bandwidth, the engine's host time, the
     /// frontend latency) to real serving runs: a stage table of shared-prefix runs (one row per
@@ -754,7 +768,9 @@ pub struct CalibrateArgs {
     /// Profile name [default: the --out file's stem]
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
-    /// Models whose layer shapes to measure (repeatable) [default: depends on backend and --quick]
+    /// Models whose layer shapes to measure (repeatable) [default: depends on backend and
+    /// --quick]; with an attention table, the model it was measured on [default: the preset the
+    /// file name contains]
     #[arg(long = "model", value_name = "NAME|PATH")]
     pub models: Vec<String>,
     /// Output

@@ -487,13 +487,67 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Output, CliError> {
 /// measured table.
 fn calibrate_from_table(args: &CalibrateArgs, table: &std::path::Path) -> Result<Output, CliError> {
     use kvplan_calibrate::table::{
-        FitOptions, MeasuredTable, default_sms, error_report, fit_kernels, kernel_model,
-        kernels_toml, replace_kernels,
+        FitOptions, MeasuredTable, error_report, fit_kernels, kernel_model, kernels_toml,
+        replace_kernels,
     };
     let file_name = table
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| table.display().to_string());
+    let text = std::fs::read_to_string(table)
+        .map_err(|e| CliError::input(format!("--from-table {}: {e}", table.display())))?;
+    if kvplan_calibrate::attention::is_attention_table(&text) {
+        return calibrate_attention_from_table(args, table, &file_name, &text);
+    }
+    if let Some(m) = args.models.first() {
+        return Err(CliError::input(format!(
+            "--model {m}: a kernel table carries its model sizes in its rows; --model names the \
+             model of an attention table (header {})",
+            kvplan_calibrate::attention::COLUMNS.join(",")
+        )));
+    }
+    let (_, base, base_text, sms) = table_base(args, &file_name)?;
+    let measured = MeasuredTable::parse(&text, &table.display().to_string())
+        .map_err(|e| CliError::input(e.to_string()))?;
+    let source = format!(
+        "fitted by `kvplan calibrate --from-table {file_name}` from Vidur's public profiling \
+         data (MIT, commit 7d47513), Llama-2-7B shapes, TP 1/2/4/8"
+    );
+    let opts = FitOptions::from_base(&base, sms, source);
+    let section = fit_kernels(&measured.samples, &base, &opts)?;
+    let report = error_report(&kernel_model(&section, &base), &measured.samples);
+    let kernels = kernels_toml(
+        &section,
+        &format!("fitted by `kvplan calibrate --from-table {file_name}`"),
+    );
+    let profile = replace_kernels(&base_text, &kernels);
+    HardwareProfile::from_toml_str(&profile, "the fitted profile")?;
+    let mut out = format!(
+        "fitted {} rows of {file_name} ({} samples), sms {sms}; device-time error of the fitted \
+         [kernels]:\n\n{report}",
+        measured.samples.len() / 10,
+        measured.samples.len()
+    );
+    match &args.out {
+        Some(path) => {
+            write_output(path, "--out", |w| w.write_all(profile.as_bytes()))?;
+            let _ = writeln!(out, "\nwrote {}", path.display());
+        }
+        None => {
+            out.push('\n');
+            out.push_str(&kernels);
+        }
+    }
+    Ok(out)
+}
+
+/// The `--base` profile of `--from-table` (named, or from the table's file name), its TOML text
+/// and the GPU's streaming multiprocessors (`--sms`, else from its name).
+fn table_base(
+    args: &CalibrateArgs,
+    file_name: &str,
+) -> Result<(String, HardwareProfile, String, u32), CliError> {
+    use kvplan_calibrate::table::default_sms;
     let base_name = match &args.base {
         Some(b) => b.clone(),
         None => {
@@ -525,25 +579,87 @@ fn calibrate_from_table(args: &CalibrateArgs, table: &std::path::Path) -> Result
             )));
         }
     };
-    let measured = MeasuredTable::read(table).map_err(|e| CliError::input(e.to_string()))?;
-    let source = format!(
-        "fitted by `kvplan calibrate --from-table {file_name}` from Vidur's public profiling \
-         data (MIT, commit 7d47513), Llama-2-7B shapes, TP 1/2/4/8"
+    Ok((base_name, base, base_text, sms))
+}
+
+/// `kvplan calibrate --from-table FILE` on an attention table: the base profile with its
+/// `[kernels.attention]` fitted to the table.
+fn calibrate_attention_from_table(
+    args: &CalibrateArgs,
+    table: &std::path::Path,
+    file_name: &str,
+    text: &str,
+) -> Result<Output, CliError> {
+    use kvplan_calibrate::attention::{
+        AttentionTable, Heads, attention_toml, error_report, fit_attention, predicted,
+        replace_attention,
+    };
+    let model = match args.models.as_slice() {
+        [m] => ModelSpec::resolve(m)?,
+        [] => {
+            // The preset whose name the file name contains (Vidur names tables after the model).
+            let lower = file_name.to_ascii_lowercase();
+            ModelSpec::preset_names()
+                .into_iter()
+                .filter(|n| lower.contains(n.as_str()))
+                .max_by_key(|n| n.len())
+                .map(|n| ModelSpec::preset(&n))
+                .transpose()?
+                .ok_or_else(|| {
+                    CliError::input(format!(
+                        "--model: an attention table has no head shape and {file_name} names no \
+                         model preset; pass --model NAME|PATH (the model it was measured on)"
+                    ))
+                })?
+        }
+        more => {
+            return Err(CliError::input(format!(
+                "--model: an attention table is measured on one model; {} given",
+                more.len()
+            )));
+        }
+    };
+    let (_, base, base_text, sms) = table_base(args, file_name)?;
+    let no_kernels = || {
+        CliError::input(format!(
+            "--base: {} has no [kernels] section to put the fitted [kernels.attention] in; \
+             pass a --base with one (a100-80g-sxm, h100-sxm, or a profile written by \
+             `kvplan calibrate`)",
+            base.name
+        ))
+    };
+    if base.kernels.is_none() {
+        return Err(no_kernels());
+    }
+    let measured = AttentionTable::parse(text, &table.display().to_string())
+        .map_err(|e| CliError::input(e.to_string()))?;
+    let heads = Heads::of(&model);
+    let fit = fit_attention(&measured.samples, &base, &heads, sms)?;
+    let pred = predicted(
+        &fit.attention,
+        &fit.append,
+        &measured.samples,
+        &base,
+        &heads,
     );
-    let opts = FitOptions::from_base(&base, sms, source);
-    let section = fit_kernels(&measured.samples, &base, &opts)?;
-    let report = error_report(&kernel_model(&section, &base), &measured.samples);
-    let kernels = kernels_toml(
-        &section,
-        &format!("fitted by `kvplan calibrate --from-table {file_name}`"),
-    );
-    let profile = replace_kernels(&base_text, &kernels);
+    let report = error_report(&measured.samples, &pred);
+    let cite = format!("fitted by `kvplan calibrate --from-table {file_name}`");
+    let attention = attention_toml(&fit.attention, &cite);
+    let profile = replace_attention(&base_text, &attention).ok_or_else(no_kernels)?;
     HardwareProfile::from_toml_str(&profile, "the fitted profile")?;
     let mut out = format!(
-        "fitted {} rows of {file_name} ({} samples), sms {sms}; device-time error of the fitted \
-         [kernels]:\n\n{report}",
-        measured.samples.len() / 10,
-        measured.samples.len()
+        "fitted {} rows of {file_name} ({}: {} query / {} KV heads of {}), sms {sms}; the \
+         measured kernel also appended the new tokens' K,V to the cache (every query block \
+         copying the keys it attends: {} of HBM bandwidth, {} ns per new token and query head), \
+         which the profile leaves out (vLLM writes the cache in a separate kernel); \
+         device-time error of the fit, append included:\n\n{report}",
+        measured.samples.len(),
+        model.name,
+        heads.q_heads,
+        heads.kv_heads,
+        heads.head_dim,
+        fit.append.efficiency,
+        fit.append.token_ns,
     );
     match &args.out {
         Some(path) => {
@@ -552,7 +668,7 @@ fn calibrate_from_table(args: &CalibrateArgs, table: &std::path::Path) -> Result
         }
         None => {
             out.push('\n');
-            out.push_str(&kernels);
+            out.push_str(&attention);
         }
     }
     Ok(out)

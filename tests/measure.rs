@@ -108,3 +108,63 @@ fn validate_fails_with_code_1_above_max_error_but_prints_the_report() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["passed"], false);
 }
+
+#[test]
+fn calibrate_from_an_attention_table_prints_errors_and_the_preset_section() {
+    // The header selects the attention fit; the model comes from the file name.
+    let dir = TempDir::new("attention-table");
+    let table = crate::common::root()
+        .join("calibrate/data/measured_kernels/a100_Llama-2-7b-hf_attention.csv");
+    let table = table.to_str().unwrap();
+    let out = crate::common::ok(&run_in(
+        dir.path(),
+        &["calibrate", "--from-table", table, "--out", "a100.toml"],
+    ));
+    assert!(
+        out.contains("llama-2-7b: 32 query / 32 KV heads of 128"),
+        "{out}"
+    );
+    for row in [
+        "decode batch 1-8, context 0-512",
+        "prefill chunk 1025+, cached 2048+",
+    ] {
+        assert!(out.contains(row), "{row} missing:\n{out}");
+    }
+    // The written profile is the base with the fitted [kernels.attention]: a100-80g-sxm itself.
+    let fitted = kvplan_planner::HardwareProfile::from_file(&dir.path().join("a100.toml")).unwrap();
+    let preset = kvplan_planner::HardwareProfile::preset("a100-80g-sxm").unwrap();
+    assert_eq!(fitted.kernels, preset.kernels);
+    // --model belongs to attention tables; a base without [kernels] cannot take the section.
+    let out = run_in(
+        dir.path(),
+        &[
+            "calibrate",
+            "--from-table",
+            table,
+            "--base",
+            "a100-40g-pcie4",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--base") && err.contains("[kernels]"), "{err}");
+    let gemm = dir.path().join("gemm.csv");
+    std::fs::write(&gemm, "n_head,num_tokens\n1,2\n").unwrap();
+    let out = run_in(
+        dir.path(),
+        &[
+            "calibrate",
+            "--from-table",
+            gemm.to_str().unwrap(),
+            "--base",
+            "a100-80g-sxm",
+            "--model",
+            "llama-2-7b",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--model llama-2-7b") && err.contains("attention table"),
+        "{err}"
+    );
+}

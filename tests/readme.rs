@@ -52,6 +52,15 @@ fn readme_commands_run() {
         )
         .unwrap();
     }
+    // The attention table ships in the repository.
+    let attention = dir.path().join("calibrate/data/measured_kernels");
+    std::fs::create_dir_all(&attention).unwrap();
+    let f = "a100_Llama-2-7b-hf_attention.csv";
+    std::fs::copy(
+        root().join("calibrate/data/measured_kernels").join(f),
+        attention.join(f),
+    )
+    .unwrap();
     // The contract example needs ./config.json and my-profile.toml next to it.
     std::fs::copy(
         root().join("planner/models/opt-1.3b.json"),

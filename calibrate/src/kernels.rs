@@ -360,11 +360,7 @@ mod tests {
             add: mem,
             embedding: mem,
             other: mem,
-            attention: AttentionFit {
-                floor_us: 5.0,
-                prefill_efficiency: 0.5,
-                decode_efficiency: 0.8,
-            },
+            attention: AttentionFit::roofline(5.0, 0.5, 0.8),
             allreduce: AllReduceFit {
                 latency_us: 10.0,
                 bus_gbps: 300.0,

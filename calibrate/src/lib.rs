@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod attention;
 pub mod compare;
 pub mod fit;
 pub mod kernels;
@@ -377,6 +378,8 @@ pub fn build_profile(
         host,
         peer,
         kernels: None,
+        // Attention comes from the measurements ([calibration], then [kernels]).
+        attention: None,
         calibration: Some(Calibration {
             backend: m.info.backend.as_str().into(),
             device: m.info.name.clone(),
@@ -486,11 +489,11 @@ fn kernels_section(
             1.0
         }
     };
-    section.attention = AttentionFit {
-        floor_us: att.overhead_us.min(smallest * 1e6).max(0.0),
-        prefill_efficiency: frac(att.tflops * 1e12 / hw.gpu.peak_flops.get(DType::Fp16)),
-        decode_efficiency: frac(att.gbps * 1e9 / hbm),
-    };
+    section.attention = AttentionFit::roofline(
+        att.overhead_us.min(smallest * 1e6).max(0.0),
+        frac(att.tflops * 1e12 / hw.gpu.peak_flops.get(DType::Fp16)),
+        frac(att.gbps * 1e9 / hbm),
+    );
     section.allreduce = match base {
         Some(b) => b
             .kernels

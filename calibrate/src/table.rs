@@ -36,14 +36,14 @@ use crate::fit::nelder_mead;
 /// File line numbers from the byte offsets the csv reader gives, counted incrementally. (Its own
 /// line numbers are one short in CRLF files, Vidur's among them: a record's position is the LF
 /// of the `\r\n` before it.)
-struct LineCounter<'a> {
+pub(crate) struct LineCounter<'a> {
     text: &'a str,
     byte: usize,
     line: u64,
 }
 
 impl<'a> LineCounter<'a> {
-    fn new(text: &'a str) -> Self {
+    pub(crate) fn new(text: &'a str) -> Self {
         LineCounter {
             text,
             byte: 0,
@@ -52,7 +52,7 @@ impl<'a> LineCounter<'a> {
     }
 
     /// The line of the record starting at `byte` (offsets increase from call to call).
-    fn line_at(&mut self, byte: usize) -> u64 {
+    pub(crate) fn line_at(&mut self, byte: usize) -> u64 {
         // A record that starts at a line break starts on the next line.
         let start = match self.text.as_bytes().get(byte) {
             Some(b'\n') => byte + 1,
@@ -496,16 +496,16 @@ fn robust_loss(samples: &[Sample], pred: impl Fn(&Sample) -> f64) -> f64 {
         .sum()
 }
 
-fn sigmoid(x: f64) -> f64 {
+pub(crate) fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
 }
 
-fn logit(p: f64) -> f64 {
+pub(crate) fn logit(p: f64) -> f64 {
     (p / (1.0 - p)).ln()
 }
 
 /// `v` to 4 significant digits (profiles stay readable; the fit's noise is larger).
-fn round4(v: f64) -> f64 {
+pub(crate) fn round4(v: f64) -> f64 {
     if v == 0.0 || !v.is_finite() {
         return v;
     }
@@ -773,7 +773,7 @@ pub struct ErrorStat {
     pub p90: f64,
 }
 
-fn stat(mut errors: Vec<f64>) -> ErrorStat {
+pub(crate) fn stat(mut errors: Vec<f64>) -> ErrorStat {
     let count = errors.len();
     if count == 0 {
         return ErrorStat {

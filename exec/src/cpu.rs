@@ -366,8 +366,8 @@ impl Bufs {
                     0.5,
                 );
             }
-            // `sched::needs` rejects all-reduces before a run starts.
-            OpKind::AllReduce { .. } => {}
+            // `sched::needs` rejects all-reduces and batched attention before a run starts.
+            OpKind::AllReduce { .. } | OpKind::BatchAttention { .. } => {}
         }
     }
 }

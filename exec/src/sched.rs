@@ -160,6 +160,14 @@ pub(crate) fn needs(
                      single-GPU schedules (plan with tensor parallelism 1)"
                 )));
             }
+            OpKind::BatchAttention { batch, .. } => {
+                return Err(Error::Unsupported(format!(
+                    "op {i}: one attention kernel over a ragged batch of {} sequences (a serving \
+                     schedule); the executor runs attention of uniform batches only (execute a \
+                     planner's schedule)",
+                    batch.seqs
+                )));
+            }
         }
     }
     Ok(out)
@@ -456,6 +464,35 @@ mod tests {
             needs(&b.build(), |_, _| 0),
             Err(Error::Unsupported(_))
         ));
+    }
+
+    #[test]
+    fn batched_attention_is_refused_with_a_typed_error() {
+        let mut b = ScheduleBuilder::new();
+        let c = b.stream(0, StreamKind::Compute, "c");
+        let l = b.label("attention");
+        let mut batch = kvplan_planner::AttentionBatch::new();
+        batch.add(1, 100);
+        batch.add(1, 300);
+        b.push(
+            OpKind::BatchAttention {
+                batch,
+                q_heads: 32,
+                kv_heads: 8,
+                head_dim: 128,
+                dtype: DType::Fp16,
+            },
+            c,
+            l,
+            TAG,
+            &[],
+        );
+        match needs(&b.build(), |_, _| 0) {
+            Err(Error::Unsupported(m)) => {
+                assert!(m.contains("op 0") && m.contains("2 sequences"), "{m}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

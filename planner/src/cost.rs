@@ -12,6 +12,7 @@
 //! programs use are linearisations: a copy curve's asymptotic bandwidth with its smallest-copy
 //! time as latency, and the GEMM model's straight roofline scaled by [`CostModel::gemm_ratio`].
 
+use crate::attention::{AttentionBatch, AttentionWork};
 use crate::calibration::CopyTables;
 use crate::dtype::DType;
 use crate::hardware::{Duplex, HardwareProfile};
@@ -86,7 +87,8 @@ fn host_index(h: HostMemory) -> usize {
 
 /// The `[kernels]` section a profile without one stands for: the plain roofline of its `[gpu]`
 /// and `[efficiency]` figures (every kernel `overhead + max(flops / (peak * eff), bytes / (hbm *
-/// eff))`), or a `[calibration]`'s fitted attention and memory-bound kernels and measured GEMMs.
+/// eff))`), or a `[calibration]`'s fitted attention and memory-bound kernels and measured GEMMs;
+/// its `[attention]`, when it has one, replaces the attention.
 pub fn derived_kernels(hw: &HardwareProfile) -> KernelsSection {
     let overhead_us = hw.gpu.kernel_overhead_s * 1e6;
     let e = &hw.efficiency;
@@ -112,11 +114,7 @@ pub fn derived_kernels(hw: &HardwareProfile) -> KernelsSection {
         add: mem,
         embedding: mem,
         other: mem,
-        attention: AttentionFit {
-            floor_us: overhead_us,
-            prefill_efficiency: e.attention,
-            decode_efficiency: e.memory,
-        },
+        attention: AttentionFit::roofline(overhead_us, e.attention, e.memory),
         allreduce: AllReduceFit {
             // A ring all-reduce over the peer link: two passes of its latency, its bandwidth.
             latency_us: 2.0 * hw.peer.latency_s * 1e6,
@@ -128,11 +126,11 @@ pub fn derived_kernels(hw: &HardwareProfile) -> KernelsSection {
         section.source = format!("[calibration] of {} ({})", cal.device, cal.date);
         let fp16 = hw.gpu.peak_flops.get(DType::Fp16);
         let a = &cal.attention;
-        section.attention = AttentionFit {
-            floor_us: a.overhead_us,
-            prefill_efficiency: (a.tflops * 1e12 / fp16).min(1.0),
-            decode_efficiency: (a.gbps * 1e9 / hw.gpu.mem_bandwidth).min(1.0),
-        };
+        section.attention = AttentionFit::roofline(
+            a.overhead_us,
+            (a.tflops * 1e12 / fp16).min(1.0),
+            (a.gbps * 1e9 / hw.gpu.mem_bandwidth).min(1.0),
+        );
         let el = MemFit {
             floor_us: cal.elementwise.overhead_us,
             efficiency: cal.elementwise.gbps * 1e9 / hw.gpu.mem_bandwidth,
@@ -141,6 +139,10 @@ pub fn derived_kernels(hw: &HardwareProfile) -> KernelsSection {
             *section.mem_mut(kind) = el;
         }
         section.tables = gemm_tables(&cal.gemm);
+    }
+    if let Some(a) = hw.attention {
+        section.attention = a;
+        section.source.push_str(", attention from [attention]");
     }
     section
 }
@@ -321,6 +323,26 @@ impl CostModel {
         causal: bool,
         dtype: DType,
     ) -> f64 {
+        self.kernel(self.attention_device(
+            batch, q_heads, kv_heads, q_len, kv_len, head_dim, causal, dtype,
+        ))
+    }
+
+    /// Device seconds of a uniform attention op: the batch model of its uniform statistics, with
+    /// the op's own FLOPs and bytes (the roofline exactly as before the batch model).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn attention_device(
+        &self,
+        batch: u32,
+        q_heads: u16,
+        kv_heads: u16,
+        q_len: u32,
+        kv_len: u32,
+        head_dim: u16,
+        causal: bool,
+        dtype: DType,
+    ) -> f64 {
         let op = OpKind::Attention {
             batch,
             q_heads,
@@ -331,9 +353,35 @@ impl CostModel {
             causal,
             dtype,
         };
+        let stats = AttentionBatch::uniform(batch, q_len, kv_len, causal);
+        let w = AttentionWork::with_totals(
+            &stats,
+            q_heads,
+            kv_heads,
+            head_dim,
+            dtype,
+            self.kernels.section().attention.sms,
+            op.flops(),
+            op.mem_bytes(),
+        );
+        self.kernels.attention_work_device(&w)
+    }
+
+    /// Seconds of ONE attention kernel over a ragged batch (see
+    /// [`crate::kernel_model::AttentionFit`]): the floor paid once, the work of every sequence
+    /// cut into the kernel's units. A uniform batch costs what [`CostModel::attention`] gives.
+    #[inline]
+    pub fn attention_batch(
+        &self,
+        batch: &AttentionBatch,
+        q_heads: u16,
+        kv_heads: u16,
+        head_dim: u16,
+        dtype: DType,
+    ) -> f64 {
         self.kernel(
             self.kernels
-                .attention_device(op.flops(), op.mem_bytes(), dtype),
+                .attention_batch_device(batch, q_heads, kv_heads, head_dim, dtype),
         )
     }
 
@@ -358,31 +406,8 @@ impl CostModel {
         self.kernel(self.kernels.allreduce(bytes, ranks))
     }
 
-    /// Device time of a kernel without the launch interval (a kernel replayed inside a CUDA
-    /// graph); copies and all-reduces as [`CostModel::duration`].
-    pub fn device_duration(&self, kind: &OpKind) -> f64 {
-        match *kind {
-            OpKind::Gemm {
-                m,
-                n,
-                k,
-                batch,
-                dtype,
-            } => self.kernels.gemm_device(m, n, k, batch, dtype),
-            OpKind::Attention { dtype, .. } => {
-                self.kernels
-                    .attention_device(kind.flops(), kind.mem_bytes(), dtype)
-            }
-            OpKind::Elementwise {
-                kind: e,
-                bytes,
-                rows,
-            } => self.kernels.mem_device(e, bytes, Some(rows)),
-            _ => self.duration(kind),
-        }
-    }
-
-    /// Duration of any op.
+    /// Duration of any op on its stream: a kernel takes at least the launch interval
+    /// ([`CostModel::device_duration`] is the time on the device alone).
     #[inline]
     pub fn duration(&self, kind: &OpKind) -> f64 {
         match *kind {
@@ -420,10 +445,60 @@ impl CostModel {
             } => self.attention(
                 batch, q_heads, kv_heads, q_len, kv_len, head_dim, causal, dtype,
             ),
+            OpKind::BatchAttention {
+                batch,
+                q_heads,
+                kv_heads,
+                head_dim,
+                dtype,
+            } => self.attention_batch(&batch, q_heads, kv_heads, head_dim, dtype),
             OpKind::Elementwise { kind, bytes, rows } => {
                 self.kernel(self.kernels.mem_device(kind, bytes, Some(rows)))
             }
             OpKind::AllReduce { bytes, ranks } => self.allreduce(bytes, ranks),
+        }
+    }
+
+    /// Time of an op on the device alone: a kernel's device time without the launch interval
+    /// [`CostModel::duration`] clamps it to (kernels replayed inside a CUDA graph are not
+    /// launched one by one); copies as [`CostModel::duration`].
+    pub fn device_duration(&self, kind: &OpKind) -> f64 {
+        match *kind {
+            OpKind::H2D { .. } | OpKind::D2H { .. } | OpKind::PeerSend { .. } => {
+                self.duration(kind)
+            }
+            OpKind::Gemm {
+                m,
+                n,
+                k,
+                batch,
+                dtype,
+            } => self.kernels.gemm_device(m, n, k, batch, dtype),
+            OpKind::Attention {
+                batch,
+                q_heads,
+                kv_heads,
+                q_len,
+                kv_len,
+                head_dim,
+                causal,
+                dtype,
+            } => self.attention_device(
+                batch, q_heads, kv_heads, q_len, kv_len, head_dim, causal, dtype,
+            ),
+            OpKind::BatchAttention {
+                batch,
+                q_heads,
+                kv_heads,
+                head_dim,
+                dtype,
+            } => self
+                .kernels
+                .attention_batch_device(&batch, q_heads, kv_heads, head_dim, dtype),
+            OpKind::Elementwise { kind, bytes, rows } => {
+                self.kernels.mem_device(kind, bytes, Some(rows))
+            }
+            OpKind::AllReduce { bytes, ranks } => self.kernels.allreduce(bytes, ranks),
         }
     }
 }

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::calibration::Calibration;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kernel_model::KernelsSection;
+use crate::kernel_model::{AttentionFit, KernelsSection};
 use crate::serving::ServingSection;
 use limits::Range;
 
@@ -170,6 +170,9 @@ pub struct HardwareProfile {
     /// The kernel model by shape (`[kernels]`); `None`: derived from `gpu` and `efficiency`
     /// (see [`crate::cost::derived_kernels`]).
     pub kernels: Option<KernelsSection>,
+    /// `[attention]`: the attention kernel's model for a profile without `[kernels]`, whose
+    /// other kernels stay on the roofline (with `[kernels]`, `[kernels.attention]` holds it).
+    pub attention: Option<AttentionFit>,
     /// Measured tables (calibrated profiles only).
     pub calibration: Option<Calibration>,
     /// Host-side costs of a serving engine (`[serving]`, or the built-in defaults).
@@ -201,6 +204,10 @@ pub struct ProfileFile {
     /// `[kernels]`: the kernel model by shape, when fitted or calibrated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernels: Option<KernelsSection>,
+    /// `[attention]`: the attention kernel's model (as `[kernels.attention]`) for a profile
+    /// without `[kernels]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention: Option<AttentionFit>,
     /// `[calibration]`: measured tables, when the profile was calibrated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calibration: Option<Calibration>,
@@ -353,6 +360,17 @@ fn validate(file: ProfileFile, origin: &str) -> Result<HardwareProfile> {
     if let Some(sv) = &s.serving {
         sv.check(origin)?;
     }
+    if let Some(a) = &s.attention {
+        if s.kernels.is_some() {
+            return Err(Error::invalid(
+                format!("{origin}: attention"),
+                "[attention] next to [kernels]",
+                "a profile with [kernels] gives its attention model in [kernels.attention]; \
+                 move the table there",
+            ));
+        }
+        a.check(origin, "attention")?;
+    }
     let memory = c.range("gpu.memory_gib", s.gpu.memory_gib, GIB, "GiB", MEMORY)?;
     let reserved = c.non_negative("gpu.reserved_gib", s.gpu.reserved_gib)? * GIB;
     if reserved >= memory {
@@ -415,6 +433,7 @@ fn validate(file: ProfileFile, origin: &str) -> Result<HardwareProfile> {
             latency_s: micros("peer.latency_us", s.peer.latency_us)?,
         },
         kernels: s.kernels,
+        attention: s.attention,
         calibration: s.calibration,
         serving: s.serving.unwrap_or_default(),
     })
@@ -501,6 +520,13 @@ fn merged_table(
         // cost model derives kernels from the calibration.
         if table.contains_key("calibration") && !table.contains_key("kernels") {
             merged.remove("kernels");
+        }
+        // Likewise for an inherited `[attention]` (the roofline's attention override): this
+        // file's own kernel model or measurements replace it.
+        if (table.contains_key("calibration") || table.contains_key("kernels"))
+            && !table.contains_key("attention")
+        {
+            merged.remove("attention");
         }
         merge(&mut merged, table);
         table = merged;
@@ -865,6 +891,52 @@ mod tests {
             }
             assert!(p.link.h2d_latency_s * 10.0 <= limits::LATENCY.max);
         }
+    }
+
+    #[test]
+    fn attention_tables_name_their_fields_and_yield_to_own_kernels() {
+        let hw = |text: &str| HardwareProfile::from_toml_str(text, "my.toml");
+        let err = |text: &str| hw(text).unwrap_err().to_string();
+        // The work-unit fields need the SM count.
+        let e = err(
+            "base = \"t4\"\n[attention]\nfloor_us = 4.0\nprefill_efficiency = 0.5\ndecode_efficiency = 0.8\nunit_us = 3.0\n",
+        );
+        assert!(
+            e.contains("my.toml: attention.unit_us") && e.contains("give sms"),
+            "{e}"
+        );
+        let e = err(
+            "base = \"t4\"\n[attention]\nfloor_us = 4.0\nprefill_efficiency = 0.5\ndecode_efficiency = 0.8\nsms = 0\n",
+        );
+        assert!(
+            e.contains("attention.sms") && e.contains("from 1 to 10000"),
+            "{e}"
+        );
+        let e = err(
+            "base = \"a100-80g-sxm\"\n[kernels.attention]\nfloor_us = 4.0\nprefill_efficiency = 0.5\ndecode_efficiency = 0.8\nsms = 108\ntail = -1.0\n",
+        );
+        assert!(e.contains("kernels.attention.tail"), "{e}");
+        // [attention] belongs to profiles without [kernels].
+        let e = err(
+            "base = \"a100-80g-sxm\"\n[attention]\nfloor_us = 4.0\nprefill_efficiency = 0.5\ndecode_efficiency = 0.8\n",
+        );
+        assert!(
+            e.contains("my.toml: attention") && e.contains("[kernels.attention]"),
+            "{e}"
+        );
+        // An inherited [attention] gives way to the file's own measurements.
+        let base = HardwareProfile::preset("a100-40g-pcie4").unwrap();
+        assert_eq!(base.attention.unwrap().sms, Some(108));
+        let own = hw("base = \"a100-40g-pcie4\"\n[host]\nram_gib = 512.0\n").unwrap();
+        assert_eq!(own.attention, base.attention);
+        let cal = hw("base = \"a100-40g-pcie4\"\n[calibration]\nbackend = \"cuda\"\ndevice = \"x\"\ndriver = \"x\"\ndate = \"x\"\nkvplan_version = \"x\"\nmode = \"quick\"\nattention = { overhead_us = 5.0, tflops = 100.0, gbps = 1000.0 }\nelementwise = { overhead_us = 3.0, gbps = 1200.0 }\n[calibration.copy]\nh2d_pinned = [[4096, 1e-5], [67108864, 2.8e-3]]\nd2h_pinned = [[4096, 1e-5], [67108864, 2.8e-3]]\nh2d_pageable = [[4096, 1e-5], [67108864, 2.8e-3]]\nd2h_pageable = [[4096, 1e-5], [67108864, 2.8e-3]]\n").unwrap();
+        assert_eq!(cal.attention, None);
+        let kernels = hw("base = \"a100-40g-pcie4\"\n[kernels]\nsource = \"s\"\nlaunch_us = 0.0\ngemm = { floor_us = 4.0, memory_efficiency = 0.8, compute_efficiency = 0.7 }\nnorm = { floor_us = 4.0, efficiency = 0.8 }\nactivation = { floor_us = 4.0, efficiency = 0.8 }\nrope = { floor_us = 4.0, efficiency = 0.8 }\nadd = { floor_us = 4.0, efficiency = 0.8 }\nembedding = { floor_us = 4.0, efficiency = 0.8 }\nother = { floor_us = 4.0, efficiency = 0.8 }\nattention = { floor_us = 4.0, prefill_efficiency = 0.5, decode_efficiency = 0.8 }\nallreduce = { latency_us = 20.0, bus_gbps = 20.0 }\n").unwrap();
+        assert_eq!(kernels.attention, None);
+        // ... and is the cost model's attention where it stays.
+        let k = crate::cost::derived_kernels(&base);
+        assert_eq!(k.attention, base.attention.unwrap());
+        assert!(k.source.contains("[attention]"));
     }
 
     /// A fresh directory for file tests.

@@ -11,8 +11,10 @@
 //!   floor;
 //! - **memory-bound kinds** (norm, activation, rope, add, embedding, other): `floor + bytes /
 //!   (hbm * efficiency)`, each kind with its own floor and efficiency;
-//! - **attention**: `floor + max(flops / (peak * prefill_efficiency), bytes / (hbm *
-//!   decode_efficiency))`;
+//! - **attention**: one kernel per batch ([`AttentionFit`]): the roofline `floor + max(flops /
+//!   (peak * prefill_efficiency), bytes / (hbm * decode_efficiency))`, or with `sms` a grid of
+//!   work units (FlashAttention's thread blocks, [`crate::attention::AttentionWork`]) run in
+//!   rounds over the SMs, each unit at the SM's share of HBM bandwidth and tensor peak;
 //! - **all-reduce** (tensor parallelism): `latency + 2 (p-1)/p * bytes / bus_bandwidth` (the ring
 //!   algorithm's traffic; NCCL's "bus bandwidth" convention).
 //!
@@ -28,10 +30,12 @@
 //! table.
 //!
 //! A profile without `[kernels]` derives one from its `[gpu]` and `[efficiency]` figures that
-//! reproduces the plain roofline (`overhead + max(flops / (peak * eff), bytes / (hbm * eff))`).
+//! reproduces the plain roofline (`overhead + max(flops / (peak * eff), bytes / (hbm * eff))`);
+//! its `[attention]` table, when it has one, replaces the roofline's attention.
 
 use serde::{Deserialize, Serialize};
 
+use crate::attention::{AttentionBatch, AttentionWork};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::limits::{self, BANDWIDTH, EFFICIENCY, LATENCY, Range};
@@ -114,17 +118,200 @@ pub struct MemFit {
     pub efficiency: f64,
 }
 
-/// Attention: `floor + max(flops / (peak * prefill_efficiency), bytes / (hbm *
+/// One attention kernel over a batch ([`AttentionWork`]).
+///
+/// Without `sms`, the roofline: `floor + max(flops / (peak * prefill_efficiency), bytes / (hbm *
 /// decode_efficiency))`.
+///
+/// With `sms`, the kernel is a grid of `n` work units (thread blocks: sequence x query head x
+/// block of 64 query rows, times FlashAttention-2's split-KV count; a decode batch packs the query
+/// heads of a KV head), run about one per SM at a time. A unit streams its mean share of the
+/// batch's bytes at the SM's share of HBM bandwidth (`hbm * decode_efficiency / sms`) and
+/// computes its mean share of the FLOPs (query rows padded to whole blocks) at the SM's share of
+/// tensor peak (`peak * prefill_efficiency / sms`), overlapped, after a fixed `unit_us`:
+///
+/// `t_unit = unit + max(bytes / n / (hbm * e_d / sms), padded_flops / n / (peak * e_p / sms))`
+///
+/// and the kernel takes `k = n / sms` rounds of the mean unit plus a tail of `tail` unit-times
+/// once the GPU is full, never less than its longest unit (`t_long`, the longest sequence's
+/// last block over one split's keys):
+///
+/// `floor + max(t_long, (k + tail * min(1, k)) * t_unit) + split`
+///
+/// (`split`: the combine of split-KV partial results, when the kernel splits). Mean work per
+/// unit, not the longest, sets the rounds: a GPU's block scheduler hands each SM the next unit as
+/// one finishes, so uneven units even out and a batch of uneven sequences costs what a uniform
+/// batch of the same totals costs, unless one sequence alone outlasts the rest. Every added field
+/// is optional; with none of them this is the roofline above, bit for bit.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AttentionFit {
     /// Device floor, microseconds.
     pub floor_us: f64,
-    /// Fraction of tensor-core peak in compute-bound (prefill) attention.
+    /// Fraction of tensor-core peak in compute-bound (prefill) attention (with `sms`: what one
+    /// unit reaches of its SM's share).
     pub prefill_efficiency: f64,
-    /// Fraction of HBM bandwidth in memory-bound (decode) attention.
+    /// Fraction of HBM bandwidth in memory-bound (decode) attention (with `sms`: what one unit
+    /// streams of its SM's share).
     pub decode_efficiency: f64,
+    /// Streaming multiprocessors: turns on the work-unit model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sms: Option<u32>,
+    /// Fixed time of one work unit (a thread block's prologue and epilogue), microseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit_us: Option<f64>,
+    /// Unit-times added once the GPU is full: the last units finishing unevenly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tail: Option<f64>,
+    /// Combining split-KV partial results (a second kernel), microseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split_us: Option<f64>,
+}
+
+/// In-kernel KV-cache appends: FlashAttention-2's `flash_attn_with_kvcache` called with the new
+/// tokens' `k` and `v` copies them into the cache inside the attention kernel, and every query
+/// block copies the new keys it attends to (a benign race, per FlashAttention's source), so a
+/// prefill chunk of `q` tokens copies about `q^2 / 128` keys per head. vLLM writes the cache in
+/// a separate kernel and never pays this; measurements taken through such a harness (Vidur's
+/// profiling of Sarathi's FlashAttention wrapper) do, and a fit must account for it: the copies
+/// at a fraction of the SMs' share of HBM bandwidth, and a time per new token and query head.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KvAppend {
+    /// Bytes the units copy (read and write), summed over units.
+    pub bytes: f64,
+    /// Bytes the longest unit copies.
+    pub long_bytes: f64,
+    /// Fraction of HBM bandwidth the copies run at (per unit: its SM's share).
+    pub efficiency: f64,
+    /// New tokens times query heads.
+    pub tokens: f64,
+    /// Time per new token and query head, nanoseconds.
+    pub token_ns: f64,
+}
+
+impl AttentionFit {
+    /// The roofline: a floor, a compute and a memory efficiency, no work-unit model.
+    pub fn roofline(floor_us: f64, prefill_efficiency: f64, decode_efficiency: f64) -> Self {
+        AttentionFit {
+            floor_us,
+            prefill_efficiency,
+            decode_efficiency,
+            sms: None,
+            unit_us: None,
+            tail: None,
+            split_us: None,
+        }
+    }
+
+    /// Checks every figure; errors name `origin: {table}.FIELD` (`table`: `kernels.attention` or
+    /// `attention`).
+    pub fn check(&self, origin: &str, table: &str) -> Result<()> {
+        let f = |s: &str| format!("{origin}: {table}.{s}");
+        let range = |field: &str, v: f64, scale: f64, unit: &str, r: Range| {
+            if r.contains(v * scale) {
+                Ok(())
+            } else {
+                Err(Error::invalid(
+                    f(field),
+                    limits::show(v),
+                    r.describe(scale, unit),
+                ))
+            }
+        };
+        let us = |field: &str, v: f64| range(field, v, 1e-6, "us", LATENCY);
+        let frac = |field: &str, v: f64| range(field, v, 1.0, "of peak", EFFICIENCY);
+        us("floor_us", self.floor_us)?;
+        frac("prefill_efficiency", self.prefill_efficiency)?;
+        frac("decode_efficiency", self.decode_efficiency)?;
+        if self.sms == Some(0) || self.sms.is_some_and(|s| s > 10_000) {
+            return Err(Error::invalid(
+                f("sms"),
+                self.sms.unwrap_or(0),
+                "must be from 1 to 10000 streaming multiprocessors",
+            ));
+        }
+        for (field, v) in [("unit_us", self.unit_us), ("split_us", self.split_us)] {
+            if let Some(v) = v {
+                us(field, v)?;
+            }
+        }
+        if let Some(t) = self.tail
+            && !(t.is_finite() && (0.0..=100.0).contains(&t))
+        {
+            return Err(Error::invalid(
+                f("tail"),
+                limits::show(t),
+                "must be from 0 to 100 unit-times",
+            ));
+        }
+        let needs_sms = [
+            ("unit_us", self.unit_us.is_some()),
+            ("tail", self.tail.is_some()),
+            ("split_us", self.split_us.is_some()),
+        ];
+        if self.sms.is_none()
+            && let Some((field, _)) = needs_sms.iter().find(|(_, set)| *set)
+        {
+            return Err(Error::invalid(
+                f(field),
+                "set without sms",
+                "belongs to the work-unit model: give sms (the GPU's streaming multiprocessors) \
+                 too, or leave it out",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Device seconds of the kernel `w` on a GPU of `secs_per_flop` (at `w.dtype`) and `hbm`
+    /// bytes/s. `w` must be cut for this fit's `sms` ([`AttentionWork::new`]).
+    #[inline]
+    pub fn device_seconds(&self, w: &AttentionWork, secs_per_flop: f64, hbm: f64) -> f64 {
+        self.device_seconds_appending(w, secs_per_flop, hbm, None)
+    }
+
+    /// [`AttentionFit::device_seconds`] of a kernel that also appends the new tokens' K and V
+    /// to the cache ([`KvAppend`]; `None`: it does not, as in vLLM).
+    pub fn device_seconds_appending(
+        &self,
+        w: &AttentionWork,
+        secs_per_flop: f64,
+        hbm: f64,
+        append: Option<&KvAppend>,
+    ) -> f64 {
+        let core = match self.sms {
+            Some(sms) if w.units > 0.0 => {
+                let s = f64::from(sms);
+                let unit_bw = hbm * self.decode_efficiency / s;
+                let unit_spf = secs_per_flop * s / self.prefill_efficiency;
+                let fixed = self.unit_us.unwrap_or(0.0) * 1e-6;
+                let (mut t_unit, mut t_long) = (
+                    fixed + (w.unit_bytes / unit_bw).max(w.unit_flops * unit_spf),
+                    fixed + (w.long_bytes / unit_bw).max(w.long_flops * unit_spf),
+                );
+                if let Some(a) = append {
+                    let append_bw = hbm * a.efficiency / s;
+                    t_unit += a.bytes / w.units / append_bw;
+                    t_long += a.long_bytes / append_bw;
+                }
+                let k = w.units / s;
+                let rounds = k + self.tail.unwrap_or(0.0) * k.min(1.0);
+                t_long.max(rounds * t_unit)
+            }
+            Some(_) => 0.0,
+            None => (w.flops * secs_per_flop / self.prefill_efficiency)
+                .max(w.bytes / (hbm * self.decode_efficiency)),
+        };
+        let mut t = self.floor_us * 1e-6 + core;
+        if let Some(a) = append {
+            t += a.token_ns * 1e-9 * a.tokens;
+        }
+        if w.splits > 1
+            && let Some(c) = self.split_us
+        {
+            t += c * 1e-6;
+        }
+        t
+    }
 }
 
 /// The tensor-parallel all-reduce: `latency + 2 (p-1)/p * bytes / bus bandwidth`.
@@ -317,10 +504,7 @@ impl KernelsSection {
                 ));
             }
         }
-        let a = &self.attention;
-        us("attention.floor_us", a.floor_us)?;
-        frac("attention.prefill_efficiency", a.prefill_efficiency)?;
-        frac("attention.decode_efficiency", a.decode_efficiency)?;
+        self.attention.check(origin, "kernels.attention")?;
         us("allreduce.latency_us", self.allreduce.latency_us)?;
         range(
             "allreduce.bus_gbps",
@@ -618,12 +802,37 @@ impl KernelModel {
         }
     }
 
-    /// Device seconds of attention with `flops` and `bytes`.
-    pub fn attention_device(&self, flops: f64, bytes: f64, dtype: DType) -> f64 {
+    /// Device seconds of one attention kernel over `batch` (see [`AttentionFit`]).
+    pub fn attention_batch_device(
+        &self,
+        batch: &AttentionBatch,
+        q_heads: u16,
+        kv_heads: u16,
+        head_dim: u16,
+        dtype: DType,
+    ) -> f64 {
         let a = &self.section.attention;
-        a.floor_us * 1e-6
-            + (flops * self.peak[dtype.index()] / a.prefill_efficiency)
-                .max(bytes / (self.hbm * a.decode_efficiency))
+        let w = AttentionWork::new(batch, q_heads, kv_heads, head_dim, dtype, a.sms);
+        self.attention_work_device(&w)
+    }
+
+    /// Device seconds of an attention kernel's work, cut for this model's `attention.sms`
+    /// ([`AttentionWork::new`]).
+    #[inline]
+    pub fn attention_work_device(&self, w: &AttentionWork) -> f64 {
+        self.section
+            .attention
+            .device_seconds(w, self.peak[w.dtype.index()], self.hbm)
+    }
+
+    /// HBM bytes per second.
+    pub fn hbm(&self) -> f64 {
+        self.hbm
+    }
+
+    /// Seconds per FLOP at peak for `dtype`.
+    pub fn secs_per_flop(&self, dtype: DType) -> f64 {
+        self.peak[dtype.index()]
     }
 
     /// Seconds of an all-reduce of `bytes` per rank over `ranks` GPUs (0 for one rank).

@@ -16,6 +16,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod attention;
 pub mod calibration;
 pub mod cost;
 pub mod dtype;
@@ -36,6 +37,7 @@ pub mod schedule;
 pub mod serving;
 pub mod timeline;
 
+pub use attention::AttentionBatch;
 pub use cost::CostModel;
 pub use dtype::DType;
 pub use error::{Error, Result};

@@ -10,6 +10,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::attention::AttentionBatch;
+pub use crate::attention::attention_pairs;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
@@ -209,6 +211,20 @@ pub enum OpKind {
         /// Element type.
         dtype: DType,
     },
+    /// One attention kernel over a ragged batch (prefill chunks and decode steps of different
+    /// lengths together, as vLLM runs them): the batch's statistics, not its sequences.
+    BatchAttention {
+        /// The sequences' sums and maxima.
+        batch: AttentionBatch,
+        /// Query heads.
+        q_heads: u16,
+        /// Key/value heads.
+        kv_heads: u16,
+        /// Head dimension.
+        head_dim: u16,
+        /// Element type.
+        dtype: DType,
+    },
     /// A memory-bound kernel touching `bytes` of device memory (norms, activations, rotary
     /// embedding, residual adds, the embedding gather, copies inside the GPU, sampling).
     Elementwise {
@@ -268,12 +284,19 @@ impl OpKind {
                     * f64::from(head_dim)
                     * attention_pairs(q_len, kv_len, causal)
             }
+            OpKind::BatchAttention {
+                batch,
+                q_heads,
+                head_dim,
+                ..
+            } => batch.flops(q_heads, head_dim),
             _ => 0.0,
         }
     }
 
     /// Device-memory bytes a kernel reads and writes (copies: 0): GEMM `(mk + kn + mn)` elements
-    /// per batch; attention Q and O per query head plus K and V per KV head; elementwise as given.
+    /// per batch; attention (uniform or batched) Q and O per query head plus K and V per KV head;
+    /// elementwise as given.
     #[inline]
     pub fn mem_bytes(&self) -> f64 {
         match *self {
@@ -303,6 +326,13 @@ impl OpKind {
                         + 2.0 * f64::from(kv_heads) * f64::from(kv_len))
                     * dtype.bytes() as f64
             }
+            OpKind::BatchAttention {
+                batch,
+                q_heads,
+                kv_heads,
+                head_dim,
+                dtype,
+            } => batch.mem_bytes(q_heads, kv_heads, head_dim, dtype),
             OpKind::Elementwise { bytes, .. } => bytes as f64,
             _ => 0.0,
         }
@@ -325,6 +355,7 @@ impl OpKind {
             OpKind::PeerSend { .. } => Category::PeerTransfer,
             OpKind::Gemm { .. }
             | OpKind::Attention { .. }
+            | OpKind::BatchAttention { .. }
             | OpKind::Elementwise { .. }
             | OpKind::AllReduce { .. } => Category::Compute,
         }
@@ -340,23 +371,12 @@ impl OpKind {
                 | (
                     OpKind::Gemm { .. }
                         | OpKind::Attention { .. }
+                        | OpKind::BatchAttention { .. }
                         | OpKind::Elementwise { .. }
                         | OpKind::AllReduce { .. },
                     StreamKind::Compute
                 )
         )
-    }
-}
-
-/// Query-key pairs of one head of one sequence.
-pub fn attention_pairs(q_len: u32, kv_len: u32, causal: bool) -> f64 {
-    let q = f64::from(q_len);
-    let kv = f64::from(kv_len);
-    if causal {
-        // Query i (0-based) sees kv_len - q_len + i + 1 keys.
-        q * (kv - q) + q * (q + 1.0) / 2.0
-    } else {
-        q * kv
     }
 }
 
@@ -764,14 +784,6 @@ mod tests {
         assert_eq!(r.reuse_dep(), Some(OpId(1)));
         r.push(OpId(3));
         assert_eq!(r.reuse_dep(), Some(OpId(2)));
-    }
-
-    #[test]
-    fn causal_pairs_count_the_triangle() {
-        assert_eq!(attention_pairs(4, 4, true), 10.0);
-        assert_eq!(attention_pairs(1, 9, true), 9.0);
-        assert_eq!(attention_pairs(2, 5, true), 3.0 * 2.0 + 3.0);
-        assert_eq!(attention_pairs(3, 5, false), 15.0);
     }
 
     fn one_op_json() -> serde_json::Value {

@@ -492,9 +492,11 @@ fn contract_invocation_reports_every_method() {
         d.speedup > 2.0 && d.speedup_vs_tensor_parallel > 1.4,
         "{d:?}"
     );
-    // Link-bound: the fourth device would add under 1%, so three are used.
+    // The fourth device would add under 1%, so three are used. With a100-80g-sxm's fitted
+    // attention model the partition is [4608, 6464, 5312] (before: [5312, 6144, 4928], then
+    // link-bound) and its slowest layer outlasts its slowest send: compute-bound.
     assert_eq!(d.devices_used, 3, "{d:?}");
-    assert_eq!(d.bottleneck, "link");
+    assert_eq!(d.bottleneck, "compute");
     assert!(d.tensor_parallel_peer_bytes > d.peer_bytes);
     assert!(d.search.local_optimum && !d.search.exact, "{:?}", d.search);
 }
@@ -1039,10 +1041,12 @@ fn sixty_four_devices_over_128k_tokens() {
     let by: Vec<f64> = d.ttft_by_devices_s.iter().map(|t| t.unwrap()).collect();
     assert_eq!(by.len(), 64);
     let best = by.iter().copied().fold(f64::INFINITY, f64::min);
-    // With rotary embedding and the residual adds in every layer (issue 9) the best is 374.91
-    // ms and the plan 378.40 ms on 55 devices; before them, 373.66 and 377.0 ms.
-    assert!(best < 0.3755, "{best}");
-    assert!(d.ttft_s.runahead < 0.3790, "{d:?}");
+    // With rotary embedding and the residual adds in every layer (issue 9) the best was 374.91
+    // ms and the plan 378.40 ms on 55 devices; before them, 373.66 and 377.0 ms. h200's attention
+    // is now the work-unit model (h100-sxm's estimate at its HBM bandwidth) instead of the
+    // roofline at 0.50 of peak: the best is 386.02 ms, the plan 388.96 ms on 55 devices.
+    assert!(best < 0.3866, "{best}");
+    assert!(d.ttft_s.runahead < 0.3896, "{d:?}");
     assert!((50..=60).contains(&d.devices_used), "{}", d.devices_used);
     for (i, &t) in by.iter().enumerate() {
         let lb = ttft_lower_bound(&costs, 131072, i + 1);

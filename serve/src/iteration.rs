@@ -27,7 +27,7 @@
 //! - compute: hybrid's recompute GEMM and concatenation per layer (after the last `X` copy),
 //!   then the forward pass (after every copy: swapped-out blocks are reused by this iteration,
 //!   swapped-in blocks are read by it): `embed`, per layer [`forward_ops`] of the ragged batch,
-//!   then `final_norm`, `lm_head`, `sample` over the rows that produce a token.
+//!   then `final_norm` over every row, `lm_head` and `sample` over the rows that produce a token.
 //!
 //! Cache copies block the forward pass, as in vLLM 0.4: its worker runs `cache_swap` and then the
 //! model, and `swap_blocks` issues its `cudaMemcpyAsync`s on the compute stream, so neither the
@@ -37,11 +37,14 @@
 //! copies, `R` the recomputation); half duplex serves the D2H copies first, so `H` and `X` start
 //! after `D`.
 
+use kvplan_planner::AttentionBatch;
 use kvplan_planner::ModelSpec;
 use kvplan_planner::cost::CostModel;
 use kvplan_planner::hardware::Duplex;
-use kvplan_planner::plan::kernels::attention_op;
-use kvplan_planner::plan::{concat_kernel, embed_op, forward_ops, head_ops, recompute_gemm};
+use kvplan_planner::plan::{
+    batch_attention_op, concat_kernel, embed_op, forward_ops, forward_ops_batched, head_ops,
+    recompute_gemm,
+};
 use kvplan_planner::schedule::{
     HostMemory, OpId, OpKind, Payload, Phase, Schedule, ScheduleBuilder, StreamKind, Tag,
 };
@@ -179,7 +182,6 @@ pub struct IterationTimer {
     act_out_block_s: f64,
     act_in_block_s: f64,
     block_size: u32,
-    scratch: Vec<u64>,
 }
 
 impl IterationTimer {
@@ -241,7 +243,6 @@ impl IterationTimer {
             act_out_block_s: t(act_copy_bytes, act_copies, true),
             act_in_block_s: t(act_copy_bytes, act_copies, false),
             block_size: block_size.max(1),
-            scratch: Vec::new(),
         }
     }
 
@@ -388,34 +389,19 @@ impl IterationTimer {
         self.head[i]
     }
 
-    /// One layer's attention over the ragged batch `seqs`: one kernel for the whole batch.
-    fn attention_s(&mut self, seqs: &[(u32, u32)], graph: bool) -> f64 {
-        // Shapes packed as `q_len << 32 | kv_len`: sorting the keys groups equal shapes.
-        let mut scratch = std::mem::take(&mut self.scratch);
-        scratch.clear();
-        scratch.extend(
-            seqs.iter()
-                .map(|&(q, kv)| (u64::from(q) << 32) | u64::from(kv)),
-        );
-        scratch.sort_unstable();
-        let mut attn = 0.0;
-        let mut i = 0;
-        while i < scratch.len() {
-            let key = scratch[i];
-            let mut j = i + 1;
-            while j < scratch.len() && scratch[j] == key {
-                j += 1;
-            }
-            let op = attention_op(&self.model, (j - i) as u32, (key >> 32) as u32, key as u32);
-            attn += if graph {
-                self.cost.device_duration(&op)
-            } else {
-                self.cost.duration(&op)
-            };
-            i = j;
+    /// One layer's attention over the ragged batch `seqs`: one kernel for the whole batch
+    /// (its statistics gathered in O(batch), no allocation), launched eagerly or inside a graph.
+    fn attention_s(&self, seqs: &[(u32, u32)], graph: bool) -> f64 {
+        let mut b = AttentionBatch::new();
+        for &(q, kv) in seqs {
+            b.add(q, kv);
         }
-        self.scratch = scratch;
-        attn
+        let op = batch_attention_op(&self.model, b);
+        if graph {
+            self.cost.device_duration(&op)
+        } else {
+            self.cost.duration(&op)
+        }
     }
 
     /// How a step of `shape` is launched (vLLM's CUDA-graph dispatch).
@@ -572,7 +558,7 @@ impl IterationTimer {
             let rows: u32 = it.seqs.iter().map(|&(q, _)| q).sum();
             let embed = sb.label("embed");
             sb.push(embed_op(m, 1, rows), c, embed, tag, &[last_h2d, last_d2h]);
-            let ops = forward_ops(m, &it.seqs, 1);
+            let ops = forward_ops_batched(m, &it.seqs, 1);
             let labels: Vec<_> = ops.iter().map(|(n, _)| sb.label(n)).collect();
             for _ in 0..m.num_layers {
                 for ((_, k), l) in ops.iter().zip(&labels) {
@@ -596,7 +582,7 @@ impl IterationTimer {
 }
 
 fn is_attention(k: &OpKind) -> bool {
-    matches!(k, OpKind::Attention { .. })
+    matches!(k, OpKind::Attention { .. } | OpKind::BatchAttention { .. })
 }
 
 impl IterationModel for IterationTimer {

@@ -289,7 +289,8 @@ fn preemption_recomputes_and_hits_its_own_blocks() {
 /// same, within 5%, whether their contexts are equal or spread around the same total (here
 /// uniformly over ±1/6 of the mean, as 500-700 tokens around 600), for B = 1..256, with CUDA
 /// graphs and eagerly; and it grows with B for the hardware's reasons (more KV to read), not
-/// per distinct length.
+/// per distinct length. (The attention kernel alone differs more at 2-13 sequences, where
+/// FlashAttention's split count follows the longest sequence; the step does not.)
 #[test]
 fn decode_steps_cost_the_same_with_equal_and_spread_lengths() {
     for (model, hw) in [("llama-3.1-8b", "h100-sxm"), ("llama-2-7b", "a100-80g-sxm")] {
@@ -302,7 +303,7 @@ fn decode_steps_cost_the_same_with_equal_and_spread_lengths() {
             };
             let (mut t, _) = timer(&m, &hw, &cfg);
             let mut worst: f64 = 0.0;
-            let mut prev = 0.0;
+            let (mut first, mut last) = (0.0, 0.0);
             for b in 1u32..=256 {
                 let mean = 600u32;
                 let mut equal = IterationShape::default();
@@ -325,10 +326,18 @@ fn decode_steps_cost_the_same_with_equal_and_spread_lengths() {
                 spread.logits = b;
                 let (te, ts) = (t.time(&equal).total_s, t.time(&spread).total_s);
                 worst = worst.max((ts / te - 1.0).abs());
-                assert!(te >= prev * 0.999, "{model} b {b}: {te} < {prev}");
-                prev = te;
+                if b == 1 {
+                    first = te;
+                }
+                last = te;
             }
-            eprintln!("{model} eager {eager}: worst equal/spread difference {:.2}%", worst * 100.0);
+            // More sequences read more KV: the step grows with the batch (not strictly at every
+            // step: FlashAttention's split count changes with it).
+            assert!(last > 2.0 * first, "{model}: {first} at 1, {last} at 256");
+            eprintln!(
+                "{model} eager {eager}: worst equal/spread difference {:.2}%",
+                worst * 100.0
+            );
             assert!(worst < 0.05, "{model} eager {eager}: {worst}");
         }
     }

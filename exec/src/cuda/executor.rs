@@ -806,8 +806,8 @@ impl CudaWorker<'_> {
                     0.5,
                 )
             }
-            // `sched::needs` rejects all-reduces before a run starts.
-            OpKind::AllReduce { .. } => Ok(()),
+            // `sched::needs` rejects all-reduces and batched attention before a run starts.
+            OpKind::AllReduce { .. } | OpKind::BatchAttention { .. } => Ok(()),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The kernels of a decoder layer and the KVPR recomputation, as [`OpKind`]s: what every
 //! planner puts on a compute stream and what the cost model times.
 
+use crate::attention::AttentionBatch;
 use crate::cost::CostModel;
 use crate::model::ModelSpec;
 use crate::schedule::{ElemKind, OpKind};
@@ -20,7 +21,7 @@ pub fn layer_kernels(
 /// (`ln1`, `qkv_proj`, `rope`) and after it (`out_proj` .. the second residual add).
 pub fn attention_index(ops: &[(&'static str, OpKind)]) -> usize {
     ops.iter()
-        .position(|(_, k)| matches!(k, OpKind::Attention { .. }))
+        .position(|(_, k)| matches!(k, OpKind::Attention { .. } | OpKind::BatchAttention { .. }))
         .expect("a layer has an attention op")
 }
 
@@ -36,6 +37,52 @@ pub fn attention_index(ops: &[(&'static str, OpKind)]) -> usize {
 /// only), attention, `out_proj`, `allreduce_attn` (tensor parallel only), `residual_attn`,
 /// `ln2`, `ffn_up`, `ffn_act`, `ffn_down`, `allreduce_ffn`, `residual_ffn`.
 pub fn forward_ops(m: &ModelSpec, seqs: &[(u32, u32)], copies: u32) -> Vec<(&'static str, OpKind)> {
+    layer_ops(m, seqs, copies, false)
+}
+
+/// [`forward_ops`] with ONE attention kernel for the whole batch, as vLLM runs it (a varlen /
+/// paged FlashAttention call per layer): a batch of more than one distinct `(q_len, kv_len)`
+/// gets a single [`OpKind::BatchAttention`] of the batch's statistics ([`attention_batch_of`]);
+/// a uniform batch keeps the [`OpKind::Attention`] op of [`layer_kernels`].
+///
+/// (The serving simulator's schedule still uses [`forward_ops`]: its closed form costs one
+/// attention per distinct shape and a property test holds the two equal; both move to this
+/// layer together.)
+pub fn forward_ops_batched(
+    m: &ModelSpec,
+    seqs: &[(u32, u32)],
+    copies: u32,
+) -> Vec<(&'static str, OpKind)> {
+    layer_ops(m, seqs, copies, true)
+}
+
+/// The statistics of `copies` sequences of each `(q_len, kv_len)` in `seqs` (causal attention
+/// of the new tokens): what one attention kernel over them sees.
+pub fn attention_batch_of(seqs: &[(u32, u32)], copies: u32) -> AttentionBatch {
+    let mut b = AttentionBatch::new();
+    for &(q_len, kv_len) in seqs {
+        b.merge(&AttentionBatch::uniform(copies, q_len, kv_len, q_len > 1));
+    }
+    b
+}
+
+/// One attention kernel over `batch` with the model's heads.
+pub fn batch_attention_op(m: &ModelSpec, batch: AttentionBatch) -> OpKind {
+    OpKind::BatchAttention {
+        batch,
+        q_heads: m.num_heads as u16,
+        kv_heads: m.num_kv_heads as u16,
+        head_dim: m.head_dim as u16,
+        dtype: m.dtype,
+    }
+}
+
+fn layer_ops(
+    m: &ModelSpec,
+    seqs: &[(u32, u32)],
+    copies: u32,
+    one_kernel: bool,
+) -> Vec<(&'static str, OpKind)> {
     let mut groups: Vec<((u32, u32), u32)> = Vec::new();
     for &shape in seqs {
         match groups.iter_mut().find(|(s, _)| *s == shape) {
@@ -54,8 +101,15 @@ pub fn forward_ops(m: &ModelSpec, seqs: &[(u32, u32)], copies: u32) -> Vec<(&'st
     if let Some(rope) = d.rope {
         ops.push(("rope", rope));
     }
-    for ((q_len, kv_len), batch) in groups {
-        ops.push(("attention", attention_op(m, batch, q_len, kv_len)));
+    if one_kernel && groups.len() > 1 {
+        ops.push((
+            "attention",
+            batch_attention_op(m, attention_batch_of(seqs, copies)),
+        ));
+    } else {
+        for ((q_len, kv_len), batch) in groups {
+            ops.push(("attention", attention_op(m, batch, q_len, kv_len)));
+        }
     }
     ops.push(("out_proj", d.out));
     if let Some(ar) = d.allreduce {

@@ -10,7 +10,8 @@ pub mod split;
 pub mod types;
 
 pub use kernels::{
-    concat_kernel, embed_op, forward_ops, head_ops, layer_compute_s, layer_kernels, recompute_gemm,
+    attention_batch_of, batch_attention_op, concat_kernel, embed_op, forward_ops,
+    forward_ops_batched, head_ops, layer_compute_s, layer_kernels, recompute_gemm,
 };
 pub use offload::memory_plan;
 pub use split::{MAX_SEARCHED_STEPS, kvpr_splits, split_problem};
