@@ -119,11 +119,13 @@ pub fn calibrate_from_runs(args: &CalibrateArgs, runs: &Path) -> Result<Output, 
         "# Fitted by `kvplan calibrate --from-runs {file_name} --base {base_name}`: the decode \
          attention's\n# KV bandwidth, the engine's host time and the frontend latency, to the \
          served stages of\n# real runs (see the error table it printed).\nbase = \"{base_name}\"\n\
-         name = \"{name}\"\n\n[kernels.attention]\ndecode_efficiency = {:.4}\n\n[serving]\n\
+         name = \"{name}\"\n\n[kernels.attention]\ndecode_efficiency = {:.4}\n{}\n[serving]\n\
          source = \"{}\"\nschedule_us = {:.2}\nschedule_per_seq_us = {:.3}\n\
          schedule_per_token_us = {:.4}\nupdate_us = {:.2}\nupdate_per_seq_us = {:.3}\n\
          graph_launch_us = {:.2}\npiecewise_layer_us = {:.3}\nfrontend_us = {:.1}\n",
         fit.decode_efficiency,
+        fit.unit_us
+            .map_or(String::new(), |u| format!("unit_us = {u:.4}\n")),
         s.source.replace('"', "'"),
         s.schedule_us,
         s.schedule_per_seq_us,
@@ -139,6 +141,7 @@ pub fn calibrate_from_runs(args: &CalibrateArgs, runs: &Path) -> Result<Output, 
         struct Report<'a> {
             base: &'a str,
             decode_efficiency: f64,
+            unit_us: Option<f64>,
             host_scale: f64,
             frontend_us: f64,
             before: &'a [StageComparison],
@@ -151,6 +154,7 @@ pub fn calibrate_from_runs(args: &CalibrateArgs, runs: &Path) -> Result<Output, 
         return crate::commands::json_line(&Report {
             base: &base.name,
             decode_efficiency: fit.decode_efficiency,
+            unit_us: fit.unit_us,
             host_scale: fit.host_scale,
             frontend_us: fit.frontend_us,
             before: &fit.before,
@@ -160,10 +164,13 @@ pub fn calibrate_from_runs(args: &CalibrateArgs, runs: &Path) -> Result<Output, 
     }
     let mut out = format!(
         "calibrate --from-runs {file_name} on {}: fitted decode attention at {:.1}% of HBM \
-         bandwidth, host time x{:.2}, frontend {:.1} ms\n\nbefore (the base profile):\n{}\n\
+         bandwidth{}, host time x{:.2}, frontend {:.1} ms\n\nbefore (the base profile):\n{}\n\
          after:\n{}",
         base.name,
         fit.decode_efficiency * 100.0,
+        fit.unit_us.map_or(String::new(), |u| format!(
+            " and {u:.2} us per thread block"
+        )),
         fit.host_scale,
         fit.frontend_us / 1e3,
         stage_table(&fit.before),

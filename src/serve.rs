@@ -303,15 +303,29 @@ fn table(sc: &ServeScenario, out: &ServeOutput) -> String {
         Some(p) => format!("trace {}", p.display()),
         None => format!("synthetic, seed {}", sc.seed),
     };
+    let r = &sc.resolved;
     let _ = writeln!(
         text,
-        "serve (simulated): {} on {}, {workload}, {} scheduler, {} preemption, block {} tokens, {} GPU blocks",
+        "serve (simulated): {} on {}, {workload}, {} scheduler, {} preemption, block {} tokens, {} GPU blocks, max_model_len {}, {} seqs / {} tokens per step{}{}",
         sc.model.name,
         sc.hardware.name,
         kebab(&c.scheduler),
         kebab(&c.preemption),
         c.block_size,
-        s.gpu_blocks
+        s.gpu_blocks,
+        r.max_model_len,
+        r.max_num_seqs,
+        r.max_num_batched_tokens,
+        if r.async_scheduling {
+            ", async scheduling"
+        } else {
+            ""
+        },
+        if r.cudagraph_sizes.is_empty() {
+            ", eager"
+        } else {
+            ", CUDA graphs"
+        },
     );
     let mut t = Table::new(&["metric", "value"]);
     t.row(&[
@@ -332,11 +346,29 @@ fn table(sc: &ServeScenario, out: &ServeOutput) -> String {
     t.row(&["TPOT p50 / p90 / p99".to_string(), three(&s.tpot_s)]);
     t.row(&["E2E p50 / p90 / p99".to_string(), three(&s.e2e_s)]);
     t.row(&["queueing p50 / p90 / p99".to_string(), three(&s.queue_s)]);
+    if s.truncated > 0 {
+        t.row(&[
+            "cut at max_model_len".to_string(),
+            format!("{} (finish reason length)", s.truncated),
+        ]);
+    }
     t.row(&["preemptions".to_string(), s.preemptions.to_string()]);
-    t.row(&[
-        "swap out / in".to_string(),
-        format!("{} / {}", gib(s.swap_out_bytes), gib(s.swap_in_bytes)),
-    ]);
+    if sc.resolved.prefix_caching {
+        t.row(&[
+            "prefix cache".to_string(),
+            format!(
+                "{} hit rate, {} prompt tokens cached",
+                pct(s.prefix_cache_hit_rate),
+                s.cached_prompt_tokens
+            ),
+        ]);
+    }
+    if sc.config.scheduler != kvplan_serve::SchedulerKind::VllmV1 {
+        t.row(&[
+            "swap out / in".to_string(),
+            format!("{} / {}", gib(s.swap_out_bytes), gib(s.swap_in_bytes)),
+        ]);
+    }
     t.row(&["GPU busy".to_string(), pct(s.gpu_busy)]);
     t.row(&["makespan".to_string(), secs(s.makespan_s)]);
     t.row(&["iterations".to_string(), s.iterations.to_string()]);

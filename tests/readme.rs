@@ -22,8 +22,11 @@ fn readme_commands() -> Vec<Vec<String>> {
             .or_else(|| line.strip_prefix("kvplan "));
         // GPU examples cannot run where CI runs (no GPU; tests/measure.rs covers their no-GPU
         // behaviour); CPU-backend examples time real work, so tests/cpu_fidelity.rs runs them in a
-        // test binary of their own, away from the other tests' load.
-        if let Some(rest) = rest.filter(|r| !r.contains("--backend")) {
+        // test binary of their own, away from the other tests' load. A fit to real serving runs
+        // replays them a few hundred times (about a minute); calibrate/tests/from_runs.rs runs
+        // the same fit on two stages.
+        if let Some(rest) = rest.filter(|r| !r.contains("--backend") && !r.contains("--from-runs"))
+        {
             cmds.push(rest.split_whitespace().map(String::from).collect());
         }
     }

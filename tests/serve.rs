@@ -40,7 +40,7 @@ fn table_json_and_csv_of_a_small_trace() {
         "TPOT",
         "E2E",
         "preemptions",
-        "swap out / in",
+        "prefix cache",
         "GPU busy",
         "makespan",
     ] {
@@ -459,4 +459,92 @@ fn slo_capacity_finds_the_rate_and_the_cheapest_configuration() {
         &["capacity", "--model", "llama-2-7b"],
         &["--hardware: required"],
     );
+}
+
+/// The command, with vLLM's flags as a real run sets them, over a trace with the
+/// optional `prefix` column; the requests CSV keeps `status`, `ttft_s`, `e2e_s`,
+/// `output_tokens`, and requests sharing a prefix find it cached.
+#[test]
+fn vllm_flags_over_a_trace_with_prefixes() {
+    let d = TempDir::new("serve-vllm-flags");
+    let mut trace = String::from("arrived_at,num_prefill_tokens,num_decode_tokens,prefix\n");
+    for i in 0..40 {
+        let sys = i % 3;
+        trace += &format!(
+            "{},{},{},s{sys}:200/u{}:300\n",
+            f64::from(i) * 0.1,
+            520,
+            30 + i % 7,
+            i % 6
+        );
+    }
+    // Prompts of 4096 tokens or more are rejected; one passing max_model_len is cut there.
+    trace += "4.5,5000,10,\n4.6,4000,500,\n";
+    std::fs::write(d.path().join("f.csv"), trace).unwrap();
+    let args = [
+        "serve",
+        "--trace",
+        "f.csv",
+        "--scheduler",
+        "vllm-v1",
+        "--enable-prefix-caching",
+        "--max-model-len",
+        "4096",
+        "--num-gpu-blocks-override",
+        "7463",
+        "--max-num-batched-tokens",
+        "2048",
+        "--max-num-seqs",
+        "128",
+        "--gpu-memory-utilization",
+        "0.9",
+        "--tensor-parallel-size",
+        "1",
+        "--block-size",
+        "16",
+        "--model",
+        "llama-2-7b",
+        "--hardware",
+        "h100-sxm",
+        "--requests-csv",
+        "r.csv",
+        "--format",
+        "json",
+    ];
+    let json: serde_json::Value = serde_json::from_str(&ok(&run_in(d.path(), &args))).unwrap();
+    assert_eq!(json["finished"], 41);
+    assert_eq!(json["rejected"], 1);
+    assert_eq!(json["truncated"], 1);
+    assert_eq!(json["gpu_blocks"], 7463);
+    assert!(
+        json["prefix_cache_hit_rate"].as_f64().unwrap() > 0.5,
+        "{json}"
+    );
+    let csv = std::fs::read_to_string(d.path().join("r.csv")).unwrap();
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let (status, ttft, e2e, out, reason, finish) = (
+        col("status"),
+        col("ttft_s"),
+        col("e2e_s"),
+        col("output_tokens"),
+        col("reason"),
+        col("finish_reason"),
+    );
+    let rows: Vec<Vec<&str>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert_eq!(rows.len(), 42);
+    assert_eq!(rows[40][status], "rejected");
+    assert_eq!(rows[40][reason], "prompt-too-long");
+    assert_eq!(rows[41][status], "finished");
+    assert_eq!(rows[41][finish], "length");
+    assert_eq!(rows[41][out], "96");
+    for r in &rows[..40] {
+        assert_eq!(r[status], "finished");
+        assert!(r[ttft].parse::<f64>().unwrap() > 0.0);
+        assert!(r[e2e].parse::<f64>().unwrap() > r[ttft].parse::<f64>().unwrap());
+    }
 }

@@ -3,12 +3,13 @@
 //! The serving simulator's time per step is the kernel model's GPU time, the host's time
 //! (overlapped by asynchronous scheduling) and, for a client, the frontend's per-request
 //! latency. Measured runs pin the figures the kernel tables cannot: how fast the batched decode
-//! attention reads the KV cache on this GPU (`[kernels.attention] decode_efficiency`), how long
-//! the engine's host side takes per step (a common factor on `[serving]`'s host costs), and the
-//! frontend latency (`serving.frontend_us`). The three are fitted by a deterministic
-//! Nelder–Mead search on the squared log errors of each served stage's TPOT, E2E mean and
-//! (half weight) TTFT mean; overloaded stages are reported, not fitted (their latencies lack
-//! the requests that failed). Each fitted figure is clamped to a physical range.
+//! attention reads the KV cache on this GPU (`[kernels.attention] decode_efficiency`, and the
+//! per-thread-block time `unit_us` where the section has the wave model), how long the
+//! engine's host side takes per step (a common factor on `[serving]`'s host costs), and the
+//! frontend latency (`serving.frontend_us`). They are fitted by a deterministic Nelder–Mead
+//! search on the squared log errors of each served stage's TPOT, E2E mean and (half weight)
+//! TTFT mean; overloaded stages are reported, not fitted (their latencies lack the requests
+//! that failed). Each fitted figure is clamped to a physical range.
 
 use kvplan_planner::HardwareProfile;
 use kvplan_planner::cost::derived_kernels;
@@ -24,6 +25,8 @@ pub struct RunsFit {
     pub profile: HardwareProfile,
     /// Fitted `[kernels.attention] decode_efficiency`.
     pub decode_efficiency: f64,
+    /// Fitted `[kernels.attention] unit_us` (`None`: the section has no wave model).
+    pub unit_us: Option<f64>,
     /// Fitted factor on the base's host costs.
     pub host_scale: f64,
     /// Fitted `serving.frontend_us`.
@@ -40,6 +43,7 @@ pub struct RunsFit {
 #[derive(Debug, Clone, Copy)]
 struct Params {
     decode_efficiency: f64,
+    unit_us: Option<f64>,
     host_scale: f64,
     frontend_us: f64,
 }
@@ -48,6 +52,9 @@ fn apply(base: &HardwareProfile, p: Params) -> HardwareProfile {
     let mut hw = base.clone();
     let mut k = hw.kernels.clone().unwrap_or_else(|| derived_kernels(&hw));
     k.attention.decode_efficiency = p.decode_efficiency;
+    if p.unit_us.is_some() {
+        k.attention.unit_us = p.unit_us;
+    }
     hw.kernels = Some(k);
     let s = &mut hw.serving;
     for v in [
@@ -118,6 +125,17 @@ pub fn fit_stages(
     base_name: &str,
     fit_requests: u64,
 ) -> Result<RunsFit, Error> {
+    fit_stages_with(stages, base, base_name, fit_requests, 150)
+}
+
+/// [`fit_stages`] with the Nelder–Mead iteration budget per restart.
+pub fn fit_stages_with(
+    stages: &[StageRun],
+    base: &HardwareProfile,
+    base_name: &str,
+    fit_requests: u64,
+    iterations: usize,
+) -> Result<RunsFit, Error> {
     let mut skipped = Vec::new();
     let mut fit_set = Vec::new();
     let mut full_set = Vec::new();
@@ -144,7 +162,11 @@ pub fn fit_stages(
                 fit_set.push(a);
                 full_set.push(b);
             }
-            (Err(e), _) | (_, Err(e)) => skipped.push((st.name.clone(), e)),
+            (Err(e), _) | (_, Err(e)) => {
+                // The first clause of a long message (an unknown model lists every preset).
+                let short = e.split("; ").next().unwrap_or(&e).to_string();
+                skipped.push((st.name.clone(), short));
+            }
         }
     }
     let served: Vec<&Prepared> = fit_set.iter().filter(|p| !p.stage.overloaded).collect();
@@ -157,28 +179,27 @@ pub fn fit_stages(
             ),
         });
     }
-    let base_attention = base
+    let attention = base
         .kernels
         .clone()
         .unwrap_or_else(|| derived_kernels(base))
-        .attention
-        .decode_efficiency;
-    let start = Params {
-        decode_efficiency: base_attention,
-        host_scale: 1.0,
-        frontend_us: base.serving.frontend_us.max(100.0),
-    };
+        .attention;
+    let wave = attention.sms.is_some() && attention.unit_us.is_some();
     let to_params = |x: &[f64]| Params {
         decode_efficiency: (1.0 / (1.0 + (-x[0]).exp())).clamp(0.05, 1.0),
         host_scale: x[1].exp().clamp(0.05, 20.0),
         frontend_us: x[2].exp().clamp(10.0, 1e6),
+        unit_us: wave.then(|| x[3].exp().clamp(0.05, 50.0)),
     };
     let logit = |p: f64| (p / (1.0 - p)).ln();
-    let x0 = [
-        logit(start.decode_efficiency.clamp(0.06, 0.99)),
+    let mut x0 = vec![
+        logit(attention.decode_efficiency.clamp(0.06, 0.99)),
         0.0,
-        start.frontend_us.ln(),
+        base.serving.frontend_us.max(100.0).ln(),
     ];
+    if wave {
+        x0.push(attention.unit_us.unwrap_or(1.0).max(0.1).ln());
+    }
     let objective = |x: &[f64]| -> f64 {
         let hw = apply(base, to_params(x));
         let mut total = 0.0;
@@ -190,7 +211,7 @@ pub fn fit_stages(
         }
         total / served.len() as f64
     };
-    let (x, _) = nelder_mead(&objective, &x0, 0.4, 120, 1);
+    let (x, _) = nelder_mead(&objective, &x0, 0.4, iterations, 1);
     let params = to_params(&x);
     let fitted = apply(base, params);
     let mut before = Vec::new();
@@ -211,6 +232,7 @@ pub fn fit_stages(
     );
     Ok(RunsFit {
         decode_efficiency: params.decode_efficiency,
+        unit_us: params.unit_us,
         host_scale: params.host_scale,
         frontend_us: params.frontend_us,
         profile,

@@ -45,24 +45,34 @@ pub struct ServingSection {
     pub frontend_us: f64,
 }
 
+/// The built-in figures: vLLM 0.15.1 on an H100 SXM server's host, with inference-perf as the
+/// client. The split of the host time into its parts is an estimate (schedule 400 us + 8 us per
+/// request + 0.05 us per token, update 200 us + 6 us per request, a graph launch 50 us, 30 us
+/// per layer of a piecewise step); its scale (x1.656) and the frontend latency (6.49 ms) were
+/// fitted by `kvplan calibrate --from-runs` to the five served Llama-2-7B stages of
+/// `data/validation/real_vllm/` (with h100-sxm's decode attention). With asynchronous
+/// scheduling the host time hides behind the GPU's on these runs; it binds for small models and
+/// short steps. Another host CPU, vLLM version or client needs its own fit.
 impl Default for ServingSection {
     fn default() -> Self {
         ServingSection {
             source: DEFAULT_SOURCE.into(),
-            schedule_us: 400.0,
-            schedule_per_seq_us: 8.0,
-            schedule_per_token_us: 0.05,
-            update_us: 200.0,
-            update_per_seq_us: 6.0,
-            graph_launch_us: 50.0,
-            piecewise_layer_us: 30.0,
-            frontend_us: 5000.0,
+            schedule_us: 662.49,
+            schedule_per_seq_us: 13.25,
+            schedule_per_token_us: 0.0828,
+            update_us: 331.24,
+            update_per_seq_us: 9.937,
+            graph_launch_us: 82.81,
+            piecewise_layer_us: 49.686,
+            frontend_us: 6494.5,
         }
     }
 }
 
 /// The source line of the built-in figures.
-pub const DEFAULT_SOURCE: &str = "kvplan's defaults for vLLM 0.15 (estimates)";
+pub const DEFAULT_SOURCE: &str = "vLLM 0.15.1 on an H100 SXM host with an inference-perf client: \
+     host-time scale and frontend latency fitted to real runs (kvplan calibrate --from-runs), the \
+     split of the host time estimated";
 
 impl ServingSection {
     /// Checks every figure (`origin: serving.FIELD` in errors): each from 0 to 10 s.
