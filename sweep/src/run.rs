@@ -40,7 +40,7 @@ pub const SIMULATE_METRICS: [&str; 12] = [
 ];
 
 /// Serving metrics, in column order.
-pub const SERVE_METRICS: [&str; 25] = [
+pub const SERVE_METRICS: [&str; 28] = [
     "requests",
     "finished",
     "rejected",
@@ -66,6 +66,9 @@ pub const SERVE_METRICS: [&str; 25] = [
     "makespan_s",
     "iterations",
     "gpu_blocks",
+    "truncated",
+    "cached_prompt_tokens",
+    "prefix_cache_hit_rate",
 ];
 
 /// The metric columns of `kind`.
@@ -165,6 +168,9 @@ fn serve(table: toml::Table) -> Result<Vec<Metric>, String> {
         F(s.makespan_s),
         I(s.iterations),
         I(u64::from(s.gpu_blocks)),
+        I(s.truncated),
+        I(s.cached_prompt_tokens),
+        F(s.prefix_cache_hit_rate),
     ]);
     Ok(v)
 }
