@@ -502,14 +502,7 @@ pub fn service_rate(base: &RawServeScenario, steady: &SteadyState) -> Result<f64
             .max(base.workload.requests.unwrap_or(0));
         raw.workload.requests = Some(n);
     }
-    let mut sc = raw.resolve().map_err(Box::new)?;
-    sc.config.record_timeseries = false;
-    let requests = sc
-        .requests()
-        .map_err(|e| Box::new(ScenarioError::from(e)))?;
-    let out = sc
-        .run(&requests)
-        .map_err(|e| Box::new(ScenarioError::from(e)))?;
+    let out = run_quiet(raw)?;
     let mut done: Vec<f64> = out
         .requests
         .iter()
@@ -680,19 +673,20 @@ pub fn serve_at(
             .max(raw.workload.requests.unwrap_or(0));
         raw.workload.requests = Some(n);
     }
+    let out = run_quiet(raw)?;
+    let n = out.requests.len() as u64;
+    Ok((judge(&out, slo, steady, qps, service_rps), out.summary, n))
+}
+
+/// Resolves and serves `raw` without the per-step series.
+fn run_quiet(raw: RawServeScenario) -> Result<Output, CapacityError> {
     let mut sc = raw.resolve().map_err(Box::new)?;
     sc.config.record_timeseries = false;
     let requests = sc
         .requests()
         .map_err(|e| Box::new(ScenarioError::from(e)))?;
-    let out = sc
-        .run(&requests)
-        .map_err(|e| Box::new(ScenarioError::from(e)))?;
-    Ok((
-        judge(&out, slo, steady, qps, service_rps),
-        out.summary,
-        requests.len() as u64,
-    ))
+    sc.run(&requests)
+        .map_err(|e| CapacityError::Scenario(Box::new(ScenarioError::from(e))))
 }
 
 fn check(base: &RawServeScenario, opts: SearchOptions) -> Result<(), CapacityError> {

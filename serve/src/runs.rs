@@ -307,31 +307,12 @@ impl MeasuredRun {
 
     /// The measured figures, over served requests.
     pub fn figures(&self) -> Figures {
-        let ok: Vec<&MeasuredRequest> = self.requests.iter().filter(|r| r.ok).collect();
-        let pct = |f: fn(&MeasuredRequest) -> f64| {
-            let mut v: Vec<f64> = ok.iter().map(|r| f(r)).collect();
-            Percentiles::of(&mut v)
-        };
-        let end = ok
-            .iter()
-            .map(|r| r.arrival_s + r.e2e_s)
-            .fold(0.0f64, f64::max);
-        Figures {
-            served: ok.len() as u64,
-            ttft_s: pct(|r| r.ttft_s),
-            tpot_s: pct(|r| tpot(r.e2e_s, r.ttft_s, r.output_tokens)),
-            e2e_s: pct(|r| r.e2e_s),
-            requests_per_s: if end > 0.0 {
-                ok.len() as f64 / end
-            } else {
-                0.0
-            },
-            output_tokens_per_s: if end > 0.0 {
-                ok.iter().map(|r| f64::from(r.output_tokens)).sum::<f64>() / end
-            } else {
-                0.0
-            },
-        }
+        Figures::from_served(
+            self.requests
+                .iter()
+                .filter(|r| r.ok)
+                .map(|r| (r.arrival_s, r.output_tokens, r.ttft_s, r.e2e_s)),
+        )
     }
 }
 
@@ -362,37 +343,33 @@ pub struct Figures {
 }
 
 impl Figures {
+    /// The figures of served requests given as `(arrival, output tokens, TTFT, E2E)`.
+    pub fn from_served(served: impl Iterator<Item = (f64, u32, f64, f64)>) -> Figures {
+        let v: Vec<(f64, u32, f64, f64)> = served.collect();
+        let pct = |f: &dyn Fn(&(f64, u32, f64, f64)) -> f64| {
+            let mut x: Vec<f64> = v.iter().map(f).collect();
+            Percentiles::of(&mut x)
+        };
+        let end = v.iter().map(|r| r.0 + r.3).fold(0.0f64, f64::max);
+        let per_s = |x: f64| if end > 0.0 { x / end } else { 0.0 };
+        Figures {
+            served: v.len() as u64,
+            ttft_s: pct(&|r| r.2),
+            tpot_s: pct(&|r| tpot(r.3, r.2, r.1)),
+            e2e_s: pct(&|r| r.3),
+            requests_per_s: per_s(v.len() as f64),
+            output_tokens_per_s: per_s(v.iter().map(|r| f64::from(r.1)).sum::<f64>()),
+        }
+    }
+
     /// The same figures of a simulated run (served requests, same definitions).
     pub fn of(out: &Output) -> Figures {
-        let ok: Vec<_> = out
-            .requests
-            .iter()
-            .filter(|r| r.status == Status::Finished)
-            .collect();
-        let pct = |f: &dyn Fn(&&crate::RequestRecord) -> f64| {
-            let mut v: Vec<f64> = ok.iter().map(f).collect();
-            Percentiles::of(&mut v)
-        };
-        let end = ok
-            .iter()
-            .map(|r| r.arrival_s + r.e2e_s)
-            .fold(0.0f64, f64::max);
-        Figures {
-            served: ok.len() as u64,
-            ttft_s: pct(&|r| r.ttft_s),
-            tpot_s: pct(&|r| tpot(r.e2e_s, r.ttft_s, r.output_tokens)),
-            e2e_s: pct(&|r| r.e2e_s),
-            requests_per_s: if end > 0.0 {
-                ok.len() as f64 / end
-            } else {
-                0.0
-            },
-            output_tokens_per_s: if end > 0.0 {
-                ok.iter().map(|r| f64::from(r.output_tokens)).sum::<f64>() / end
-            } else {
-                0.0
-            },
-        }
+        Figures::from_served(
+            out.requests
+                .iter()
+                .filter(|r| r.status == Status::Finished)
+                .map(|r| (r.arrival_s, r.output_tokens, r.ttft_s, r.e2e_s)),
+        )
     }
 
     /// `(name, value)` of every figure, in report order.
