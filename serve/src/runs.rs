@@ -325,6 +325,9 @@ fn tpot(e2e: f64, ttft: f64, out: u32) -> f64 {
     }
 }
 
+/// A served request's `(arrival, output tokens, TTFT, E2E)`, seconds and tokens.
+pub type Served = (f64, u32, f64, f64);
+
 /// A run's figures: latency percentiles over served requests, throughput over the run.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Figures {
@@ -344,9 +347,9 @@ pub struct Figures {
 
 impl Figures {
     /// The figures of served requests given as `(arrival, output tokens, TTFT, E2E)`.
-    pub fn from_served(served: impl Iterator<Item = (f64, u32, f64, f64)>) -> Figures {
-        let v: Vec<(f64, u32, f64, f64)> = served.collect();
-        let pct = |f: &dyn Fn(&(f64, u32, f64, f64)) -> f64| {
+    pub fn from_served(served: impl Iterator<Item = Served>) -> Figures {
+        let v: Vec<Served> = served.collect();
+        let pct = |f: &dyn Fn(&Served) -> f64| {
             let mut x: Vec<f64> = v.iter().map(f).collect();
             Percentiles::of(&mut x)
         };
