@@ -64,6 +64,9 @@ pub fn gib(bytes: u64) -> String {
 
 /// Seconds with an adaptive unit.
 pub fn secs(s: f64) -> String {
+    if !s.is_finite() {
+        return "inf".into();
+    }
     if s >= 1.0 {
         format!("{s:.3} s")
     } else if s >= 1e-3 {
