@@ -38,32 +38,9 @@ fn readme_commands_run() {
     let cmds = readme_commands();
     assert!(cmds.len() >= 6, "found {cmds:?}");
     let tmp = crate::common::TempDir::new("readme");
-    // Commands run in `repo/`, with the shared data beside it as in the CI clone
-    // (`../shared/traces/...`, `../shared/validation/measured_kernels/...`).
+    // Commands run in `repo/`, a copy of what a clone holds that they read.
     let dir = crate::common::TempDir(tmp.path().join("repo"));
     std::fs::create_dir(dir.path()).unwrap();
-    let traces = tmp.path().join("shared/traces");
-    std::fs::create_dir_all(&traces).unwrap();
-    let f = "splitwise_conv.csv";
-    std::fs::copy(root().join("../shared/traces").join(f), traces.join(f)).unwrap();
-    let kernels = tmp.path().join("shared/validation/measured_kernels");
-    std::fs::create_dir_all(&kernels).unwrap();
-    for f in ["a100_Llama-2-7b-hf.csv", "h100_Llama-2-7b-hf.csv"] {
-        std::fs::copy(
-            root().join("../shared/validation/measured_kernels").join(f),
-            kernels.join(f),
-        )
-        .unwrap();
-    }
-    // The attention table ships in the repository.
-    let attention = dir.path().join("calibrate/data/measured_kernels");
-    std::fs::create_dir_all(&attention).unwrap();
-    let f = "a100_Llama-2-7b-hf_attention.csv";
-    std::fs::copy(
-        root().join("calibrate/data/measured_kernels").join(f),
-        attention.join(f),
-    )
-    .unwrap();
     // The contract example needs ./config.json and my-profile.toml next to it.
     std::fs::copy(
         root().join("planner/models/opt-1.3b.json"),
@@ -98,6 +75,10 @@ fn readme_commands_run() {
         }
     }
     copy_tree(&root().join("data"), &dir.path().join("data"));
+    copy_tree(
+        &root().join("calibrate/data"),
+        &dir.path().join("calibrate/data"),
+    );
     // The regression suite, its goldens with it.
     for sub in ["regress", "regress/golden"] {
         std::fs::create_dir(dir.path().join(sub)).unwrap();

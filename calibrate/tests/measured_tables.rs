@@ -18,12 +18,12 @@ fn csv_path(gpu: &str) -> PathBuf {
     let name = format!("{gpu}_Llama-2-7b-hf.csv");
     let beside = PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/validation/measured_kernels"
+        "/data/measured_kernels"
     ))
     .join(&name);
     assert!(
         beside.is_file(),
-        "{} is missing: the tests read shared/ beside the repository",
+        "{} is missing (calibrate/data/measured_kernels/ is part of the repository)",
         beside.display()
     );
     beside

@@ -223,12 +223,9 @@ fn study_resume_costs_within_25_percent() {
     let mut timer = IterationTimer::new(&m, &cost, 16, 2 * m.num_layers, true);
     let table = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/validation/serving_swap_vs_recompute_a100.csv"
+        "/../data/validation/serving_swap_vs_recompute_a100.csv"
     ))
-    .or_else(|_| {
-        std::fs::read_to_string("/work/shared/validation/serving_swap_vs_recompute_a100.csv")
-    })
-    .expect("the study's table");
+    .expect("data/validation/serving_swap_vs_recompute_a100.csv");
     let mut report = String::new();
     let mut worst: f64 = 0.0;
     for line in table

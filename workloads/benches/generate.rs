@@ -73,8 +73,7 @@ fn generate(c: &mut Criterion) {
 }
 
 fn trace(c: &mut Criterion) {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces/splitwise_conv.csv");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data/traces/splitwise_conv.csv");
     let bytes = std::fs::read(&path).unwrap();
     let rows = Trace::from_reader(bytes.as_slice(), "splitwise_conv.csv")
         .unwrap()

@@ -18,10 +18,10 @@ pub fn fixture() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny.csv")
 }
 
-/// `shared/traces/NAME` beside the repository (CI has it there).
+/// `data/traces/NAME` of the repository.
 pub fn shared_trace(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/traces")
+        .join("../data/traces")
         .join(name)
 }
 

@@ -108,8 +108,7 @@ fn replay_through_the_config() {
     assert_eq!(r, generate(&spec, 12345).unwrap());
 }
 
-/// The real Splitwise conversation trace in `shared/traces/` (CI has `shared/` beside the
-/// repository).
+/// The real Splitwise conversation trace in the repository's `data/traces/`.
 #[test]
 fn splitwise_conv_replays() {
     let path = shared_trace("splitwise_conv.csv");
