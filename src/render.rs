@@ -1,5 +1,7 @@
 //! Rendering helpers: aligned text tables and unit formatting for people.
 
+use std::fmt::Write as _;
+
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
 /// A plain text table; the first column is left-aligned, the others right-aligned.
@@ -79,6 +81,67 @@ pub fn secs(s: f64) -> String {
 /// A fraction as a percentage.
 pub fn pct(f: f64) -> String {
     format!("{:.1}%", f * 100.0)
+}
+
+fn median_abs(v: impl Iterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = v.map(f64::abs).collect();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// The error table of stage comparisons, and the medians over served stages.
+pub fn stage_table(rows: &[kvplan_serve::runs::StageComparison]) -> String {
+    let mut t = Table::new(&[
+        "stage",
+        "req/s",
+        "TTFT pred / meas",
+        "TPOT pred / meas",
+        "E2E pred / meas",
+        "overloaded pred / meas",
+    ]);
+    let pm = |p: f64, m: f64, e: f64, ms: bool| {
+        let k = if ms { 1e3 } else { 1.0 };
+        let u = if ms { "ms" } else { "s" };
+        format!("{:.1} / {:.1} {u} ({:+.0}%)", p * k, m * k, e * 100.0)
+    };
+    for r in rows {
+        t.row(&[
+            r.name.clone(),
+            format!("{}", r.rate_rps),
+            pm(
+                r.predicted.ttft_mean_s,
+                r.measured.ttft_mean_s,
+                r.ttft_error,
+                true,
+            ),
+            pm(r.predicted.tpot_s, r.measured.tpot_s, r.tpot_error, true),
+            pm(
+                r.predicted.e2e_mean_s,
+                r.measured.e2e_mean_s,
+                r.e2e_error,
+                false,
+            ),
+            format!("{} / {}", r.predicted.overloaded, r.measured.overloaded),
+        ]);
+    }
+    let served = || rows.iter().filter(|r| !r.measured.overloaded);
+    let mut s = t.render();
+    let _ = writeln!(
+        s,
+        "median |error| over served stages: TTFT {:.1}%, TPOT {:.1}%, E2E {:.1}%",
+        100.0 * median_abs(served().map(|r| r.ttft_error)),
+        100.0 * median_abs(served().map(|r| r.tpot_error)),
+        100.0 * median_abs(served().map(|r| r.e2e_error)),
+    );
+    s
 }
 
 #[cfg(test)]

@@ -214,7 +214,7 @@ fn compare_stages(raw: &RawServeScenario, path: &Path, format: Format) -> Result
                 path.display(),
                 rows.len()
             );
-            text.push_str(&crate::calibrate_runs::stage_table(&rows));
+            text.push_str(&crate::render::stage_table(&rows));
             for (stage, why) in &skipped {
                 let _ = writeln!(text, "skipped {stage}: {why}");
             }

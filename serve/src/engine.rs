@@ -23,7 +23,17 @@ use crate::Error;
 use crate::config::{Config, Preemption, Resolved};
 use crate::iteration::{EngineCosts, IterationTimer};
 use crate::output::{IterationRecord, Output, RequestRecord, Status, Summary};
-use crate::sched::{Place, State, Step, policy};
+use crate::sched::{Place, Policy, State, Step, v0, v1};
+
+/// The policy of a scheduler kind.
+fn policy(kind: crate::SchedulerKind) -> Box<dyn Policy> {
+    match kind {
+        crate::SchedulerKind::VllmV1 => Box::new(v1::V1),
+        crate::SchedulerKind::PrefillFirst => Box::new(v0::PrefillFirst),
+        crate::SchedulerKind::Mixed => Box::new(v0::Mixed),
+        crate::SchedulerKind::Chunked => Box::new(v0::Chunked),
+    }
+}
 
 /// Runs `requests` (sorted by arrival) through the serving engine.
 pub fn simulate(
@@ -136,7 +146,7 @@ impl Ord for Release {
 
 struct Engine<'a> {
     timer: IterationTimer,
-    policy: Box<dyn crate::sched::Policy>,
+    policy: Box<dyn Policy>,
     st: State<'a>,
     frontend_s: f64,
     series: Vec<IterationRecord>,

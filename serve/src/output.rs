@@ -8,7 +8,17 @@ use serde::Serialize;
 
 use crate::config::Resolved;
 use crate::kv_cache::CacheStats;
-use crate::sched::Counters;
+
+/// Engine-wide counters the summary reports.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Counters {
+    /// Preemptions.
+    pub preemptions: u64,
+    /// Bytes copied to host.
+    pub swap_out_bytes: u64,
+    /// Bytes copied back.
+    pub swap_in_bytes: u64,
+}
 
 /// Why a request was not served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

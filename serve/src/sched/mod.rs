@@ -17,7 +17,7 @@ use kvplan_workloads::Request;
 use crate::config::Resolved;
 use crate::iteration::IterationShape;
 use crate::kv_cache::{KvCacheManager, Layout, ReqKv};
-use crate::output::{FinishReason, RejectReason, Status};
+use crate::output::{Counters, FinishReason, RejectReason, Status};
 
 pub mod v0;
 pub mod v1;
@@ -110,17 +110,6 @@ impl Step {
     pub fn is_empty(&self) -> bool {
         self.members.is_empty() && self.shape.swap_out_blocks == 0 && self.shape.act_out_blocks == 0
     }
-}
-
-/// Engine-wide counters.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Counters {
-    /// Preemptions.
-    pub preemptions: u64,
-    /// Bytes copied to host.
-    pub swap_out_bytes: u64,
-    /// Bytes copied back.
-    pub swap_in_bytes: u64,
 }
 
 /// The requests, queues and KV cache a policy schedules.
@@ -332,14 +321,4 @@ impl<'a> State<'a> {
 pub trait Policy {
     /// Fills `step` (cleared by the caller) with the next step's batch at engine time `now`.
     fn schedule(&mut self, st: &mut State<'_>, step: &mut Step, now: f64);
-}
-
-/// The policy of a scheduler kind.
-pub fn policy(kind: crate::SchedulerKind) -> Box<dyn Policy> {
-    match kind {
-        crate::SchedulerKind::VllmV1 => Box::new(v1::V1),
-        crate::SchedulerKind::PrefillFirst => Box::new(v0::PrefillFirst),
-        crate::SchedulerKind::Mixed => Box::new(v0::Mixed),
-        crate::SchedulerKind::Chunked => Box::new(v0::Chunked),
-    }
 }
