@@ -118,15 +118,5 @@ pub fn calibrate_from_runs(args: &CalibrateArgs, runs: &Path) -> Result<Output, 
     for (stage, why) in &fit.skipped {
         let _ = writeln!(out, "skipped {stage}: {why}");
     }
-    match &args.out {
-        Some(path) => {
-            write_output(path, "--out", |w| w.write_all(toml.as_bytes()))?;
-            let _ = writeln!(out, "\nwrote {}", path.display());
-        }
-        None => {
-            out.push('\n');
-            out.push_str(&toml);
-        }
-    }
-    Ok(out)
+    crate::measure::write_or_print(out, args.out.as_deref(), &toml, &toml)
 }

@@ -522,23 +522,13 @@ fn calibrate_from_table(args: &CalibrateArgs, table: &std::path::Path) -> Result
     );
     let profile = replace_kernels(&base_text, &kernels);
     HardwareProfile::from_toml_str(&profile, "the fitted profile")?;
-    let mut out = format!(
+    let out = format!(
         "fitted {} rows of {file_name} ({} samples), sms {sms}; device-time error of the fitted \
          [kernels]:\n\n{report}",
         measured.samples.len() / 10,
         measured.samples.len()
     );
-    match &args.out {
-        Some(path) => {
-            write_output(path, "--out", |w| w.write_all(profile.as_bytes()))?;
-            let _ = writeln!(out, "\nwrote {}", path.display());
-        }
-        None => {
-            out.push('\n');
-            out.push_str(&kernels);
-        }
-    }
-    Ok(out)
+    write_or_print(out, args.out.as_deref(), &profile, &kernels)
 }
 
 /// The `--base` profile of `--from-table` (named, or from the table's file name), its TOML text
@@ -647,7 +637,7 @@ fn calibrate_attention_from_table(
     let attention = attention_toml(&fit.attention, &cite);
     let profile = replace_attention(&base_text, &attention).ok_or_else(no_kernels)?;
     HardwareProfile::from_toml_str(&profile, "the fitted profile")?;
-    let mut out = format!(
+    let out = format!(
         "fitted {} rows of {file_name} ({}: {} query / {} KV heads of {}), sms {sms}; the \
          measured kernel also appended the new tokens' K,V to the cache (every query block \
          copying the keys it attends: {} of HBM bandwidth, {} ns per new token and query head), \
@@ -661,14 +651,25 @@ fn calibrate_attention_from_table(
         fit.append.efficiency,
         fit.append.token_ns,
     );
-    match &args.out {
+    write_or_print(out, args.out.as_deref(), &profile, &attention)
+}
+
+/// Ends a fit's report: writes `file` to `--out` and says so, or, without `--out`, prints
+/// `section` (the fitted part of the profile) after the report.
+pub(crate) fn write_or_print(
+    mut out: String,
+    path: Option<&std::path::Path>,
+    file: &str,
+    section: &str,
+) -> Result<Output, CliError> {
+    match path {
         Some(path) => {
-            write_output(path, "--out", |w| w.write_all(profile.as_bytes()))?;
+            write_output(path, "--out", |w| w.write_all(file.as_bytes()))?;
             let _ = writeln!(out, "\nwrote {}", path.display());
         }
         None => {
             out.push('\n');
-            out.push_str(&attention);
+            out.push_str(section);
         }
     }
     Ok(out)

@@ -28,7 +28,9 @@ use kvplan_planner::{DType, HardwareProfile, ModelSpec};
 
 use crate::Error;
 use crate::fit::nelder_mead;
-use crate::table::{ErrorStat, LineCounter, logit, median, p90, round4, sigmoid, stat};
+use crate::table::{
+    ErrorStat, LineCounter, logit, median, p90, read_table_text, round4, sigmoid, stat, table_error,
+};
 
 /// The columns of an attention table.
 pub const COLUMNS: [&str; 5] = [
@@ -103,25 +105,10 @@ pub struct AttentionTable {
     pub samples: Vec<AttentionSample>,
 }
 
-fn table_error(origin: &str, line: u64, column: &str, why: impl Into<String>) -> Error {
-    Error::Table {
-        origin: origin.to_string(),
-        line,
-        column: column.to_string(),
-        why: why.into(),
-    }
-}
-
 impl AttentionTable {
     /// Reads an attention table.
     pub fn read(path: &Path) -> Result<Self, Error> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            Error::Planner(kvplan_planner::Error::Io {
-                path: path.to_path_buf(),
-                source: e,
-            })
-        })?;
-        Self::parse(&text, &path.display().to_string())
+        Self::parse(&read_table_text(path)?, &path.display().to_string())
     }
 
     /// Parses an attention table; `origin` names it in errors (`origin:line: column: why`).

@@ -257,7 +257,8 @@ impl RawRow {
     }
 }
 
-fn table_error(origin: &str, line: u64, column: &str, why: impl Into<String>) -> Error {
+/// A malformed table's error (`origin:line: column: why`).
+pub(crate) fn table_error(origin: &str, line: u64, column: &str, why: impl Into<String>) -> Error {
     Error::Table {
         origin: origin.to_string(),
         line,
@@ -313,16 +314,20 @@ fn row_spec(r: &RawRow, origin: &str, line: u64) -> Result<ModelSpec, Error> {
         })
 }
 
+/// A measured table's text (a read failure is the planner's I/O error naming the file).
+pub(crate) fn read_table_text(path: &Path) -> Result<String, Error> {
+    std::fs::read_to_string(path).map_err(|e| {
+        Error::Planner(kvplan_planner::Error::Io {
+            path: path.to_path_buf(),
+            source: e,
+        })
+    })
+}
+
 impl MeasuredTable {
     /// Reads a Vidur-format CSV.
     pub fn read(path: &Path) -> Result<Self, Error> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            Error::Planner(kvplan_planner::Error::Io {
-                path: path.to_path_buf(),
-                source: e,
-            })
-        })?;
-        Self::parse(&text, &path.display().to_string())
+        Self::parse(&read_table_text(path)?, &path.display().to_string())
     }
 
     /// Parses a Vidur-format CSV; `origin` names it in errors (`origin:line: column: why`).

@@ -188,48 +188,52 @@ impl Engine<'_> {
     /// rejects it). A closed-loop follower whose predecessor has not ended waits for it.
     fn take_arrivals(&mut self) {
         loop {
-            let stream = self.next_arrival < self.st.reqs.len()
-                && self.engine_arrival(self.next_arrival) <= self.now;
-            let released = self.released.peek().is_some_and(|r| r.time <= self.now);
-            if !stream && !released {
-                break;
-            }
-            let from_stream = stream
-                && !(released
-                    && self
-                        .released
-                        .peek()
-                        .map(|r| r.time)
-                        .unwrap_or(f64::INFINITY)
-                        < self.engine_arrival(self.next_arrival));
-            if from_stream {
-                let i = self.next_arrival;
-                self.next_arrival += 1;
-                if let Some(f) = self.st.reqs[i].follows
-                    && let Some(&p) = self.index_of.get(&f.request)
-                    && p != i
-                {
-                    if self.ended[p].is_nan() {
-                        self.followers[p].push(i);
-                        continue;
-                    }
-                    let t = (self.ended[p] + f.think_s).max(self.st.reqs[i].arrival_s);
-                    if t + self.frontend_s > self.now {
-                        self.sent[i] = t;
-                        self.released.push(Release {
-                            time: t + self.frontend_s,
-                            index: i,
-                        });
-                        continue;
-                    }
-                    self.sent[i] = t;
-                }
-                self.admit(i);
-            } else {
-                let r = self.released.pop().expect("peeked");
-                self.admit(r.index);
+            let stream = (self.next_arrival < self.st.reqs.len())
+                .then(|| self.engine_arrival(self.next_arrival))
+                .filter(|&t| t <= self.now);
+            let released = self
+                .released
+                .peek()
+                .map(|r| r.time)
+                .filter(|&t| t <= self.now);
+            match (stream, released) {
+                (None, None) => break,
+                (Some(a), Some(b)) if b < a => self.admit_released(),
+                (None, Some(_)) => self.admit_released(),
+                (Some(_), _) => self.take_from_stream(),
             }
         }
+    }
+
+    /// Admits the earliest released follower.
+    fn admit_released(&mut self) {
+        let r = self.released.pop().expect("a released request");
+        self.admit(r.index);
+    }
+
+    /// The next request of the arrival stream: admitted, or (a follower) released later.
+    fn take_from_stream(&mut self) {
+        let i = self.next_arrival;
+        self.next_arrival += 1;
+        if let Some(f) = self.st.reqs[i].follows
+            && let Some(&p) = self.index_of.get(&f.request)
+            && p != i
+        {
+            if self.ended[p].is_nan() {
+                self.followers[p].push(i);
+                return;
+            }
+            let t = (self.ended[p] + f.think_s).max(self.st.reqs[i].arrival_s);
+            self.sent[i] = t;
+            if t + self.frontend_s > self.now {
+                self.released.push(Release {
+                    time: t + self.frontend_s,
+                    index: i,
+                });
+                return;
+            }
+        }
+        self.admit(i);
     }
 
     fn admit(&mut self, i: usize) {

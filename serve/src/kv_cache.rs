@@ -89,11 +89,6 @@ pub struct ReqKv {
 }
 
 impl ReqKv {
-    /// Tokens the block table holds room for.
-    pub fn slots(&self, block_size: u32) -> u32 {
-        self.blocks.len() as u32 * block_size
-    }
-
     /// Drops the hashes (a finished request's) to return their memory.
     pub fn clear(&mut self) {
         *self = ReqKv::default();
@@ -159,11 +154,6 @@ impl KvCacheManager {
     /// The pool.
     pub fn pool(&self) -> &BlockPool {
         &self.pool
-    }
-
-    /// Whether prefix caching is on.
-    pub fn caching(&self) -> bool {
-        self.pool.caching()
     }
 
     /// Blocks free or evictable.
@@ -254,13 +244,6 @@ impl KvCacheManager {
             }
         }
         true
-    }
-
-    /// Blocks needed beyond the table to hold `tokens` tokens.
-    pub fn blocks_needed(&self, kv: &ReqKv, tokens: u32) -> u32 {
-        tokens
-            .div_ceil(self.block_size)
-            .saturating_sub(kv.blocks.len() as u32)
     }
 
     /// Frees a request's blocks, last block first (so a request's tail is evicted before its

@@ -248,7 +248,9 @@ fn asynchronous_scheduling_hides_host_time_behind_the_gpu() {
     shape.logits = 1;
     let it = t.time(&shape);
     let host = it.cpu_before_s + it.cpu_launch_s + it.cpu_after_s;
-    // Sync: host + GPU per token. Async: the host's 20 ms, the GPU's ~6 ms hidden.
+    // Sync: host + GPU per token. Async: the host's 20 ms, the GPU's ~6 ms hidden. Within 5%:
+    // the shape timed here is one decode at 200 tokens of context, the run's steps range over
+    // 100-300 (and the prefill step), which moves the GPU time by about 1%.
     assert!(
         (sync - (host + it.total_s)).abs() < 0.05 * sync,
         "{sync} vs {host} + {}",
