@@ -168,3 +168,50 @@ fn calibrate_from_an_attention_table_prints_errors_and_the_preset_section() {
         "{err}"
     );
 }
+
+/// `scripts/gpu-check.sh` writes its report and tells plainly what it skipped: without a GPU the
+/// first step fails with the executor's line and everything after it is skipped (exit 1); on a
+/// GPU machine a zero budget skips every step (exit 0) instead of running minutes of checks here.
+#[test]
+fn gpu_check_reports_what_it_skipped() {
+    let dir = TempDir::new("gpucheck");
+    let bin_dir = crate::common::bin().parent().unwrap().to_path_buf();
+    let gpu = has_cuda_driver();
+    let mut cmd = std::process::Command::new("bash");
+    cmd.arg(crate::common::root().join("scripts/gpu-check.sh"))
+        .arg("--bin")
+        .arg(&bin_dir)
+        .arg("--out")
+        .arg(dir.path());
+    if gpu {
+        cmd.args(["--budget", "0"]);
+    }
+    let out = cmd.output().unwrap();
+    let report = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
+    let csv = std::fs::read_to_string(dir.path().join("validate.csv")).unwrap();
+    assert_eq!(csv.trim(), "case,item,simulated_s,measured_s,error");
+    assert!(report.starts_with("# kvplan GPU check"), "{report}");
+    if gpu {
+        assert!(out.status.success(), "{report}");
+        assert!(
+            report.contains("calibrate --backend cuda (budget of 0 s spent)"),
+            "{report}"
+        );
+    } else {
+        assert_eq!(out.status.code(), Some(1), "{report}");
+        assert!(
+            report.contains("**failed (exit 1)**: `error: no CUDA driver found"),
+            "{report}"
+        );
+        for skipped in [
+            "- calibrate --backend cuda (no CUDA GPU)",
+            "- validation on the calibrated profile (no profile)",
+        ] {
+            assert!(report.contains(skipped), "{skipped} not in {report}");
+        }
+    }
+    // Nothing but its outputs is left behind (no profile: nothing was calibrated).
+    let mut files = dir.files();
+    files.sort();
+    assert_eq!(files, ["log.txt", "report.md", "validate.csv"]);
+}

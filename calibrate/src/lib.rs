@@ -282,7 +282,12 @@ pub fn build_profile(
     let gpu = match base {
         Some(b) => GpuSection {
             name: m.info.name.clone(),
-            memory_gib: b.gpu.memory_bytes as f64 / gib,
+            // A GPU's own figure (what the device reports, e.g. 81,559 MiB on an H100 80GB)
+            // over the base's datasheet one; a CPU run measures the host, not the base's GPU.
+            memory_gib: match (m.info.backend, m.info.memory_bytes) {
+                (kvplan_exec::BackendKind::Cuda, Some(bytes)) => bytes as f64 / gib,
+                _ => b.gpu.memory_bytes as f64 / gib,
+            },
             reserved_gib: b.gpu.reserved_bytes as f64 / gib,
             hbm_gbps: b.gpu.mem_bandwidth / 1e9,
             kernel_overhead_us: m.op_overhead_s * 1e6,

@@ -95,8 +95,13 @@ pub(super) fn driver_version() -> String {
         .and_then(|t| {
             let line = t.lines().next()?.to_string();
             let words: Vec<&str> = line.split_whitespace().collect();
+            // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05 ..." or
+            // "... Open Kernel Module for x86_64  580.159.04 ...": the first number after "Module".
             let i = words.iter().position(|w| *w == "Module")?;
-            words.get(i + 1).map(|w| w.to_string())
+            words[i + 1..]
+                .iter()
+                .find(|w| w.starts_with(|c: char| c.is_ascii_digit()))
+                .map(|w| w.to_string())
         });
     match module {
         Some(m) => format!("{cuda} (driver {m})"),
