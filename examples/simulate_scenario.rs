@@ -5,8 +5,8 @@
 
 use std::path::PathBuf;
 
+use kvplan_planner::run::simulate_scenario;
 use kvplan_planner::scenario::RawScenario;
-use kvplan_sim::run::simulate_scenario;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = std::env::args_os()

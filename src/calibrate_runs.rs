@@ -4,8 +4,8 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use kvplan_planner::HardwareProfile;
 use kvplan_serve::runs::{StageComparison, StageRun};
+use kvplan_vocab::HardwareProfile;
 
 use crate::args::{CalibrateArgs, Format};
 use crate::commands::Output;

@@ -5,11 +5,11 @@ use std::path::Path;
 
 use kvplan_planner::plan::{Plan, Strategy};
 use kvplan_planner::report::{RunReport, recompute_fraction, saved_fraction, ttft_speedups};
+use kvplan_planner::run::{COMPARED, SimulatedRun, compare, simulate_scenario};
 use kvplan_planner::scenario::Scenario;
-use kvplan_planner::schedule::Category;
-use kvplan_planner::timeline::{Run, write_chrome_trace, write_csv};
-use kvplan_planner::{HardwareProfile, ModelSpec};
-use kvplan_sim::run::{COMPARED, SimulatedRun, compare, simulate_scenario};
+use kvplan_vocab::schedule::Category;
+use kvplan_vocab::timeline::{Run, write_chrome_trace, write_csv};
+use kvplan_vocab::{HardwareProfile, ModelSpec};
 use serde::Serialize;
 use serde_json::json;
 
@@ -272,8 +272,8 @@ pub(crate) fn describe(p: &Plan) -> String {
             "offloaded"
         },
         match p.host_memory {
-            kvplan_planner::schedule::HostMemory::Pinned => "pinned",
-            kvplan_planner::schedule::HostMemory::Pageable => "pageable",
+            kvplan_vocab::schedule::HostMemory::Pinned => "pinned",
+            kvplan_vocab::schedule::HostMemory::Pageable => "pageable",
         }
     )
 }
@@ -598,7 +598,7 @@ pub fn capacity(args: &CapacityArgs) -> Result<Output, CliError> {
     };
     let mut model = ModelSpec::resolve(&required(&args.model, "--model")?)?;
     if let Some(d) = &args.dtype {
-        let dt = kvplan_planner::DType::parse(d).ok_or_else(|| {
+        let dt = kvplan_vocab::DType::parse(d).ok_or_else(|| {
             CliError::input(format!(
                 "--dtype: unknown dtype '{d}'; use fp16, bf16 or fp32"
             ))

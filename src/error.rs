@@ -37,8 +37,8 @@ impl CliError {
     }
 }
 
-impl From<kvplan_planner::Error> for CliError {
-    fn from(e: kvplan_planner::Error) -> Self {
+impl From<kvplan_vocab::Error> for CliError {
+    fn from(e: kvplan_vocab::Error) -> Self {
         let code = if e.is_input_error() {
             EXIT_INPUT
         } else {
@@ -91,9 +91,9 @@ impl From<kvplan_planner::scenario::ScenarioError> for CliError {
     }
 }
 
-impl From<kvplan_sim::run::RunError> for CliError {
-    fn from(e: kvplan_sim::run::RunError) -> Self {
-        use kvplan_sim::run::RunError;
+impl From<kvplan_planner::run::RunError> for CliError {
+    fn from(e: kvplan_planner::run::RunError) -> Self {
+        use kvplan_planner::run::RunError;
         match e {
             RunError::Plan(p) => p.into(),
             RunError::Simulate(s) => s.into(),

@@ -6,9 +6,9 @@ use std::path::Path;
 use kvplan_calibrate::{Comparison, Plan as CalPlan};
 use kvplan_exec::{BackendKind, ExecOptions, Executor};
 use kvplan_planner::report::RunReport;
-use kvplan_planner::timeline::{Run, write_chrome_trace, write_csv};
-use kvplan_planner::{HardwareProfile, ModelSpec};
-use kvplan_sim::run::{SimulatedRun, simulate_scenario};
+use kvplan_planner::run::{SimulatedRun, simulate_scenario};
+use kvplan_vocab::timeline::{Run, write_chrome_trace, write_csv};
+use kvplan_vocab::{HardwareProfile, ModelSpec};
 use serde_json::json;
 
 use crate::args::{BackendArgs, CalibrateArgs, ExecArgs, Format, ValidateArgs};
@@ -410,7 +410,7 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Output, CliError> {
                 "h2d pageable",
                 "d2h pageable",
             ]);
-            let bw = |c: &kvplan_planner::calibration::Curve, i: usize| {
+            let bw = |c: &kvplan_vocab::calibration::Curve, i: usize| {
                 let (_, g) = c.gbps().nth(i).expect("a point per size");
                 format!("{g:.2} GB/s")
             };

@@ -507,7 +507,7 @@ pub fn slo_capacity(args: &crate::args::CapacityArgs) -> Result<Output, CliError
     }
     let mut rows = Vec::new();
     for h in &hardware {
-        let profile = kvplan_planner::HardwareProfile::resolve(h)?;
+        let profile = kvplan_vocab::HardwareProfile::resolve(h)?;
         for &tp in &tps {
             let mut raw = base.clone();
             raw.hardware = Some(h.clone());

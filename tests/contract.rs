@@ -68,7 +68,7 @@ fn kvpr_and_full_transfer_json_on_the_paper_setting() {
 fn config_json_and_profile_file_with_trace() {
     let dir = TempDir::new("contract3");
     std::fs::copy(
-        root().join("planner/models/llama-2-7b.json"),
+        root().join("vocab/models/llama-2-7b.json"),
         dir.path().join("config.json"),
     )
     .unwrap();

@@ -173,7 +173,7 @@ fn model_directory_reads_its_config_json() {
     let model = dir.path().join("opt-tiny");
     std::fs::create_dir(&model).unwrap();
     std::fs::copy(
-        root().join("planner/models/opt-125m.json"),
+        root().join("vocab/models/opt-125m.json"),
         model.join("config.json"),
     )
     .unwrap();

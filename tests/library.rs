@@ -1,10 +1,10 @@
 //! The library path a sweep or server takes (and `examples/simulate_scenario.rs` shows): a
-//! scenario file resolved by the planner, simulated and compared by `kvplan_sim::run`, gives
+//! scenario file resolved by the planner, simulated and compared by `kvplan_planner::run`, gives
 //! the figures the CLI prints.
 
 use kvplan_planner::plan::Strategy;
+use kvplan_planner::run::{COMPARED, compare, simulate_scenario};
 use kvplan_planner::scenario::RawScenario;
-use kvplan_sim::run::{COMPARED, compare, simulate_scenario};
 
 use crate::common::{ok, root, run};
 

@@ -131,8 +131,8 @@ fn calibrate_from_an_attention_table_prints_errors_and_the_preset_section() {
         assert!(out.contains(row), "{row} missing:\n{out}");
     }
     // The written profile is the base with the fitted [kernels.attention]: a100-80g-sxm itself.
-    let fitted = kvplan_planner::HardwareProfile::from_file(&dir.path().join("a100.toml")).unwrap();
-    let preset = kvplan_planner::HardwareProfile::preset("a100-80g-sxm").unwrap();
+    let fitted = kvplan_vocab::HardwareProfile::from_file(&dir.path().join("a100.toml")).unwrap();
+    let preset = kvplan_vocab::HardwareProfile::preset("a100-80g-sxm").unwrap();
     assert_eq!(fitted.kernels, preset.kernels);
     // --model belongs to attention tables; a base without [kernels] cannot take the section.
     let out = run_in(

@@ -43,7 +43,7 @@ fn readme_commands_run() {
     std::fs::create_dir(dir.path()).unwrap();
     // The contract example needs ./config.json and my-profile.toml next to it.
     std::fs::copy(
-        root().join("planner/models/opt-1.3b.json"),
+        root().join("vocab/models/opt-1.3b.json"),
         dir.path().join("config.json"),
     )
     .unwrap();

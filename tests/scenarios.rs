@@ -3,8 +3,8 @@
 //! `planner/tests/kvpr_vs_simulator.rs` for large cases), and no worse than plain transfer.
 
 use kvplan_planner::plan::{SplitPolicy, Strategy};
+use kvplan_planner::run::simulate_strategy;
 use kvplan_planner::scenario::{RawScenario, Scenario};
-use kvplan_sim::run::simulate_strategy;
 
 use crate::common::root;
 

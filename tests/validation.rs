@@ -3,8 +3,8 @@
 
 use kvplan_planner::plan::{Options, Shape, Strategy, plan};
 use kvplan_planner::report::RunReport;
-use kvplan_planner::schedule::HostMemory;
-use kvplan_planner::{CostModel, HardwareProfile, ModelSpec};
+use kvplan_vocab::schedule::HostMemory;
+use kvplan_vocab::{CostModel, HardwareProfile, ModelSpec};
 
 use crate::common::root;
 
@@ -96,7 +96,7 @@ fn kvpr_table3_cache_size() {
             p.weights_on_gpu,
             false,
         )
-        .host_item(kvplan_planner::memory::MemoryKind::KvCache) as f64
+        .host_item(kvplan_vocab::memory::MemoryKind::KvCache) as f64
             / GIB;
         let published = num(&r, 4);
         assert!(

@@ -22,9 +22,9 @@
 
 use std::path::Path;
 
-use kvplan_planner::attention::{AttentionBatch, AttentionWork, BLOCK_Q};
-use kvplan_planner::kernel_model::{AttentionFit, KvAppend};
-use kvplan_planner::{DType, HardwareProfile, ModelSpec};
+use kvplan_vocab::attention::{AttentionBatch, AttentionWork, BLOCK_Q};
+use kvplan_vocab::kernel_model::{AttentionFit, KvAppend};
+use kvplan_vocab::{DType, HardwareProfile, ModelSpec};
 
 use crate::Error;
 use crate::fit::nelder_mead;

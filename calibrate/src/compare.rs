@@ -2,8 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use kvplan_planner::Timeline;
-use kvplan_planner::schedule::{Category, Phase, Schedule};
+use kvplan_vocab::Timeline;
+use kvplan_vocab::schedule::{Category, Phase, Schedule};
 use serde::Serialize;
 
 /// One row of a per-kind or per-step comparison.
@@ -146,8 +146,8 @@ pub fn compare(schedule: &Schedule, simulated: &Timeline, measured: &Timeline) -
 mod tests {
     use super::*;
     use kvplan_planner::plan::{Options, Shape, Strategy, plan};
-    use kvplan_planner::timeline::{Source, Span};
-    use kvplan_planner::{CostModel, HardwareProfile, ModelSpec};
+    use kvplan_vocab::timeline::{Source, Span};
+    use kvplan_vocab::{CostModel, HardwareProfile, ModelSpec};
 
     #[test]
     fn identical_timelines_have_zero_error_and_scaled_ones_the_scale() {

@@ -1,6 +1,6 @@
 //! Fitting measurements into the profile's kernel models.
 
-use kvplan_planner::calibration::KernelFit;
+use kvplan_vocab::calibration::KernelFit;
 
 use crate::Error;
 
@@ -127,7 +127,7 @@ mod tests {
         // Synthetic "measurements" of llama-3-8b head shapes from a known roofline (5 us,
         // 1600 GB/s, 180 TFLOP/s) with a deterministic +-3% wobble: decode, causal prefill, and
         // chunks of c queries after a prefix of P keys (KV-Runahead's per-device attention).
-        use kvplan_planner::schedule::OpKind;
+        use kvplan_vocab::schedule::OpKind;
         let truth = |op: &OpKind| 5e-6 + (op.flops() / 180e12).max(op.mem_bytes() / 1600e9);
         let att = |batch, q_len, kv_len, causal| OpKind::Attention {
             batch,
@@ -137,7 +137,7 @@ mod tests {
             kv_len,
             head_dim: 128,
             causal,
-            dtype: kvplan_planner::DType::Bf16,
+            dtype: kvplan_vocab::DType::Bf16,
         };
         let mut ops = Vec::new();
         for b in [8, 64] {

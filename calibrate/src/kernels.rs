@@ -20,13 +20,13 @@
 //! repetitions) takes well under half of that.
 
 use kvplan_exec::Executor;
-use kvplan_planner::kernel_model::{
+use kvplan_vocab::kernel_model::{
     GemmFit, KernelModel, KernelTable, KernelsSection, MemFit, TableKind, token_grid,
 };
-use kvplan_planner::plan::forward_ops;
-use kvplan_planner::plan::kernels::elem_bytes_per_token;
-use kvplan_planner::schedule::{ElemKind, OpKind, StreamKind};
-use kvplan_planner::{CostModel, DType, ModelSpec};
+use kvplan_vocab::layers::elem_bytes_per_token;
+use kvplan_vocab::layers::forward_ops;
+use kvplan_vocab::schedule::{ElemKind, OpKind, StreamKind};
+use kvplan_vocab::{CostModel, DType, ModelSpec};
 
 use crate::Error;
 use crate::micro::{medians, repeated};
@@ -335,7 +335,7 @@ pub fn mem_points(tables: &[KernelTable], kind: ElemKind) -> Vec<(f64, f64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kvplan_planner::kernel_model::{AllReduceFit, AttentionFit};
+    use kvplan_vocab::kernel_model::{AllReduceFit, AttentionFit};
 
     fn section() -> KernelsSection {
         let mem = MemFit {
@@ -398,7 +398,7 @@ mod tests {
     #[test]
     fn the_full_gpu_sweep_fits_the_budget_on_an_h100() {
         let plan = crate::Plan::new(false, true, None).unwrap();
-        let hw = kvplan_planner::HardwareProfile::preset("h100-sxm").unwrap();
+        let hw = kvplan_vocab::HardwareProfile::preset("h100-sxm").unwrap();
         let cost = CostModel::new(&hw);
         let t = tables(&plan.models);
         let gemms = t.iter().filter(|t| t.kind == TableKind::Gemm).count();

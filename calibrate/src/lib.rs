@@ -2,7 +2,7 @@
 //! [`ProfileFile`] (tables with interpolation, not one number each), and compares a simulated
 //! timeline with a measured one.
 //!
-//! Every microbenchmark is a small [`Schedule`](kvplan_planner::Schedule) run by an [`Executor`], so calibration measures
+//! Every microbenchmark is a small [`Schedule`](kvplan_vocab::Schedule) run by an [`Executor`], so calibration measures
 //! exactly the code path that `kvplan exec` and `kvplan validate` time.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
@@ -16,16 +16,16 @@ pub mod runs;
 pub mod table;
 
 use kvplan_exec::{DeviceInfo, Executor};
-use kvplan_planner::HardwareProfile;
-use kvplan_planner::calibration::{Calibration, CopyTables, Curve};
-use kvplan_planner::cost::derived_kernels;
-use kvplan_planner::hardware::{
+use kvplan_vocab::HardwareProfile;
+use kvplan_vocab::calibration::{Calibration, CopyTables, Curve};
+use kvplan_vocab::cost::derived_kernels;
+use kvplan_vocab::hardware::{
     Duplex, EfficiencySection, GpuSection, HostSection, LinkSection, PeakSection, PeerSection,
     ProfileFile,
 };
-use kvplan_planner::kernel_model::{AttentionFit, KernelTable, KernelsSection, TableKind};
-use kvplan_planner::schedule::ElemKind;
-use kvplan_planner::{DType, ModelSpec};
+use kvplan_vocab::kernel_model::{AttentionFit, KernelTable, KernelsSection, TableKind};
+use kvplan_vocab::schedule::ElemKind;
+use kvplan_vocab::{DType, ModelSpec};
 
 pub use compare::{Comparison, compare};
 
@@ -38,7 +38,7 @@ pub enum Error {
     Exec(#[from] kvplan_exec::Error),
     /// Planner-side failure (a model that cannot be loaded, an invalid profile).
     #[error(transparent)]
-    Planner(#[from] kvplan_planner::Error),
+    Planner(#[from] kvplan_vocab::Error),
     /// A malformed measured table (`origin:line: column: why`).
     #[error("{origin}:{line}: {}{why}", if column.is_empty() { String::new() } else { format!("column {column}: ") })]
     Table {
@@ -209,7 +209,7 @@ pub struct Measurements {
     /// Bytes/s of one direction alone and of both directions at once at the largest size.
     pub duplex_check: (f64, f64),
     /// GEMM points.
-    pub gemm: Vec<kvplan_planner::calibration::GemmPoint>,
+    pub gemm: Vec<kvplan_vocab::calibration::GemmPoint>,
     /// Attention points `(flops, bytes, seconds, is_prefill)`.
     pub attention: Vec<(f64, f64, f64, bool)>,
     /// Elementwise points `(bytes, seconds)`.
@@ -218,7 +218,7 @@ pub struct Measurements {
     pub op_overhead_s: f64,
     /// The `[kernels]` tables over the token grid (microseconds); `None`: not measured (the
     /// profile then has no `[kernels]` section).
-    pub kernels: Option<Vec<kvplan_planner::kernel_model::KernelTable>>,
+    pub kernels: Option<Vec<kvplan_vocab::kernel_model::KernelTable>>,
 }
 
 /// Runs every microbenchmark of `plan` on `exec`.
@@ -417,8 +417,8 @@ pub fn build_profile(
 
 /// The `[kernels]` section from the measured tables: the tables themselves (then, as tables of
 /// their own, the `[calibration]` GEMM points of shapes the grid did not cover), a
-/// [`GemmFit`](kvplan_planner::kernel_model::GemmFit) and
-/// one [`MemFit`](kvplan_planner::kernel_model::MemFit) per kind fitted to them ([`kernels::fit_gemm`], [`kernels::fit_mem`]); kind
+/// [`GemmFit`](kvplan_vocab::kernel_model::GemmFit) and
+/// one [`MemFit`](kvplan_vocab::kernel_model::MemFit) per kind fitted to them ([`kernels::fit_gemm`], [`kernels::fit_mem`]); kind
 /// `other` fitted to the elementwise sweep; attention from the `[calibration]` attention fit
 /// (its intercept as the floor, its rates as fractions of `hw`'s peak and HBM bandwidth); the
 /// all-reduce of `base` (its `[kernels]`, else derived from it), else derived from `hw`; the
@@ -476,7 +476,7 @@ fn kernels_section(
             .any(|g| g.kind == TableKind::Gemm && g.dtype == t.dtype && g.n == t.n && g.k == t.k)
     };
     section.tables.extend(
-        kvplan_planner::cost::gemm_tables(&m.gemm)
+        kvplan_vocab::cost::gemm_tables(&m.gemm)
             .into_iter()
             .filter(|t| !on_grid(t)),
     );

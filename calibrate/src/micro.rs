@@ -2,12 +2,12 @@
 //! the data. Repetitions of one op run back to back on one stream and the median is kept.
 
 use kvplan_exec::{BackendKind, Executor};
-use kvplan_planner::calibration::{CopyTables, GemmPoint};
-use kvplan_planner::plan::layer_kernels;
-use kvplan_planner::schedule::{
+use kvplan_vocab::calibration::{CopyTables, GemmPoint};
+use kvplan_vocab::layers::layer_kernels;
+use kvplan_vocab::schedule::{
     ElemKind, HostMemory, OpKind, Payload, Phase, Schedule, ScheduleBuilder, StreamKind, Tag,
 };
-use kvplan_planner::{DType, ModelSpec, Timeline};
+use kvplan_vocab::{DType, ModelSpec, Timeline};
 
 use crate::{Error, Measurements, Plan, Progress, monotone_curve};
 
@@ -317,7 +317,7 @@ pub fn chunk_prefix_shapes(backend: BackendKind, quick: bool) -> Vec<(u32, u32)>
 /// `q_len = chunk`, `kv_len = prefix + chunk`, causal — the kernel
 /// the attention of [`layer_kernels`]`(m, 1, chunk, prefix + chunk)`, as planned for a KV-Runahead device.
 pub fn chunk_prefix_attention(m: &ModelSpec, chunk: u32, prefix: u32) -> OpKind {
-    kvplan_planner::plan::kernels::attention_op(m, 1, chunk, prefix + chunk)
+    kvplan_vocab::layers::attention_op(m, 1, chunk, prefix + chunk)
 }
 
 /// One measured chunk-after-prefix attention.

@@ -11,9 +11,9 @@
 //! TTFT mean; overloaded stages are reported, not fitted (their latencies lack the requests
 //! that failed). Each fitted figure is clamped to a physical range.
 
-use kvplan_planner::HardwareProfile;
-use kvplan_planner::cost::derived_kernels;
 use kvplan_serve::runs::{StageComparison, StageRun};
+use kvplan_vocab::HardwareProfile;
+use kvplan_vocab::cost::derived_kernels;
 
 use crate::Error;
 use crate::fit::nelder_mead;

@@ -19,15 +19,15 @@
 
 use std::path::Path;
 
-use kvplan_planner::DType;
-use kvplan_planner::HardwareProfile;
-use kvplan_planner::ModelSpec;
-use kvplan_planner::kernel_model::{
+use kvplan_vocab::DType;
+use kvplan_vocab::HardwareProfile;
+use kvplan_vocab::ModelSpec;
+use kvplan_vocab::kernel_model::{
     AllReduceFit, AttentionFit, GemmFit, KernelModel, KernelTable, KernelsSection, MemFit,
     TableKind, token_grid,
 };
-use kvplan_planner::plan::kernels::{embed_op, forward_ops};
-use kvplan_planner::schedule::{ElemKind, OpKind};
+use kvplan_vocab::layers::{embed_op, forward_ops};
+use kvplan_vocab::schedule::{ElemKind, OpKind};
 use serde::Deserialize;
 
 use crate::Error;
@@ -307,7 +307,7 @@ fn row_spec(r: &RawRow, origin: &str, line: u64) -> Result<ModelSpec, Error> {
     let spec = ModelSpec::from_hf_config_str(&config, "table row", &at)?;
     spec.sharded(r.num_tensor_parallel_workers as u32)
         .map_err(|e| match e {
-            kvplan_planner::Error::InvalidValue { message, .. } => {
+            kvplan_vocab::Error::InvalidValue { message, .. } => {
                 table_error(origin, line, "num_tensor_parallel_workers", message)
             }
             other => other.into(),
@@ -317,7 +317,7 @@ fn row_spec(r: &RawRow, origin: &str, line: u64) -> Result<ModelSpec, Error> {
 /// A measured table's text (a read failure is the planner's I/O error naming the file).
 pub(crate) fn read_table_text(path: &Path) -> Result<String, Error> {
     std::fs::read_to_string(path).map_err(|e| {
-        Error::Planner(kvplan_planner::Error::Io {
+        Error::Planner(kvplan_vocab::Error::Io {
             path: path.to_path_buf(),
             source: e,
         })
@@ -542,7 +542,7 @@ impl FitOptions {
         let (k, launch_us) = match &base.kernels {
             Some(k) => (k.clone(), k.launch_us),
             None => (
-                kvplan_planner::cost::derived_kernels(base),
+                kvplan_vocab::cost::derived_kernels(base),
                 base.gpu.kernel_overhead_s * 1e6,
             ),
         };

@@ -11,8 +11,8 @@ use kvplan_calibrate::attention::{
     AttentionSample, AttentionTable, Heads, Phase, attention_errors, error_report, fit_attention,
     predicted,
 };
-use kvplan_planner::kernel_model::AttentionFit;
-use kvplan_planner::{HardwareProfile, ModelSpec};
+use kvplan_vocab::kernel_model::AttentionFit;
+use kvplan_vocab::{HardwareProfile, ModelSpec};
 
 fn table() -> AttentionTable {
     let path = PathBuf::from(concat!(

@@ -6,8 +6,8 @@
 use std::path::PathBuf;
 
 use kvplan_calibrate::runs::fit_stages_with;
-use kvplan_planner::HardwareProfile;
 use kvplan_serve::runs::StageRun;
+use kvplan_vocab::HardwareProfile;
 
 #[test]
 fn a_fit_to_real_runs_recovers_the_decode_bandwidth_and_the_frontend() {

@@ -4,12 +4,12 @@
 use kvplan_calibrate::kernels::{self, GEMMS, MEM_KINDS};
 use kvplan_calibrate::{Measurements, Plan, build_profile};
 use kvplan_exec::{BackendKind, DeviceInfo, ExecOptions};
-use kvplan_planner::calibration::{CopyTables, Curve};
-use kvplan_planner::kernel_model::{KernelTable, TableKind};
-use kvplan_planner::plan::forward_ops;
-use kvplan_planner::plan::kernels::elem_bytes_per_token;
-use kvplan_planner::schedule::OpKind;
-use kvplan_planner::{CostModel, HardwareProfile, ModelSpec};
+use kvplan_vocab::calibration::{CopyTables, Curve};
+use kvplan_vocab::kernel_model::{KernelTable, TableKind};
+use kvplan_vocab::layers::elem_bytes_per_token;
+use kvplan_vocab::layers::forward_ops;
+use kvplan_vocab::schedule::OpKind;
+use kvplan_vocab::{CostModel, HardwareProfile, ModelSpec};
 
 /// A Llama-shaped model small enough for real CPU arithmetic in a test.
 fn tiny() -> ModelSpec {
@@ -156,7 +156,7 @@ fn cpu_tables_round_trip_and_the_cost_model_reads_them_back() {
 #[test]
 fn synthetic_cuda_tables_fit_and_record_the_sm_count() {
     let m = ModelSpec::preset("llama-3-8b").unwrap();
-    let grid = kvplan_planner::kernel_model::token_grid();
+    let grid = kvplan_vocab::kernel_model::token_grid();
     // Times from a smooth model: 5 us floor, 2 TB/s and 500 TFLOP/s effective.
     let tables: Vec<KernelTable> = kernels::tables(std::slice::from_ref(&m))
         .into_iter()
@@ -182,13 +182,13 @@ fn synthetic_cuda_tables_fit_and_record_the_sm_count() {
     let file = build_profile(&meas, "h100-cal", Some(&base), false).unwrap();
     let k = file.kernels.unwrap();
     assert_eq!(k.gemm.sms, Some(132));
-    for kind in kvplan_planner::schedule::ElemKind::ALL {
+    for kind in kvplan_vocab::schedule::ElemKind::ALL {
         let f = k.mem(kind);
         assert!(
             f.floor_us > 0.0 && f.floor_us <= 5.0 + 1e-9,
             "{kind:?} {f:?}"
         );
-        if kind != kvplan_planner::schedule::ElemKind::Other {
+        if kind != kvplan_vocab::schedule::ElemKind::Other {
             let want = 2e12 / base.gpu.mem_bandwidth;
             assert!((f.efficiency - want).abs() < 0.02 * want, "{kind:?} {f:?}");
         }

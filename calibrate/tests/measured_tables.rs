@@ -10,7 +10,7 @@ use kvplan_calibrate::table::{
     self, BUCKETS, Column, FitOptions, MeasuredTable, Sample, default_sms, fit_kernels,
     kernel_model, layer_errors, op_errors,
 };
-use kvplan_planner::{CostModel, HardwareProfile};
+use kvplan_vocab::{CostModel, HardwareProfile};
 
 const GPUS: [(&str, &str); 2] = [("a100", "a100-80g-sxm"), ("h100", "h100-sxm")];
 
@@ -99,7 +99,7 @@ fn fit_for(
     gpu: &str,
     preset: &str,
     samples: &[Sample],
-) -> kvplan_planner::kernel_model::KernelsSection {
+) -> kvplan_vocab::kernel_model::KernelsSection {
     let hw = HardwareProfile::preset(preset).unwrap();
     let opts = FitOptions::from_base(
         &hw,
@@ -174,7 +174,7 @@ fn presets_are_reproducible_from_the_tables() {
         ] {
             assert!(close(a, b), "{preset} gemm.{name}: preset {a}, fit {b}");
         }
-        for kind in kvplan_planner::schedule::ElemKind::ALL {
+        for kind in kvplan_vocab::schedule::ElemKind::ALL {
             let (a, b) = (have.mem(kind), fit.mem(kind));
             assert!(
                 close(a.floor_us, b.floor_us) && close(a.efficiency, b.efficiency),

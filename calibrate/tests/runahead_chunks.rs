@@ -4,11 +4,11 @@
 use kvplan_calibrate::micro::{chunk_prefix_attention, chunk_prefix_shapes, measure_chunk_prefix};
 use kvplan_calibrate::{Measurements, build_profile};
 use kvplan_exec::{BackendKind, DeviceInfo, ExecOptions};
-use kvplan_planner::calibration::{CopyTables, Curve};
 use kvplan_planner::plan::{Options, Shape, Strategy, plan};
 use kvplan_planner::runahead::{ChunkCosts, ModelCosts};
-use kvplan_planner::schedule::OpKind;
-use kvplan_planner::{CostModel, HardwareProfile, ModelSpec};
+use kvplan_vocab::calibration::{CopyTables, Curve};
+use kvplan_vocab::schedule::OpKind;
+use kvplan_vocab::{CostModel, HardwareProfile, ModelSpec};
 
 #[test]
 fn chunk_after_prefix_is_measured_on_the_cpu() {

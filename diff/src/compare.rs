@@ -11,7 +11,7 @@ use crate::direction::{Direction, direction};
 use crate::{Error, Result};
 
 /// The columns of a timeline CSV (`simulate --trace FILE.csv`), in order.
-pub const TIMELINE_COLUMNS: [&str; 16] = kvplan_planner::timeline::CSV_COLUMNS;
+pub const TIMELINE_COLUMNS: [&str; 16] = kvplan_vocab::timeline::CSV_COLUMNS;
 
 /// What a file holds, detected from its content.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -157,7 +157,7 @@ pub enum Error {
         /// The case.
         case: String,
         /// Why.
-        source: Box<kvplan_sim::run::RunError>,
+        source: Box<kvplan_planner::run::RunError>,
     },
     /// A `serve` case that cannot run.
     #[error("case {case}: {source}")]

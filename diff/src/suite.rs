@@ -9,10 +9,10 @@
 
 use std::path::{Path, PathBuf};
 
+use kvplan_planner::run::simulate_scenario;
 use kvplan_planner::scenario::RawScenario;
-use kvplan_planner::timeline::{Run, write_csv};
 use kvplan_serve::scenario::RawServeScenario;
-use kvplan_sim::run::simulate_scenario;
+use kvplan_vocab::timeline::{Run, write_csv};
 
 use crate::compare::{Comparison, Input, compare};
 use crate::{Error, Result};

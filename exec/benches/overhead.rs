@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use kvplan_exec::{BackendKind, ExecOptions};
-use kvplan_planner::schedule::{
+use kvplan_vocab::schedule::{
     ElemKind, OpId, OpKind, Phase, Schedule, ScheduleBuilder, StreamKind, Tag,
 };
 

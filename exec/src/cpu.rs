@@ -14,8 +14,8 @@
 
 use std::time::Instant;
 
-use kvplan_planner::schedule::{HostMemory, OpId, OpKind, Schedule, StreamId};
-use kvplan_planner::timeline::{Source, Span, Timeline};
+use kvplan_vocab::schedule::{HostMemory, OpId, OpKind, Schedule, StreamId};
+use kvplan_vocab::timeline::{Source, Span, Timeline};
 
 use crate::kernel::{AttentionShape, CHECK_HOST, Device, Strided};
 use crate::sched::{self, Progress, StreamNeeds, Worker};

@@ -2,7 +2,7 @@
 //! the attention call's shape and layouts, the strided affine copy, the device interface the
 //! checks drive, and the f64 reference attention. A leaf: it uses no other module of this crate.
 
-use kvplan_planner::schedule::HostMemory;
+use kvplan_vocab::schedule::HostMemory;
 
 /// One attention call: `q_len` queries per sequence and query head against `kv_len` keys.
 ///

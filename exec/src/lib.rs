@@ -22,8 +22,8 @@
 //!
 //! ```
 //! use kvplan_exec::{BackendKind, ExecOptions};
-//! use kvplan_planner::ScheduleBuilder;
-//! use kvplan_planner::schedule::{ElemKind, HostMemory, OpKind, Payload, Phase, StreamKind, Tag};
+//! use kvplan_vocab::ScheduleBuilder;
+//! use kvplan_vocab::schedule::{ElemKind, HostMemory, OpKind, Payload, Phase, StreamKind, Tag};
 //!
 //! let mut b = ScheduleBuilder::new();
 //! let h2d = b.stream(0, StreamKind::H2D, "gpu0.h2d");
@@ -52,7 +52,7 @@
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
-use kvplan_planner::{Schedule, Timeline};
+use kvplan_vocab::{Schedule, Timeline};
 
 pub mod check;
 mod cpu;
@@ -174,7 +174,7 @@ pub enum Error {
     Internal(String),
     /// The schedule breaks an IR rule (only possible for hand-made or deserialised schedules).
     #[error("invalid schedule: {0}")]
-    InvalidSchedule(#[from] kvplan_planner::Error),
+    InvalidSchedule(#[from] kvplan_vocab::Error),
     /// An argument of a correctness check is out of range.
     #[error("invalid input: {0}")]
     InvalidInput(String),

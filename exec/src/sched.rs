@@ -12,8 +12,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Barrier, Condvar, Mutex, PoisonError};
 
-use kvplan_planner::DType;
-use kvplan_planner::schedule::{HostMemory, OpId, OpKind, Schedule, StreamId};
+use kvplan_vocab::DType;
+use kvplan_vocab::schedule::{HostMemory, OpId, OpKind, Schedule, StreamId};
 
 use crate::Error;
 use crate::kernel::AttentionShape;
@@ -387,8 +387,8 @@ fn meminfo_kib(key: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kvplan_planner::ScheduleBuilder;
-    use kvplan_planner::schedule::{Payload, Phase, StreamKind, Tag};
+    use kvplan_vocab::ScheduleBuilder;
+    use kvplan_vocab::schedule::{Payload, Phase, StreamKind, Tag};
 
     const TAG: Tag = Tag {
         step: 0,
@@ -471,7 +471,7 @@ mod tests {
         let mut b = ScheduleBuilder::new();
         let c = b.stream(0, StreamKind::Compute, "c");
         let l = b.label("attention");
-        let mut batch = kvplan_planner::AttentionBatch::new();
+        let mut batch = kvplan_vocab::AttentionBatch::new();
         batch.add(1, 100);
         batch.add(1, 300);
         b.push(

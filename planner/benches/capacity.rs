@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use kvplan_planner::headinfer::{CapacityOptions, MemStrategy, capacity, capacity_report};
-use kvplan_planner::{HardwareProfile, ModelSpec};
+use kvplan_vocab::{HardwareProfile, ModelSpec};
 
 fn capacity_search(c: &mut Criterion) {
     let model = ModelSpec::preset("llama-3-8b").unwrap();

@@ -18,7 +18,7 @@ use kvplan_planner::plan::{Options, Shape, Strategy, plan};
 use kvplan_planner::runahead::{
     self, LinkOverride, ModelCosts, RunaheadOptions, optimise, optimise_for_choice,
 };
-use kvplan_planner::{CostModel, HardwareProfile, ModelSpec};
+use kvplan_vocab::{CostModel, HardwareProfile, ModelSpec};
 
 const CONTEXT: u32 = 128 * 1024;
 const DEVICES: u32 = 8;

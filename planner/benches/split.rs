@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use kvplan_planner::plan::{Shape, SplitModel, SplitPolicy, kvpr_splits, split_problem};
-use kvplan_planner::schedule::HostMemory;
-use kvplan_planner::{CostModel, HardwareProfile, ModelSpec};
+use kvplan_vocab::schedule::HostMemory;
+use kvplan_vocab::{CostModel, HardwareProfile, ModelSpec};
 
 fn split_decision(c: &mut Criterion) {
     let model = ModelSpec::preset("opt-6.7b").unwrap();

@@ -26,7 +26,7 @@
 use good_lp::{ProblemVariables, Solution, SolverModel, constraint, microlp, variable};
 use serde::Serialize;
 
-use crate::error::{Error, Result};
+use kvplan_vocab::error::{Error, Result};
 
 /// Per-layer cost terms of one decode step, in seconds (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

@@ -1,8 +1,16 @@
-//! kvplan's planner: the shared vocabulary (models, hardware, cost model, memory, the Schedule IR
-//! and Timeline) and every decision (the KVPR split; HeadInfer and KV-Runahead later).
+//! kvplan's planners: every decision about moving and recomputing the KV cache. The offload
+//! planner (KVPR's recompute/transfer split from a linear program, plain KV offload, all-on-GPU:
+//! [`plan`], [`kvpr`]), HeadInfer's head-group offload ([`headinfer`]) and KV-Runahead's context
+//! partition across devices ([`runahead`]) each turn a model, a hardware profile and a shape into
+//! a [`Schedule`](kvplan_vocab::Schedule), timing their candidates on the simulator
+//! (`kvplan-sim`). [`scenario`] checks a scenario file and its flags into one plan request, and
+//! [`run`] plans and simulates it into a report ([`report`]).
+//!
+//! Architecture invariant: the planners speak the vocabulary (`kvplan-vocab`) and time with the
+//! simulator (`kvplan-sim`); they know no executor, serving engine or command line.
 //!
 //! ```
-//! use kvplan_planner::{CostModel, HardwareProfile, ModelSpec};
+//! use kvplan_vocab::{CostModel, HardwareProfile, ModelSpec};
 //! use kvplan_planner::plan::{plan, Options, Shape, Strategy};
 //!
 //! let model = ModelSpec::preset("opt-6.7b")?;
@@ -11,37 +19,15 @@
 //! let shape = Shape { batch: 64, gpu_batches: 1, prompt: 128, gen_len: 4 };
 //! let p = plan(&model, &hw, &cost, &shape, Strategy::Kvpr, &Options::default())?;
 //! assert!(p.decisions.splits().iter().all(|s| s.split.recompute_tokens > 0));
-//! # Ok::<(), kvplan_planner::Error>(())
+//! # Ok::<(), kvplan_vocab::Error>(())
 //! ```
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-pub mod attention;
-pub mod calibration;
-pub mod cost;
-pub mod dtype;
-pub mod engine;
-pub mod error;
-pub mod hardware;
 pub mod headinfer;
-pub mod kernel_model;
 pub mod kvpr;
-pub mod limits;
-pub mod memory;
-pub mod model;
 pub mod plan;
 pub mod report;
+pub mod run;
 pub mod runahead;
 pub mod scenario;
-pub mod schedule;
-pub mod serving;
-pub mod timeline;
-
-pub use attention::AttentionBatch;
-pub use cost::CostModel;
-pub use dtype::DType;
-pub use error::{Error, Result};
-pub use hardware::HardwareProfile;
-pub use model::ModelSpec;
-pub use schedule::{Schedule, ScheduleBuilder};
-pub use timeline::Timeline;

@@ -5,8 +5,8 @@ use serde::Serialize;
 
 use crate::plan::{Order, Plan, StepSplit};
 use crate::runahead::TtftByMethod;
-use crate::schedule::HostMemory;
-use crate::timeline::{Breakdown, Metrics, Source, Timeline, Window, metrics};
+use kvplan_vocab::schedule::HostMemory;
+use kvplan_vocab::timeline::{Breakdown, Metrics, Source, Timeline, Window, metrics};
 
 /// One run's results. Field names are a contract: scripts read them.
 #[derive(Debug, Clone, PartialEq, Serialize)]

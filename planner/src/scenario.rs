@@ -29,13 +29,13 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::headinfer::HeadInferOptions;
-use crate::limits;
 use crate::plan::{
     Options, Plan, Shape, SplitModel, SplitPolicy, Strategy, WeightsPlacement, plan,
 };
 use crate::runahead::{LinkOverride, RunaheadOptions, with_link_override};
-use crate::schedule::HostMemory;
-use crate::{CostModel, DType, HardwareProfile, ModelSpec};
+use kvplan_vocab::limits;
+use kvplan_vocab::schedule::HostMemory;
+use kvplan_vocab::{CostModel, DType, HardwareProfile, ModelSpec};
 
 /// The default workload: the KVPR paper's latency setting (Table 3, first row).
 pub const DEFAULT_BATCH: u32 = 64;
@@ -282,7 +282,7 @@ pub enum ScenarioError {
     },
     /// Loading the model or the hardware (or planning, for [`Scenario::plan`]) failed.
     #[error(transparent)]
-    Planner(#[from] crate::Error),
+    Planner(#[from] kvplan_vocab::Error),
 }
 
 impl ScenarioError {
@@ -417,12 +417,12 @@ impl Scenario {
     }
 
     /// Plans the scenario with its own strategy.
-    pub fn plan(&self) -> crate::Result<Plan> {
+    pub fn plan(&self) -> kvplan_vocab::Result<Plan> {
         self.plan_with(&self.cost_model(), self.strategy)
     }
 
     /// Plans the scenario with `strategy` on `cost` (the scenario's [`Scenario::cost_model`]).
-    pub fn plan_with(&self, cost: &CostModel, strategy: Strategy) -> crate::Result<Plan> {
+    pub fn plan_with(&self, cost: &CostModel, strategy: Strategy) -> kvplan_vocab::Result<Plan> {
         plan(
             &self.model,
             &self.hardware,

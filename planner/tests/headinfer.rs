@@ -11,9 +11,9 @@ use kvplan_planner::headinfer::{
     capacity, capacity_report, memory,
 };
 use kvplan_planner::plan::{Options, Shape, Strategy, plan};
-use kvplan_planner::schedule::{HostMemory, OpKind, Payload, Schedule};
-use kvplan_planner::timeline::Timeline;
-use kvplan_planner::{CostModel, Error, HardwareProfile, ModelSpec};
+use kvplan_vocab::schedule::{HostMemory, OpKind, Payload, Schedule};
+use kvplan_vocab::timeline::Timeline;
+use kvplan_vocab::{CostModel, Error, HardwareProfile, ModelSpec};
 use proptest::prelude::*;
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -311,7 +311,7 @@ fn adaptive_groups_follow_the_papers_policy_on_the_4090() {
     assert!(p.memory.gpu_bytes() <= hw.gpu.usable_bytes());
     assert_eq!(
         p.memory
-            .host_item(kvplan_planner::memory::MemoryKind::KvCache),
+            .host_item(kvplan_vocab::memory::MemoryKind::KvCache),
         1_024_001 * m.kv_bytes_per_token()
     );
     let names: Vec<&str> = p
@@ -681,7 +681,7 @@ fn predicted_seconds_equal_the_full_schedules_makespan() {
         let m = ModelSpec::preset(mn).unwrap();
         let mut hw = HardwareProfile::preset(hn).unwrap();
         if half {
-            hw.link.duplex = kvplan_planner::hardware::Duplex::Half;
+            hw.link.duplex = kvplan_vocab::hardware::Duplex::Half;
         }
         let cost = CostModel::new(&hw);
         let s = Shape {

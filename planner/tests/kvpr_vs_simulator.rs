@@ -4,16 +4,16 @@
 //! decode latency within 1% of the best *fixed* split (`--split l` for every step), found by
 //! brute force over `l in 0..=s'` (the longest cached length) for small cases and over a grid of
 //! 17 evenly spaced points for large ones. Both sides run on the one discrete-event engine
-//! (`kvplan_planner::engine`), the same one `kvplan simulate` uses.
+//! (`kvplan_sim::engine`), the same one `kvplan simulate` uses.
 
-use kvplan_planner::engine::simulate;
-use kvplan_planner::hardware::Duplex;
 use kvplan_planner::plan::{
     Options, Shape, SplitModel, SplitPolicy, Strategy as PlanStrategy, WeightsPlacement,
 };
-use kvplan_planner::schedule::HostMemory;
-use kvplan_planner::timeline::{Window, metrics};
-use kvplan_planner::{CostModel, HardwareProfile, ModelSpec};
+use kvplan_sim::engine::simulate;
+use kvplan_vocab::hardware::Duplex;
+use kvplan_vocab::schedule::HostMemory;
+use kvplan_vocab::timeline::{Window, metrics};
+use kvplan_vocab::{CostModel, HardwareProfile, ModelSpec};
 use proptest::prelude::*;
 
 /// The tolerance the issue sets: 1% of the best fixed split's decode latency.

@@ -360,6 +360,11 @@ fn planner_modules_form_a_dag() {
 }
 
 #[test]
+fn vocab_modules_form_a_dag() {
+    check("vocab");
+}
+
+#[test]
 fn exec_modules_form_a_dag() {
     check("exec");
 }

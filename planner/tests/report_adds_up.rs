@@ -3,10 +3,10 @@
 //! is prefill time; a prefill store draining after the first token is decode time), and
 //! TTFT + decode latency is the makespan.
 
-use kvplan_planner::engine::simulate;
 use kvplan_planner::plan::{Options, Shape, Strategy, WeightsPlacement, plan};
 use kvplan_planner::report::RunReport;
-use kvplan_planner::{CostModel, HardwareProfile, ModelSpec};
+use kvplan_sim::engine::simulate;
+use kvplan_vocab::{CostModel, HardwareProfile, ModelSpec};
 
 fn check(model: &str, hw: &str, shape: Shape, strategy: Strategy, weights: WeightsPlacement) {
     let m = ModelSpec::preset(model).unwrap();

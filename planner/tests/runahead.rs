@@ -1,17 +1,17 @@
 //! KV-Runahead: the closed form against the simulator, the optimiser against brute force, the
 //! plan's contract and errors, and the published behaviour (METHODS.md section 3).
 
-use kvplan_planner::plan::kernels::attention_index;
-use kvplan_planner::plan::layer_kernels;
 use kvplan_planner::plan::{Options, Shape, Strategy, WeightsPlacement, plan};
 use kvplan_planner::runahead::{
     self, Blocks, ChunkCosts, LinkOverride, Method, ModelCosts, RunaheadDetails, RunaheadOptions,
     even_partition, optimise, optimise_for_choice, optimise_on_grid, ttft, ttft_by_layers,
     ttft_lower_bound,
 };
-use kvplan_planner::schedule::{OpKind, StreamKind};
-use kvplan_planner::timeline::{Window, metrics};
-use kvplan_planner::{CostModel, HardwareProfile, ModelSpec};
+use kvplan_vocab::layers::attention_index;
+use kvplan_vocab::layers::layer_kernels;
+use kvplan_vocab::schedule::{OpKind, StreamKind};
+use kvplan_vocab::timeline::{Window, metrics};
+use kvplan_vocab::{CostModel, HardwareProfile, ModelSpec};
 use proptest::prelude::*;
 use proptest::strategy::Strategy as _;
 
@@ -63,12 +63,12 @@ fn run(m: &ModelSpec, hw: &str, devices: u32, gbps: Option<f64>, context: u32) -
 
 /// Ends of every op by the engine's closed form for one engine per stream.
 fn reference_end(
-    s: &kvplan_planner::Schedule,
+    s: &kvplan_vocab::Schedule,
     cost: &CostModel,
-    op: kvplan_planner::schedule::OpId,
+    op: kvplan_vocab::schedule::OpId,
 ) -> f64 {
     let d: Vec<f64> = s.ops().iter().map(|o| cost.duration(&o.kind)).collect();
-    kvplan_planner::engine::reference_spans(s, &d)[op.index()].end
+    kvplan_sim::engine::reference_spans(s, &d)[op.index()].end
 }
 
 fn details(model: &str, devices: u32, gbps: Option<f64>, context: u32) -> RunaheadDetails {
@@ -549,19 +549,17 @@ fn schedule_has_the_chain_shape() {
     let decode_devices: std::collections::BTreeSet<u16> = sched
         .ops()
         .iter()
-        .filter(|o| o.tag.phase == kvplan_planner::schedule::Phase::Decode)
+        .filter(|o| o.tag.phase == kvplan_vocab::schedule::Phase::Decode)
         .map(|o| streams[o.stream.index()].device)
         .collect();
     assert_eq!(decode_devices.into_iter().collect::<Vec<_>>(), vec![2]);
     // Memory: the last device holds the whole context's (and the decoded tokens') K,V.
     assert_eq!(
-        p.memory
-            .gpu_item(kvplan_planner::memory::MemoryKind::KvCache),
+        p.memory.gpu_item(kvplan_vocab::memory::MemoryKind::KvCache),
         (8192 + 4) * m.kv_bytes_per_token()
     );
     assert_eq!(
-        p.memory
-            .gpu_item(kvplan_planner::memory::MemoryKind::Weights),
+        p.memory.gpu_item(kvplan_vocab::memory::MemoryKind::Weights),
         m.weight_bytes()
     );
     assert!(
@@ -785,7 +783,7 @@ fn kv_that_can_never_fit_fails_before_the_search() {
     let cost = CostModel::new(&hw);
     let start = std::time::Instant::now();
     let e = runahead::plan(&m, &hw, &cost, &shape(1 << 20), &opts(64)).unwrap_err();
-    assert!(matches!(e, kvplan_planner::Error::DoesNotFit { .. }), "{e}");
+    assert!(matches!(e, kvplan_vocab::Error::DoesNotFit { .. }), "{e}");
     let e = e.to_string();
     assert!(
         e.contains("last device") && e.contains("any partition"),

@@ -9,8 +9,8 @@
 
 use kvplan_planner::kvpr::{Reason, Split, SplitProblem};
 use kvplan_planner::plan::{Shape, SplitModel, split_problem};
-use kvplan_planner::schedule::HostMemory;
-use kvplan_planner::{CostModel, HardwareProfile, ModelSpec};
+use kvplan_vocab::schedule::HostMemory;
+use kvplan_vocab::{CostModel, HardwareProfile, ModelSpec};
 use proptest::prelude::*;
 
 /// Relative tolerance for comparing two evaluations of the same f64 cost function.

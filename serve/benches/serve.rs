@@ -5,8 +5,8 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use kvplan_planner::{HardwareProfile, ModelSpec};
 use kvplan_serve::{Config, simulate};
+use kvplan_vocab::{HardwareProfile, ModelSpec};
 use kvplan_workloads::{Request, Trace};
 
 /// The trace's rows, tiled (shifted by the trace's span plus a second) until `n` requests.

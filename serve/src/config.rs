@@ -10,8 +10,8 @@
 //! The older schedulers (`vllm-v0`, `mixed`, `chunked`) keep vLLM 0.4's defaults (256
 //! sequences, synchronous steps, a free-block watermark, swap space).
 
-use kvplan_planner::memory::{AttentionImpl, PrefillPass, prefill_working_set};
-use kvplan_planner::{HardwareProfile, ModelSpec};
+use kvplan_vocab::memory::{AttentionImpl, PrefillPass, prefill_working_set};
+use kvplan_vocab::{HardwareProfile, ModelSpec};
 use serde::{Deserialize, Serialize};
 
 use crate::Error;

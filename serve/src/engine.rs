@@ -16,7 +16,7 @@
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 
-use kvplan_planner::{CostModel, HardwareProfile, ModelSpec};
+use kvplan_vocab::{CostModel, HardwareProfile, ModelSpec};
 use kvplan_workloads::Request;
 
 use crate::Error;

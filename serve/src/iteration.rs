@@ -37,18 +37,18 @@
 //! copies, `R` the recomputation); half duplex serves the D2H copies first, so `H` and `X` start
 //! after `D`.
 
-use kvplan_planner::AttentionBatch;
-use kvplan_planner::ModelSpec;
-use kvplan_planner::cost::CostModel;
-use kvplan_planner::hardware::Duplex;
-use kvplan_planner::plan::{
+use kvplan_vocab::AttentionBatch;
+use kvplan_vocab::ModelSpec;
+use kvplan_vocab::cost::CostModel;
+use kvplan_vocab::hardware::Duplex;
+use kvplan_vocab::layers::{
     batch_attention_op, concat_kernel, embed_op, forward_ops, forward_ops_batched, head_ops,
     recompute_gemm,
 };
-use kvplan_planner::schedule::{
+use kvplan_vocab::schedule::{
     HostMemory, OpId, OpKind, Payload, Phase, Schedule, ScheduleBuilder, StreamKind, Tag,
 };
-use kvplan_planner::serving::ServingSection;
+use kvplan_vocab::serving::ServingSection;
 
 /// A hybrid resume: `recompute_tokens` tokens recomputed from stored activations
 /// (`act_blocks` blocks of `X` copied in first).

@@ -14,7 +14,7 @@
 //! - [`output`]: per-request records, summary, time series and their CSV / JSON / trace writers.
 //!
 //! ```
-//! use kvplan_planner::{HardwareProfile, ModelSpec};
+//! use kvplan_vocab::{HardwareProfile, ModelSpec};
 //! use kvplan_serve::{Config, simulate};
 //! use kvplan_workloads::Request;
 //!

@@ -791,7 +791,7 @@ impl StageRun {
     ) -> Result<crate::scenario::RawServeScenario, RunsError> {
         let model = match model {
             Some(m) => m.to_string(),
-            None => kvplan_planner::ModelSpec::preset_for_hf_id(&self.model_hf)
+            None => kvplan_vocab::ModelSpec::preset_for_hf_id(&self.model_hf)
                 .map(String::from)
                 .unwrap_or_else(|| self.model_hf.clone()),
         };

@@ -20,7 +20,7 @@
 
 use std::path::{Path, PathBuf};
 
-use kvplan_planner::{HardwareProfile, ModelSpec};
+use kvplan_vocab::{HardwareProfile, ModelSpec};
 use kvplan_workloads::{Request, WorkloadConfig, WorkloadSpec, generate};
 use serde::{Deserialize, Serialize};
 
@@ -191,7 +191,7 @@ pub enum ScenarioError {
     },
     /// The model or hardware could not be resolved.
     #[error(transparent)]
-    Planner(#[from] kvplan_planner::Error),
+    Planner(#[from] kvplan_vocab::Error),
     /// A bad `[workload]` field or trace file (fields are named without the `workload.` prefix).
     #[error(transparent)]
     Workload(#[from] kvplan_workloads::Error),
@@ -301,8 +301,8 @@ impl RawServeScenario {
         let model = whole
             .sharded(self.serve.tensor_parallel_size.unwrap_or(1))
             .map_err(|e| match e {
-                kvplan_planner::Error::InvalidValue { value, message, .. } => {
-                    kvplan_planner::Error::InvalidValue {
+                kvplan_vocab::Error::InvalidValue { value, message, .. } => {
+                    kvplan_vocab::Error::InvalidValue {
                         field: "--tensor-parallel-size (serve.tensor_parallel_size)".into(),
                         value,
                         message,

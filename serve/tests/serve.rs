@@ -1,15 +1,15 @@
 //! The serving simulator against the op-level engine, closed forms and the published study.
 
-use kvplan_planner::engine::makespan;
-use kvplan_planner::plan::head_ops;
 use kvplan_planner::plan::{Options, Shape, Strategy, plan};
-use kvplan_planner::timeline::{Window, metrics};
-use kvplan_planner::{CostModel, HardwareProfile, ModelSpec};
 use kvplan_serve::iteration::HybridResume;
 use kvplan_serve::{
     Config, FinishReason, IterationShape, IterationTimer, Output, Preemption, RejectReason,
     SchedulerKind, Status, simulate, simulate_with,
 };
+use kvplan_sim::engine::makespan;
+use kvplan_vocab::layers::head_ops;
+use kvplan_vocab::timeline::{Window, metrics};
+use kvplan_vocab::{CostModel, HardwareProfile, ModelSpec};
 use kvplan_workloads::Request;
 use proptest::prelude::*;
 
@@ -42,7 +42,7 @@ proptest! {
     ) {
         let (m, mut hw, _) = setup("opt-125m", "a100-40g-pcie4");
         if half {
-            hw.link.duplex = kvplan_planner::hardware::Duplex::Half;
+            hw.link.duplex = kvplan_vocab::hardware::Duplex::Half;
         }
         let cost = CostModel::new(&hw);
         let mut timer = IterationTimer::new(&m, &cost, 16, copies, true);
@@ -91,7 +91,7 @@ fn one_request_equals_gpu_only_plan() {
             &Options::default(),
         )
         .unwrap();
-        let tl = kvplan_planner::engine::simulate(&p.schedule, &cost).unwrap();
+        let tl = kvplan_sim::engine::simulate(&p.schedule, &cost).unwrap();
         let mt = metrics(&p.schedule, &tl, Window::Whole);
         let reqs = [Request::new(0, 0.0, prompt, gen_len)];
         let cfg = Config::vllm_v0();

@@ -5,9 +5,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use kvplan_planner::{CostModel, HardwareProfile, ModelSpec};
 use kvplan_serve::iteration::{EngineCosts, IterationShape, IterationTimer, Launch};
 use kvplan_serve::{Config, FinishReason, RejectReason, Status, simulate, simulate_with};
+use kvplan_vocab::{CostModel, HardwareProfile, ModelSpec};
 use kvplan_workloads::{Follows, Request, Segment, Trace};
 
 fn setup(model: &str, hw: &str) -> (ModelSpec, HardwareProfile) {
@@ -192,11 +192,10 @@ fn timer(m: &ModelSpec, hw: &HardwareProfile, cfg: &Config) -> (IterationTimer, 
 fn steps_pad_to_the_next_captured_graph() {
     let (m, hw) = setup("llama-2-7b", "h100-sxm");
     let (mut t, _) = timer(&m, &hw, &Config::default());
-    let decode = |n: u32, ctx: u32| {
-        let mut s = IterationShape::default();
-        s.seqs = (0..n).map(|_| (1, ctx)).collect();
-        s.logits = n;
-        s
+    let decode = |n: u32, ctx: u32| IterationShape {
+        seqs: (0..n).map(|_| (1, ctx)).collect(),
+        logits: n,
+        ..Default::default()
     };
     assert_eq!(t.launch(&decode(9, 700)), Launch::Full { tokens: 16 });
     assert_eq!(t.launch(&decode(16, 700)), Launch::Full { tokens: 16 });

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use kvplan_planner::plan::{Options, Shape, Strategy, WeightsPlacement, plan};
-use kvplan_planner::{CostModel, HardwareProfile, ModelSpec, Schedule};
 use kvplan_sim::EngineMap;
+use kvplan_vocab::{CostModel, HardwareProfile, ModelSpec, Schedule};
 
 /// A100 PCIe 4.0 with 1 TiB of host RAM: the OPT-30B column schedule keeps ~400 GB of KV cache,
 /// activations and weights on the host, more than the preset's 256 GiB.

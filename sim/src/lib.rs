@@ -1,30 +1,31 @@
-//! kvplan's simulator: runs a [`Schedule`](kvplan_planner::Schedule) on modelled resources and
-//! returns a [`Timeline`](kvplan_planner::Timeline).
+//! kvplan's simulator: the discrete-event engine ([`engine`]) that runs a
+//! [`Schedule`](kvplan_vocab::Schedule) on modelled resources (each device's compute streams, its
+//! copy engines and their shared link, the peer links) and returns a
+//! [`Timeline`](kvplan_vocab::Timeline). The planners time their candidates on it; the serving
+//! simulator (`kvplan-serve`) drives it one iteration at a time.
 //!
-//! The discrete-event engine itself is [`kvplan_planner::engine`], so the planners time their
-//! candidates on the same engine (see that module for the model and the determinism rules); this
-//! crate is the simulator's public face and re-exports it. [`run`](mod@run) goes from a checked
-//! [`Scenario`](kvplan_planner::scenario::Scenario) to simulated reports: one strategy
-//! ([`run::simulate_scenario`]) or every strategy side by side ([`run::compare`]).
+//! Architecture invariant: the simulator knows the vocabulary (`kvplan-vocab`) and nothing
+//! else; it decides nothing, and the same schedule and cost model give the same timeline, bit for
+//! bit.
 //!
 //! ```
-//! use kvplan_planner::{CostModel, HardwareProfile, ModelSpec};
-//! use kvplan_planner::plan::{plan, Options, Shape, Strategy};
+//! use kvplan_vocab::{CostModel, DType, HardwareProfile, ScheduleBuilder};
+//! use kvplan_vocab::schedule::{OpKind, Phase, StreamKind, Tag};
 //!
-//! let hw = HardwareProfile::preset("a100-40g-pcie4")?;
-//! let cost = CostModel::new(&hw);
-//! let model = ModelSpec::preset("opt-1.3b")?;
-//! let shape = Shape { batch: 8, gpu_batches: 1, prompt: 64, gen_len: 4 };
-//! let p = plan(&model, &hw, &cost, &shape, Strategy::FullTransfer, &Options::default())?;
-//! let timeline = kvplan_sim::simulate(&p.schedule, &cost).unwrap();
-//! assert_eq!(timeline.spans.len(), p.schedule.len());
-//! # Ok::<(), kvplan_planner::Error>(())
+//! let cost = CostModel::new(&HardwareProfile::preset("a100-40g-pcie4")?);
+//! let mut b = ScheduleBuilder::new();
+//! let s = b.stream(0, StreamKind::Compute, "compute");
+//! let label = b.label("gemm");
+//! let gemm = OpKind::Gemm { m: 64, n: 4096, k: 4096, batch: 1, dtype: DType::Fp16 };
+//! let tag = Tag { step: 0, layer: 0, batch: 0, group: Tag::NONE, phase: Phase::Prefill };
+//! b.push(gemm, s, label, tag, &[]);
+//! let timeline = kvplan_sim::simulate(&b.build(), &cost).unwrap();
+//! assert!(timeline.makespan() > 0.0);
+//! # Ok::<(), kvplan_vocab::Error>(())
 //! ```
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-pub mod run;
+pub mod engine;
 
-pub use kvplan_planner::engine::{
-    EngineMap, Error, makespan, reference_spans, run, run_with, simulate,
-};
+pub use engine::{EngineMap, Error, makespan, reference_spans, run, run_with, simulate};

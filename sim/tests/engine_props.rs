@@ -6,15 +6,15 @@
 //! must never idle while one of its streams has a ready op, and the makespan is bounded below by
 //! the critical path and by each engine's total work.
 
-use kvplan_planner::hardware::Duplex;
 use kvplan_planner::plan::{Options, Shape, Strategy as PlanStrategy, WeightsPlacement, plan};
-use kvplan_planner::schedule::{
+use kvplan_sim::{EngineMap, reference_spans, run, run_with, simulate};
+use kvplan_vocab::hardware::Duplex;
+use kvplan_vocab::schedule::{
     ElemKind, HostMemory, OpId, OpKind, Payload, Phase, Schedule, ScheduleBuilder, StreamId,
     StreamKind, Tag,
 };
-use kvplan_planner::timeline::{Run, Span, Timeline, write_chrome_trace, write_csv};
-use kvplan_planner::{CostModel, HardwareProfile, ModelSpec};
-use kvplan_sim::{EngineMap, reference_spans, run, run_with, simulate};
+use kvplan_vocab::timeline::{Run, Span, Timeline, write_chrome_trace, write_csv};
+use kvplan_vocab::{CostModel, HardwareProfile, ModelSpec};
 use proptest::prelude::*;
 
 // ---------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 //! Running points: one point's scenario through the same library path as the single-run
-//! command (`kvplan simulate`: [`kvplan_sim::run::simulate_scenario`]; `kvplan serve`: the
+//! command (`kvplan simulate`: [`kvplan_planner::run::simulate_scenario`]; `kvplan serve`: the
 //! serving scenario's requests and engine), and many points in parallel with their rows handed
 //! over in point order.
 
@@ -94,7 +94,7 @@ fn simulate(table: toml::Table) -> Result<Vec<Metric>, String> {
         .try_into()
         .map_err(|e: toml::de::Error| e.message().to_string())?;
     let sc = raw.resolve().map_err(|e| e.to_string())?;
-    let r = kvplan_sim::run::simulate_scenario(&sc)
+    let r = kvplan_planner::run::simulate_scenario(&sc)
         .map_err(|e| e.to_string())?
         .report;
     use Metric::{Float as F, Int as I};

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaSlice, CudaStream, PinnedHostSlice, sys};
-use kvplan_planner::DType;
+use kvplan_vocab::DType;
 
 use super::device::Dev;
 use super::driver::{OrCuda, check_libraries, check_ordinal, dev_ptr, device_count, internal};

@@ -10,9 +10,9 @@ use cudarc::driver::{
     result as drv, sys,
 };
 use cudarc::nvrtc::Ptx;
-use kvplan_planner::DType;
-use kvplan_planner::schedule::{HostMemory, OpId, OpKind, Schedule, StreamId, StreamKind};
-use kvplan_planner::timeline::{Source, Span, Timeline};
+use kvplan_vocab::DType;
+use kvplan_vocab::schedule::{HostMemory, OpId, OpKind, Schedule, StreamId, StreamKind};
+use kvplan_vocab::timeline::{Source, Span, Timeline};
 
 use super::device::Dev;
 use super::driver::{

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use cudarc::cublas::{self, CudaBlas};
 use cudarc::driver::{CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg, sys};
 use cudarc::nvrtc::{self, Ptx};
-use kvplan_planner::DType;
+use kvplan_vocab::DType;
 
 use super::driver::{OrCuda, internal};
 use crate::Error;

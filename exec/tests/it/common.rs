@@ -2,11 +2,11 @@
 
 use kvplan_exec::{BackendKind, ExecOptions, Executor};
 use kvplan_planner::plan::{Options, Shape, SplitPolicy, Strategy, plan};
-use kvplan_planner::schedule::{
+use kvplan_vocab::schedule::{
     ElemKind, HostMemory, OpId, OpKind, Payload, Phase, Schedule, ScheduleBuilder, StreamKind, Tag,
 };
-use kvplan_planner::timeline::{Source, Timeline};
-use kvplan_planner::{CostModel, DType, HardwareProfile, ModelSpec};
+use kvplan_vocab::timeline::{Source, Timeline};
+use kvplan_vocab::{CostModel, DType, HardwareProfile, ModelSpec};
 
 pub const TAG: Tag = Tag {
     step: 0,

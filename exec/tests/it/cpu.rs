@@ -1,12 +1,10 @@
 //! The CPU backend.
 
 use kvplan_exec::{BackendKind, Error, ExecOptions};
-use kvplan_planner::DType;
 use kvplan_planner::plan::Strategy;
-use kvplan_planner::schedule::{
-    ElemKind, HostMemory, OpKind, Payload, ScheduleBuilder, StreamKind,
-};
-use kvplan_planner::timeline::Span;
+use kvplan_vocab::DType;
+use kvplan_vocab::schedule::{ElemKind, HostMemory, OpKind, Payload, ScheduleBuilder, StreamKind};
+use kvplan_vocab::timeline::Span;
 
 use super::common::{
     TAG, assert_valid, every_kind, gemm, h2d, open, opt125m, opt125m_recomputing, schedule,

@@ -6,7 +6,7 @@ use kvplan_exec::{
     check::CUDA_FP16_ATOL, kvpr_attention_equivalence,
 };
 use kvplan_planner::plan::Strategy;
-use kvplan_planner::schedule::{HostMemory, StreamKind};
+use kvplan_vocab::schedule::{HostMemory, StreamKind};
 
 use super::common::{assert_valid, every_kind, h2d, open, opt125m, opt125m_recomputing, schedule};
 

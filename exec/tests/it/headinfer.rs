@@ -6,9 +6,9 @@ use kvplan_exec::check::{CUDA_FP16_ATOL, headinfer_attention_equivalence};
 use kvplan_exec::{AttentionShape, BackendKind, Error, ExecOptions};
 use kvplan_planner::headinfer::HeadInferOptions;
 use kvplan_planner::plan::{Options, Shape, Strategy, plan};
-use kvplan_planner::schedule::{OpKind, Payload, Schedule};
-use kvplan_planner::timeline::Timeline;
-use kvplan_planner::{CostModel, HardwareProfile, ModelSpec};
+use kvplan_vocab::schedule::{OpKind, Payload, Schedule};
+use kvplan_vocab::timeline::Timeline;
+use kvplan_vocab::{CostModel, HardwareProfile, ModelSpec};
 
 use super::common::{assert_valid, open, timing_checks};
 

@@ -3,13 +3,13 @@
 
 use serde::Serialize;
 
-use crate::error::{Error, Result};
-use crate::hardware::HardwareProfile;
-use crate::memory::{
+use crate::plan::Shape;
+use kvplan_vocab::error::{Error, Result};
+use kvplan_vocab::hardware::HardwareProfile;
+use kvplan_vocab::memory::{
     AttentionImpl, MemoryKind, MemoryPlan, PrefillPass, WorkingSet, prefill_working_set,
 };
-use crate::model::ModelSpec;
-use crate::plan::Shape;
+use kvplan_vocab::model::ModelSpec;
 
 pub(crate) const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 

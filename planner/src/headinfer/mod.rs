@@ -51,7 +51,7 @@
 //! - Feasible: the plan's peak GPU memory ([`memory()`] for `prompt + gen` tokens) fits the
 //!   usable memory, and the schedule has at most [`MAX_OPS`] ops.
 //! - Time: the makespan of the candidate's whole prefill and decode schedule on the discrete-event
-//!   engine ([`crate::engine::makespan`], what `kvplan simulate` runs), as [`predicted_seconds`]
+//!   engine ([`kvplan_sim::engine::makespan`], what `kvplan simulate` runs), as [`predicted_seconds`]
 //!   computes it; the fastest wins, and times within [`TIE`] (relative) go to the smaller peak
 //!   GPU memory ([`choose`]).
 //!
@@ -76,13 +76,13 @@ mod memory;
 mod optimiser;
 mod schedule;
 
-use crate::cost::CostModel;
-use crate::error::{Error, Result};
-use crate::hardware::HardwareProfile;
-use crate::model::ModelSpec;
 use crate::plan::types::{Decisions, Options, Order, Plan, Shape, Strategy, WeightsPlacement};
+use kvplan_vocab::cost::CostModel;
+use kvplan_vocab::error::{Error, Result};
+use kvplan_vocab::hardware::HardwareProfile;
+use kvplan_vocab::model::ModelSpec;
 
-pub use crate::memory::WorkingSet;
+pub use kvplan_vocab::memory::WorkingSet;
 pub use memory::{
     BindingLimit, CAPACITY_SEARCH_LIMIT, CapacityOptions, CapacityReport, DEFAULT_CHUNK_TOKENS,
     MemStrategy, MemoryBreakdown, MemoryConfig, RUNTIME_RESERVE_BYTES, StrategyCapacity, capacity,

@@ -19,13 +19,13 @@ use serde::Serialize;
 
 use super::memory::{DEFAULT_CHUNK_TOKENS, MemoryBreakdown, divisors, plan_memory};
 use super::schedule::{Layout, MAX_OPS, build_schedule, busy_seconds, estimated_ops};
-use crate::cost::CostModel;
-use crate::engine;
-use crate::error::{Error, Result};
-use crate::hardware::HardwareProfile;
-use crate::model::ModelSpec;
 use crate::plan::Shape;
-use crate::schedule::HostMemory;
+use kvplan_sim::engine;
+use kvplan_vocab::cost::CostModel;
+use kvplan_vocab::error::{Error, Result};
+use kvplan_vocab::hardware::HardwareProfile;
+use kvplan_vocab::model::ModelSpec;
+use kvplan_vocab::schedule::HostMemory;
 
 /// Smallest power of two on the planner's chunk grid (it wins only when nothing larger fits, e.g.
 /// a large batch: the working set grows with `batch x chunk` rows; the roofline chunk may be

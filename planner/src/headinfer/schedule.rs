@@ -4,13 +4,14 @@
 use serde::Serialize;
 
 use super::memory::{MemStrategy, heads_error};
-use crate::cost::CostModel;
-use crate::error::{Error, Result};
-use crate::hardware::Duplex;
-use crate::model::ModelSpec;
-use crate::plan::kernels::{attention_index, elem_bytes_per_token, embed_op};
-use crate::plan::{Shape, layer_kernels};
-use crate::schedule::{
+use crate::plan::Shape;
+use kvplan_vocab::cost::CostModel;
+use kvplan_vocab::error::{Error, Result};
+use kvplan_vocab::hardware::Duplex;
+use kvplan_vocab::layers::layer_kernels;
+use kvplan_vocab::layers::{attention_index, elem_bytes_per_token, embed_op};
+use kvplan_vocab::model::ModelSpec;
+use kvplan_vocab::schedule::{
     ElemKind, HostMemory, LabelId, OpId, OpKind, Payload, Phase, Ring, Schedule, ScheduleBuilder,
     StreamKind, Tag,
 };
@@ -373,7 +374,7 @@ pub fn busy_seconds(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schedule::HostMemory;
+    use kvplan_vocab::schedule::HostMemory;
 
     fn llama() -> ModelSpec {
         ModelSpec::preset("llama-3-8b").unwrap()

@@ -1,26 +1,21 @@
-//! Plans: the shared types ([`types`]), the kernels every planner emits ([`kernels`]), and the
+//! Plans: the shared types ([`types`]) and the
 //! fixed-batch offload planner (KVPR, full transfer, gpu-only: [`offload`], its split search
 //! [`split`] and schedule builder [`offload_schedule`]). [`plan`] dispatches a strategy to its
 //! planner; HeadInfer and KV-Runahead live in [`crate::headinfer`] and [`crate::runahead`].
 
-pub mod kernels;
 pub mod offload;
 pub mod offload_schedule;
 pub mod split;
 pub mod types;
 
-pub use kernels::{
-    attention_batch_of, batch_attention_op, concat_kernel, embed_op, forward_ops,
-    forward_ops_batched, head_ops, layer_compute_s, layer_kernels, recompute_gemm,
-};
 pub use offload::memory_plan;
 pub use split::{MAX_SEARCHED_STEPS, kvpr_splits, split_problem};
 pub use types::*;
 
-use crate::cost::CostModel;
-use crate::error::Result;
-use crate::hardware::HardwareProfile;
-use crate::model::ModelSpec;
+use kvplan_vocab::cost::CostModel;
+use kvplan_vocab::error::Result;
+use kvplan_vocab::hardware::HardwareProfile;
+use kvplan_vocab::model::ModelSpec;
 
 /// Plans `strategy` for `shape` of `model` on `hw`.
 pub fn plan(

@@ -1,11 +1,13 @@
 //! Plans for one fixed batch with the KV cache offloaded (KVPR, full transfer) or resident
 //! (gpu-only): weight placement, the KVPR split, memory, and the schedule.
 
-use crate::cost::CostModel;
-use crate::error::{Error, Result};
-use crate::hardware::HardwareProfile;
-use crate::memory::{AttentionImpl, MemoryKind, MemoryPlan, PrefillPass, prefill_working_set};
-use crate::model::ModelSpec;
+use kvplan_vocab::cost::CostModel;
+use kvplan_vocab::error::{Error, Result};
+use kvplan_vocab::hardware::HardwareProfile;
+use kvplan_vocab::memory::{
+    AttentionImpl, MemoryKind, MemoryPlan, PrefillPass, prefill_working_set,
+};
+use kvplan_vocab::model::ModelSpec;
 
 use super::offload_schedule::{Layout, build_schedule};
 use super::split::kvpr_splits;
@@ -219,7 +221,7 @@ pub(crate) fn plan(
 mod tests {
     use super::*;
     use crate::plan::plan;
-    use crate::schedule::{OpKind, Payload};
+    use kvplan_vocab::schedule::{OpKind, Payload};
 
     fn setup(model: &str, hw: &str) -> (ModelSpec, HardwareProfile, CostModel) {
         let m = ModelSpec::preset(model).unwrap();

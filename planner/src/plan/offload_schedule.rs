@@ -11,16 +11,16 @@
 //! Offloaded weights are double-buffered per layer the same way, loaded `W_K,W_V` first so KVPR
 //! recomputation starts while `W_Q, W_O` and the FFN still arrive (the fine-grained MHA pipeline).
 
-use crate::model::ModelSpec;
-use crate::schedule::{
+use kvplan_vocab::model::ModelSpec;
+use kvplan_vocab::schedule::{
     ElemKind, HostMemory, LabelId, OpId, OpKind, Payload, Phase, Ring, Schedule, ScheduleBuilder,
     StreamId, StreamKind, Tag,
 };
 
-use super::kernels::{
+use super::types::{Shape, Strategy};
+use kvplan_vocab::layers::{
     attention_index, concat_kernel, elem_bytes_per_token, embed_op, layer_kernels, recompute_gemm,
 };
-use super::types::{Shape, Strategy};
 
 struct Labels {
     embed: LabelId,

@@ -1,16 +1,16 @@
 //! KVPR's split for every decode step: the per-step [`SplitProblem`] read from the cost model,
 //! and the search that times candidate splits on the emitted schedule.
 
-use crate::cost::CostModel;
-use crate::error::{Error, Result};
 use crate::kvpr::{Split, SplitProblem};
-use crate::model::ModelSpec;
-use crate::schedule::{HostMemory, OpKind};
-use crate::timeline::last_kernel_end;
+use kvplan_vocab::cost::CostModel;
+use kvplan_vocab::error::{Error, Result};
+use kvplan_vocab::model::ModelSpec;
+use kvplan_vocab::schedule::{HostMemory, OpKind};
+use kvplan_vocab::timeline::last_kernel_end;
 
-use super::kernels::{layer_compute_s, recompute_gemm};
 use super::offload_schedule::{Layout, build_schedule};
 use super::types::{Shape, SplitModel, SplitPolicy, StepSplit, Strategy};
+use kvplan_vocab::layers::{layer_compute_s, recompute_gemm};
 
 /// The split problem of decode step `step` (cost terms from `cost`).
 pub fn split_problem(
@@ -49,7 +49,7 @@ pub fn split_problem(
         _ => 1.0,
     };
     let g0 = cost.gemm_cost(m.dtype);
-    let g = crate::cost::KernelCost {
+    let g = kvplan_vocab::cost::KernelCost {
         overhead_s: g0.overhead_s * ratio,
         secs_per_flop: g0.secs_per_flop * ratio,
         secs_per_byte: g0.secs_per_byte * ratio,
@@ -84,7 +84,7 @@ pub fn split_problem(
 ///
 /// `SplitModel::Paper` takes each step's LP optimum of the paper's Eq. 10. `SplitModel::Schedule`
 /// (the default) chooses what the simulator will run fastest: each step's candidate splits are
-/// timed on the discrete-event engine ([`crate::engine`]) in a two-step probe of the very
+/// timed on the discrete-event engine ([`kvplan_sim::engine`]) in a two-step probe of the very
 /// schedule [`plan`](super::plan) emits (see `probe_step_s`); the LP optimum of the schedule's steady-state
 /// model seeds the search. `search_split` picks the candidates; `anchor_steps` the steps searched.
 pub fn kvpr_splits(
@@ -263,12 +263,13 @@ fn probe_step_s(probe: &Probe, step: u32, l: u32, keeps_x: bool) -> Result<f64> 
     };
     let schedule = build_schedule(&layout, a..=b, &l_at);
     let ops = schedule.ops();
-    let engines = crate::engine::EngineMap::for_link(&schedule, probe.cost.duplex());
-    let spans = crate::engine::run_with(&schedule, &engines, |i| probe.cost.duration(&ops[i].kind))
-        .map_err(|e| Error::Solver {
-            what: format!("the KVPR split probe at step {step}"),
-            message: e.to_string(),
-        })?;
+    let engines = kvplan_sim::engine::EngineMap::for_link(&schedule, probe.cost.duplex());
+    let spans =
+        kvplan_sim::engine::run_with(&schedule, &engines, |i| probe.cost.duration(&ops[i].kind))
+            .map_err(|e| Error::Solver {
+                what: format!("the KVPR split probe at step {step}"),
+                message: e.to_string(),
+            })?;
     // Each step ends with its last kernel; stores may still drain into the next step. The last
     // step has no next one: the run ends when its stores have drained, and the report charges
     // them to decode.

@@ -2,12 +2,12 @@
 
 use serde::Serialize;
 
-use crate::error::{Error, Result};
 use crate::headinfer::details::{HeadInferDetails, HeadInferOptions};
 use crate::kvpr::Split;
-use crate::memory::MemoryPlan;
 use crate::runahead::details::{RunaheadDetails, RunaheadOptions};
-use crate::schedule::{HostMemory, Schedule};
+use kvplan_vocab::error::{Error, Result};
+use kvplan_vocab::memory::MemoryPlan;
+use kvplan_vocab::schedule::{HostMemory, Schedule};
 
 /// Most ops a single plan may emit (about 6 GiB of schedule and timeline).
 pub const MAX_OPS: u64 = 50_000_000;

@@ -4,11 +4,11 @@
 
 use std::cell::Cell;
 
-use crate::cost::{CostModel, LinkCost};
-use crate::model::ModelSpec;
-use crate::plan::kernels::{attention_index, embed_op, head_ops};
-use crate::plan::layer_kernels;
-use crate::schedule::OpKind;
+use kvplan_vocab::cost::{CostModel, LinkCost};
+use kvplan_vocab::layers::layer_kernels;
+use kvplan_vocab::layers::{attention_index, embed_op, head_ops};
+use kvplan_vocab::model::ModelSpec;
+use kvplan_vocab::schedule::OpKind;
 
 /// Per-layer costs of one device's chunk, seconds.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -1,8 +1,10 @@
 //! Per-device memory of a KV-Runahead partition, and the floor no partition can go below.
 
 use super::costs::starts;
-use crate::memory::{AttentionImpl, MemoryKind, MemoryPlan, PrefillPass, prefill_working_set};
-use crate::model::ModelSpec;
+use kvplan_vocab::memory::{
+    AttentionImpl, MemoryKind, MemoryPlan, PrefillPass, prefill_working_set,
+};
+use kvplan_vocab::model::ModelSpec;
 
 /// One device's memory: the weights, the K,V of `kv_tokens` tokens of every layer (`batch`
 /// sequences), and the prefill activations of a `chunk`-token chunk.

@@ -102,7 +102,7 @@
 //! # The device count
 //!
 //! Each count's partition that fits in memory is a candidate, and its TTFT `t_p` is taken by
-//! simulating its chain schedule on the discrete-event engine ([`crate::engine`]) with the
+//! simulating its chain schedule on the discrete-event engine ([`kvplan_sim::engine`]) with the
 //! plan's [`CostModel`]. With `t* = min_p t_p`, the plan uses the fewest devices `p` with
 //! `t_p <= (1 + DEVICE_TOLERANCE) t*` ([`DEVICE_TOLERANCE`] = 1%), except that it uses one
 //! device when one fits and `t_p > (1 - MIN_GAIN) t_1` ([`MIN_GAIN`] = 10%): more devices
@@ -136,13 +136,13 @@ pub use schedule::{chain_schedule, chunk_schedule, tensor_parallel_schedule};
 
 use serde::Serialize;
 
-use crate::cost::{CostModel, LinkCost};
-use crate::engine::{self, EngineMap};
-use crate::error::{Error, Result};
-use crate::hardware::HardwareProfile;
-use crate::model::ModelSpec;
 use crate::plan::types::{Decisions, Options, Order, Plan, Shape, Strategy, WeightsPlacement};
-use crate::schedule::{OpId, Schedule};
+use kvplan_sim::engine::{self, EngineMap};
+use kvplan_vocab::cost::{CostModel, LinkCost};
+use kvplan_vocab::error::{Error, Result};
+use kvplan_vocab::hardware::HardwareProfile;
+use kvplan_vocab::model::ModelSpec;
+use kvplan_vocab::schedule::{OpId, Schedule};
 
 /// Device-count rule, closeness to the best: the plan uses the fewest devices whose simulated
 /// TTFT is at most `(1 + DEVICE_TOLERANCE)` times the best over all device counts.

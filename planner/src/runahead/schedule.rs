@@ -2,18 +2,20 @@
 //! ([`chunk_schedule`]) and the tensor-parallel baseline ([`tensor_parallel_schedule`]).
 
 use super::costs::{even_partition, starts};
-use crate::model::ModelSpec;
-use crate::plan::kernels::{attention_index, embed_op, head_ops};
-use crate::plan::layer_kernels;
-use crate::schedule::{OpId, OpKind, Phase, Schedule, ScheduleBuilder, StreamId, StreamKind, Tag};
+use kvplan_vocab::layers::layer_kernels;
+use kvplan_vocab::layers::{attention_index, embed_op, head_ops};
+use kvplan_vocab::model::ModelSpec;
+use kvplan_vocab::schedule::{
+    OpId, OpKind, Phase, Schedule, ScheduleBuilder, StreamId, StreamKind, Tag,
+};
 
 struct Labels {
-    embed: crate::schedule::LabelId,
-    kernels: Vec<crate::schedule::LabelId>,
+    embed: kvplan_vocab::schedule::LabelId,
+    kernels: Vec<kvplan_vocab::schedule::LabelId>,
     /// Index of the attention op in a layer's kernels.
     attention: usize,
-    send: crate::schedule::LabelId,
-    head: [crate::schedule::LabelId; 3],
+    send: kvplan_vocab::schedule::LabelId,
+    head: [kvplan_vocab::schedule::LabelId; 3],
 }
 
 fn labels(sb: &mut ScheduleBuilder, m: &ModelSpec) -> Labels {

@@ -1,15 +1,15 @@
-//! One attention kernel per batch (`kvplan_planner::attention`, `AttentionFit`): the roofline
+//! One attention kernel per batch (`kvplan_vocab::attention`, `AttentionFit`): the roofline
 //! presets keep their numbers, a uniform batch costs the same whichever way it is written, the
 //! floor is paid once per kernel, uneven batches cost what uniform ones of the same totals do,
 //! and no preset is faster than a member of its family with more HBM bandwidth.
 
-use kvplan_planner::attention::{AttentionBatch, attention_pairs, spread_lengths};
-use kvplan_planner::plan::kernels::{attention_op, embed_op, head_ops};
-use kvplan_planner::plan::{
+use kvplan_vocab::attention::{AttentionBatch, attention_pairs, spread_lengths};
+use kvplan_vocab::layers::{
     attention_batch_of, batch_attention_op, forward_ops, forward_ops_batched,
 };
-use kvplan_planner::schedule::OpKind;
-use kvplan_planner::{CostModel, DType, HardwareProfile, ModelSpec};
+use kvplan_vocab::layers::{attention_op, embed_op, head_ops};
+use kvplan_vocab::schedule::OpKind;
+use kvplan_vocab::{CostModel, DType, HardwareProfile, ModelSpec};
 
 fn cost(hw: &str) -> CostModel {
     CostModel::new(&HardwareProfile::preset(hw).unwrap())
@@ -248,7 +248,7 @@ fn device_duration_drops_only_the_launch_interval() {
     }
     // A kernel shorter than the launch interval.
     let tiny = OpKind::Elementwise {
-        kind: kvplan_planner::schedule::ElemKind::Add,
+        kind: kvplan_vocab::schedule::ElemKind::Add,
         bytes: 3 * 4096 * 2,
         rows: 1,
     };

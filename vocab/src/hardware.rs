@@ -1,6 +1,6 @@
 //! Hardware profiles: GPU compute and memory, the host link, host RAM, the peer link.
 //!
-//! Presets live in `planner/profiles/*.toml`, every number with its source in a comment
+//! Presets live in `vocab/profiles/*.toml`, every number with its source in a comment
 //! (`kvplan hardware --show NAME` prints the file). A user's profile file either stands alone
 //! or names a preset or another profile file in `base = "..."` (a path relative to the naming
 //! file's directory) and overrides any subset of its fields. Every value must lie in the

@@ -1,9 +1,9 @@
-//! `kvplan_sim::run`: the rules of `compare`, and `simulate_scenario` against the plain calls.
+//! `kvplan_planner::run`: the rules of `compare`, and `simulate_scenario` against the plain calls.
 
 use kvplan_planner::plan::Strategy;
 use kvplan_planner::report::RunReport;
+use kvplan_planner::run::{RunError, compare, simulate_scenario};
 use kvplan_planner::scenario::{RawScenario, RawWorkload, Scenario};
-use kvplan_sim::run::{RunError, compare, simulate_scenario};
 
 fn scenario(model: &str, hardware: &str, batch: i64, prompt: i64, gen_len: i64) -> Scenario {
     RawScenario {

@@ -14,10 +14,10 @@
 //! are applied before any engine picks its next op; an engine with several ready streams takes
 //! the op submitted first. Same schedule and cost model give the same timeline, bit for bit.
 
-use crate::CostModel;
-use crate::hardware::Duplex;
-use crate::schedule::{OpId, Schedule, StreamId, StreamKind};
-use crate::timeline::{Source, Span, Timeline};
+use kvplan_vocab::CostModel;
+use kvplan_vocab::hardware::Duplex;
+use kvplan_vocab::schedule::{OpId, Schedule, StreamId, StreamKind};
+use kvplan_vocab::timeline::{Source, Span, Timeline};
 
 /// Simulator errors.
 #[derive(Debug, thiserror::Error)]
@@ -25,7 +25,7 @@ use crate::timeline::{Source, Span, Timeline};
 pub enum Error {
     /// The schedule breaks an IR rule.
     #[error(transparent)]
-    InvalidSchedule(#[from] crate::Error),
+    InvalidSchedule(#[from] kvplan_vocab::Error),
     /// `durations` does not have one entry per op, or one is negative or not finite.
     #[error("durations: {0}")]
     InvalidDurations(String),

@@ -1,7 +1,7 @@
 //! Transformer model shapes: presets and Hugging Face `config.json` import.
 //!
 //! Every preset is stored as the architecture fields of the model's public `config.json`
-//! (`planner/models/*.json`) and read by the same importer a user's file goes through, so the
+//! (`vocab/models/*.json`) and read by the same importer a user's file goes through, so the
 //! presets and the importer cannot drift apart.
 
 use std::path::Path;
@@ -377,7 +377,7 @@ impl ModelSpec {
     /// a model: query heads, the FFN width and the vocabulary are split `tp` ways; KV heads are
     /// split when `tp` divides them and replicated (one per rank) when they divide `tp`. The
     /// hidden size (the residual stream every rank keeps whole) does not change; each layer then
-    /// all-reduces its attention and FFN outputs ([`crate::plan::forward_ops`]).
+    /// all-reduces its attention and FFN outputs ([`crate::layers::forward_ops`]).
     pub fn sharded(&self, tp: u32) -> Result<Self> {
         if tp == 0 || tp > 1024 {
             return Err(Error::invalid(

@@ -13,17 +13,17 @@
 //!     ..Default::default()
 //! }
 //! .resolve()?;
-//! let run = kvplan_sim::run::simulate_scenario(&scenario)?;
+//! let run = kvplan_planner::run::simulate_scenario(&scenario)?;
 //! assert!(run.report.decode_latency_s > 0.0);
-//! let c = kvplan_sim::run::compare(&scenario)?;
+//! let c = kvplan_planner::run::compare(&scenario)?;
 //! assert_eq!(c.runs.len() + c.skipped.len(), 3);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use kvplan_planner::plan::{Plan, Strategy, WeightsPlacement};
-use kvplan_planner::report::RunReport;
-use kvplan_planner::scenario::Scenario;
-use kvplan_planner::{CostModel, Timeline};
+use crate::plan::{Plan, Strategy, WeightsPlacement};
+use crate::report::RunReport;
+use crate::scenario::Scenario;
+use kvplan_vocab::{CostModel, Timeline};
 use serde::Serialize;
 
 /// Why a run failed.
@@ -32,10 +32,10 @@ use serde::Serialize;
 pub enum RunError {
     /// The planner refused the scenario (it does not fit, …) or failed.
     #[error(transparent)]
-    Plan(#[from] kvplan_planner::Error),
+    Plan(#[from] kvplan_vocab::Error),
     /// The simulator failed on the planned schedule (a bug, not bad input).
     #[error("simulation failed: {0}")]
-    Simulate(#[from] crate::Error),
+    Simulate(#[from] kvplan_sim::Error),
     /// `compare`: no strategy can run the scenario.
     #[error("no strategy can run this scenario; {}", skipped.iter().map(|s| format!("{}: {}", s.strategy.as_str(), s.error)).collect::<Vec<_>>().join("; "))]
     NothingRuns {
@@ -79,7 +79,7 @@ pub fn simulate_strategy(
     strategy: Strategy,
 ) -> Result<SimulatedRun, RunError> {
     let plan = scenario.plan_with(cost, strategy)?;
-    let timeline = crate::simulate(&plan.schedule, cost)?;
+    let timeline = kvplan_sim::simulate(&plan.schedule, cost)?;
     let report = RunReport::new(&plan, &timeline);
     Ok(SimulatedRun {
         plan,
@@ -97,7 +97,7 @@ pub struct Skipped {
     /// The strategy.
     pub strategy: Strategy,
     /// The planner's reason (an input error: it does not fit, …).
-    pub error: kvplan_planner::Error,
+    pub error: kvplan_vocab::Error,
 }
 
 /// KVPR relative to full transfer (`kvpr / full-transfer`): below 1 for latency is better.
