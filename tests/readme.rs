@@ -89,12 +89,90 @@ fn readme_commands_run() {
             }
         }
     }
+    let mut outputs = std::collections::BTreeMap::new();
     for c in &cmds {
         let args: Vec<&str> = c.iter().map(String::as_str).collect();
         let out = run_in(dir.path(), &args);
         let text = ok(&out);
         assert!(!text.is_empty(), "{args:?} printed nothing");
+        outputs.insert(c.join(" "), text);
     }
+    quoted_output_is_what_the_commands_print(&outputs);
+}
+
+/// What the README shows of a command's output is what the command prints, so no figure goes
+/// stale. Two markers, each naming a command of the README's code blocks:
+/// `<!-- output of: CMD -->` before a plain code block: every line of the block but `...` is a
+/// line of CMD's output (trailing spaces aside; a line ending in `...` is a prefix of one);
+/// `<!-- figures of: CMD | FIG | FIG -->` after a paragraph: each FIG is in that paragraph
+/// (whitespace collapsed) and in CMD's output.
+fn quoted_output_is_what_the_commands_print(outputs: &std::collections::BTreeMap<String, String>) {
+    let text = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let output_of = |cmd: &str| -> &String {
+        outputs
+            .get(cmd.trim())
+            .unwrap_or_else(|| panic!("README marker names `{cmd}`, not a command the README runs"))
+    };
+    let mut checked = 0;
+    for (i, line) in lines.iter().enumerate() {
+        if let Some(cmd) = line
+            .strip_prefix("<!-- output of: ")
+            .and_then(|l| l.strip_suffix(" -->"))
+        {
+            let printed: Vec<&str> = output_of(cmd).lines().map(str::trim_end).collect();
+            assert_eq!(
+                lines[i + 1],
+                "```",
+                "the marker of `{cmd}` must precede a code block"
+            );
+            for want in lines[i + 2..].iter().take_while(|l| **l != "```") {
+                let want = want.trim_end();
+                if want == "..." {
+                    continue;
+                }
+                let found = match want.strip_suffix("...") {
+                    Some(prefix) => printed.iter().any(|l| l.starts_with(prefix.trim_end())),
+                    None => printed.contains(&want),
+                };
+                assert!(
+                    found,
+                    "README shows `{want}` for `{cmd}`, which prints:\n{}",
+                    printed.join("\n")
+                );
+                checked += 1;
+            }
+        }
+        if let Some(rest) = line
+            .strip_prefix("<!-- figures of: ")
+            .and_then(|l| l.strip_suffix(" -->"))
+        {
+            let mut parts = rest.split(" | ");
+            let cmd = parts.next().unwrap();
+            let printed = output_of(cmd);
+            let para_start = lines[..i]
+                .iter()
+                .rposition(|l| l.trim().is_empty())
+                .map_or(0, |p| p + 1);
+            let para = lines[para_start..i].join(" ");
+            let para = para.split_whitespace().collect::<Vec<_>>().join(" ");
+            for fig in parts {
+                assert!(
+                    para.contains(fig),
+                    "`{fig}` is not in the paragraph above its marker"
+                );
+                assert!(
+                    printed.contains(fig),
+                    "README quotes `{fig}`; `{cmd}` prints:\n{printed}"
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(
+        checked >= 20,
+        "only {checked} quoted lines and figures checked"
+    );
 }
 
 #[test]
