@@ -6,7 +6,6 @@ mod contract;
 mod csv_plain;
 mod determinism;
 mod errors;
-mod golden;
 mod inputs;
 mod library;
 mod measure;
