@@ -16,4 +16,3 @@ mod regress;
 mod scenarios;
 mod serve;
 mod sweep;
-mod validation;

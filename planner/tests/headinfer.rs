@@ -17,9 +17,10 @@ use kvplan_vocab::{CostModel, Error, HardwareProfile, ModelSpec};
 use proptest::prelude::*;
 
 const GIB: f64 = (1u64 << 30) as f64;
-const MEMORY_CSV: &str = include_str!("../../tests/validation/headinfer_llama3_8b_memory.csv");
+const MEMORY_CSV: &str =
+    include_str!("../../data/validation/published/headinfer_llama3_8b_memory.csv");
 const PREFILL_CSV: &str =
-    include_str!("../../tests/validation/headinfer_llama3_8b_prefill_rtx4090.csv");
+    include_str!("../../data/validation/published/headinfer_llama3_8b_prefill_rtx4090.csv");
 
 /// The paper's token convention: `context` in its thousands ("K" = 1024 tokens).
 fn paper_tokens(context: u64) -> u64 {

@@ -1,15 +1,20 @@
-//! The simulator and planner against published tables (tests/validation/, copied from the
-//! project's shared validation data). Each test states its tolerance and why.
+//! The planner and simulator against published tables (`data/validation/published/`) and against
+//! the CUDA executor measured on a GPU (`data/validation/h100_kvplan_exec_measured.csv`). Each
+//! test states its tolerance and why.
 
 use kvplan_planner::plan::{Options, Shape, Strategy, plan};
 use kvplan_planner::report::RunReport;
+use kvplan_planner::run::simulate_scenario;
+use kvplan_planner::scenario::RawScenario;
 use kvplan_vocab::schedule::HostMemory;
 use kvplan_vocab::{CostModel, HardwareProfile, ModelSpec};
 
-use crate::common::root;
+fn root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
 
 fn table(name: &str) -> Vec<csv::StringRecord> {
-    let path = root().join("tests/validation").join(name);
+    let path = root().join("data/validation/published").join(name);
     let mut r = csv::ReaderBuilder::new()
         .comment(Some(b'#'))
         .from_path(&path)
@@ -167,31 +172,39 @@ fn kvpr_table3_latency_ratio() {
 
 /// The simulator against the CUDA executor on a real GPU: `scripts/gpu-check.sh` on an NVIDIA
 /// H100 80GB HBM3 (2026-11-25) calibrated `calibrate/profiles/h100-sxm-kvplan-exec.toml` and
-/// measured nine plans with it (`h100-sxm-kvplan-exec.validate.csv`: KVPR at batch 32 and 64 over
-/// prompts 256-2048, plain offload, all-on-GPU, HeadInfer at 8K, a one-GPU Runahead prefill).
-/// Simulating each case again with that profile must stay within 12% of the measured end-to-end
-/// time (seen: 3.4-9.5%; the PCIe link's per-step jitter reaches 26% on single steps, and the
-/// end-to-end figure of like cases moved by ~2% between two runs that day) and within 8% on the
-/// mean (seen: 5.8%). A change to the cost model, the planners or the engine that loses the
-/// agreement with the hardware fails here, without a GPU.
+/// measured nine plans with it (`data/validation/h100_kvplan_exec_measured.csv`: KVPR at batch 32
+/// and 64 over prompts 256-2048, plain offload, all-on-GPU, HeadInfer at 8K, a one-GPU Runahead
+/// prefill). Each case, planned and simulated again from its scenario fields with that profile,
+/// must stay within 12% of the measured end-to-end time (seen: 3.4-9.5%; the PCIe link's
+/// per-step jitter reaches 26% on single steps, and like cases moved by ~2% end to end between
+/// two runs that day) and within 8% on the mean (seen: 5.8%). A change to the cost model, the
+/// planners or the engine that loses the agreement with the hardware fails here, without a GPU.
 #[test]
 fn calibrated_h100_profile_matches_the_executor_measured_on_the_gpu() {
-    let dir = root().join("calibrate/profiles");
-    let profile = dir.join("h100-sxm-kvplan-exec.toml");
+    let profile = root().join("calibrate/profiles/h100-sxm-kvplan-exec.toml");
     let mut r = csv::ReaderBuilder::new()
         .comment(Some(b'#'))
-        .from_path(dir.join("h100-sxm-kvplan-exec.validate.csv"))
+        .from_path(root().join("data/validation/h100_kvplan_exec_measured.csv"))
         .unwrap();
+    let field = |row: &csv::StringRecord, i: usize| -> Option<i64> {
+        (!row[i].is_empty()).then(|| row[i].parse().unwrap())
+    };
     let mut errors = Vec::new();
     for row in r.records() {
         let row = row.unwrap();
-        let (case, measured) = (&row[0], num(&row, 2));
-        let mut args = vec!["simulate", "--hardware", profile.to_str().unwrap()];
-        args.extend(row[1].split_whitespace());
-        args.extend(["--format", "json"]);
-        let out = crate::common::ok(&crate::common::run(&args));
-        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-        let simulated = v["total_latency_s"].as_f64().unwrap();
+        let mut raw = RawScenario {
+            model: Some(row[2].to_string()),
+            hardware: Some(profile.display().to_string()),
+            strategy: Some(row[1].to_string()),
+            ..RawScenario::default()
+        };
+        raw.workload.batch = field(&row, 3);
+        raw.workload.prompt = field(&row, 4);
+        raw.workload.gen_len = field(&row, 5);
+        raw.runahead.devices = field(&row, 6);
+        let scenario = raw.resolve().unwrap_or_else(|e| panic!("{}: {e}", &row[0]));
+        let simulated = simulate_scenario(&scenario).unwrap().report.total_latency_s;
+        let (case, measured) = (&row[0], num(&row, 7));
         let e = simulated / measured - 1.0;
         println!(
             "{case}: simulated {simulated:.3} s, measured {measured:.3} s ({:+.1}%)",
