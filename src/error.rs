@@ -73,24 +73,6 @@ impl From<kvplan_calibrate::Error> for CliError {
     }
 }
 
-impl From<kvplan_planner::scenario::ScenarioError> for CliError {
-    fn from(e: kvplan_planner::scenario::ScenarioError) -> Self {
-        use kvplan_planner::scenario::ScenarioError;
-        match e {
-            ScenarioError::Planner(p) => p.into(),
-            other => CliError {
-                code: if other.is_input_error() {
-                    EXIT_INPUT
-                } else {
-                    EXIT_FAILURE
-                },
-                message: crate::messages::scenario_error(&other),
-                stdout: None,
-            },
-        }
-    }
-}
-
 impl From<kvplan_planner::run::RunError> for CliError {
     fn from(e: kvplan_planner::run::RunError) -> Self {
         use kvplan_planner::run::RunError;

@@ -3,6 +3,8 @@
 
 use kvplan_planner::scenario::{Field, Note, ScenarioError};
 
+use crate::error::{CliError, EXIT_FAILURE, EXIT_INPUT};
+
 /// The flag that sets each scenario field.
 const FLAGS: [(Field, &str); 17] = [
     (Field::Model, "--model"),
@@ -74,6 +76,25 @@ pub fn scenario_error(e: &ScenarioError) -> String {
             flag(Field::WorkloadPrompt).unwrap_or_default()
         ),
         other => other.to_string(),
+    }
+}
+
+/// A scenario error on its way to the user, named by flags.
+impl From<kvplan_planner::scenario::ScenarioError> for CliError {
+    fn from(e: kvplan_planner::scenario::ScenarioError) -> Self {
+        use kvplan_planner::scenario::ScenarioError;
+        match e {
+            ScenarioError::Planner(p) => p.into(),
+            other => CliError {
+                code: if other.is_input_error() {
+                    EXIT_INPUT
+                } else {
+                    EXIT_FAILURE
+                },
+                message: scenario_error(&other),
+                stdout: None,
+            },
+        }
     }
 }
 
@@ -163,7 +184,6 @@ fn relabel(table: &str, field: &str, message: String) -> String {
 
 /// The one-line error of a serving scenario that cannot run, with its exit code.
 pub fn serve_error(e: kvplan_serve::scenario::ScenarioError) -> crate::error::CliError {
-    use crate::error::CliError;
     use kvplan_serve::scenario::ScenarioError;
     use kvplan_workloads::Error as W;
     match e {
