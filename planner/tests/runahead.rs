@@ -593,8 +593,9 @@ fn errors_name_the_field_and_the_fix() {
     }
     let e = over(None, Some(-1.0));
     assert!(e.contains("--link-latency-us"), "{e}");
+    // The shape is checked as the other planners check it (`Shape::validate`).
     let e = err(shape(0), opts(4));
-    assert!(e.contains("--context") && e.contains("at least 1"), "{e}");
+    assert!(e.contains("--prompt") && e.contains("at least 1"), "{e}");
     // Through the shared planner the shape is checked first.
     let e = plan(&m, &hw, &cost, &shape(0), Strategy::Runahead, &opts(4))
         .unwrap_err()

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::plan::Shape;
+use crate::types::Shape;
 use kvplan_vocab::error::{Error, Result};
 use kvplan_vocab::hardware::HardwareProfile;
 use kvplan_vocab::memory::{

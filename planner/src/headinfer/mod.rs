@@ -76,7 +76,7 @@ mod memory;
 mod optimiser;
 mod schedule;
 
-use crate::plan::types::{Decisions, Options, Order, Plan, Shape, Strategy, WeightsPlacement};
+use crate::types::{Decisions, Options, Order, Plan, Shape, Strategy};
 use kvplan_vocab::cost::CostModel;
 use kvplan_vocab::error::{Error, Result};
 use kvplan_vocab::hardware::HardwareProfile;
@@ -105,21 +105,11 @@ pub fn plan(
     shape: &Shape,
     options: &Options,
 ) -> Result<Plan> {
-    shape.validate()?;
-    if shape.gpu_batches != 1 {
-        return Err(Error::invalid(
-            "--gpu-batches",
-            shape.gpu_batches,
-            "headinfer runs one GPU batch (row by row); use --gpu-batches 1",
-        ));
-    }
-    if options.weights == WeightsPlacement::Offload {
-        return Err(Error::invalid(
-            "--weights",
-            "offload",
-            "headinfer keeps the weights on the GPU and offloads the KV cache; use --weights auto or gpu",
-        ));
-    }
+    shape.check_one_batch_resident_weights(
+        options,
+        "headinfer runs one GPU batch (row by row)",
+        "headinfer keeps the weights on the GPU and offloads the KV cache",
+    )?;
     let hi = &options.headinfer;
     if let Some(g) = hi.heads_per_group
         && (g == 0 || model.num_kv_heads % g != 0)

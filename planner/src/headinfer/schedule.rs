@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::memory::{MemStrategy, heads_error};
-use crate::plan::Shape;
+use crate::types::Shape;
 use kvplan_vocab::cost::CostModel;
 use kvplan_vocab::error::{Error, Result};
 use kvplan_vocab::hardware::Duplex;

@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use crate::headinfer::details::{HeadInferDetails, HeadInferOptions};
-use crate::kvpr::Split;
+use crate::offload::kvpr::Split;
 use crate::runahead::details::{RunaheadDetails, RunaheadOptions};
 use kvplan_vocab::error::{Error, Result};
 use kvplan_vocab::memory::MemoryPlan;
@@ -143,6 +143,33 @@ impl Shape {
                 "--batch x --prompt",
                 u64::from(self.batch) * u64::from(self.prompt),
                 "must stay below 2^32 tokens per GPU batch",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The preconditions of the planners that run one GPU batch with the weights resident
+    /// (HeadInfer, KV-Runahead): a valid shape, one GPU batch, weights not offloaded. `one_batch`
+    /// and `resident` say why, in the planner's words.
+    pub(crate) fn check_one_batch_resident_weights(
+        &self,
+        options: &Options,
+        one_batch: &str,
+        resident: &str,
+    ) -> Result<()> {
+        self.validate()?;
+        if self.gpu_batches != 1 {
+            return Err(Error::invalid(
+                "--gpu-batches",
+                self.gpu_batches,
+                format!("{one_batch}; use --gpu-batches 1"),
+            ));
+        }
+        if options.weights == WeightsPlacement::Offload {
+            return Err(Error::invalid(
+                "--weights",
+                "offload",
+                format!("{resident}; use --weights auto or gpu"),
             ));
         }
         Ok(())
