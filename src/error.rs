@@ -37,21 +37,6 @@ impl CliError {
     }
 }
 
-impl From<kvplan_vocab::Error> for CliError {
-    fn from(e: kvplan_vocab::Error) -> Self {
-        let code = if e.is_input_error() {
-            EXIT_INPUT
-        } else {
-            EXIT_FAILURE
-        };
-        CliError {
-            code,
-            message: e.to_string(),
-            stdout: None,
-        }
-    }
-}
-
 impl From<kvplan_sim::Error> for CliError {
     fn from(e: kvplan_sim::Error) -> Self {
         CliError::failure(format!("simulation failed: {e}"))

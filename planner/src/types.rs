@@ -129,10 +129,10 @@ impl Shape {
     /// Checks every size is at least 1.
     pub fn validate(&self) -> Result<()> {
         for (f, v) in [
-            ("--batch", self.batch),
-            ("--gpu-batches", self.gpu_batches),
-            ("--prompt", self.prompt),
-            ("--gen", self.gen_len),
+            ("workload.batch", self.batch),
+            ("workload.gpu_batches", self.gpu_batches),
+            ("workload.prompt", self.prompt),
+            ("workload.gen", self.gen_len),
         ] {
             if v == 0 {
                 return Err(Error::invalid(f, v, "must be at least 1"));
@@ -140,7 +140,7 @@ impl Shape {
         }
         if u64::from(self.batch) * u64::from(self.prompt) > u64::from(u32::MAX) {
             return Err(Error::invalid(
-                "--batch x --prompt",
+                "workload.batch x workload.prompt",
                 u64::from(self.batch) * u64::from(self.prompt),
                 "must stay below 2^32 tokens per GPU batch",
             ));
@@ -160,14 +160,14 @@ impl Shape {
         self.validate()?;
         if self.gpu_batches != 1 {
             return Err(Error::invalid(
-                "--gpu-batches",
+                "workload.gpu_batches",
                 self.gpu_batches,
                 format!("{one_batch}; use --gpu-batches 1"),
             ));
         }
         if options.weights == WeightsPlacement::Offload {
             return Err(Error::invalid(
-                "--weights",
+                "offload.weights",
                 "offload",
                 format!("{resident}; use --weights auto or gpu"),
             ));

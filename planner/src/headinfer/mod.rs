@@ -117,7 +117,7 @@ pub fn plan(
         return Err(heads_error(model, g));
     }
     if hi.chunk_tokens == Some(0) {
-        return Err(Error::invalid("--chunk", 0, "must be at least 1"));
+        return Err(Error::invalid("headinfer.chunk", 0, "must be at least 1"));
     }
     let host = options.host_memory;
     let roofline = roofline_chunk(model, cost, host);
@@ -164,7 +164,7 @@ pub fn plan(
         least.memory_plan().check(hw, &what, &advice, "")?;
         // check() must have failed: the GPU side did not fit.
         return Err(Error::invalid(
-            "--prompt",
+            "workload.prompt",
             shape.prompt,
             "does not fit GPU memory",
         ));
@@ -193,7 +193,11 @@ pub fn plan(
             .min_by_key(|l| estimated_ops(model, shape, l))
             .expect("the least-memory candidate fits");
         build_schedule(model, shape, &fewest, host)?;
-        return Err(Error::invalid("--prompt", shape.prompt, "no schedule fits"));
+        return Err(Error::invalid(
+            "workload.prompt",
+            shape.prompt,
+            "no schedule fits",
+        ));
     };
     let best = choice.best;
     let (g, chunk) = (best.heads_per_group, best.chunk_tokens);

@@ -104,7 +104,7 @@ pub(crate) fn plan(
     let est_ops = steps * u64::from(model.num_layers) * u64::from(shape.gpu_batches) * 16;
     if est_ops > MAX_OPS {
         return Err(Error::invalid(
-            "--gen",
+            "workload.gen",
             shape.gen_len,
             format!(
                 "the schedule would have about {est_ops} ops (limit {MAX_OPS}); reduce --gen or --gpu-batches"
@@ -148,7 +148,7 @@ pub(crate) fn plan(
     let (weights_on_gpu, (splits, keeps_x, memory)) = match (strategy, options.weights) {
         (Strategy::GpuOnly, WeightsPlacement::Offload) => {
             return Err(Error::invalid(
-                "--weights",
+                "offload.weights",
                 "offload",
                 "gpu-only keeps everything on the GPU; use --strategy kvpr or full-transfer to offload",
             ));
@@ -297,10 +297,7 @@ mod tests {
         };
         let e = plan(&m, &hw, &c, &shape, Strategy::GpuOnly, &Options::default()).unwrap_err();
         let s = e.to_string();
-        assert!(
-            s.contains("short by") && s.contains("--strategy kvpr"),
-            "{s}"
-        );
+        assert!(s.contains("short by") && s.contains("strategy kvpr"), "{s}");
     }
 
     #[test]

@@ -181,7 +181,7 @@ pub fn link_of(hw: &HardwareProfile, link: &LinkOverride) -> Result<LinkCost> {
         Some(g) if g.is_finite() && g > 0.0 => g * 1e9,
         Some(g) => {
             return Err(Error::invalid(
-                "--link-gbps",
+                "runahead.link_gbps",
                 g,
                 "must be a positive device-to-device bandwidth in GB/s (e.g. 300 for NVLink 3, 10 or 1 for a slow link)",
             ));
@@ -192,7 +192,7 @@ pub fn link_of(hw: &HardwareProfile, link: &LinkOverride) -> Result<LinkCost> {
         Some(l) if l.is_finite() && l >= 0.0 => l * 1e-6,
         Some(l) => {
             return Err(Error::invalid(
-                "--link-latency-us",
+                "runahead.link_latency_us",
                 l,
                 "must be zero or more microseconds",
             ));
@@ -289,7 +289,7 @@ pub fn plan(
     let ro = &options.runahead;
     if ro.devices == 0 {
         return Err(Error::invalid(
-            "--devices",
+            "runahead.devices",
             0,
             "must be at least 1: the number of GPUs to split the prefill over",
         ));
@@ -377,7 +377,7 @@ pub fn plan(
         let (mem, i) = memory::device_memory(model, b, &d.partition, shape.gen_len);
         let what = format!("{}, device {i}", what(d.partition.len()));
         return Err(mem.check(hw, &what, advice, "").err().unwrap_or_else(|| {
-            Error::invalid("--context (--prompt)", n, "does not fit in GPU memory")
+            Error::invalid("workload.prompt", n, "does not fit in GPU memory")
         }));
     }
     let (ci, stayed) = choose_devices(&simulated);
@@ -427,7 +427,7 @@ pub fn plan(
         + u64::from(shape.gen_len) * (u64::from(model.num_layers) * 8 + 3);
     if est_ops > crate::types::MAX_OPS {
         return Err(Error::invalid(
-            "--gen",
+            "workload.gen",
             shape.gen_len,
             format!(
                 "the schedule would have about {est_ops} ops (limit {}); reduce --gen",
