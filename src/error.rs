@@ -37,21 +37,6 @@ impl CliError {
     }
 }
 
-impl From<kvplan_vocab::Error> for CliError {
-    fn from(e: kvplan_vocab::Error) -> Self {
-        let code = if e.is_input_error() {
-            EXIT_INPUT
-        } else {
-            EXIT_FAILURE
-        };
-        CliError {
-            code,
-            message: e.to_string(),
-            stdout: None,
-        }
-    }
-}
-
 impl From<kvplan_sim::Error> for CliError {
     fn from(e: kvplan_sim::Error) -> Self {
         CliError::failure(format!("simulation failed: {e}"))
@@ -69,24 +54,6 @@ impl From<kvplan_calibrate::Error> for CliError {
         match e {
             kvplan_calibrate::Error::Planner(p) => p.into(),
             other => CliError::failure(other.to_string()),
-        }
-    }
-}
-
-impl From<kvplan_planner::scenario::ScenarioError> for CliError {
-    fn from(e: kvplan_planner::scenario::ScenarioError) -> Self {
-        use kvplan_planner::scenario::ScenarioError;
-        match e {
-            ScenarioError::Planner(p) => p.into(),
-            other => CliError {
-                code: if other.is_input_error() {
-                    EXIT_INPUT
-                } else {
-                    EXIT_FAILURE
-                },
-                message: crate::messages::scenario_error(&other),
-                stdout: None,
-            },
         }
     }
 }

@@ -3,30 +3,104 @@
 
 use kvplan_planner::scenario::{Field, Note, ScenarioError};
 
-/// The flag that sets each scenario field.
-const FLAGS: [(Field, &str); 17] = [
-    (Field::Model, "--model"),
-    (Field::Hardware, "--hardware"),
-    (Field::Strategy, "--strategy"),
-    (Field::Dtype, "--dtype"),
-    (Field::WorkloadBatch, "--batch"),
-    (Field::WorkloadGpuBatches, "--gpu-batches"),
-    (Field::WorkloadPrompt, "--prompt"),
-    (Field::WorkloadGen, "--gen"),
-    (Field::OffloadWeights, "--weights"),
-    (Field::OffloadHostMemory, "--host-memory"),
-    (Field::OffloadSplit, "--split"),
-    (Field::OffloadSplitModel, "--split-model"),
-    (Field::HeadInferHeadsPerGroup, "--heads-per-group"),
-    (Field::HeadInferChunk, "--chunk"),
-    (Field::RunaheadDevices, "--devices"),
-    (Field::RunaheadLinkGbps, "--link-gbps"),
-    (Field::RunaheadLinkLatencyUs, "--link-latency-us"),
+use crate::error::{CliError, EXIT_FAILURE, EXIT_INPUT};
+
+/// The one table of the flag that sets each scenario field: the planner's scenario (the first
+/// 17 rows, [`Field`]'s names) and the serving scenario. Every library error and note names a
+/// field; the binary names its flag through this table.
+const FLAGS: [(&str, &str); 35] = [
+    ("model", "--model"),
+    ("hardware", "--hardware"),
+    ("strategy", "--strategy"),
+    ("dtype", "--dtype"),
+    ("workload.batch", "--batch"),
+    ("workload.gpu_batches", "--gpu-batches"),
+    ("workload.prompt", "--prompt"),
+    ("workload.gen", "--gen"),
+    ("offload.weights", "--weights"),
+    ("offload.host_memory", "--host-memory"),
+    ("offload.split", "--split"),
+    ("offload.split_model", "--split-model"),
+    ("headinfer.heads_per_group", "--heads-per-group"),
+    ("headinfer.chunk", "--chunk"),
+    ("runahead.devices", "--devices"),
+    ("runahead.link_gbps", "--link-gbps"),
+    ("runahead.link_latency_us", "--link-latency-us"),
+    // `kvplan serve`
+    ("workload.arrivals", "--arrivals"),
+    ("workload.qps", "--qps"),
+    ("workload.cv", "--arrivals gamma:CV"),
+    ("workload.prompt_lengths", "--lengths"),
+    ("workload.output_lengths", "--output-lengths"),
+    ("workload.requests", "--requests"),
+    ("workload.seed", "--seed"),
+    ("workload.trace", "--trace"),
+    ("workload.time_scale", "--time-scale"),
+    ("workload.start_s", "--start"),
+    ("serve.block_size", "--block-size"),
+    ("serve.gpu_memory_utilization", "--gpu-memory-utilization"),
+    ("serve.swap_space_gib", "--swap-space-gib"),
+    ("serve.max_num_seqs", "--max-num-seqs"),
+    ("serve.max_num_batched_tokens", "--max-num-batched-tokens"),
+    ("serve.scheduler", "--scheduler"),
+    ("serve.preemption", "--preemption"),
+    ("serve.tensor_parallel_size", "--tensor-parallel-size"),
 ];
+
+/// The flag that sets the field named `name` (`workload.batch` → `--batch`).
+fn flag_of(name: &str) -> Option<&'static str> {
+    FLAGS.iter().find(|(f, _)| *f == name).map(|(_, s)| *s)
+}
 
 /// The flag of `field`.
 pub fn flag(field: Field) -> Option<&'static str> {
-    FLAGS.iter().find(|(f, _)| *f == field).map(|(_, s)| *s)
+    flag_of(field.as_str())
+}
+
+/// How a library error names a field in the CLI: a planner field by its flag alone (`--batch`;
+/// `workload.batch x workload.prompt` → `--batch x --prompt`), a serving field by flag and field
+/// (`--tensor-parallel-size (serve.tensor_parallel_size)`), any other (a profile's
+/// `link.h2d_pinned_gbps`) as it is.
+fn error_label(field: &str) -> String {
+    let planner = |name: &str| Field::ALL.iter().any(|f| f.as_str() == name);
+    if planner(field) {
+        return flag_of(field).unwrap_or(field).to_string();
+    }
+    if let Some((a, b)) = field.split_once(" x ")
+        && planner(a)
+        && planner(b)
+    {
+        return format!("{} x {}", error_label(a), error_label(b));
+    }
+    serve_label(field)
+}
+
+/// A library error on its way to the user, its field named by its flag.
+impl From<kvplan_vocab::Error> for CliError {
+    fn from(e: kvplan_vocab::Error) -> Self {
+        let code = if e.is_input_error() {
+            EXIT_INPUT
+        } else {
+            EXIT_FAILURE
+        };
+        let e = match e {
+            kvplan_vocab::Error::InvalidValue {
+                field,
+                value,
+                message,
+            } => kvplan_vocab::Error::InvalidValue {
+                field: error_label(&field),
+                value,
+                message,
+            },
+            other => other,
+        };
+        CliError {
+            code,
+            message: e.to_string(),
+            stdout: None,
+        }
+    }
 }
 
 /// How messages name `field`: `--batch (workload.batch)`; top-level fields, whose flag is their
@@ -77,6 +151,25 @@ pub fn scenario_error(e: &ScenarioError) -> String {
     }
 }
 
+/// A scenario error on its way to the user, named by flags.
+impl From<kvplan_planner::scenario::ScenarioError> for CliError {
+    fn from(e: kvplan_planner::scenario::ScenarioError) -> Self {
+        use kvplan_planner::scenario::ScenarioError;
+        match e {
+            ScenarioError::Planner(p) => p.into(),
+            other => CliError {
+                code: if other.is_input_error() {
+                    EXIT_INPUT
+                } else {
+                    EXIT_FAILURE
+                },
+                message: scenario_error(&other),
+                stdout: None,
+            },
+        }
+    }
+}
+
 /// The one-line message of a note (printed after `note: `).
 pub fn note(n: &Note) -> String {
     let split = Field::OffloadSplit;
@@ -122,32 +215,11 @@ pub fn note(n: &Note) -> String {
 
 // ---- serve ----------------------------------------------------------------------------------
 
-/// The flags of the serving scenario's fields (`kvplan serve`).
-const SERVE_FLAGS: [(&str, &str); 17] = [
-    ("workload.arrivals", "--arrivals"),
-    ("workload.qps", "--qps"),
-    ("workload.cv", "--arrivals gamma:CV"),
-    ("workload.prompt_lengths", "--lengths"),
-    ("workload.output_lengths", "--output-lengths"),
-    ("workload.requests", "--requests"),
-    ("workload.seed", "--seed"),
-    ("workload.trace", "--trace"),
-    ("workload.time_scale", "--time-scale"),
-    ("workload.start_s", "--start"),
-    ("serve.block_size", "--block-size"),
-    ("serve.gpu_memory_utilization", "--gpu-memory-utilization"),
-    ("serve.swap_space_gib", "--swap-space-gib"),
-    ("serve.max_num_seqs", "--max-num-seqs"),
-    ("serve.max_num_batched_tokens", "--max-num-batched-tokens"),
-    ("serve.scheduler", "--scheduler"),
-    ("serve.preemption", "--preemption"),
-];
-
 /// How `kvplan serve` names a scenario field: `--qps (workload.qps)`, or the field alone when no
 /// flag sets it (`serve.watermark`).
 pub fn serve_label(field: &str) -> String {
-    match SERVE_FLAGS.iter().find(|(f, _)| *f == field) {
-        Some((_, flag)) => format!("{flag} ({field})"),
+    match flag_of(field) {
+        Some(flag) => format!("{flag} ({field})"),
         None => field.to_string(),
     }
 }
@@ -163,7 +235,6 @@ fn relabel(table: &str, field: &str, message: String) -> String {
 
 /// The one-line error of a serving scenario that cannot run, with its exit code.
 pub fn serve_error(e: kvplan_serve::scenario::ScenarioError) -> crate::error::CliError {
-    use crate::error::CliError;
     use kvplan_serve::scenario::ScenarioError;
     use kvplan_workloads::Error as W;
     match e {
@@ -213,6 +284,20 @@ mod tests {
         }
         assert_eq!(label(Field::WorkloadBatch), "--batch (workload.batch)");
         assert_eq!(label(Field::Dtype), "--dtype");
+    }
+
+    #[test]
+    fn library_errors_name_flags() {
+        assert_eq!(error_label("workload.gpu_batches"), "--gpu-batches");
+        assert_eq!(
+            error_label("workload.batch x workload.prompt"),
+            "--batch x --prompt"
+        );
+        assert_eq!(
+            error_label("serve.tensor_parallel_size"),
+            "--tensor-parallel-size (serve.tensor_parallel_size)"
+        );
+        assert_eq!(error_label("link.h2d_pinned_gbps"), "link.h2d_pinned_gbps");
     }
 
     #[test]

@@ -29,7 +29,7 @@ use kvplan_vocab::schedule::{ElemKind, OpKind, StreamKind};
 use kvplan_vocab::{CostModel, DType, ModelSpec};
 
 use crate::Error;
-use crate::micro::{medians, repeated};
+use crate::bench::{medians, repeated};
 
 /// The GEMMs of a layer the sweep times.
 pub const GEMMS: [&str; 4] = ["qkv_proj", "out_proj", "ffn_up", "ffn_down"];

@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod attention;
+mod bench;
 pub mod compare;
 pub mod fit;
 pub mod kernels;

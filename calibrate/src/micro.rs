@@ -1,50 +1,15 @@
-//! Microbenchmarks: each is a small [`Schedule`] run on the executor; the measured op spans are
-//! the data. Repetitions of one op run back to back on one stream and the median is kept.
+//! Microbenchmarks: each is a small [`Schedule`](kvplan_vocab::Schedule) run on the executor;
+//! the measured op spans are the data. Repetitions of one op run back to back on one stream and
+//! the median is kept (`bench.rs`).
 
 use kvplan_exec::{BackendKind, Executor};
 use kvplan_vocab::calibration::{CopyTables, GemmPoint};
 use kvplan_vocab::layers::layer_kernels;
-use kvplan_vocab::schedule::{
-    ElemKind, HostMemory, OpKind, Payload, Phase, Schedule, ScheduleBuilder, StreamKind, Tag,
-};
-use kvplan_vocab::{DType, ModelSpec, Timeline};
+use kvplan_vocab::schedule::{ElemKind, HostMemory, OpKind, Payload, ScheduleBuilder, StreamKind};
+use kvplan_vocab::{DType, ModelSpec};
 
+use crate::bench::{TAG, medians, repeated};
 use crate::{Error, Measurements, Plan, Progress, monotone_curve};
-
-const TAG: Tag = Tag {
-    step: 0,
-    layer: Tag::NONE,
-    batch: 0,
-    group: Tag::NONE,
-    phase: Phase::Decode,
-};
-
-/// A schedule of `reps` back-to-back copies of each op on one stream of `kind`.
-pub(crate) fn repeated(kind: StreamKind, ops: &[OpKind], reps: u32) -> Schedule {
-    let mut b = ScheduleBuilder::with_capacity(ops.len() * reps as usize, 0);
-    let s = b.stream(0, kind, "bench");
-    let l = b.label("bench");
-    for op in ops {
-        for _ in 0..reps {
-            b.push(*op, s, l, TAG, &[]);
-        }
-    }
-    b.build()
-}
-
-/// Median duration of each group of `reps` consecutive ops.
-pub(crate) fn medians(t: &Timeline, groups: usize, reps: u32) -> Vec<f64> {
-    (0..groups)
-        .map(|g| {
-            let mut d: Vec<f64> = t.spans[g * reps as usize..(g + 1) * reps as usize]
-                .iter()
-                .map(|s| s.duration())
-                .collect();
-            d.sort_by(f64::total_cmp);
-            d[d.len() / 2]
-        })
-        .collect()
-}
 
 fn copy_op(dir: StreamKind, host: HostMemory, bytes: u64) -> OpKind {
     match dir {

@@ -1,9 +1,11 @@
 //! kvplan's planners: every decision about moving and recomputing the KV cache. The offload
 //! planner (KVPR's recompute/transfer split from a linear program, plain KV offload, all-on-GPU:
-//! [`plan`], [`kvpr`]), HeadInfer's head-group offload ([`headinfer`]) and KV-Runahead's context
-//! partition across devices ([`runahead`]) each turn a model, a hardware profile and a shape into
-//! a [`Schedule`](kvplan_vocab::Schedule), timing their candidates on the simulator
-//! (`kvplan-sim`). [`scenario`] checks a scenario file and its flags into one plan request, and
+//! [`offload`], its linear program [`offload::kvpr`]), HeadInfer's head-group offload
+//! ([`headinfer`]) and KV-Runahead's context partition across devices ([`runahead`]) each live in
+//! their own folder and turn a model, a hardware profile and a shape into a
+//! [`Schedule`](kvplan_vocab::Schedule), timing their candidates on the simulator (`kvplan-sim`).
+//! They share the plan types of [`types`] (a leaf); [`plan`] dispatches a strategy to its planner
+//! and re-exports those types, and no planner imports it. [`scenario`] checks a scenario file and its flags into one plan request, and
 //! [`run`] plans and simulates it into a report ([`report`]).
 //!
 //! Architecture invariant: the planners speak the vocabulary (`kvplan-vocab`) and time with the
@@ -25,9 +27,10 @@
 #![forbid(unsafe_code)]
 
 pub mod headinfer;
-pub mod kvpr;
+pub mod offload;
 pub mod plan;
 pub mod report;
 pub mod run;
 pub mod runahead;
 pub mod scenario;
+pub mod types;

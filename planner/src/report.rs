@@ -3,8 +3,8 @@
 
 use serde::Serialize;
 
-use crate::plan::{Order, Plan, StepSplit};
 use crate::runahead::TtftByMethod;
+use crate::types::{Order, Plan, StepSplit};
 use kvplan_vocab::schedule::HostMemory;
 use kvplan_vocab::timeline::{Breakdown, Metrics, Source, Timeline, Window, metrics};
 

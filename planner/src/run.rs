@@ -20,9 +20,9 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use crate::plan::{Plan, Strategy, WeightsPlacement};
 use crate::report::RunReport;
 use crate::scenario::Scenario;
+use crate::types::{Plan, Strategy, WeightsPlacement};
 use kvplan_vocab::{CostModel, Timeline};
 use serde::Serialize;
 

@@ -374,7 +374,7 @@ fn fixed_choices_are_kept_and_checked() {
     .unwrap_err();
     assert!(
         e.to_string().starts_with(
-            "--heads-per-group: must divide llama-3-8b's 8 KV heads: one of 1, 2, 4, 8"
+            "headinfer.heads_per_group: must divide llama-3-8b's 8 KV heads: one of 1, 2, 4, 8"
         ),
         "{e}"
     );
@@ -402,7 +402,7 @@ fn impossible_requests_are_clear_errors() {
     };
     // Context 0.
     let e = run(&m, &hw, shape(0));
-    assert!(e.starts_with("--prompt: must be at least 1"), "{e}");
+    assert!(e.starts_with("workload.prompt: must be at least 1"), "{e}");
     // 4.5M tokens: 549 GiB of KV, more than the 512 GiB host (the GPU side fits).
     let e = run(&m, &hw, shape(4_500_000));
     assert!(
@@ -443,7 +443,7 @@ fn impossible_requests_are_clear_errors() {
             ..shape(1000)
         },
     );
-    assert!(e.starts_with("--gpu-batches"), "{e}");
+    assert!(e.starts_with("workload.gpu_batches"), "{e}");
 }
 
 // ---- simulated prefill latency against Table 6 ------------------------------------------------

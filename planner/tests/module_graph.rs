@@ -1,7 +1,7 @@
 //! No module imports a module that imports it back: the planner's (and the executor's) modules
 //! form a DAG. Each file's `use` declarations and inline `crate::` / `super::` paths (outside its
 //! test module) are resolved to the module that *defines* the item, following `pub use`
-//! re-exports (so a facade like `plan/mod.rs` re-exporting `types::*` is not a dependency on the
+//! re-exports (so a facade like `plan.rs` re-exporting `types::*` is not a dependency on the
 //! facade), and the resulting graph must have no cycle.
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -580,7 +580,10 @@ fn errors_name_the_field_and_the_fix() {
             .to_string()
     };
     let e = err(shape(1024), opts(0));
-    assert!(e.contains("--devices") && e.contains("at least 1"), "{e}");
+    assert!(
+        e.contains("runahead.devices") && e.contains("at least 1"),
+        "{e}"
+    );
     // Link overrides are checked where the hardware is resolved.
     let over = |gbps, latency_us| {
         runahead::with_link_override(&hw, &LinkOverride { gbps, latency_us })
@@ -589,23 +592,30 @@ fn errors_name_the_field_and_the_fix() {
     };
     for bad in [0.0, -5.0, f64::NAN, f64::INFINITY] {
         let e = over(Some(bad), None);
-        assert!(e.contains("--link-gbps") && e.contains("positive"), "{e}");
+        assert!(
+            e.contains("runahead.link_gbps") && e.contains("positive"),
+            "{e}"
+        );
     }
     let e = over(None, Some(-1.0));
-    assert!(e.contains("--link-latency-us"), "{e}");
+    assert!(e.contains("runahead.link_latency_us"), "{e}");
+    // The shape is checked as the other planners check it (`Shape::validate`).
     let e = err(shape(0), opts(4));
-    assert!(e.contains("--context") && e.contains("at least 1"), "{e}");
+    assert!(
+        e.contains("workload.prompt") && e.contains("at least 1"),
+        "{e}"
+    );
     // Through the shared planner the shape is checked first.
     let e = plan(&m, &hw, &cost, &shape(0), Strategy::Runahead, &opts(4))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("--prompt"), "{e}");
+    assert!(e.contains("workload.prompt"), "{e}");
     let mut s = shape(1024);
     s.gpu_batches = 2;
-    assert!(err(s, opts(4)).contains("--gpu-batches"));
+    assert!(err(s, opts(4)).contains("workload.gpu_batches"));
     let mut o = opts(4);
     o.weights = WeightsPlacement::Offload;
-    assert!(err(shape(1024), o).contains("--weights"));
+    assert!(err(shape(1024), o).contains("offload.weights"));
     // A context whose KV cache cannot fit on the last device, whatever the partition.
     let e = err(shape(1 << 20), opts(8));
     assert!(

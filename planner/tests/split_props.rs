@@ -7,7 +7,7 @@
 //! ties with the brute-force optimum up to the last bits of rounding. A suboptimal split on
 //! realistic coefficients differs by far more (one token of transfer is ~1e-6 of a layer).
 
-use kvplan_planner::kvpr::{Reason, Split, SplitProblem};
+use kvplan_planner::offload::kvpr::{Reason, Split, SplitProblem};
 use kvplan_planner::plan::{Shape, SplitModel, split_problem};
 use kvplan_vocab::schedule::HostMemory;
 use kvplan_vocab::{CostModel, HardwareProfile, ModelSpec};

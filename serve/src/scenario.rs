@@ -303,7 +303,7 @@ impl RawServeScenario {
             .map_err(|e| match e {
                 kvplan_vocab::Error::InvalidValue { value, message, .. } => {
                     kvplan_vocab::Error::InvalidValue {
-                        field: "--tensor-parallel-size (serve.tensor_parallel_size)".into(),
+                        field: "serve.tensor_parallel_size".into(),
                         value,
                         message,
                     }

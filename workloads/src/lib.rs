@@ -148,6 +148,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 mod generate;
+mod limits;
 mod segment;
 mod spec;
 mod trace;

@@ -6,6 +6,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::limits::MAX_REQUESTS;
+use crate::limits::{check_qps, check_requests};
 use crate::trace::{ReplayOptions, TimeScale};
 use crate::{Error, Result};
 
@@ -15,9 +17,6 @@ pub const DEFAULT_SEED: u64 = 0;
 pub const DEFAULT_ZIPF_THETA: f64 = 1.0;
 /// Largest length `lognormal:MEDIAN:SIGMA` produces when no MAX is given (2^20 tokens).
 pub const DEFAULT_LOGNORMAL_MAX: u32 = 1 << 20;
-/// Most requests one synthetic workload may hold (10^8, about 8 GB of requests); also the most
-/// users (`groups × users_per_group`) of a shared-prefix workload.
-pub const MAX_REQUESTS: u64 = 100_000_000;
 /// Most turns one conversation may have (turn `k`'s prefix holds `2k - 1` segments, so a
 /// conversation's chains hold about `turns²` segments).
 pub const MAX_TURNS: u32 = 1000;
@@ -178,18 +177,6 @@ fn cv_unused(c: f64) -> Error {
 
 fn cv_range() -> String {
     format!("a number > 0 and at most {MAX_CV}")
-}
-
-pub(crate) fn check_qps(qps: f64) -> Result<()> {
-    if qps.is_finite() && qps > 0.0 {
-        Ok(())
-    } else {
-        Err(Error::OutOfRange {
-            field: "qps",
-            got: qps.to_string(),
-            expected: "a finite number of requests per second > 0".into(),
-        })
-    }
 }
 
 fn check_cv(cv: f64) -> Result<()> {
@@ -436,18 +423,6 @@ impl SyntheticSpec {
         self.prompt.check("prompt_lengths")?;
         self.output.check("output_lengths")?;
         check_requests(self.requests)
-    }
-}
-
-pub(crate) fn check_requests(n: u64) -> Result<()> {
-    if (1..=MAX_REQUESTS).contains(&n) {
-        Ok(())
-    } else {
-        Err(Error::OutOfRange {
-            field: "requests",
-            got: n.to_string(),
-            expected: format!("a number of requests from 1 to {MAX_REQUESTS}"),
-        })
     }
 }
 

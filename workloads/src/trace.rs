@@ -7,8 +7,8 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::limits::{check_qps, check_requests};
 use crate::segment::{NAME_FORMS, Segment, parse_chain, parse_id};
-use crate::spec::{check_qps, check_requests};
 use crate::{Error, Follows, Request, Result};
 
 /// The header a trace CSV carries (columns may come in any order; others are ignored). The

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::plan::Shape;
+use crate::types::Shape;
 use kvplan_vocab::error::{Error, Result};
 use kvplan_vocab::hardware::HardwareProfile;
 use kvplan_vocab::memory::{
@@ -359,10 +359,10 @@ pub fn capacity(
 ) -> Result<StrategyCapacity> {
     let cfg = &options.config;
     if cfg.batch == 0 {
-        return Err(Error::invalid("--batch", 0, "must be at least 1"));
+        return Err(Error::invalid("workload.batch", 0, "must be at least 1"));
     }
     if cfg.chunk_tokens == 0 {
-        return Err(Error::invalid("--chunk", 0, "must be at least 1"));
+        return Err(Error::invalid("headinfer.chunk", 0, "must be at least 1"));
     }
     if cfg.heads_per_group == 0 || model.num_kv_heads % cfg.heads_per_group != 0 {
         return Err(heads_error(model, cfg.heads_per_group));
@@ -465,7 +465,7 @@ pub(crate) fn heads_error(model: &ModelSpec, g: u32) -> Error {
         .map(u32::to_string)
         .collect();
     Error::invalid(
-        "--heads-per-group",
+        "headinfer.heads_per_group",
         g,
         format!(
             "must divide {}'s {} KV heads: one of {}",

@@ -76,7 +76,7 @@ mod memory;
 mod optimiser;
 mod schedule;
 
-use crate::plan::types::{Decisions, Options, Order, Plan, Shape, Strategy, WeightsPlacement};
+use crate::types::{Decisions, Options, Order, Plan, Shape, Strategy};
 use kvplan_vocab::cost::CostModel;
 use kvplan_vocab::error::{Error, Result};
 use kvplan_vocab::hardware::HardwareProfile;
@@ -105,21 +105,11 @@ pub fn plan(
     shape: &Shape,
     options: &Options,
 ) -> Result<Plan> {
-    shape.validate()?;
-    if shape.gpu_batches != 1 {
-        return Err(Error::invalid(
-            "--gpu-batches",
-            shape.gpu_batches,
-            "headinfer runs one GPU batch (row by row); use --gpu-batches 1",
-        ));
-    }
-    if options.weights == WeightsPlacement::Offload {
-        return Err(Error::invalid(
-            "--weights",
-            "offload",
-            "headinfer keeps the weights on the GPU and offloads the KV cache; use --weights auto or gpu",
-        ));
-    }
+    shape.check_one_batch_resident_weights(
+        options,
+        "headinfer runs one GPU batch (row by row)",
+        "headinfer keeps the weights on the GPU and offloads the KV cache",
+    )?;
     let hi = &options.headinfer;
     if let Some(g) = hi.heads_per_group
         && (g == 0 || model.num_kv_heads % g != 0)
@@ -127,7 +117,7 @@ pub fn plan(
         return Err(heads_error(model, g));
     }
     if hi.chunk_tokens == Some(0) {
-        return Err(Error::invalid("--chunk", 0, "must be at least 1"));
+        return Err(Error::invalid("headinfer.chunk", 0, "must be at least 1"));
     }
     let host = options.host_memory;
     let roofline = roofline_chunk(model, cost, host);
@@ -174,7 +164,7 @@ pub fn plan(
         least.memory_plan().check(hw, &what, &advice, "")?;
         // check() must have failed: the GPU side did not fit.
         return Err(Error::invalid(
-            "--prompt",
+            "workload.prompt",
             shape.prompt,
             "does not fit GPU memory",
         ));
@@ -203,7 +193,11 @@ pub fn plan(
             .min_by_key(|l| estimated_ops(model, shape, l))
             .expect("the least-memory candidate fits");
         build_schedule(model, shape, &fewest, host)?;
-        return Err(Error::invalid("--prompt", shape.prompt, "no schedule fits"));
+        return Err(Error::invalid(
+            "workload.prompt",
+            shape.prompt,
+            "no schedule fits",
+        ));
     };
     let best = choice.best;
     let (g, chunk) = (best.heads_per_group, best.chunk_tokens);

@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use super::memory::{DEFAULT_CHUNK_TOKENS, MemoryBreakdown, divisors, plan_memory};
 use super::schedule::{Layout, MAX_OPS, build_schedule, busy_seconds, estimated_ops};
-use crate::plan::Shape;
+use crate::types::Shape;
 use kvplan_sim::engine;
 use kvplan_vocab::cost::CostModel;
 use kvplan_vocab::error::{Error, Result};

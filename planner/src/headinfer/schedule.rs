@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::memory::{MemStrategy, heads_error};
-use crate::plan::Shape;
+use crate::types::Shape;
 use kvplan_vocab::cost::CostModel;
 use kvplan_vocab::error::{Error, Result};
 use kvplan_vocab::hardware::Duplex;
@@ -217,7 +217,7 @@ pub fn build_schedule(
     let est = estimated_ops(model, shape, layout);
     if est > MAX_OPS {
         return Err(Error::invalid(
-            "--prompt",
+            "workload.prompt",
             shape.prompt,
             format!(
                 "the schedule would have about {est} ops (limit {MAX_OPS}); use a larger --chunk, more --heads-per-group, or a smaller --gen"
@@ -396,7 +396,9 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.starts_with("--prompt:") && e.contains("limit 20000000") && e.contains("--chunk"),
+            e.starts_with("workload.prompt:")
+                && e.contains("limit 20000000")
+                && e.contains("chunk"),
             "{e}"
         );
     }

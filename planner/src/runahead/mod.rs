@@ -136,7 +136,7 @@ pub use schedule::{chain_schedule, chunk_schedule, tensor_parallel_schedule};
 
 use serde::Serialize;
 
-use crate::plan::types::{Decisions, Options, Order, Plan, Shape, Strategy, WeightsPlacement};
+use crate::types::{Decisions, Options, Order, Plan, Shape, Strategy};
 use kvplan_sim::engine::{self, EngineMap};
 use kvplan_vocab::cost::{CostModel, LinkCost};
 use kvplan_vocab::error::{Error, Result};
@@ -181,7 +181,7 @@ pub fn link_of(hw: &HardwareProfile, link: &LinkOverride) -> Result<LinkCost> {
         Some(g) if g.is_finite() && g > 0.0 => g * 1e9,
         Some(g) => {
             return Err(Error::invalid(
-                "--link-gbps",
+                "runahead.link_gbps",
                 g,
                 "must be a positive device-to-device bandwidth in GB/s (e.g. 300 for NVLink 3, 10 or 1 for a slow link)",
             ));
@@ -192,7 +192,7 @@ pub fn link_of(hw: &HardwareProfile, link: &LinkOverride) -> Result<LinkCost> {
         Some(l) if l.is_finite() && l >= 0.0 => l * 1e-6,
         Some(l) => {
             return Err(Error::invalid(
-                "--link-latency-us",
+                "runahead.link_latency_us",
                 l,
                 "must be zero or more microseconds",
             ));
@@ -289,46 +289,16 @@ pub fn plan(
     let ro = &options.runahead;
     if ro.devices == 0 {
         return Err(Error::invalid(
-            "--devices",
+            "runahead.devices",
             0,
             "must be at least 1: the number of GPUs to split the prefill over",
         ));
     }
-    if shape.prompt == 0 {
-        return Err(Error::invalid(
-            "--context (--prompt)",
-            0,
-            "must be at least 1 token",
-        ));
-    }
-    if shape.batch == 0 || shape.gen_len == 0 {
-        return Err(Error::invalid(
-            if shape.batch == 0 { "--batch" } else { "--gen" },
-            0,
-            "must be at least 1",
-        ));
-    }
-    if u64::from(shape.batch) * u64::from(shape.prompt) > u64::from(u32::MAX) {
-        return Err(Error::invalid(
-            "--batch x --context",
-            u64::from(shape.batch) * u64::from(shape.prompt),
-            "must stay below 2^32 tokens",
-        ));
-    }
-    if shape.gpu_batches != 1 {
-        return Err(Error::invalid(
-            "--gpu-batches",
-            shape.gpu_batches,
-            "KV-Runahead prefills one batch; use --gpu-batches 1",
-        ));
-    }
-    if options.weights == WeightsPlacement::Offload {
-        return Err(Error::invalid(
-            "--weights",
-            "offload",
-            "KV-Runahead keeps a replica of the weights on every device; use --weights auto or gpu",
-        ));
-    }
+    shape.check_one_batch_resident_weights(
+        options,
+        "KV-Runahead prefills one batch",
+        "KV-Runahead keeps a replica of the weights on every device",
+    )?;
     let n = shape.prompt;
     let b = shape.batch;
     let offered = ro.devices.min(n);
@@ -407,7 +377,7 @@ pub fn plan(
         let (mem, i) = memory::device_memory(model, b, &d.partition, shape.gen_len);
         let what = format!("{}, device {i}", what(d.partition.len()));
         return Err(mem.check(hw, &what, advice, "").err().unwrap_or_else(|| {
-            Error::invalid("--context (--prompt)", n, "does not fit in GPU memory")
+            Error::invalid("workload.prompt", n, "does not fit in GPU memory")
         }));
     }
     let (ci, stayed) = choose_devices(&simulated);
@@ -455,13 +425,13 @@ pub fn plan(
     let tensor_parallel = simulated_end(&tp_sched, cost, tp_sample)?;
     let est_ops = chosen.partition.len() as u64 * (u64::from(model.num_layers) * 9 + 4)
         + u64::from(shape.gen_len) * (u64::from(model.num_layers) * 8 + 3);
-    if est_ops > crate::plan::MAX_OPS {
+    if est_ops > crate::types::MAX_OPS {
         return Err(Error::invalid(
-            "--gen",
+            "workload.gen",
             shape.gen_len,
             format!(
                 "the schedule would have about {est_ops} ops (limit {}); reduce --gen",
-                crate::plan::MAX_OPS
+                crate::types::MAX_OPS
             ),
         ));
     }

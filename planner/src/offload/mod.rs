@@ -1,5 +1,11 @@
-//! Plans for one fixed batch with the KV cache offloaded (KVPR, full transfer) or resident
-//! (gpu-only): weight placement, the KVPR split, memory, and the schedule.
+//! The offload planner: plans for one fixed batch with the KV cache offloaded (KVPR, full
+//! transfer) or resident (gpu-only): weight placement, the KVPR split, memory, and the schedule.
+//! KVPR's linear program is [`kvpr`], its per-step split search [`split`], and the schedule
+//! builder [`schedule`].
+
+pub mod kvpr;
+pub mod schedule;
+pub mod split;
 
 use kvplan_vocab::cost::CostModel;
 use kvplan_vocab::error::{Error, Result};
@@ -9,11 +15,11 @@ use kvplan_vocab::memory::{
 };
 use kvplan_vocab::model::ModelSpec;
 
-use super::offload_schedule::{Layout, build_schedule};
-use super::split::kvpr_splits;
-use super::types::{
+use crate::types::{
     Decisions, MAX_OPS, Options, Order, Plan, Shape, StepSplit, Strategy, WeightsPlacement,
 };
+use schedule::{Layout, build_schedule};
+use split::kvpr_splits;
 
 /// Peak memory of a strategy. `recompute_activations`: KVPR keeps layer inputs for
 /// recomputation (only when some step recomputes).
@@ -98,7 +104,7 @@ pub(crate) fn plan(
     let est_ops = steps * u64::from(model.num_layers) * u64::from(shape.gpu_batches) * 16;
     if est_ops > MAX_OPS {
         return Err(Error::invalid(
-            "--gen",
+            "workload.gen",
             shape.gen_len,
             format!(
                 "the schedule would have about {est_ops} ops (limit {MAX_OPS}); reduce --gen or --gpu-batches"
@@ -142,7 +148,7 @@ pub(crate) fn plan(
     let (weights_on_gpu, (splits, keeps_x, memory)) = match (strategy, options.weights) {
         (Strategy::GpuOnly, WeightsPlacement::Offload) => {
             return Err(Error::invalid(
-                "--weights",
+                "offload.weights",
                 "offload",
                 "gpu-only keeps everything on the GPU; use --strategy kvpr or full-transfer to offload",
             ));
@@ -220,7 +226,6 @@ pub(crate) fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::plan;
     use kvplan_vocab::schedule::{OpKind, Payload};
 
     fn setup(model: &str, hw: &str) -> (ModelSpec, HardwareProfile, CostModel) {
@@ -277,7 +282,7 @@ mod tests {
             p.decisions
                 .splits()
                 .iter()
-                .all(|s| s.split.reason == crate::kvpr::Reason::ActivationsNotCheaper)
+                .all(|s| s.split.reason == kvpr::Reason::ActivationsNotCheaper)
         );
     }
 
@@ -292,10 +297,7 @@ mod tests {
         };
         let e = plan(&m, &hw, &c, &shape, Strategy::GpuOnly, &Options::default()).unwrap_err();
         let s = e.to_string();
-        assert!(
-            s.contains("short by") && s.contains("--strategy kvpr"),
-            "{s}"
-        );
+        assert!(s.contains("short by") && s.contains("strategy kvpr"), "{s}");
     }
 
     #[test]

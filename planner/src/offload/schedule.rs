@@ -17,7 +17,7 @@ use kvplan_vocab::schedule::{
     StreamId, StreamKind, Tag,
 };
 
-use super::types::{Shape, Strategy};
+use crate::types::{Shape, Strategy};
 use kvplan_vocab::layers::{
     attention_index, concat_kernel, elem_bytes_per_token, embed_op, layer_kernels, recompute_gemm,
 };

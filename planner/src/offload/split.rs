@@ -1,15 +1,15 @@
 //! KVPR's split for every decode step: the per-step [`SplitProblem`] read from the cost model,
 //! and the search that times candidate splits on the emitted schedule.
 
-use crate::kvpr::{Split, SplitProblem};
+use super::kvpr::{Split, SplitProblem};
 use kvplan_vocab::cost::CostModel;
 use kvplan_vocab::error::{Error, Result};
 use kvplan_vocab::model::ModelSpec;
 use kvplan_vocab::schedule::{HostMemory, OpKind};
 use kvplan_vocab::timeline::last_kernel_end;
 
-use super::offload_schedule::{Layout, build_schedule};
-use super::types::{Shape, SplitModel, SplitPolicy, StepSplit, Strategy};
+use super::schedule::{Layout, build_schedule};
+use crate::types::{Shape, SplitModel, SplitPolicy, StepSplit, Strategy};
 use kvplan_vocab::layers::{layer_compute_s, recompute_gemm};
 
 /// The split problem of decode step `step` (cost terms from `cost`).

@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use crate::headinfer::details::{HeadInferDetails, HeadInferOptions};
-use crate::kvpr::Split;
+use crate::offload::kvpr::Split;
 use crate::runahead::details::{RunaheadDetails, RunaheadOptions};
 use kvplan_vocab::error::{Error, Result};
 use kvplan_vocab::memory::MemoryPlan;
@@ -129,10 +129,10 @@ impl Shape {
     /// Checks every size is at least 1.
     pub fn validate(&self) -> Result<()> {
         for (f, v) in [
-            ("--batch", self.batch),
-            ("--gpu-batches", self.gpu_batches),
-            ("--prompt", self.prompt),
-            ("--gen", self.gen_len),
+            ("workload.batch", self.batch),
+            ("workload.gpu_batches", self.gpu_batches),
+            ("workload.prompt", self.prompt),
+            ("workload.gen", self.gen_len),
         ] {
             if v == 0 {
                 return Err(Error::invalid(f, v, "must be at least 1"));
@@ -140,9 +140,36 @@ impl Shape {
         }
         if u64::from(self.batch) * u64::from(self.prompt) > u64::from(u32::MAX) {
             return Err(Error::invalid(
-                "--batch x --prompt",
+                "workload.batch x workload.prompt",
                 u64::from(self.batch) * u64::from(self.prompt),
                 "must stay below 2^32 tokens per GPU batch",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The preconditions of the planners that run one GPU batch with the weights resident
+    /// (HeadInfer, KV-Runahead): a valid shape, one GPU batch, weights not offloaded. `one_batch`
+    /// and `resident` say why, in the planner's words.
+    pub(crate) fn check_one_batch_resident_weights(
+        &self,
+        options: &Options,
+        one_batch: &str,
+        resident: &str,
+    ) -> Result<()> {
+        self.validate()?;
+        if self.gpu_batches != 1 {
+            return Err(Error::invalid(
+                "workload.gpu_batches",
+                self.gpu_batches,
+                format!("{one_batch}; use --gpu-batches 1"),
+            ));
+        }
+        if options.weights == WeightsPlacement::Offload {
+            return Err(Error::invalid(
+                "offload.weights",
+                "offload",
+                format!("{resident}; use --weights auto or gpu"),
             ));
         }
         Ok(())
