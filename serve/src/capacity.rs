@@ -29,7 +29,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::output::{FinishReason, Output, Percentiles, RequestRecord, Status, Summary};
+use crate::output::{FinishReason, Percentiles, RequestRecord, ServeReport, Status, Summary};
 use crate::scenario::{RawServeScenario, ScenarioError};
 
 /// A latency metric of the serving summary.
@@ -397,7 +397,7 @@ pub struct Window {
 /// Judges a run offered at `offered_rps` on a configuration serving at most `service_rps`
 /// (either 0 when not known): the requests arriving after the warm-up (see the module docs).
 pub fn judge(
-    out: &Output,
+    out: &ServeReport,
     slo: &Slo,
     steady: &SteadyState,
     offered_rps: f64,
@@ -685,7 +685,7 @@ pub fn serve_at(
 }
 
 /// Resolves and serves `raw` without the per-step series.
-fn run_quiet(raw: RawServeScenario) -> Result<Output, CapacityError> {
+fn run_quiet(raw: RawServeScenario) -> Result<ServeReport, CapacityError> {
     let mut sc = raw.resolve().map_err(Box::new)?;
     sc.config.record_timeseries = false;
     let requests = sc

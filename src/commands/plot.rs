@@ -9,7 +9,7 @@ use crate::error::CliError;
 use crate::output::write_output;
 use kvplan_plot::table::{axis_label, series_from_table};
 use kvplan_plot::{ServingPoint, latency_cdf, line_chart, serving_timeseries};
-use kvplan_serve::{Output as ServeOutput, Status};
+use kvplan_serve::{ServeReport, Status};
 
 pub const PLOT_LONG: &str = "\
 Plot column --y against column --x of a CSV table that kvplan wrote (a sweep's output: axis
@@ -141,7 +141,7 @@ fn draw_table(
 }
 
 /// The SVG of `serve --plot`: KV blocks and sequences against time.
-pub fn serve_timeseries(out: &ServeOutput, title: &str) -> Result<String, CliError> {
+pub fn serve_timeseries(out: &ServeReport, title: &str) -> Result<String, CliError> {
     let points: Vec<ServingPoint> = out
         .iterations
         .iter()
@@ -158,7 +158,7 @@ pub fn serve_timeseries(out: &ServeOutput, title: &str) -> Result<String, CliErr
 }
 
 /// The SVG of `serve --plot-cdf`: TTFT, TPOT and E2E CDFs of the finished requests.
-pub fn serve_cdf(out: &ServeOutput, title: &str) -> Result<String, CliError> {
+pub fn serve_cdf(out: &ServeReport, title: &str) -> Result<String, CliError> {
     let done: Vec<_> = out
         .requests
         .iter()

@@ -12,7 +12,7 @@ use crate::messages::serve_error;
 use crate::output::write_output;
 use crate::render::*;
 use kvplan_serve::scenario::{RawServeScenario, ServeScenario};
-use kvplan_serve::{Output as ServeOutput, Status};
+use kvplan_serve::{ServeReport, Status};
 use std::io::IsTerminal;
 use std::time::Duration;
 
@@ -512,7 +512,7 @@ pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
     }
 }
 
-type Writer = fn(&ServeOutput, &mut dyn std::io::Write) -> std::io::Result<()>;
+type Writer = fn(&ServeReport, &mut dyn std::io::Write) -> std::io::Result<()>;
 
 /// `serve --compare-to STAGES.csv`: every stage of a stage table replayed with its own settings
 /// (the model and GPU its row names, unless --model / --hardware say otherwise).
@@ -646,7 +646,7 @@ fn three(p: &kvplan_serve::output::Percentiles) -> String {
     format!("{} / {} / {}", secs(p.p50), secs(p.p90), secs(p.p99))
 }
 
-fn table(sc: &ServeScenario, out: &ServeOutput) -> String {
+fn table(sc: &ServeScenario, out: &ServeReport) -> String {
     let s = &out.summary;
     let c = &sc.config;
     let mut text = String::new();
