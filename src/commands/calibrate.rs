@@ -391,26 +391,18 @@ fn table_base(
     use kvplan_calibrate::table::default_sms;
     let base_name = match &args.base {
         Some(b) => b.clone(),
-        None => {
-            let lower = file_name.to_ascii_lowercase();
-            if lower.starts_with("a100") {
-                "a100-80g-sxm".to_string()
-            } else if lower.starts_with("h100") {
-                "h100-sxm".to_string()
-            } else {
-                return Err(CliError::input(format!(
+        None => kvplan_calibrate::table::base_from_file_name(file_name)
+            .ok_or_else(|| {
+                CliError::input(format!(
                     "--from-table {file_name}: which GPU? pass --base PRESET|FILE (e.g. \
-                     a100-80g-sxm)"
-                )));
-            }
-        }
+                         a100-80g-sxm)"
+                ))
+            })?
+            .to_string(),
     };
     let base = HardwareProfile::resolve(&base_name)?;
-    let base_text = match HardwareProfile::preset_text(&base_name) {
-        Ok(t) if !base_name.contains(['/', '.']) => t.to_string(),
-        _ => std::fs::read_to_string(&base_name)
-            .map_err(|e| CliError::input(format!("--base {base_name}: {e}")))?,
-    };
+    let base_text = kvplan_calibrate::table::base_text(&base_name)
+        .map_err(|e| CliError::input(format!("--base {base_name}: {e}")))?;
     let sms = match args.sms.or_else(|| default_sms(&base.gpu.name)) {
         Some(s) if s > 0 => s,
         _ => {
@@ -439,11 +431,7 @@ fn calibrate_attention_from_table(
         [m] => ModelSpec::resolve(m)?,
         [] => {
             // The preset whose name the file name contains (Vidur names tables after the model).
-            let lower = file_name.to_ascii_lowercase();
-            ModelSpec::preset_names()
-                .into_iter()
-                .filter(|n| lower.contains(n.as_str()))
-                .max_by_key(|n| n.len())
+            kvplan_calibrate::table::model_from_file_name(file_name)
                 .map(|n| ModelSpec::preset(&n))
                 .transpose()?
                 .ok_or_else(|| {
@@ -510,22 +498,14 @@ pub fn calibrate_from_runs(args: &CalibrateArgs, runs: &Path) -> Result<String, 
     let stages = StageRun::read(runs).map_err(|e| CliError::input(format!("--from-runs: {e}")))?;
     let base_name = match &args.base {
         Some(b) => b.clone(),
-        None => {
-            let mut names: Vec<&str> = stages
-                .iter()
-                .filter_map(|s| kvplan_serve::runs::hardware_preset(&s.hardware))
-                .collect();
-            names.dedup();
-            match names.as_slice() {
-                [one] => one.to_string(),
-                _ => {
-                    return Err(CliError::input(
-                        "--from-runs: the runs name several GPUs (or none with a preset); pass \
+        None => kvplan_calibrate::runs::stages_base(&stages)
+            .ok_or_else(|| {
+                CliError::input(
+                    "--from-runs: the runs name several GPUs (or none with a preset); pass \
                          --base PRESET|FILE for the one to fit",
-                    ));
-                }
-            }
-        }
+                )
+            })?
+            .to_string(),
     };
     let base = HardwareProfile::resolve(&base_name)?;
     if args.fit_requests == 0 {
@@ -545,28 +525,7 @@ pub fn calibrate_from_runs(args: &CalibrateArgs, runs: &Path) -> Result<String, 
             |s| s.to_string_lossy().into_owned(),
         )
     });
-    let s = &fit.profile.serving;
-    let toml = format!(
-        "# Fitted by `kvplan calibrate --from-runs {file_name} --base {base_name}`: the decode \
-         attention's\n# KV bandwidth, the engine's host time and the frontend latency, to the \
-         served stages of\n# real runs (see the error table it printed).\nbase = \"{base_name}\"\n\
-         name = \"{name}\"\n\n[kernels.attention]\ndecode_efficiency = {:.4}\n{}\n[serving]\n\
-         source = \"{}\"\nschedule_us = {:.2}\nschedule_per_seq_us = {:.3}\n\
-         schedule_per_token_us = {:.4}\nupdate_us = {:.2}\nupdate_per_seq_us = {:.3}\n\
-         graph_launch_us = {:.2}\npiecewise_layer_us = {:.3}\nfrontend_us = {:.1}\n",
-        fit.decode_efficiency,
-        fit.unit_us
-            .map_or(String::new(), |u| format!("unit_us = {u:.4}\n")),
-        s.source.replace('"', "'"),
-        s.schedule_us,
-        s.schedule_per_seq_us,
-        s.schedule_per_token_us,
-        s.update_us,
-        s.update_per_seq_us,
-        s.graph_launch_us,
-        s.piecewise_layer_us,
-        s.frontend_us,
-    );
+    let toml = fit.profile_toml(&file_name, &base_name, &name);
     if args.output.format == Format::Json {
         #[derive(serde::Serialize)]
         struct Report<'a> {
