@@ -149,23 +149,6 @@ pub fn stage_table(rows: &[kvplan_serve::runs::StageComparison]) -> String {
     s
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn table_aligns_columns() {
-        let mut t = Table::new(&["name", "value"]);
-        t.row(&["a", "1"]);
-        t.row(&["long name", "12345"]);
-        let r = t.render();
-        let lines: Vec<&str> = r.lines().collect();
-        assert_eq!(lines[0], "name       value");
-        assert_eq!(lines[2], "a              1");
-        assert_eq!(lines[3], "long name  12345");
-    }
-}
-
 pub fn json_line<T: Serialize>(v: &T) -> Result<String, CliError> {
     let mut s = serde_json::to_string_pretty(v)
         .map_err(|e| CliError::failure(format!("cannot render JSON: {e}")))?;
@@ -225,5 +208,22 @@ pub fn listing<T: Serialize>(
             out.push_str(footer.unwrap_or_default());
             Ok(out)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_aligns_columns() {
+        let mut t = Table::new(&["name", "value"]);
+        t.row(&["a", "1"]);
+        t.row(&["long name", "12345"]);
+        let r = t.render();
+        let lines: Vec<&str> = r.lines().collect();
+        assert_eq!(lines[0], "name       value");
+        assert_eq!(lines[2], "a              1");
+        assert_eq!(lines[3], "long name  12345");
     }
 }
