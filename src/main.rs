@@ -2,17 +2,11 @@
 #![forbid(unsafe_code)]
 
 mod args;
-mod calibrate_runs;
 mod commands;
-mod diff;
 mod error;
-mod measure;
 mod messages;
 mod output;
-mod plot;
 mod render;
-mod serve;
-mod sweep;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -20,40 +14,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use clap::error::ErrorKind;
 
-use args::{Cli, Command, PlanCommand, RegressCommand};
-use error::{CliError, EXIT_INPUT};
-
-fn run(cli: Cli) -> Result<String, CliError> {
-    match &cli.command {
-        Command::Models(a) => commands::models(a),
-        Command::Hardware(a) => commands::hardware(a),
-        Command::Plan {
-            planner: PlanCommand::Kvpr(a),
-        } => commands::plan_kvpr(a),
-        Command::Plan {
-            planner: PlanCommand::Headinfer(a),
-        } => commands::plan_headinfer(a),
-        Command::Plan {
-            planner: PlanCommand::Runahead(a),
-        } => commands::plan_runahead(a),
-        Command::Simulate(a) => commands::simulate(a),
-        Command::Capacity(a) => commands::capacity(a),
-        Command::Exec(a) => measure::exec(a),
-        Command::Calibrate(a) => measure::calibrate(a),
-        Command::Validate(a) => measure::validate(a),
-        Command::Serve(a) => serve::serve(a),
-        Command::Diff(a) => diff::diff(a),
-        Command::Plot(a) => plot::plot(a),
-        Command::Regress {
-            action: RegressCommand::Check(a),
-        } => diff::regress_check(a),
-        Command::Regress {
-            action: RegressCommand::Update(a),
-        } => diff::regress_update(a),
-        Command::Sweep(a) => sweep::sweep(a),
-        Command::Merge(a) => sweep::merge(a),
-    }
-}
+use commands::{Cli, run};
+use error::EXIT_INPUT;
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -79,7 +41,7 @@ fn main() -> ExitCode {
             };
         }
     };
-    match run(cli) {
+    match run(&cli) {
         Ok(out) => {
             let mut stdout = std::io::stdout().lock();
             match stdout

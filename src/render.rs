@@ -2,6 +2,11 @@
 
 use std::fmt::Write as _;
 
+use serde::Serialize;
+
+use crate::args::Format;
+use crate::error::CliError;
+
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
 /// A plain text table; the first column is left-aligned, the others right-aligned.
@@ -142,6 +147,68 @@ pub fn stage_table(rows: &[kvplan_serve::runs::StageComparison]) -> String {
         100.0 * median_abs(served().map(|r| r.e2e_error)),
     );
     s
+}
+
+pub fn json_line<T: Serialize>(v: &T) -> Result<String, CliError> {
+    let mut s = serde_json::to_string_pretty(v)
+        .map_err(|e| CliError::failure(format!("cannot render JSON: {e}")))?;
+    s.push('\n');
+    Ok(s)
+}
+
+pub fn csv_text(header: &[&str], rows: &[Vec<String>]) -> Result<String, CliError> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let fail = |e: csv::Error| CliError::failure(format!("cannot render CSV: {e}"));
+    w.write_record(header).map_err(fail)?;
+    for r in rows {
+        w.write_record(r).map_err(fail)?;
+    }
+    let bytes = w
+        .into_inner()
+        .map_err(|e| CliError::failure(format!("cannot render CSV: {e}")))?;
+    Ok(String::from_utf8(bytes).expect("CSV of UTF-8 fields is UTF-8"))
+}
+
+/// A CSV cell for a number: plain decimal notation (Rust never writes an exponent), or empty
+/// where the value is undefined (an error relative to a zero measurement), never `inf`/`NaN`.
+pub fn csv_number(x: f64) -> String {
+    if x.is_finite() {
+        x.to_string()
+    } else {
+        String::new()
+    }
+}
+
+/// Renders a listing: a JSON array (a single object when `footer` is `None`, i.e. one item was
+/// asked for), CSV rows, or a table followed by `footer`. `cells(item, plain)` gives a row:
+/// formatted for the table, plain numbers for CSV (whose `csv_header` names the units).
+pub fn listing<T: Serialize>(
+    format: Format,
+    items: &[T],
+    header: &[&str],
+    csv_header: &[&str],
+    cells: impl Fn(&T, bool) -> Vec<String>,
+    footer: Option<&str>,
+) -> Result<String, CliError> {
+    match format {
+        Format::Json => match (footer, items) {
+            (None, [one]) => json_line(one),
+            _ => json_line(&items),
+        },
+        Format::Csv => csv_text(
+            csv_header,
+            &items.iter().map(|i| cells(i, true)).collect::<Vec<_>>(),
+        ),
+        Format::Table => {
+            let mut t = Table::new(header);
+            for i in items {
+                t.row(&cells(i, false));
+            }
+            let mut out = t.render();
+            out.push_str(footer.unwrap_or_default());
+            Ok(out)
+        }
+    }
 }
 
 #[cfg(test)]

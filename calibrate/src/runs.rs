@@ -39,6 +39,49 @@ pub struct RunsFit {
     pub skipped: Vec<(String, String)>,
 }
 
+/// The hardware preset the stages' GPU names share (`None`: several GPUs, or none with a
+/// preset): the profile a fit starts from when none is named.
+pub fn stages_base(stages: &[StageRun]) -> Option<&'static str> {
+    let mut names: Vec<&'static str> = stages
+        .iter()
+        .filter_map(|s| kvplan_serve::runs::hardware_preset(&s.hardware))
+        .collect();
+    names.dedup();
+    match names.as_slice() {
+        [one] => Some(one),
+        _ => None,
+    }
+}
+
+impl RunsFit {
+    /// The fitted figures as a profile file over `base_name`, named `name`; `origin` names the
+    /// stage table in the header comment.
+    pub fn profile_toml(&self, origin: &str, base_name: &str, name: &str) -> String {
+        let s = &self.profile.serving;
+        format!(
+            "# Fitted by `kvplan calibrate --from-runs {origin} --base {base_name}`: the decode \
+             attention's\n# KV bandwidth, the engine's host time and the frontend latency, to the \
+             served stages of\n# real runs (see the error table it printed).\nbase = \"{base_name}\"\n\
+             name = \"{name}\"\n\n[kernels.attention]\ndecode_efficiency = {:.4}\n{}\n[serving]\n\
+             source = \"{}\"\nschedule_us = {:.2}\nschedule_per_seq_us = {:.3}\n\
+             schedule_per_token_us = {:.4}\nupdate_us = {:.2}\nupdate_per_seq_us = {:.3}\n\
+             graph_launch_us = {:.2}\npiecewise_layer_us = {:.3}\nfrontend_us = {:.1}\n",
+            self.decode_efficiency,
+            self.unit_us
+                .map_or(String::new(), |u| format!("unit_us = {u:.4}\n")),
+            s.source.replace('"', "'"),
+            s.schedule_us,
+            s.schedule_per_seq_us,
+            s.schedule_per_token_us,
+            s.update_us,
+            s.update_per_seq_us,
+            s.graph_launch_us,
+            s.piecewise_layer_us,
+            s.frontend_us,
+        )
+    }
+}
+
 /// The figures a fit sets.
 #[derive(Debug, Clone, Copy)]
 struct Params {

@@ -557,6 +557,36 @@ impl FitOptions {
     }
 }
 
+/// The hardware preset a measured table's file name names (Vidur names its tables after the
+/// GPU: `a100_...`, `h100_...`).
+pub fn base_from_file_name(file_name: &str) -> Option<&'static str> {
+    let lower = file_name.to_ascii_lowercase();
+    if lower.starts_with("a100") {
+        Some("a100-80g-sxm")
+    } else if lower.starts_with("h100") {
+        Some("h100-sxm")
+    } else {
+        None
+    }
+}
+
+/// The model preset a table's file name contains (the longest name that matches).
+pub fn model_from_file_name(file_name: &str) -> Option<String> {
+    let lower = file_name.to_ascii_lowercase();
+    ModelSpec::preset_names()
+        .into_iter()
+        .filter(|n| lower.contains(n.as_str()))
+        .max_by_key(|n| n.len())
+}
+
+/// The profile TOML text of `base_name`: a preset's file, or the file at that path.
+pub fn base_text(base_name: &str) -> std::io::Result<String> {
+    match HardwareProfile::preset_text(base_name) {
+        Ok(t) if !base_name.contains(['/', '.']) => Ok(t.to_string()),
+        _ => std::fs::read_to_string(base_name),
+    }
+}
+
 /// The streaming multiprocessors of a known GPU name (A100: 108, H100/H200 SXM: 132, H100
 /// PCIe: 114).
 pub fn default_sms(gpu_name: &str) -> Option<u32> {

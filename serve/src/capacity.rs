@@ -29,7 +29,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::output::{FinishReason, Output, Percentiles, RequestRecord, Status, Summary};
+use crate::output::{FinishReason, Percentiles, RequestRecord, ServeReport, Status, Summary};
 use crate::scenario::{RawServeScenario, ScenarioError};
 
 /// A latency metric of the serving summary.
@@ -137,8 +137,8 @@ pub struct Slo(pub Vec<Term>);
 /// Errors of the SLO search.
 #[derive(Debug, thiserror::Error)]
 pub enum CapacityError {
-    /// A malformed `--slo` term.
-    #[error("--slo: '{term}': {why}")]
+    /// A malformed SLO term.
+    #[error("'{term}': {why}")]
     Slo {
         /// The term as written.
         term: String,
@@ -151,7 +151,7 @@ pub enum CapacityError {
     /// A search setting out of range.
     #[error("{field}: {why}")]
     Setting {
-        /// The flag.
+        /// The [`SearchOptions`] field, or `target_qps`.
         field: &'static str,
         /// What is wrong.
         why: String,
@@ -159,6 +159,12 @@ pub enum CapacityError {
     /// The scenario does not resolve or run.
     #[error(transparent)]
     Scenario(#[from] Box<ScenarioError>),
+    /// No configuration to compare: no hardware given and none in the scenario.
+    #[error("no hardware to compare")]
+    NoHardware,
+    /// A hardware profile that does not load.
+    #[error(transparent)]
+    Hardware(#[from] kvplan_vocab::Error),
 }
 
 const FORM: &str = "write METRIC_PCT=LIMIT with METRIC ttft, tpot, e2e or queue, PCT p50, p90, p95 or p99, \
@@ -391,7 +397,7 @@ pub struct Window {
 /// Judges a run offered at `offered_rps` on a configuration serving at most `service_rps`
 /// (either 0 when not known): the requests arriving after the warm-up (see the module docs).
 pub fn judge(
-    out: &Output,
+    out: &ServeReport,
     slo: &Slo,
     steady: &SteadyState,
     offered_rps: f64,
@@ -679,7 +685,7 @@ pub fn serve_at(
 }
 
 /// Resolves and serves `raw` without the per-step series.
-fn run_quiet(raw: RawServeScenario) -> Result<Output, CapacityError> {
+fn run_quiet(raw: RawServeScenario) -> Result<ServeReport, CapacityError> {
     let mut sc = raw.resolve().map_err(Box::new)?;
     sc.config.record_timeseries = false;
     let requests = sc
@@ -701,13 +707,13 @@ fn check(base: &RawServeScenario, opts: SearchOptions) -> Result<(), CapacityErr
     }
     if !(opts.rel_tol.is_finite() && opts.rel_tol > 0.0 && opts.rel_tol < 1.0) {
         return Err(CapacityError::Setting {
-            field: "--tolerance",
+            field: "rel_tol",
             why: format!("{} must be a fraction above 0 and below 1", opts.rel_tol),
         });
     }
     if !(opts.start_qps.is_finite() && opts.start_qps > 0.0 && opts.start_qps <= opts.max_qps) {
         return Err(CapacityError::Setting {
-            field: "--start-qps",
+            field: "start_qps",
             why: format!(
                 "{} must be more than 0 and at most {}",
                 opts.start_qps, opts.max_qps
@@ -751,6 +757,215 @@ pub fn size_for(
     }
 }
 
+/// One configuration's answer in a capacity comparison ([`compare_configurations`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct ConfigCapacity {
+    /// The hardware profile's name.
+    pub hardware: String,
+    /// Tensor-parallel GPUs per replica.
+    pub tensor_parallel_size: u32,
+    /// `None`: not even the lowest rate tried meets the SLO.
+    pub max_qps: Option<f64>,
+    /// The lowest rate found that misses it (`None`: the highest rate tried met it).
+    pub fails_at_qps: Option<f64>,
+    /// Why the next rate up fails (the terms it misses).
+    pub limited_by: Vec<String>,
+    /// Requests per second meeting every objective at `max_qps` (vLLM's goodput).
+    pub goodput_rps: Option<f64>,
+    /// TTFT percentiles at `max_qps` over the measured requests (rejected and truncated ones
+    /// counted as infinite).
+    pub ttft: Percentiles,
+    /// TPOT percentiles at `max_qps`.
+    pub tpot: Percentiles,
+    /// E2E percentiles at `max_qps`.
+    pub e2e: Percentiles,
+    /// TTFT p99 at `max_qps`, seconds.
+    pub ttft_p99_s: f64,
+    /// TPOT p99 at `max_qps`, seconds.
+    pub tpot_p99_s: f64,
+    /// E2E p99 at `max_qps`, seconds.
+    pub e2e_p99_s: f64,
+    /// Output tokens per second at `max_qps`.
+    pub output_tok_s: f64,
+    /// Measured requests at `max_qps` that were rejected.
+    pub rejected: u64,
+    /// Measured requests at `max_qps` cut at max_model_len.
+    pub truncated: u64,
+    /// Requests in the measured window.
+    pub measured_requests: u64,
+    /// Requests served at `max_qps`.
+    pub requests_per_rate: u64,
+    /// Rates the search served.
+    pub rates_served: usize,
+    /// Replicas for the target rate.
+    pub replicas: Option<u64>,
+    /// GPUs for the target rate.
+    pub gpus: Option<u64>,
+    /// Price of those GPUs per hour.
+    pub usd_per_hour: Option<f64>,
+    /// Price per million output tokens at `max_qps`, when the profile has one.
+    pub usd_per_m_output_tokens: Option<f64>,
+    /// Price per million tokens (prompt and output) at `max_qps`.
+    pub usd_per_m_tokens: Option<f64>,
+}
+
+/// How the cheapest configuration was chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RankedBy {
+    /// Every sized configuration has a price: the lowest price per hour.
+    UsdPerHour,
+    /// Some profile has no price: the fewest GPUs.
+    Gpus,
+}
+
+impl RankedBy {
+    /// The name reports use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RankedBy::UsdPerHour => "usd_per_hour",
+            RankedBy::Gpus => "gpus",
+        }
+    }
+}
+
+/// The answer of [`compare_configurations`].
+#[derive(Debug, Clone)]
+pub struct CapacityComparison {
+    /// One row per hardware x tensor-parallel size, in the order given.
+    pub rows: Vec<ConfigCapacity>,
+    /// With a target rate: the index of the cheapest row that meets it.
+    pub cheapest: Option<usize>,
+    /// With a target rate: how the cheapest was chosen.
+    pub ranked_by: Option<RankedBy>,
+}
+
+/// The scenario a capacity comparison serves: `base` with the search's defaults (Poisson
+/// arrivals unless it replays a trace; at least one request per rate).
+pub fn search_base(mut base: RawServeScenario) -> RawServeScenario {
+    let w = &mut base.workload;
+    if w.trace.is_none() && w.arrivals.is_none() {
+        w.arrivals = Some("poisson".into());
+    }
+    if let Some(n) = w.requests {
+        w.requests = Some(n.max(1));
+    }
+    base
+}
+
+/// The highest rate under `slo` of every configuration `hardware` x `tensor_parallel` (empty:
+/// the scenario's hardware; the scenario's tensor-parallel size, or 1), and with `target_qps`
+/// each one sized for that rate and the cheapest named: by price when every sized profile gives
+/// `gpu.price_usd_per_hour`, else by GPU count. `base` is searched as [`search_base`] gives it.
+pub fn compare_configurations(
+    base: &RawServeScenario,
+    hardware: &[String],
+    tensor_parallel: &[u32],
+    slo: &Slo,
+    opts: SearchOptions,
+    target_qps: Option<f64>,
+) -> Result<CapacityComparison, CapacityError> {
+    if let Some(q) = target_qps
+        && !(q.is_finite() && q > 0.0)
+    {
+        return Err(CapacityError::Setting {
+            field: "target_qps",
+            why: format!("{q} must be a rate above 0 requests/s"),
+        });
+    }
+    let hardware: Vec<String> = match (hardware, &base.hardware) {
+        ([], Some(h)) => vec![h.clone()],
+        (list, _) => list.to_vec(),
+    };
+    if hardware.is_empty() || hardware.iter().any(String::is_empty) {
+        return Err(CapacityError::NoHardware);
+    }
+    let tps: Vec<u32> = match tensor_parallel {
+        [] => vec![base.serve.tensor_parallel_size.unwrap_or(1)],
+        list => list.to_vec(),
+    };
+    let mut rows = Vec::new();
+    for h in &hardware {
+        let profile = kvplan_vocab::HardwareProfile::resolve(h)?;
+        for &tp in &tps {
+            let mut raw = base.clone();
+            raw.hardware = Some(h.clone());
+            raw.serve.tensor_parallel_size = Some(tp);
+            let c = max_qps(&raw, slo, opts)?;
+            let limited_by = c
+                .probes
+                .iter()
+                .find(|p| Some(p.qps) == c.fails_at)
+                .map(|p| slo.misses(&p.window))
+                .unwrap_or_default();
+            let requests_per_rate = c
+                .probes
+                .iter()
+                .find(|p| Some(p.qps) == c.max_qps)
+                .map_or(0, |p| p.requests);
+            let price = profile.gpu.price_usd_per_hour;
+            let sizing = match (target_qps, c.max_qps) {
+                (Some(t), Some(q)) => Some(size_for(t, q, tp, price)),
+                _ => None,
+            };
+            let per_m = |tok_s: f64| price.and_then(|p| usd_per_million_tokens(p, tp, tok_s));
+            let found = c.max_qps.is_some();
+            rows.push(ConfigCapacity {
+                hardware: profile.name.clone(),
+                tensor_parallel_size: tp,
+                max_qps: c.max_qps,
+                fails_at_qps: c.fails_at,
+                limited_by,
+                goodput_rps: found.then_some(c.at.goodput_rps),
+                ttft: c.at.ttft_s,
+                tpot: c.at.tpot_s,
+                e2e: c.at.e2e_s,
+                ttft_p99_s: c.at.ttft_s.p99,
+                tpot_p99_s: c.at.tpot_s.p99,
+                e2e_p99_s: c.at.e2e_s.p99,
+                output_tok_s: c.at.output_tokens_per_s,
+                rejected: c.at.rejected,
+                truncated: c.at.truncated,
+                measured_requests: c.at.measured,
+                requests_per_rate,
+                rates_served: c.probes.len(),
+                replicas: sizing.map(|s| s.replicas),
+                gpus: sizing.map(|s| s.gpus),
+                usd_per_hour: sizing.and_then(|s| s.usd_per_hour),
+                usd_per_m_output_tokens: found.then(|| per_m(c.at.output_tokens_per_s)).flatten(),
+                usd_per_m_tokens: found.then(|| per_m(c.at.total_tokens_per_s)).flatten(),
+            });
+        }
+    }
+    // The cheapest that meets the target: by price when every sized row has one, else GPUs.
+    let sized: Vec<usize> = (0..rows.len())
+        .filter(|&i| rows[i].gpus.is_some())
+        .collect();
+    let by_price = !sized.is_empty() && sized.iter().all(|&i| rows[i].usd_per_hour.is_some());
+    let key = |r: &ConfigCapacity| {
+        if by_price {
+            r.usd_per_hour.unwrap_or(f64::INFINITY)
+        } else {
+            r.gpus.unwrap_or(u64::MAX) as f64
+        }
+    };
+    let cheapest = sized
+        .iter()
+        .copied()
+        .min_by(|&a, &b| key(&rows[a]).total_cmp(&key(&rows[b])));
+    let ranked_by = target_qps.map(|_| {
+        if by_price {
+            RankedBy::UsdPerHour
+        } else {
+            RankedBy::Gpus
+        }
+    });
+    Ok(CapacityComparison {
+        rows,
+        cheapest,
+        ranked_by,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -776,7 +991,7 @@ mod tests {
             ("", "empty term"),
         ] {
             let e = bad.parse::<Slo>().unwrap_err().to_string();
-            assert!(e.starts_with("--slo: ") && e.contains(needle), "{bad}: {e}");
+            assert!(e.starts_with('\'') && e.contains(needle), "{bad}: {e}");
         }
     }
 

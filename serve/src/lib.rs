@@ -9,7 +9,7 @@
 //! - [`kv_cache`]: per-request block tables and block hashes, prefix lookup, slot allocation.
 //! - [`sched`]: the request state and one scheduling policy per kind (V1, and the 0.4 family).
 //! - [`iteration`]: a step's GPU and host time behind the [`IterationModel`] trait.
-//! - [`engine`]: the loop that only advances time (host thread, GPU stream, asynchronous
+//! - [`server`]: the simulated server loop (vLLM's EngineCore) that only advances time (host thread, GPU stream, asynchronous
 //!   scheduling).
 //! - [`output`]: per-request records, summary, time series and their CSV / JSON / trace writers.
 //!
@@ -33,18 +33,18 @@
 pub mod block_pool;
 pub mod capacity;
 pub mod config;
-pub mod engine;
 pub mod iteration;
 pub mod kv_cache;
 pub mod output;
 pub mod runs;
 pub mod scenario;
 pub mod sched;
+pub mod server;
 
 pub use config::{Config, Preemption, Resolved, SchedulerKind};
-pub use engine::{simulate, simulate_with};
 pub use iteration::{IterationModel, IterationShape, IterationTimer};
-pub use output::{FinishReason, Output, RejectReason, RequestRecord, Status, Summary};
+pub use output::{FinishReason, RejectReason, RequestRecord, ServeReport, Status, Summary};
+pub use server::{simulate, simulate_with};
 
 /// Serving simulator errors.
 #[derive(Debug, thiserror::Error)]

@@ -295,7 +295,7 @@ pub struct IterationRecord {
 
 /// Everything a run produces.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Output {
+pub struct ServeReport {
     /// Per request, in input order.
     pub requests: Vec<RequestRecord>,
     /// The summary.
@@ -312,7 +312,7 @@ fn num(w: &mut impl Write, x: f64) -> io::Result<()> {
     }
 }
 
-impl Output {
+impl ServeReport {
     /// Per-request CSV (header + one row per request; times empty for rejected requests).
     pub fn write_requests_csv(&self, mut w: impl Write) -> io::Result<()> {
         writeln!(

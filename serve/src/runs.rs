@@ -23,7 +23,7 @@ use std::path::Path;
 use kvplan_workloads::Request;
 use serde::Serialize;
 
-use crate::output::{Output, Percentiles, Status};
+use crate::output::{Percentiles, ServeReport, Status};
 
 /// Errors reading a measured run. Each names the file (and line or field).
 #[derive(Debug, thiserror::Error)]
@@ -366,7 +366,7 @@ impl Figures {
     }
 
     /// The same figures of a simulated run (served requests, same definitions).
-    pub fn of(out: &Output) -> Figures {
+    pub fn of(out: &ServeReport) -> Figures {
         Figures::from_served(
             out.requests
                 .iter()
@@ -451,7 +451,7 @@ pub fn rel_error(p: f64, m: f64) -> f64 {
 }
 
 /// Compares the simulated replay `out` of `run` (requests in the same order) with it.
-pub fn compare(run: &MeasuredRun, out: &Output) -> Comparison {
+pub fn compare(run: &MeasuredRun, out: &ServeReport) -> Comparison {
     let measured = run.figures();
     let predicted = Figures::of(out);
     let metrics = predicted
@@ -892,7 +892,7 @@ impl StageComparison {
     /// Compares the replay `out` of `stage`. The prediction is overloaded when the service did
     /// not keep up (the capacity search's steady-state test, [`crate::capacity::judge`]) or
     /// served less than 95% of the offered rate.
-    pub fn new(stage: &StageRun, out: &Output) -> StageComparison {
+    pub fn new(stage: &StageRun, out: &ServeReport) -> StageComparison {
         use crate::capacity::{Slo, SteadyState, judge};
         let s = &out.summary;
         let out_len = f64::from(stage.output_len.max(2) - 1);

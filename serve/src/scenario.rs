@@ -24,9 +24,9 @@ use kvplan_vocab::{HardwareProfile, ModelSpec};
 use kvplan_workloads::{Request, WorkloadConfig, WorkloadSpec, generate};
 use serde::{Deserialize, Serialize};
 
-use crate::{Config, Output, Preemption, Resolved, SchedulerKind};
+use crate::{Config, Preemption, Resolved, SchedulerKind, ServeReport};
 
-/// Output lengths of a synthetic workload that gives none (tokens).
+/// ServeReport lengths of a synthetic workload that gives none (tokens).
 pub const DEFAULT_OUTPUT_LENGTHS: &str = "128";
 
 /// Most requests a capacity search serves at one rate.
@@ -367,7 +367,7 @@ impl ServeScenario {
     }
 
     /// Serves `requests` (from [`requests`](Self::requests)).
-    pub fn run(&self, requests: &[Request]) -> Result<Output, crate::Error> {
+    pub fn run(&self, requests: &[Request]) -> Result<ServeReport, crate::Error> {
         crate::simulate(&self.model, &self.hardware, &self.config, requests)
     }
 }

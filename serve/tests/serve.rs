@@ -3,8 +3,8 @@
 use kvplan_planner::plan::{Options, Shape, Strategy, plan};
 use kvplan_serve::iteration::HybridResume;
 use kvplan_serve::{
-    Config, FinishReason, IterationShape, IterationTimer, Output, Preemption, RejectReason,
-    SchedulerKind, Status, simulate, simulate_with,
+    Config, FinishReason, IterationShape, IterationTimer, Preemption, RejectReason, SchedulerKind,
+    ServeReport, Status, simulate, simulate_with,
 };
 use kvplan_sim::engine::makespan;
 use kvplan_vocab::layers::head_ops;
@@ -250,7 +250,7 @@ fn study_resume_costs_within_25_percent() {
     assert!(worst <= 0.25, "{report}");
 }
 
-fn run_mode(reqs: &[Request], util: f64, mode: Preemption, block: u32) -> Output {
+fn run_mode(reqs: &[Request], util: f64, mode: Preemption, block: u32) -> ServeReport {
     let (m, hw, _) = setup("llama-2-7b", "a100-40g-pcie4");
     let cfg = Config {
         gpu_memory_utilization: util,
@@ -262,7 +262,7 @@ fn run_mode(reqs: &[Request], util: f64, mode: Preemption, block: u32) -> Output
     simulate(&m, &hw, &cfg, reqs).unwrap()
 }
 
-fn run_on(model: &str, hw: &str, reqs: &[Request], mode: Preemption) -> Output {
+fn run_on(model: &str, hw: &str, reqs: &[Request], mode: Preemption) -> ServeReport {
     let (m, hw, _) = setup(model, hw);
     let cfg = Config {
         preemption: mode,
@@ -319,7 +319,7 @@ fn swap_beats_recompute_when_spare_memory_is_small_and_loses_when_large() {
 /// On the study's A100-40GB the evicted contexts stay under the ~32K-token crossover, and
 /// recompute edges out swap (469.1 s vs 470.6 s on six 18K-token requests, 3 preemptions);
 /// hybrid, which stores `X` for most tokens and so moves fewer bytes both ways, beats both.
-fn run_long(reqs: &[Request], mode: Preemption) -> Output {
+fn run_long(reqs: &[Request], mode: Preemption) -> ServeReport {
     run_on("yarn-llama-2-7b", "a100-40g-pcie4", reqs, mode)
 }
 
@@ -455,7 +455,7 @@ fn impossible_requests_are_rejected() {
     );
 }
 
-fn all_bytes(o: &Output) -> Vec<u8> {
+fn all_bytes(o: &ServeReport) -> Vec<u8> {
     let mut v = Vec::new();
     o.write_requests_csv(&mut v).unwrap();
     o.write_timeseries_csv(&mut v).unwrap();

@@ -86,7 +86,7 @@ fn cached_tokens_equal_the_closed_form_and_ttft_falls() {
     let rate = expected_total as f64 / prompts as f64;
     assert!((on.summary.prefix_cache_hit_rate - rate).abs() < 1e-12);
     // Repeat visits prefill a few tokens instead of 566: their TTFT falls, the others' does not.
-    let repeat = |o: &kvplan_serve::Output| {
+    let repeat = |o: &kvplan_serve::ServeReport| {
         let v: Vec<f64> = o.requests[(groups * users) as usize..]
             .iter()
             .map(|r| r.ttft_s)

@@ -1,272 +1,123 @@
-//! The commands that touch real hardware: `exec`, `validate`, `calibrate`.
+//! `kvplan calibrate`: measure this machine, or fit a profile to measured tables or real
+//! serving runs; the fits themselves are `kvplan_calibrate`'s.
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use kvplan_calibrate::{Comparison, Plan as CalPlan};
-use kvplan_exec::{BackendKind, ExecOptions, Executor};
-use kvplan_planner::report::RunReport;
-use kvplan_planner::run::{SimulatedRun, simulate_scenario};
-use kvplan_vocab::timeline::{Run, write_chrome_trace, write_csv};
+use clap::Args;
+
+use super::exec::open_backend;
+use crate::args::*;
+use crate::error::CliError;
+use crate::output::write_output;
+use crate::render::*;
+use kvplan_calibrate::Plan as CalPlan;
+use kvplan_exec::BackendKind;
+use kvplan_serve::runs::{StageComparison, StageRun};
 use kvplan_vocab::{HardwareProfile, ModelSpec};
 use serde_json::json;
 
-use crate::args::{BackendArgs, CalibrateArgs, ExecArgs, Format, ValidateArgs};
-use crate::commands::{
-    CSV_FIELDS, Output, csv_number, csv_row, csv_text, describe, json_line, metric_rows,
-    split_summary,
-};
-use crate::error::CliError;
-use crate::output::write_output;
-use crate::render::{Table, gib, pct, secs};
+pub const CALIBRATE_LONG: &str = "\
+Measure the machine through the executor and write a hardware profile whose [calibration] and
+[kernels] sections the simulator then uses instead of datasheet figures:
+  copies        time vs size, 4 KiB to 1 GiB (--quick: less), host->device and device->host,
+                pinned and pageable, and both directions at once (full or half duplex)
+  GEMMs         the layer shapes of the model presets (or --model ...), decode and prefill rows
+  attention     decode over batch x context, causal prefill over length (fitted roofline)
+  kernels       memory-bound kernels over size, and the per-op launch overhead
+  [kernels]     tables over the cost model's token grid (30 counts, 1..4096; on a CPU up to
+                1024, --quick 64) of each GEMM of the models' layers (qkv_proj, out_proj, ffn_up,
+                ffn_down) and each memory-bound kind (norm, activation, rope, add, embedding),
+                with the GEMM and per-kind models fitted to them. Budget on an H100: the full
+                plan's 45 tables x 30 points x 10 repetitions = 13,500 kernels, about 0.13 s of
+                device time per pass, about 3 s in all with warm-up and launches (--quick: 5
+                repetitions, two models)
+Provenance (device, driver, date, backend) is recorded in the file, which is a valid --hardware
+file for every other command. A full GPU run takes a few minutes (the [kernels] sweep adds
+seconds of that); --quick is for CI and CPUs.
 
-fn open_backend(b: &BackendArgs) -> Result<Box<dyn Executor>, CliError> {
-    let kind = BackendKind::parse(&b.backend).ok_or_else(|| {
-        CliError::input(format!(
-            "--backend: unknown backend '{}'; use cuda or cpu",
-            b.backend
-        ))
-    })?;
-    let opts = ExecOptions {
-        device: b.device,
-        seed: b.seed,
-        warmup_runs: b.warmup,
-    };
-    Ok(kvplan_exec::open(kind, &opts)?)
-}
+--from-table FILE fits the kernel model from measurements someone else took, without a GPU:
+a CSV in Vidur's profiling format, one row per model shape x token count x tensor-parallel
+degree with the median device time of each op in milliseconds (emb, input_layernorm,
+attn_pre_proj, attn_rope, attn_post_proj, post_attention_layernorm, mlp_up_proj, mlp_act,
+mlp_down_proj, add). Each column is costed as the kernel kvplan emits for that op (the same
+GEMM shapes and bytes), then
+  models   the GEMM model (tile/wave quantisation with --sms, memory/compute blend, floors)
+           and each memory-bound kind's floor and bandwidth, fitted to minimise the median
+           plus half the p90 of |log(predicted/measured)| per op and token bucket
+  tables   one per GEMM shape and memory-bound kind x row width on the 30-point token grid,
+           each point the median of the measurements within half a grid step
+The --base profile (preset or file) is written with the fitted [kernels] section; attention
+and all-reduce figures (not in the table) come from the base's [kernels], else its roofline.
+The per-op x token-bucket error (median, p90) of the result is printed on stdout.
+  kvplan calibrate --from-table a100_Llama-2-7b-hf.csv --base a100-80g-sxm --out a100.toml
 
-fn write_runs(path: &Path, runs: &[Run]) -> Result<(), CliError> {
-    let csv = path
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
-    write_output(path, "--trace", |w| {
-        if csv {
-            write_csv(runs, w)
-        } else {
-            write_chrome_trace(runs, w)
-        }
-    })
-}
+An attention table (detected by its header phase,batch_size,query_tokens_per_seq,
+kv_tokens_per_seq,median_ms_per_layer: one row per decode batch or prefill chunk of one layer,
+Vidur's attention profiling) fits [kernels.attention] instead: the work-unit model of one
+attention kernel per batch (--sms fixed; floor, per-unit cost, HBM and tensor efficiency per SM,
+tail, per-row and split-combine costs), with the heads of --model [default: the preset the file
+name contains, e.g. llama-2-7b]. The measured calls appended the new tokens' K,V to the cache
+inside the kernel (flash_attn_with_kvcache with k, v: every query block copies the keys it
+attends); the fit models that copy and leaves it out of the profile (vLLM writes the cache in a
+separate kernel). The base must have a [kernels] section; the decode and prefill errors (median,
+p90) by batch x context and chunk x cached-token bucket are printed on stdout.
+  kvplan calibrate --from-table a100_Llama-2-7b-hf_attention.csv --base a100-80g-sxm";
 
-/// `kvplan exec`.
-pub fn exec(args: &ExecArgs) -> Result<Output, CliError> {
-    let sc = args.run.resolve(args.strategy.clone())?;
-    let p = sc.plan()?;
-    let mut ex = open_backend(&args.backend)?;
-    let timeline = ex.run(&p.schedule)?;
-    if let Some(path) = &args.trace {
-        write_runs(
-            path,
-            &[Run {
-                name: "measured",
-                schedule: &p.schedule,
-                timeline: &timeline,
-            }],
-        )?;
-    }
-    let r = RunReport::new(&p, &timeline);
-    match args.output.format {
-        Format::Json => json_line(&r),
-        Format::Csv => csv_text(&CSV_FIELDS, &[csv_row(&r)]),
-        Format::Table => {
-            let mut out = String::new();
-            let _ = writeln!(
-                out,
-                "{} (measured on {}, {} backend): {}",
-                r.strategy,
-                r.device,
-                r.backend,
-                describe(&p)
-            );
-            let mut t = Table::new(&["metric", "value"]);
-            for (k, v) in metric_rows(&r) {
-                t.row(&[k.to_string(), v]);
-            }
-            out.push_str(&t.render());
-            if let Some(line) = split_summary(&p) {
-                let _ = writeln!(out, "{line}");
-            }
-            for n in &r.notes {
-                let _ = writeln!(out, "note: {n}");
-            }
-            Ok(out)
-        }
-    }
-}
-
-fn comparison_table(c: &Comparison) -> String {
-    let mut out = String::new();
-    let mut t = Table::new(&["", "simulated", "measured", "error"]);
-    let e = |r: f64| {
-        if r.is_finite() {
-            format!("{:+.1}%", r * 100.0)
-        } else {
-            "-".into()
-        }
-    };
-    t.row(&[
-        "end to end".to_string(),
-        secs(c.simulated_s),
-        secs(c.measured_s),
-        pct(c.end_to_end_error),
-    ]);
-    t.row(&[
-        "decode".to_string(),
-        secs(c.simulated_decode_s),
-        secs(c.measured_decode_s),
-        e(c.decode_error()),
-    ]);
-    t.row(&[
-        "per step: median |error|".to_string(),
-        String::new(),
-        String::new(),
-        pct(c.median_step_error),
-    ]);
-    t.row(&[
-        "per step: p90 |error|".to_string(),
-        String::new(),
-        String::new(),
-        pct(c.p90_step_error),
-    ]);
-    for r in &c.per_category {
-        t.row(&[
-            format!("category {}", r.name),
-            secs(r.simulated_s),
-            secs(r.measured_s),
-            e(r.error),
-        ]);
-    }
-    for r in &c.per_kind {
-        t.row(&[
-            format!("op {}", r.name),
-            secs(r.simulated_s),
-            secs(r.measured_s),
-            e(r.error),
-        ]);
-    }
-    out.push_str(&t.render());
-    out
-}
-
-/// `kvplan validate`.
-pub fn validate(args: &ValidateArgs) -> Result<Output, CliError> {
-    if !(args.max_error.is_finite() && args.max_error > 0.0) {
-        return Err(CliError::input(format!(
-            "--max-error: must be a positive fraction such as 0.1 (got {})",
-            args.max_error
-        )));
-    }
-    let sc = args.run.resolve(args.strategy.clone())?;
-    let SimulatedRun {
-        plan: p,
-        timeline: simulated,
-        report: rs,
-    } = simulate_scenario(&sc)?;
-    let mut ex = open_backend(&args.backend)?;
-    let measured = ex.run(&p.schedule)?;
-    if let Some(path) = &args.trace {
-        write_runs(
-            path,
-            &[
-                Run {
-                    name: "simulated",
-                    schedule: &p.schedule,
-                    timeline: &simulated,
-                },
-                Run {
-                    name: "measured",
-                    schedule: &p.schedule,
-                    timeline: &measured,
-                },
-            ],
-        )?;
-    }
-    let c = kvplan_calibrate::compare(&p.schedule, &simulated, &measured);
-    let rm = RunReport::new(&p, &measured);
-    let out = match args.output.format {
-        Format::Json => json_line(&json!({
-            "strategy": p.strategy.as_str(),
-            "model": p.model,
-            "hardware": p.hardware,
-            "backend": rm.backend,
-            "device": rm.device,
-            "simulated_s": c.simulated_s,
-            "measured_s": c.measured_s,
-            "end_to_end_error": c.end_to_end_error,
-            "max_error": args.max_error,
-            "passed": c.end_to_end_error <= args.max_error,
-            "simulated_decode_s": c.simulated_decode_s,
-            "measured_decode_s": c.measured_decode_s,
-            "median_step_error": c.median_step_error,
-            "p90_step_error": c.p90_step_error,
-            "per_category": c.per_category,
-            "per_kind": c.per_kind,
-            "per_step": c.per_step,
-            "simulated": rs,
-            "measured": rm,
-        }))?,
-        Format::Csv => {
-            let mut rows: Vec<Vec<String>> = vec![vec![
-                "end_to_end".into(),
-                csv_number(c.simulated_s),
-                csv_number(c.measured_s),
-                csv_number(c.end_to_end_error),
-            ]];
-            for (prefix, list) in [
-                ("category", &c.per_category),
-                ("op", &c.per_kind),
-                ("step", &c.per_step),
-            ] {
-                for r in list {
-                    // `step:3`, not `step:step 3`.
-                    let name = r.name.strip_prefix("step ").unwrap_or(&r.name);
-                    rows.push(vec![
-                        format!("{prefix}:{name}"),
-                        csv_number(r.simulated_s),
-                        csv_number(r.measured_s),
-                        csv_number(r.error),
-                    ]);
-                }
-            }
-            csv_text(&["item", "simulated_s", "measured_s", "error"], &rows)?
-        }
-        Format::Table => {
-            let mut out = String::new();
-            let _ = writeln!(
-                out,
-                "validate {}: simulated with {} vs measured on {} ({} backend)",
-                describe(&p),
-                p.hardware,
-                rm.device,
-                rm.backend
-            );
-            out.push_str(&comparison_table(&c));
-            let _ = writeln!(
-                out,
-                "decode throughput: simulated {:.1} tok/s, measured {:.1} tok/s",
-                rs.decode_throughput_tok_s, rm.decode_throughput_tok_s
-            );
-            out
-        }
-    };
-    if c.end_to_end_error > args.max_error {
-        return Err(CliError {
-            code: crate::error::EXIT_FAILURE,
-            message: format!(
-                "end-to-end error {:.1}% exceeds --max-error {:.1}%",
-                c.end_to_end_error * 100.0,
-                args.max_error * 100.0
-            ),
-            stdout: Some(out),
-        });
-    }
-    Ok(out)
+/// `kvplan calibrate`.
+#[derive(Debug, Args)]
+pub struct CalibrateArgs {
+    /// Backend
+    #[command(flatten)]
+    pub backend: BackendArgs,
+    /// Where to write the profile TOML (with --from-table and --from-runs: optional, else the
+    /// fitted section is printed after the error table)
+    #[arg(long, value_name = "FILE", required_unless_present_any = ["from_table", "from_runs"])]
+    pub out: Option<PathBuf>,
+    /// Fewer sizes and shapes: seconds on a CPU, for CI
+    #[arg(long)]
+    pub quick: bool,
+    /// Preset or profile file whose fields the profile keeps where nothing is measured
+    /// [default: the preset whose GPU name matches, if any; with --from-table: a100-80g-sxm
+    /// or h100-sxm from the file name]
+    #[arg(long, value_name = "PRESET|FILE")]
+    pub base: Option<String>,
+    /// Fit the [kernels] section from a measured table (Vidur's profiling CSV: model sizes,
+    /// num_tokens, num_tensor_parallel_workers, one *_ms column per op), or [kernels.attention]
+    /// from a measured attention table (header phase,batch_size,query_tokens_per_seq,
+    /// kv_tokens_per_seq,median_ms_per_layer), instead of measuring
+    #[arg(long, value_name = "FILE", conflicts_with = "quick")]
+    pub from_table: Option<PathBuf>,
+    /// Fit the serving figures (decode attention's KV bandwidth, the engine's host time, the
+    /// frontend latency) to real serving runs: a stage table of shared-prefix runs (one row per
+    /// load stage with the server's settings and the measured TTFT / E2E; see
+    /// data/validation/real_vllm/); --base names the GPU's profile
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["quick", "models", "from_table"])]
+    pub from_runs: Option<PathBuf>,
+    /// With --from-runs: requests of each stage replayed while fitting (the report replays all)
+    #[arg(long, value_name = "N", default_value_t = 3000, requires = "from_runs")]
+    pub fit_requests: u64,
+    /// Streaming multiprocessors of the GPU (the GEMM model's wave quantisation; with
+    /// --from-table) [default: from the base's GPU name: A100 108, H100/H200 SXM 132]
+    #[arg(long, value_name = "N", requires = "from_table")]
+    pub sms: Option<u32>,
+    /// Profile name [default: the --out file's stem]
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Models whose layer shapes to measure (repeatable) [default: depends on backend and
+    /// --quick]; with an attention table, the model it was measured on [default: the preset the
+    /// file name contains]
+    #[arg(long = "model", value_name = "NAME|PATH")]
+    pub models: Vec<String>,
+    /// Output
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// `kvplan calibrate`.
-pub fn calibrate(args: &CalibrateArgs) -> Result<Output, CliError> {
+pub fn calibrate(args: &CalibrateArgs) -> Result<String, CliError> {
     if let Some(runs) = &args.from_runs {
-        return crate::calibrate_runs::calibrate_from_runs(args, runs);
+        return calibrate_from_runs(args, runs);
     }
     if let Some(table) = &args.from_table {
         return calibrate_from_table(args, table);
@@ -485,7 +336,7 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Output, CliError> {
 
 /// `kvplan calibrate --from-table FILE`: the base profile with a `[kernels]` section fitted to a
 /// measured table.
-fn calibrate_from_table(args: &CalibrateArgs, table: &std::path::Path) -> Result<Output, CliError> {
+fn calibrate_from_table(args: &CalibrateArgs, table: &std::path::Path) -> Result<String, CliError> {
     use kvplan_calibrate::table::{
         FitOptions, MeasuredTable, error_report, fit_kernels, kernel_model, kernels_toml,
         replace_kernels,
@@ -540,26 +391,18 @@ fn table_base(
     use kvplan_calibrate::table::default_sms;
     let base_name = match &args.base {
         Some(b) => b.clone(),
-        None => {
-            let lower = file_name.to_ascii_lowercase();
-            if lower.starts_with("a100") {
-                "a100-80g-sxm".to_string()
-            } else if lower.starts_with("h100") {
-                "h100-sxm".to_string()
-            } else {
-                return Err(CliError::input(format!(
+        None => kvplan_calibrate::table::base_from_file_name(file_name)
+            .ok_or_else(|| {
+                CliError::input(format!(
                     "--from-table {file_name}: which GPU? pass --base PRESET|FILE (e.g. \
-                     a100-80g-sxm)"
-                )));
-            }
-        }
+                         a100-80g-sxm)"
+                ))
+            })?
+            .to_string(),
     };
     let base = HardwareProfile::resolve(&base_name)?;
-    let base_text = match HardwareProfile::preset_text(&base_name) {
-        Ok(t) if !base_name.contains(['/', '.']) => t.to_string(),
-        _ => std::fs::read_to_string(&base_name)
-            .map_err(|e| CliError::input(format!("--base {base_name}: {e}")))?,
-    };
+    let base_text = kvplan_calibrate::table::base_text(&base_name)
+        .map_err(|e| CliError::input(format!("--base {base_name}: {e}")))?;
     let sms = match args.sms.or_else(|| default_sms(&base.gpu.name)) {
         Some(s) if s > 0 => s,
         _ => {
@@ -579,7 +422,7 @@ fn calibrate_attention_from_table(
     table: &std::path::Path,
     file_name: &str,
     text: &str,
-) -> Result<Output, CliError> {
+) -> Result<String, CliError> {
     use kvplan_calibrate::attention::{
         AttentionTable, Heads, attention_toml, error_report, fit_attention, predicted,
         replace_attention,
@@ -588,11 +431,7 @@ fn calibrate_attention_from_table(
         [m] => ModelSpec::resolve(m)?,
         [] => {
             // The preset whose name the file name contains (Vidur names tables after the model).
-            let lower = file_name.to_ascii_lowercase();
-            ModelSpec::preset_names()
-                .into_iter()
-                .filter(|n| lower.contains(n.as_str()))
-                .max_by_key(|n| n.len())
+            kvplan_calibrate::table::model_from_file_name(file_name)
                 .map(|n| ModelSpec::preset(&n))
                 .transpose()?
                 .ok_or_else(|| {
@@ -654,6 +493,85 @@ fn calibrate_attention_from_table(
     write_or_print(out, args.out.as_deref(), &profile, &attention)
 }
 
+/// `kvplan calibrate --from-runs FILE`.
+pub fn calibrate_from_runs(args: &CalibrateArgs, runs: &Path) -> Result<String, CliError> {
+    let stages = StageRun::read(runs).map_err(|e| CliError::input(format!("--from-runs: {e}")))?;
+    let base_name = match &args.base {
+        Some(b) => b.clone(),
+        None => kvplan_calibrate::runs::stages_base(&stages)
+            .ok_or_else(|| {
+                CliError::input(
+                    "--from-runs: the runs name several GPUs (or none with a preset); pass \
+                         --base PRESET|FILE for the one to fit",
+                )
+            })?
+            .to_string(),
+    };
+    let base = HardwareProfile::resolve(&base_name)?;
+    if args.fit_requests == 0 {
+        return Err(CliError::input(
+            "--fit-requests: at least 1 request per stage",
+        ));
+    }
+    let fit = kvplan_calibrate::runs::fit_stages(&stages, &base, &base_name, args.fit_requests)
+        .map_err(|e| CliError::input(format!("--from-runs: {e}")))?;
+    let file_name = runs.file_name().map_or_else(
+        || runs.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let name = args.name.clone().unwrap_or_else(|| {
+        args.out.as_ref().and_then(|p| p.file_stem()).map_or_else(
+            || format!("{}-fitted", base.name),
+            |s| s.to_string_lossy().into_owned(),
+        )
+    });
+    let toml = fit.profile_toml(&file_name, &base_name, &name);
+    if args.output.format == Format::Json {
+        #[derive(serde::Serialize)]
+        struct Report<'a> {
+            base: &'a str,
+            decode_efficiency: f64,
+            unit_us: Option<f64>,
+            host_scale: f64,
+            frontend_us: f64,
+            before: &'a [StageComparison],
+            after: &'a [StageComparison],
+            skipped: &'a [(String, String)],
+        }
+        if let Some(path) = &args.out {
+            write_output(path, "--out", |w| w.write_all(toml.as_bytes()))?;
+        }
+        return crate::render::json_line(&Report {
+            base: &base.name,
+            decode_efficiency: fit.decode_efficiency,
+            unit_us: fit.unit_us,
+            host_scale: fit.host_scale,
+            frontend_us: fit.frontend_us,
+            before: &fit.before,
+            after: &fit.after,
+            skipped: &fit.skipped,
+        });
+    }
+    let mut out = format!(
+        "calibrate --from-runs {file_name} on {}: fitted decode attention at {:.1}% of HBM \
+         bandwidth{}, host time x{:.2}, frontend {:.1} ms\n\nbefore (the base profile):\n{}\n\
+         after:\n{}",
+        base.name,
+        fit.decode_efficiency * 100.0,
+        fit.unit_us.map_or(String::new(), |u| format!(
+            " and {u:.2} us per thread block"
+        )),
+        fit.host_scale,
+        fit.frontend_us / 1e3,
+        stage_table(&fit.before),
+        stage_table(&fit.after),
+    );
+    for (stage, why) in &fit.skipped {
+        let _ = writeln!(out, "skipped {stage}: {why}");
+    }
+    write_or_print(out, args.out.as_deref(), &toml, &toml)
+}
+
 /// Ends a fit's report: writes `file` to `--out` and says so, or, without `--out`, prints
 /// `section` (the fitted part of the profile) after the report.
 pub(crate) fn write_or_print(
@@ -661,7 +579,7 @@ pub(crate) fn write_or_print(
     path: Option<&std::path::Path>,
     file: &str,
     section: &str,
-) -> Result<Output, CliError> {
+) -> Result<String, CliError> {
     match path {
         Some(path) => {
             write_output(path, "--out", |w| w.write_all(file.as_bytes()))?;

@@ -1,16 +1,50 @@
 //! `kvplan plot` (a metric against an axis from a CSV table) and the SVG plots of `kvplan serve`
 //! (`--plot`, `--plot-cdf`); the drawing lives in `kvplan_plot`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use kvplan_plot::table::{axis_label, series_from_table};
-use kvplan_plot::{ServingPoint, latency_cdf, line_chart, serving_timeseries};
-use kvplan_serve::{Output as ServeOutput, Status};
+use clap::Args;
 
-use crate::args::PlotArgs;
-use crate::commands::Output;
 use crate::error::CliError;
 use crate::output::write_output;
+use kvplan_plot::table::{axis_label, series_from_table};
+use kvplan_plot::{ServingPoint, latency_cdf, line_chart, serving_timeseries};
+use kvplan_serve::{ServeReport, Status};
+
+pub const PLOT_LONG: &str = "\
+Plot column --y against column --x of a CSV table that kvplan wrote (a sweep's output: axis
+columns first, then metrics; serve --format csv or --requests-csv; --timeseries-csv), one line
+per distinct value of the --series columns, as an SVG file. Rows whose x or y is not a number
+(error rows, empty cells) are skipped and counted in a note on stderr. Axis labels are the
+column names with the unit their suffix implies (_s seconds, _bytes bytes, _tok_s tokens/s,
+_fraction fraction). Exit 2, writing nothing, on an unknown column, an empty table or a column
+with no number.
+  kvplan serve --model llama-2-7b --hardware a100-80g-sxm --arrivals poisson --qps 4 \\
+      --lengths 512 --output-lengths 64 --requests 200 --format csv > requests.csv
+  kvplan plot requests.csv --x arrival_s --y e2e_s --out e2e.svg";
+
+/// `kvplan plot`.
+#[derive(Debug, Args)]
+pub struct PlotArgs {
+    /// The CSV table (header row first)
+    #[arg(value_name = "CSV")]
+    pub csv: PathBuf,
+    /// Column on the x axis
+    #[arg(long, value_name = "COLUMN")]
+    pub x: String,
+    /// Column on the y axis
+    #[arg(long, value_name = "COLUMN")]
+    pub y: String,
+    /// Columns whose distinct values make one line each [default: one line]
+    #[arg(long, value_name = "COLUMN[,COLUMN]", value_delimiter = ',')]
+    pub series: Vec<String>,
+    /// Title [default: Y against X]
+    #[arg(long, value_name = "TEXT")]
+    pub title: Option<String>,
+    /// The SVG file to write [default: the SVG on stdout]
+    #[arg(long, value_name = "FILE.svg")]
+    pub out: Option<PathBuf>,
+}
 
 /// A plotting error for the option `what`: bad input (exit 2), or a drawing failure (exit 1).
 fn plot_error(what: &str, e: kvplan_plot::Error) -> CliError {
@@ -45,7 +79,7 @@ fn read_table(path: &Path) -> Result<(Vec<String>, Vec<Vec<String>>), CliError> 
 }
 
 /// `kvplan plot`.
-pub fn plot(args: &PlotArgs) -> Result<Output, CliError> {
+pub fn plot(args: &PlotArgs) -> Result<String, CliError> {
     match &args.out {
         Some(p) => {
             plot_table(
@@ -107,7 +141,7 @@ fn draw_table(
 }
 
 /// The SVG of `serve --plot`: KV blocks and sequences against time.
-pub fn serve_timeseries(out: &ServeOutput, title: &str) -> Result<String, CliError> {
+pub fn serve_timeseries(out: &ServeReport, title: &str) -> Result<String, CliError> {
     let points: Vec<ServingPoint> = out
         .iterations
         .iter()
@@ -124,7 +158,7 @@ pub fn serve_timeseries(out: &ServeOutput, title: &str) -> Result<String, CliErr
 }
 
 /// The SVG of `serve --plot-cdf`: TTFT, TPOT and E2E CDFs of the finished requests.
-pub fn serve_cdf(out: &ServeOutput, title: &str) -> Result<String, CliError> {
+pub fn serve_cdf(out: &ServeReport, title: &str) -> Result<String, CliError> {
     let done: Vec<_> = out
         .requests
         .iter()

@@ -2,18 +2,161 @@
 //! (`--shard`, `--resume`), stream the rows the library produces to stdout or `--out`, and join
 //! shard outputs. The sweep itself (file, points, rows, merge) is `kvplan_sweep`.
 
-use std::io::{IsTerminal, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use kvplan_sweep::{Format, Sweep};
+use clap::{Args, ValueEnum};
 
-use crate::args::{MergeArgs, SweepArgs, SweepFormat};
-use crate::commands::Output;
 use crate::error::CliError;
-use crate::output::{open_stream, write_output};
+use crate::output::open_stream;
+use crate::output::write_output;
+use kvplan_sweep::{Format, Sweep};
+use std::io::{IsTerminal, Write};
+
+pub const SWEEP_LONG: &str = "\
+Run every point of a sweep file through the same path as `kvplan simulate FILE` (kind =
+\"simulate\": planner and discrete-event simulator) or `kvplan serve FILE` (kind = \"serve\":
+the serving simulator), in parallel (RAYON_NUM_THREADS threads; a progress bar on a terminal),
+and write one row per point in point order, whatever the thread count.
+
+  kind = \"simulate\"               # or \"serve\"
+  [base]                          # a scenario exactly as `kvplan simulate FILE` reads it
+  model = \"opt-6.7b\"              #   (or, instead of [base]: base_file = \"scenarios/x.toml\",
+  hardware = \"a100-40g-pcie4\"     #   relative to the sweep file)
+  [base.workload]
+  prompt = 128
+  gen = 32
+  [axes]                          # cartesian product; first axis outermost, last fastest
+  hardware = [\"a100-40g-pcie4\", \"h100-pcie\"]
+  \"workload.batch\" = [8, 16, 32]   # any scenario field by its dotted path
+  strategy = [\"kvpr\", \"full-transfer\"]
+  [[points]]                      # optional explicit points, after the grid
+  \"workload.batch\" = 64
+  \"offload.split\" = 100
+
+Any field works (model, hardware, strategy, dtype, workload.*, offload.*, headinfer.*,
+runahead.*; for serve: workload.qps / arrivals / prompt_lengths / output_lengths / trace /
+requests / seed, serve.scheduler / preemption / block_size / tensor_parallel_size, ...): each
+point's values are set at their paths in the base and read as the scenario, so an unknown field
+or a value of the wrong type stops the sweep before it starts, naming the axis. Relative paths
+are relative to the file that writes them.
+
+Columns: point, the axes' paths (then fields only [[points]] set), the metrics
+(simulate: prefill_latency_s, decode_latency_s, total_latency_s, decode_throughput_tok_s,
+gpu_busy_fraction, gpu_idle_s, peak_gpu_bytes, peak_host_bytes, h2d_bytes, d2h_bytes,
+mean_recompute_fraction, ops; serve: requests, finished, rejected, output_tok_s, total_tok_s,
+requests_per_s, ttft/tpot/e2e/queue p50/p90/p99 in seconds, preemptions, swap_out_bytes,
+swap_in_bytes, gpu_busy_fraction, makespan_s, iterations, gpu_blocks), then status (ok or error)
+and reason: a point that cannot run (it does not fit, an invalid combination) is a row with
+status error and why, not a failure.
+
+Large and distributed sweeps:
+  --out FILE --resume   continue a killed run: whole rows already in FILE are kept (a cut-off
+                        last line is recomputed), the rest appended; the result is the same
+                        bytes as an uninterrupted run
+  --shard I/N           run only points with index % N == I (0-based); then
+                        `kvplan merge OUT SHARD...` gives the unsharded file byte for byte
+  --yes                 needed above --max-points (default 100000) points
+  --plot FILE.svg       after the run, --plot-y against --plot-x, one line per value of the
+                        other axes (--plot-series to choose); needs --out in CSV";
+
+pub const MERGE_LONG: &str = "\
+Join the outputs of `kvplan sweep FILE --shard I/N` (CSV or JSONL) into the file the unsharded
+run writes, byte for byte: one header, rows in point order. Fails, naming the file or point, on
+different columns (outputs of different sweeps), a point in two inputs, a missing point, or a cut-off
+last line. Gaps below the largest point are always found; give --sweep FILE to check the points
+after it too.
+  kvplan merge all.csv shard-0.csv shard-1.csv shard-2.csv
+  kvplan merge --out all.csv --sweep sweep.toml shard-*.csv";
+
+/// Row format of `kvplan sweep`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SweepFormat {
+    /// CSV with a header row
+    Csv,
+    /// One JSON object per line
+    Jsonl,
+}
+
+/// `--shard I/N`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    /// This shard (0-based).
+    pub index: u64,
+    /// Shards in all.
+    pub count: u64,
+}
+
+fn parse_shard(s: &str) -> Result<Shard, String> {
+    let bad = || format!("expected I/N with 0 <= I < N, e.g. 0/4 (got '{s}')");
+    let (i, n) = s.split_once('/').ok_or_else(bad)?;
+    let (index, count) = (
+        i.trim().parse::<u64>().map_err(|_| bad())?,
+        n.trim().parse::<u64>().map_err(|_| bad())?,
+    );
+    if count == 0 || index >= count {
+        return Err(bad());
+    }
+    Ok(Shard { index, count })
+}
 
 /// `kvplan sweep`.
-pub fn sweep(args: &SweepArgs) -> Result<Output, CliError> {
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    /// Sweep TOML file (kind, [base] or base_file, [axes], [[points]]; see above)
+    #[arg(value_name = "SWEEP")]
+    pub file: PathBuf,
+    /// Write the rows to FILE (streamed as points finish) instead of stdout
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Row format
+    #[arg(long, value_enum, default_value_t = SweepFormat::Csv)]
+    pub format: SweepFormat,
+    /// Keep the rows already in --out and run only the rest
+    #[arg(long, requires = "out")]
+    pub resume: bool,
+    /// Run only the points with index % N == I (0-based), e.g. --shard 0/4
+    #[arg(long, value_name = "I/N", value_parser = parse_shard)]
+    pub shard: Option<Shard>,
+    /// Refuse sweeps of more points than this without --yes
+    #[arg(long, value_name = "N", default_value_t = kvplan_sweep::DEFAULT_MAX_POINTS)]
+    pub max_points: u64,
+    /// Run a sweep of more than --max-points points
+    #[arg(long)]
+    pub yes: bool,
+    /// After the run, draw --plot-y against --plot-x as an SVG line chart, one line per value
+    /// of the --plot-series columns (needs --out in CSV; with --shard, plot the merged file
+    /// with `kvplan plot`)
+    #[arg(long, value_name = "FILE.svg", requires = "out")]
+    pub plot: Option<PathBuf>,
+    /// Column for the plot's x axis [default: the last axis]
+    #[arg(long, value_name = "COLUMN", requires = "plot")]
+    pub plot_x: Option<String>,
+    /// Column for the plot's y axis [default: decode_latency_s for simulate sweeps, ttft_p99_s
+    /// for serve sweeps]
+    #[arg(long, value_name = "COLUMN", requires = "plot")]
+    pub plot_y: Option<String>,
+    /// Comma-separated columns whose values make the series [default: the other axes]
+    #[arg(long, value_name = "COLUMN[,COLUMN]", requires = "plot")]
+    pub plot_series: Option<String>,
+}
+
+/// `kvplan merge`.
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// OUT then the shard outputs (or only the shard outputs, with --out)
+    #[arg(value_name = "FILE", required = true)]
+    pub paths: Vec<PathBuf>,
+    /// The merged file (else the first FILE)
+    #[arg(long, value_name = "OUT")]
+    pub out: Option<PathBuf>,
+    /// The sweep file the shards ran: also checks that no point after the last one given is
+    /// missing
+    #[arg(long, value_name = "SWEEP")]
+    pub sweep: Option<PathBuf>,
+}
+
+/// `kvplan sweep`.
+pub fn sweep(args: &SweepArgs) -> Result<String, CliError> {
     let sweep = Sweep::from_file(&args.file).map_err(|e| CliError::input(e.to_string()))?;
     let n = sweep.len();
     if n > args.max_points && !args.yes {
@@ -96,7 +239,7 @@ pub fn sweep(args: &SweepArgs) -> Result<Output, CliError> {
     drop(sink);
     let plotted = match (&plot, &args.out) {
         (Some(spec), Some(out)) => {
-            crate::plot::plot_table(out, &spec.x, &spec.y, &spec.series, None, &spec.file)?;
+            super::plot::plot_table(out, &spec.x, &spec.y, &spec.series, None, &spec.file)?;
             format!("; plot written to {}", spec.file.display())
         }
         _ => String::new(),
@@ -125,7 +268,7 @@ pub fn sweep(args: &SweepArgs) -> Result<Output, CliError> {
 }
 
 /// A closed pipe (`| head`) ends the sweep quietly.
-fn quiet_pipe(e: std::io::Error) -> Result<Output, std::io::Error> {
+fn quiet_pipe(e: std::io::Error) -> Result<String, std::io::Error> {
     if e.kind() == std::io::ErrorKind::BrokenPipe {
         Ok(String::new())
     } else {
@@ -134,7 +277,7 @@ fn quiet_pipe(e: std::io::Error) -> Result<Output, std::io::Error> {
 }
 
 /// `kvplan merge`.
-pub fn merge(args: &MergeArgs) -> Result<Output, CliError> {
+pub fn merge(args: &MergeArgs) -> Result<String, CliError> {
     let (out, inputs) = match &args.out {
         Some(o) => (o.as_path(), &args.paths[..]),
         None => (args.paths[0].as_path(), &args.paths[1..]),
@@ -238,4 +381,17 @@ fn plot_spec(
         y,
         series,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_parse() {
+        assert_eq!(parse_shard("2/3"), Ok(Shard { index: 2, count: 3 }));
+        for bad in ["3/3", "0/0", "1", "-1/2", "a/b", "1/2/3"] {
+            assert!(parse_shard(bad).is_err(), "{bad}");
+        }
+    }
 }

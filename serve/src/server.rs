@@ -1,4 +1,4 @@
-//! The engine loop: vLLM's engine-core busy loop as one host thread and one GPU stream.
+//! The simulated server loop: vLLM's engine-core busy loop as one host thread and one GPU stream.
 //!
 //! Each pass of the loop (`EngineCore.run_busy_loop`, `vllm/v1/engine/core.py`): take the
 //! requests that have reached the engine, schedule a step with the policy, spend the host time
@@ -22,7 +22,7 @@ use kvplan_workloads::Request;
 use crate::Error;
 use crate::config::{Config, Preemption, Resolved};
 use crate::iteration::{EngineCosts, IterationTimer};
-use crate::output::{IterationRecord, Output, RequestRecord, Status, Summary};
+use crate::output::{IterationRecord, RequestRecord, ServeReport, Status, Summary};
 use crate::sched::{Place, Policy, State, Step, v0, v1};
 
 /// The policy of a scheduler kind.
@@ -41,7 +41,7 @@ pub fn simulate(
     hw: &HardwareProfile,
     config: &Config,
     requests: &[Request],
-) -> Result<Output, Error> {
+) -> Result<ServeReport, Error> {
     let resolved = config.validate(model, hw)?;
     let cost = CostModel::new(hw);
     let timer = IterationTimer::new(
@@ -66,7 +66,7 @@ pub fn simulate_with(
     resolved: Resolved,
     frontend_s: f64,
     requests: &[Request],
-) -> Result<Output, Error> {
+) -> Result<ServeReport, Error> {
     for (i, w) in requests.windows(2).enumerate() {
         if w[1].arrival_s.total_cmp(&w[0].arrival_s) == Ordering::Less {
             return Err(Error::UnsortedRequests { index: i + 1 });
@@ -95,7 +95,7 @@ pub fn simulate_with(
     } else {
         Default::default()
     };
-    let mut e = Engine {
+    let mut e = Server {
         timer,
         policy: policy(resolved.config.scheduler),
         st,
@@ -144,7 +144,7 @@ impl Ord for Release {
     }
 }
 
-struct Engine<'a> {
+struct Server<'a> {
     timer: IterationTimer,
     policy: Box<dyn Policy>,
     st: State<'a>,
@@ -167,7 +167,7 @@ struct Engine<'a> {
     ended: Vec<f64>,
 }
 
-impl Engine<'_> {
+impl Server<'_> {
     /// When request `i` (not a waiting follower) reaches the engine.
     fn engine_arrival(&self, i: usize) -> f64 {
         self.st.reqs[i].arrival_s + self.frontend_s
@@ -352,7 +352,7 @@ impl Engine<'_> {
         });
     }
 
-    fn finish(self) -> Output {
+    fn finish(self) -> ServeReport {
         let st = self.st;
         let mut records = Vec::with_capacity(st.seqs.len());
         for (i, (s, q)) in st.seqs.iter().zip(st.reqs).enumerate() {
@@ -402,7 +402,7 @@ impl Engine<'_> {
             st.kv.stats(),
             st.r,
         );
-        Output {
+        ServeReport {
             requests: records,
             summary,
             iterations: self.series,

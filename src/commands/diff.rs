@@ -2,18 +2,88 @@
 //! command line, rendering and golden files.
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use clap::{Args, Subcommand};
+
+use crate::args::*;
+use crate::error::CliError;
+use crate::error::EXIT_FAILURE;
+use crate::output::write_output;
+use crate::render::*;
 use kvplan_diff::Error as DiffError;
 use kvplan_diff::compare::{Comparison, Input, MetricDiff, Status, compare, parse_tolerance};
 use kvplan_diff::suite::{self, CaseCheck};
 use serde_json::json;
 
-use crate::args::{DiffArgs, Format, RegressCheckArgs, RegressUpdateArgs};
-use crate::commands::{Output, csv_number, csv_text, json_line};
-use crate::error::{CliError, EXIT_FAILURE};
-use crate::output::write_output;
-use crate::render::Table;
+pub const DIFF_LONG: &str = "\
+Compare two outputs of kvplan of the same kind, detected from content:
+  report JSON   simulate --format json (one strategy or --compare), serve --format json /
+                --summary-json, or any JSON (numeric leaves by dotted path: ttft_s.p99)
+  CSV table     --format csv outputs and sweep tables; rows matched by key: the `point`
+                column when it comes first, else the leading columns before the first
+                metric column (strategy,model,...,gen), else every non-numeric column
+  timeline CSV  --trace FILE.csv: per run, the makespan, the op count, and duration_s summed
+                by label and by category (and bytes by category)
+For each metric: A, B, B-A, (B-A)/|A| and a verdict. Which way is worse comes from the metric's
+name (kvplan_diff::direction::RULES): latencies, times (*_s), bytes, idle time, preemptions:
+higher is worse; throughputs (*throughput*, *tok_s*, *_per_s), speed-ups: lower is worse;
+anything else (counts, fractions) is reported as `changed` and never fails.
+Exit 0 when nothing regressed past --tolerance, 1 when something did, 2 on bad input
+(different kinds, rows in one file only, malformed JSON or CSV).
+  kvplan diff before.json after.json --tolerance 2%";
+
+/// `kvplan diff`.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The baseline output
+    #[arg(value_name = "A")]
+    pub a: PathBuf,
+    /// The output compared with it
+    #[arg(value_name = "B")]
+    pub b: PathBuf,
+    /// Largest relative change that is not a regression: a fraction (0.01) or a percentage (1%)
+    #[arg(long, value_name = "FRACTION|PERCENT", default_value = "1%")]
+    pub tolerance: String,
+    /// Table rows: all metrics, or only those beyond the tolerance [default: all]
+    #[arg(long)]
+    pub changed_only: bool,
+    /// Output
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `kvplan regress`.
+#[derive(Debug, Subcommand)]
+pub enum RegressCommand {
+    /// Rerun every scenario in DIR and compare with DIR/golden/ (exit 1 on a regression or a
+    /// missing golden)
+    Check(RegressCheckArgs),
+    /// Rerun every scenario in DIR and rewrite its goldens in DIR/golden/
+    Update(RegressUpdateArgs),
+}
+
+/// `kvplan regress check`.
+#[derive(Debug, Args)]
+pub struct RegressCheckArgs {
+    /// The suite: scenario files (*.toml with a `model` key) and golden/
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Largest relative change that is not a regression: a fraction (0.01) or a percentage (1%)
+    #[arg(long, value_name = "FRACTION|PERCENT", default_value = "1%")]
+    pub tolerance: String,
+    /// Output
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `kvplan regress update`.
+#[derive(Debug, Args)]
+pub struct RegressUpdateArgs {
+    /// The suite: scenario files (*.toml with a `model` key) and golden/
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+}
 
 fn diff_error(e: DiffError) -> CliError {
     let prefixed = |case: &str, mut c: CliError| {
@@ -151,7 +221,7 @@ fn csv_cells(m: &MetricDiff) -> Vec<String> {
 }
 
 /// `kvplan diff`.
-pub fn diff(args: &DiffArgs) -> Result<Output, CliError> {
+pub fn diff(args: &DiffArgs) -> Result<String, CliError> {
     let tolerance = parse_tolerance(&args.tolerance).map_err(diff_error)?;
     let a = Input::read(&args.a).map_err(diff_error)?;
     let b = Input::read(&args.b).map_err(diff_error)?;
@@ -228,7 +298,7 @@ fn worst(check: &CaseCheck) -> Option<&MetricDiff> {
 }
 
 /// `kvplan regress check`.
-pub fn regress_check(args: &RegressCheckArgs) -> Result<Output, CliError> {
+pub fn regress_check(args: &RegressCheckArgs) -> Result<String, CliError> {
     let tolerance = parse_tolerance(&args.tolerance).map_err(diff_error)?;
     let cases = suite::discover(&args.dir).map_err(diff_error)?;
     let checks = cases
@@ -371,7 +441,7 @@ pub fn regress_check(args: &RegressCheckArgs) -> Result<Output, CliError> {
 }
 
 /// `kvplan regress update`.
-pub fn regress_update(args: &RegressUpdateArgs) -> Result<Output, CliError> {
+pub fn regress_update(args: &RegressUpdateArgs) -> Result<String, CliError> {
     let cases = suite::discover(&args.dir).map_err(diff_error)?;
     let golden = args.dir.join("golden");
     std::fs::create_dir_all(&golden)
@@ -403,4 +473,12 @@ pub fn regress_update(args: &RegressUpdateArgs) -> Result<Output, CliError> {
 
 fn display_rel(p: &Path, dir: &Path) -> String {
     p.strip_prefix(dir).unwrap_or(p).display().to_string()
+}
+
+/// `kvplan regress check|update`.
+pub fn regress(action: &RegressCommand) -> Result<String, CliError> {
+    match action {
+        RegressCommand::Check(a) => regress_check(a),
+        RegressCommand::Update(a) => regress_update(a),
+    }
 }

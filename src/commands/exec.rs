@@ -1,0 +1,124 @@
+//! `kvplan exec`: the plan `simulate` would run, run for real on a backend.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+
+use super::plan::describe;
+use super::simulate::{CSV_FIELDS, csv_row, metric_rows, split_summary};
+use crate::args::*;
+use crate::error::CliError;
+use crate::output::write_output;
+use crate::render::*;
+use kvplan_exec::{BackendKind, ExecOptions, Executor};
+use kvplan_planner::report::RunReport;
+use kvplan_vocab::timeline::{Run, write_chrome_trace, write_csv};
+
+pub const EXEC_LONG: &str = "\
+Plan a scenario exactly as `simulate` does, then run the schedule for real and report the
+measured timeline with the same fields (and --trace) as `simulate`.
+
+  --backend cuda  NVIDIA GPU through cudarc (driver, cuBLAS and NVRTC loaded at run time): copy
+                  engines on their own streams, cuBLAS GEMMs, NVRTC attention kernels, events
+                  for dependencies and timing. Fails with one line where there is no GPU.
+  --backend cpu   one thread per stream on host memory with real f32 arithmetic; runs anywhere.
+
+Weights, activations and the KV cache are synthetic (seeded random) at the model's real shapes:
+timing does not depend on values, and nothing is downloaded. The --hardware profile still
+decides the plan (memory checks, KVPR split); pass a calibrated profile of the machine you run
+on for a plan that fits it.";
+
+/// `kvplan exec`.
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// What to run
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Strategy: kvpr, full-transfer, gpu-only, headinfer, runahead [default: kvpr]
+    #[arg(long, value_name = "NAME")]
+    pub strategy: Option<String>,
+    /// Backend
+    #[command(flatten)]
+    pub backend: BackendArgs,
+    /// Write the measured timeline (Chrome trace JSON, or CSV when FILE ends in .csv)
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+    /// Output
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+pub(crate) fn open_backend(b: &BackendArgs) -> Result<Box<dyn Executor>, CliError> {
+    let kind = BackendKind::parse(&b.backend).ok_or_else(|| {
+        CliError::input(format!(
+            "--backend: unknown backend '{}'; use cuda or cpu",
+            b.backend
+        ))
+    })?;
+    let opts = ExecOptions {
+        device: b.device,
+        seed: b.seed,
+        warmup_runs: b.warmup,
+    };
+    Ok(kvplan_exec::open(kind, &opts)?)
+}
+
+pub(crate) fn write_runs(path: &Path, runs: &[Run]) -> Result<(), CliError> {
+    let csv = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
+    write_output(path, "--trace", |w| {
+        if csv {
+            write_csv(runs, w)
+        } else {
+            write_chrome_trace(runs, w)
+        }
+    })
+}
+
+/// `kvplan exec`.
+pub fn exec(args: &ExecArgs) -> Result<String, CliError> {
+    let sc = args.run.resolve(args.strategy.clone())?;
+    let p = sc.plan()?;
+    let mut ex = open_backend(&args.backend)?;
+    let timeline = ex.run(&p.schedule)?;
+    if let Some(path) = &args.trace {
+        write_runs(
+            path,
+            &[Run {
+                name: "measured",
+                schedule: &p.schedule,
+                timeline: &timeline,
+            }],
+        )?;
+    }
+    let r = RunReport::new(&p, &timeline);
+    match args.output.format {
+        Format::Json => json_line(&r),
+        Format::Csv => csv_text(&CSV_FIELDS, &[csv_row(&r)]),
+        Format::Table => {
+            let mut out = String::new();
+            let _ = writeln!(
+                out,
+                "{} (measured on {}, {} backend): {}",
+                r.strategy,
+                r.device,
+                r.backend,
+                describe(&p)
+            );
+            let mut t = Table::new(&["metric", "value"]);
+            for (k, v) in metric_rows(&r) {
+                t.row(&[k.to_string(), v]);
+            }
+            out.push_str(&t.render());
+            if let Some(line) = split_summary(&p) {
+                let _ = writeln!(out, "{line}");
+            }
+            for n in &r.notes {
+                let _ = writeln!(out, "note: {n}");
+            }
+            Ok(out)
+        }
+    }
+}

@@ -1,0 +1,748 @@
+//! `kvplan serve`: a serving scenario (file and flags) → the serving simulator → summary and
+//! files. The scenario's resolution lives in `kvplan_serve::scenario`.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, ValueEnum};
+
+use crate::args::*;
+use crate::error::CliError;
+use crate::messages::serve_error;
+use crate::output::write_output;
+use crate::render::*;
+use kvplan_serve::scenario::{RawServeScenario, ServeScenario};
+use kvplan_serve::{ServeReport, Status};
+use std::io::IsTerminal;
+use std::time::Duration;
+
+pub const SERVE_LONG: &str = "\
+Simulate an LLM server step by step as vLLM runs it: requests arrive over time (a trace replayed,
+or generated), the engine batches them continuously over a paged KV cache with prefix caching,
+preempts when blocks run out, and a client sees TTFT, TPOT and E2E.
+
+Workload (one of):
+  --requests-trace FILE
+                      replay a CSV `arrived_at,num_prefill_tokens,num_decode_tokens` (optional
+                      columns prefix, output_id, follows, think_s; --time-scale F or --qps Q
+                      rescale time, --start S skips to S seconds, --requests N caps the count)
+  --arrivals KIND     all-at-once | poisson | gamma:CV, with --qps Q (not for all-at-once),
+                      --lengths SPEC (prompts), --output-lengths SPEC [default: 128],
+                      --requests N and --seed N
+  --prefix-groups G   shared prefixes (inference-perf's load): G system prompts of
+                      --system-prompt-len SPEC, each shared by --users-per-group U users with one
+                      fixed question of --question-len SPEC; users take turns (a whole prompt
+                      repeats every G x U requests); with --arrivals, --qps, --output-lengths
+  --conversations N   multi-turn chats: each turn's prompt is the conversation so far plus a new
+                      message (--turns, --first-message-len, --message-len SPEC), the next turn
+                      sent --think-time after the answer; --qps starts conversations
+  --compare-to FILE   a measured run: its requests replayed and the prediction compared with the
+                      measurement metric by metric (per-request CSV, `vllm bench serve
+                      --save-detailed` JSON, or a stage table of shared-prefix runs)
+  Length specs: N, uniform:LO:HI, zipf:LO:HI[:THETA], lognormal:MEDIAN:SIGMA[:MAX], trace:FILE
+
+Engine (vLLM's flags and defaults): --scheduler vllm-v1 (vLLM 0.15's V1 engine, the default:
+one token budget, running requests first, chunked prefill, preemption by recompute of the
+latest request, automatic prefix caching, asynchronous scheduling, CUDA graphs up to 512
+tokens); vllm-v0 (alias prefill-first: vLLM 0.4's whole-prompt scheduler), mixed, chunked
+(Sarathi) keep the 0.4 engine, with --preemption recompute | swap (blocks to host memory and
+back) | hybrid (swap, and on resume recompute the first tokens' KV from stored activations).
+--max-model-len (longer prompts rejected, generation stops there with finish reason length),
+--num-gpu-blocks-override (a measured block count), --max-num-seqs, --max-num-batched-tokens,
+--gpu-memory-utilization, --block-size, --tensor-parallel-size, --enforce-eager.
+
+Output: a summary table (--format json: the summary JSON; --format csv: one row per request).
+Files: --requests-csv (per request: arrival, status, finish reason, cached tokens, queue, TTFT,
+TPOT, E2E, preemptions), --timeseries-csv (per step: KV blocks, running / waiting / swapped,
+batch tokens, KV bytes read and written), --summary-json, --trace-json (one slice per step; open
+in https://ui.perfetto.dev), --plot (SVG of KV blocks and queues against time), --plot-cdf (SVG:
+TTFT, TPOT and E2E CDFs).
+
+A scenario TOML file can replace the flags (flags override it; relative paths are relative to
+the file):
+  model = \"llama-2-7b\"
+  hardware = \"h100-sxm\"
+  [workload]
+  arrivals = \"poisson\"
+  qps = 5.0
+  output_lengths = \"247\"
+  requests = 3000
+  [workload.shared_prefix]
+  groups = 11
+  users_per_group = 4
+  system_prompt_len = \"105\"
+  question_len = \"487\"
+  [serve]
+  scheduler = \"vllm-v1\"      # vllm-v1 | vllm-v0 | mixed | chunked
+  max_num_seqs = 128
+  max_num_batched_tokens = 2048
+  max_model_len = 4096
+  num_gpu_blocks_override = 7463";
+
+/// Serving scheduler (`--scheduler`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SchedulerArg {
+    /// vLLM V1 (0.15): one token budget, running requests first, then waiting ones; prefix
+    /// caching, chunked prefill, recompute preemption, asynchronous scheduling
+    #[value(name = "vllm-v1")]
+    VllmV1,
+    /// vLLM 0.4's default: whole prompts first, then decode every running sequence
+    #[value(name = "vllm-v0", alias = "prefill-first")]
+    PrefillFirst,
+    /// Decode the running sequences and admit whole prompts in the same iteration
+    Mixed,
+    /// Sarathi chunked prefill: decodes, then prompt chunks filling the token budget
+    Chunked,
+}
+
+/// Preemption mode (`--preemption`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PreemptionArg {
+    /// Drop the KV; re-prefill prompt and generated tokens on resume
+    Recompute,
+    /// Copy the KV blocks to host memory and back
+    Swap,
+    /// Swap, and on resume recompute the first tokens' KV from stored activations
+    Hybrid,
+}
+
+/// `kvplan serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Serving scenario TOML file; flags given as well override its fields
+    #[arg(value_name = "SCENARIO")]
+    pub scenario: Option<PathBuf>,
+    /// Model and hardware
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Replay this request trace CSV (`arrived_at,num_prefill_tokens,num_decode_tokens`)
+    #[arg(long, alias = "trace", value_name = "FILE")]
+    pub requests_trace: Option<PathBuf>,
+    /// Trace replay: multiply every inter-arrival time by F (2 halves the rate)
+    #[arg(long, value_name = "F", allow_negative_numbers = true)]
+    pub time_scale: Option<f64>,
+    /// Trace replay: start at this trace time, seconds (it becomes t = 0)
+    #[arg(long, value_name = "S", allow_negative_numbers = true)]
+    pub start: Option<f64>,
+    /// Arrival process: all-at-once, poisson, gamma:CV (CV > 1 is burstier than Poisson)
+    #[arg(long, value_name = "KIND")]
+    pub arrivals: Option<String>,
+    /// Mean requests per second (synthetic), or the rate a trace is rescaled to
+    #[arg(long, value_name = "Q", allow_negative_numbers = true)]
+    pub qps: Option<f64>,
+    /// Prompt lengths: N, uniform:LO:HI, zipf:LO:HI[:THETA], lognormal:MEDIAN:SIGMA[:MAX],
+    /// trace:FILE
+    #[arg(long, visible_alias = "prompt-lengths", value_name = "SPEC")]
+    pub lengths: Option<String>,
+    /// Output lengths, same forms as --lengths [default: 128]
+    #[arg(long, value_name = "SPEC")]
+    pub output_lengths: Option<String>,
+    /// Requests to generate, or the most to replay from a trace
+    #[arg(long, value_name = "N")]
+    pub requests: Option<u64>,
+    /// Seed of the synthetic workload's random streams [default: 0]
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+    /// Shared-prefix workload (inference-perf's): system prompts, each shared by a group of
+    /// users; with --users-per-group, --system-prompt-len, --question-len, --output-lengths
+    #[arg(long, value_name = "N")]
+    pub prefix_groups: Option<u64>,
+    /// Shared-prefix workload: users per system prompt, each with one fixed question
+    #[arg(long, value_name = "N")]
+    pub users_per_group: Option<u64>,
+    /// Shared-prefix workload: system prompt length (a length spec, drawn once per group)
+    #[arg(long, value_name = "SPEC")]
+    pub system_prompt_len: Option<String>,
+    /// Shared-prefix workload: question length (a length spec, drawn once per user)
+    #[arg(long, value_name = "SPEC")]
+    pub question_len: Option<String>,
+    /// Multi-turn workload: conversations (started by --arrivals at --qps conversations/s); each
+    /// turn's prompt is the conversation so far plus a new message
+    #[arg(long, value_name = "N")]
+    pub conversations: Option<u64>,
+    /// Multi-turn workload: turns per conversation (a length spec)
+    #[arg(long, value_name = "SPEC")]
+    pub turns: Option<String>,
+    /// Multi-turn workload: first message length (a length spec)
+    #[arg(long, value_name = "SPEC")]
+    pub first_message_len: Option<String>,
+    /// Multi-turn workload: later messages' length (a length spec)
+    #[arg(long, value_name = "SPEC")]
+    pub message_len: Option<String>,
+    /// Multi-turn workload: seconds between an answer's end and the next turn (S, exp:MEAN,
+    /// uniform:LO:HI); the next turn is sent only after the answer (closed loop)
+    #[arg(long, value_name = "SPEC")]
+    pub think_time: Option<String>,
+    /// Multi-turn workload: end a conversation before a turn whose prompt plus output would pass
+    /// this many tokens
+    #[arg(long, value_name = "TOKENS")]
+    pub max_context: Option<u64>,
+    /// Scheduler [default: vllm-v1]
+    #[arg(long, value_enum)]
+    pub scheduler: Option<SchedulerArg>,
+    /// What happens to a preempted sequence's KV (vllm-v1: recompute only) [default: recompute]
+    #[arg(long, value_enum)]
+    pub preemption: Option<PreemptionArg>,
+    /// Automatic prefix caching: reuse cached full KV blocks of a shared prompt prefix
+    /// [default: on for vllm-v1, off for the vLLM 0.4 schedulers]
+    #[arg(long, overrides_with = "no_enable_prefix_caching")]
+    pub enable_prefix_caching: bool,
+    /// Turn automatic prefix caching off
+    #[arg(long, overrides_with = "enable_prefix_caching")]
+    pub no_enable_prefix_caching: bool,
+    /// vllm-v1: split long prompts into chunks within the token budget [default: on]
+    #[arg(long, overrides_with = "no_enable_chunked_prefill")]
+    pub enable_chunked_prefill: bool,
+    /// vllm-v1: a prompt waits until its uncached tokens fit one step's budget
+    #[arg(long, overrides_with = "enable_chunked_prefill")]
+    pub no_enable_chunked_prefill: bool,
+    /// Schedule the next step while the GPU runs this one [default: on for vllm-v1]
+    #[arg(long, overrides_with = "no_async_scheduling")]
+    pub async_scheduling: bool,
+    /// Schedule each step after the previous one's output is processed
+    #[arg(long, overrides_with = "async_scheduling")]
+    pub no_async_scheduling: bool,
+    /// No CUDA graphs: every kernel launched from the host
+    #[arg(long)]
+    pub enforce_eager: bool,
+    /// Largest CUDA-graph batch in tokens [default: min(2 x max-num-seqs, 512,
+    /// max-num-batched-tokens)]
+    #[arg(long, value_name = "TOKENS")]
+    pub max_cudagraph_capture_size: Option<u32>,
+    /// Longest request, prompt plus output tokens: longer prompts are rejected, generation stops
+    /// here (finish reason `length`) [default: the model's context]
+    #[arg(long, value_name = "TOKENS")]
+    pub max_model_len: Option<u32>,
+    /// Use this many GPU KV blocks (a count measured on the real server) instead of kvplan's
+    /// memory accounting; vllm-v1 keeps one as the null block, as vLLM does
+    #[arg(long, value_name = "N")]
+    pub num_gpu_blocks_override: Option<u32>,
+    /// vllm-v1: most tokens of one request's prefill chunk per step (0: no cap) [default: 0]
+    #[arg(long, value_name = "TOKENS")]
+    pub long_prefill_token_threshold: Option<u32>,
+    /// Tokens per KV block [default: 16]
+    #[arg(long, value_name = "TOKENS")]
+    pub block_size: Option<u32>,
+    /// Fraction of usable GPU memory for weights, activations and KV blocks [default: 0.9]
+    #[arg(long, value_name = "FRACTION", allow_negative_numbers = true)]
+    pub gpu_memory_utilization: Option<f64>,
+    /// Host memory for swapped-out KV, GiB [default: 4]
+    #[arg(long, value_name = "GIB", allow_negative_numbers = true)]
+    pub swap_space_gib: Option<f64>,
+    /// Most sequences running at once [default: vllm-v1 as vLLM 0.15's API server: 1024 on
+    /// GPUs of 70 GiB or more other than A100, else 256; 256 for the vLLM 0.4 schedulers]
+    #[arg(long, value_name = "N")]
+    pub max_num_seqs: Option<u32>,
+    /// Most tokens in one step [default: vllm-v1: 8192 on GPUs of 70 GiB or more other than
+    /// A100, else 2048; chunked 2048; vllm-v0 and mixed max(2048, max-model-len)]
+    #[arg(long, value_name = "N")]
+    pub max_num_batched_tokens: Option<u32>,
+    /// Tensor-parallel GPUs (vLLM's flag): one rank is simulated with 1/N of the heads, FFN
+    /// and KV cache, and two all-reduces per layer over the profile's peer link [default: 1]
+    #[arg(long, value_name = "N")]
+    pub tensor_parallel_size: Option<u32>,
+    /// Replay a measured run and report predicted against measured per metric: a per-request
+    /// CSV (arrival_s, prompt_tokens, output_tokens, ttft_s, e2e_s; kvplan's own --requests-csv
+    /// reads back) or `vllm bench serve --save-detailed` result JSON; the requests come from FILE
+    #[arg(long, value_name = "FILE")]
+    pub compare_to: Option<PathBuf>,
+    /// Write one CSV row per request
+    #[arg(long, value_name = "FILE")]
+    pub requests_csv: Option<PathBuf>,
+    /// Write one CSV row per iteration
+    #[arg(long, value_name = "FILE")]
+    pub timeseries_csv: Option<PathBuf>,
+    /// Write the summary JSON
+    #[arg(long, value_name = "FILE")]
+    pub summary_json: Option<PathBuf>,
+    /// Write a Chrome trace, one slice per iteration (open in https://ui.perfetto.dev)
+    #[arg(long, value_name = "FILE")]
+    pub trace_json: Option<PathBuf>,
+    /// Plot KV blocks on GPU and host, and running / waiting / swapped sequences, against time
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// Plot the TTFT, TPOT and E2E latency CDFs
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot_cdf: Option<PathBuf>,
+    /// Output
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+impl ServeArgs {
+    /// These flags as a raw serving scenario, to overlay on a scenario file's.
+    pub fn to_raw(&self) -> kvplan_serve::scenario::RawServeScenario {
+        use kvplan_serve::scenario::{RawConfig, RawServeScenario};
+        use kvplan_serve::{Preemption, SchedulerKind};
+        use kvplan_workloads::WorkloadConfig;
+        RawServeScenario {
+            model: self.target.model.clone(),
+            hardware: self.target.hardware.clone(),
+            workload: WorkloadConfig {
+                arrivals: self.arrivals.clone(),
+                qps: self.qps,
+                cv: None,
+                prompt_lengths: self.lengths.clone(),
+                output_lengths: self.output_lengths.clone(),
+                requests: self.requests,
+                seed: self.seed,
+                trace: self.requests_trace.clone(),
+                time_scale: self.time_scale,
+                start_s: self.start,
+                shared_prefix: (self.prefix_groups.is_some()
+                    || self.users_per_group.is_some()
+                    || self.system_prompt_len.is_some()
+                    || self.question_len.is_some())
+                .then(|| kvplan_workloads::SharedPrefixConfig {
+                    groups: self.prefix_groups,
+                    users_per_group: self.users_per_group,
+                    system_prompt_len: self.system_prompt_len.clone(),
+                    question_len: self.question_len.clone(),
+                }),
+                conversation: (self.conversations.is_some()
+                    || self.turns.is_some()
+                    || self.first_message_len.is_some()
+                    || self.message_len.is_some()
+                    || self.think_time.is_some()
+                    || self.max_context.is_some())
+                .then(|| kvplan_workloads::ConversationConfig {
+                    conversations: self.conversations,
+                    turns: self.turns.clone(),
+                    first_message_len: self.first_message_len.clone(),
+                    message_len: self.message_len.clone(),
+                    think_time_s: self.think_time.clone(),
+                    max_context: self.max_context,
+                }),
+            },
+            serve: RawConfig {
+                block_size: self.block_size,
+                gpu_memory_utilization: self.gpu_memory_utilization,
+                swap_space_gib: self.swap_space_gib,
+                scheduler: self.scheduler.map(|s| match s {
+                    SchedulerArg::VllmV1 => SchedulerKind::VllmV1,
+                    SchedulerArg::PrefillFirst => SchedulerKind::PrefillFirst,
+                    SchedulerArg::Mixed => SchedulerKind::Mixed,
+                    SchedulerArg::Chunked => SchedulerKind::Chunked,
+                }),
+                preemption: self.preemption.map(|p| match p {
+                    PreemptionArg::Recompute => Preemption::Recompute,
+                    PreemptionArg::Swap => Preemption::Swap,
+                    PreemptionArg::Hybrid => Preemption::Hybrid,
+                }),
+                max_num_seqs: self.max_num_seqs,
+                max_num_batched_tokens: self.max_num_batched_tokens,
+                tensor_parallel_size: self.tensor_parallel_size,
+                enable_prefix_caching: on_off(
+                    self.enable_prefix_caching,
+                    self.no_enable_prefix_caching,
+                ),
+                enable_chunked_prefill: on_off(
+                    self.enable_chunked_prefill,
+                    self.no_enable_chunked_prefill,
+                ),
+                async_scheduling: on_off(self.async_scheduling, self.no_async_scheduling),
+                enforce_eager: self.enforce_eager.then_some(true),
+                max_cudagraph_capture_size: self.max_cudagraph_capture_size,
+                max_model_len: self.max_model_len,
+                num_gpu_blocks_override: self.num_gpu_blocks_override,
+                long_prefill_token_threshold: self.long_prefill_token_threshold,
+                // The per-iteration series costs memory on long runs: keep it only when a file
+                // needs it.
+                record_timeseries: Some(
+                    self.timeseries_csv.is_some()
+                        || self.trace_json.is_some()
+                        || self.plot.is_some(),
+                ),
+                ..RawConfig::default()
+            },
+        }
+    }
+}
+
+/// A `--flag` / `--no-flag` pair as an optional setting (neither: the default).
+fn on_off(on: bool, off: bool) -> Option<bool> {
+    match (on, off) {
+        (true, _) => Some(true),
+        (_, true) => Some(false),
+        _ => None,
+    }
+}
+
+/// Runs longer than this many requests show a spinner when stderr is a terminal.
+const PROGRESS_REQUESTS: usize = 20_000;
+
+pub(crate) fn read_scenario(path: &Path) -> Result<RawServeScenario, CliError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CliError::input(format!("{}: cannot read: {e}", path.display())))?;
+    let mut raw: RawServeScenario = toml::from_str(&text).map_err(|e| {
+        let line = e
+            .span()
+            .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+        let at = line.map(|l| format!(":{l}")).unwrap_or_default();
+        CliError::input(format!(
+            "{}{at}: {}",
+            path.display(),
+            e.message().trim().replace('\n', " ")
+        ))
+    })?;
+    raw.rebase(path.parent().unwrap_or(Path::new("")));
+    Ok(raw)
+}
+
+/// `kvplan serve`.
+pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
+    let base = match &args.scenario {
+        Some(p) => read_scenario(p)?,
+        None => RawServeScenario::default(),
+    };
+    let mut raw = base.overlay(args.to_raw());
+    if let Some(path) = &args.compare_to {
+        let head = std::fs::read_to_string(path).map_err(|e| {
+            CliError::input(format!(
+                "--compare-to: {}: cannot read: {e}",
+                path.display()
+            ))
+        })?;
+        if kvplan_serve::runs::is_stage_table(head.lines().next().unwrap_or("")) {
+            return compare_stages(&raw, path, args.output.format);
+        }
+    }
+    let measured = match &args.compare_to {
+        Some(path) => {
+            let w = &raw.workload;
+            if w.trace.is_some() || w.arrivals.is_some() || w.prompt_lengths.is_some() {
+                return Err(CliError::input(format!(
+                    "--compare-to: {} gives the requests; drop the workload (--requests-trace, \
+                     --arrivals, --lengths, or the scenario's [workload])",
+                    path.display()
+                )));
+            }
+            let run = kvplan_serve::runs::MeasuredRun::from_path(path)
+                .map_err(|e| CliError::input(format!("--compare-to: {e}")))?;
+            // A placeholder workload: the requests come from the run.
+            raw.workload = kvplan_workloads::WorkloadConfig {
+                arrivals: Some("all-at-once".into()),
+                prompt_lengths: Some("1".into()),
+                output_lengths: Some("1".into()),
+                requests: Some(1),
+                ..Default::default()
+            };
+            Some(run)
+        }
+        None => None,
+    };
+    let sc = raw.resolve().map_err(serve_error)?;
+    let requests = match &measured {
+        Some(run) => run.to_requests(),
+        None => sc.requests().map_err(|e| serve_error(e.into()))?,
+    };
+    let bar = (requests.len() > PROGRESS_REQUESTS && std::io::stderr().is_terminal()).then(|| {
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.set_message(format!("serving {} requests", requests.len()));
+        bar.enable_steady_tick(Duration::from_millis(120));
+        bar
+    });
+    let out = sc.run(&requests);
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let out = out.map_err(|e| serve_error(e.into()))?;
+
+    // The plots are drawn before any file is written: a plot that cannot be drawn (no request
+    // finished) leaves no file behind.
+    let title = format!("{} on {}", sc.model.name, sc.hardware.name);
+    let mut plots = Vec::new();
+    if let Some(p) = &args.plot {
+        plots.push(("--plot", p, super::plot::serve_timeseries(&out, &title)?));
+    }
+    if let Some(p) = &args.plot_cdf {
+        plots.push((
+            "--plot-cdf",
+            p,
+            super::plot::serve_cdf(&out, &format!("{title}: latency CDF"))?,
+        ));
+    }
+
+    let files: [(&Option<std::path::PathBuf>, &str, Writer); 4] = [
+        (&args.requests_csv, "--requests-csv", |o, w| {
+            o.write_requests_csv(w)
+        }),
+        (&args.timeseries_csv, "--timeseries-csv", |o, w| {
+            o.write_timeseries_csv(w)
+        }),
+        (&args.summary_json, "--summary-json", |o, w| {
+            o.write_summary_json(w)
+        }),
+        (&args.trace_json, "--trace-json", |o, w| {
+            o.write_chrome_trace(w)
+        }),
+    ];
+    let mut written = Vec::new();
+    for (path, what, write) in files {
+        if let Some(p) = path {
+            write_output(p, what, |w| write(&out, w))?;
+            written.push((what, p));
+        }
+    }
+    for (what, p, svg) in &plots {
+        write_output(p, what, |w| w.write_all(svg.as_bytes()))?;
+        written.push((what, p));
+    }
+
+    if let Some(run) = &measured {
+        let cmp = kvplan_serve::runs::compare(run, &out);
+        return comparison_output(&sc, run, &cmp, args.output.format, &written);
+    }
+
+    let text = |f: Writer| -> Result<String, CliError> {
+        let mut buf = Vec::new();
+        f(&out, &mut buf).map_err(|e| CliError::failure(format!("cannot render output: {e}")))?;
+        Ok(String::from_utf8(buf).expect("the serving outputs are UTF-8"))
+    };
+    match args.output.format {
+        Format::Json => text(|o, w| o.write_summary_json(w)),
+        Format::Csv => text(|o, w| o.write_requests_csv(w)),
+        Format::Table => {
+            let mut s = table(&sc, &out);
+            for (what, p) in written {
+                let _ = writeln!(s, "{what}: written to {}", p.display());
+            }
+            Ok(s)
+        }
+    }
+}
+
+type Writer = fn(&ServeReport, &mut dyn std::io::Write) -> std::io::Result<()>;
+
+/// `serve --compare-to STAGES.csv`: every stage of a stage table replayed with its own settings
+/// (the model and GPU its row names, unless --model / --hardware say otherwise).
+fn compare_stages(raw: &RawServeScenario, path: &Path, format: Format) -> Result<String, CliError> {
+    use kvplan_serve::runs::{StageComparison, StageRun};
+    let stages = StageRun::read(path).map_err(|e| CliError::input(format!("--compare-to: {e}")))?;
+    let mut rows: Vec<StageComparison> = Vec::new();
+    let mut skipped = Vec::new();
+    for st in &stages {
+        let sc = st
+            .scenario(raw.model.as_deref(), raw.hardware.as_deref())
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.resolve().map_err(|e| serve_error(e).message));
+        let sc = match sc {
+            Ok(sc) => sc,
+            Err(why) => {
+                skipped.push((st.name.clone(), why));
+                continue;
+            }
+        };
+        let reqs = sc.requests().map_err(|e| serve_error(e.into()))?;
+        let out = sc.run(&reqs).map_err(|e| serve_error(e.into()))?;
+        rows.push(StageComparison::new(st, &out));
+    }
+    if rows.is_empty() {
+        return Err(CliError::input(format!(
+            "--compare-to {}: no stage could be replayed ({})",
+            path.display(),
+            skipped
+                .iter()
+                .map(|(n, w)| format!("{n}: {w}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        )));
+    }
+    match format {
+        Format::Json => {
+            #[derive(serde::Serialize)]
+            struct Report<'a> {
+                stages: &'a [StageComparison],
+                skipped: &'a [(String, String)],
+            }
+            crate::render::json_line(&Report {
+                stages: &rows,
+                skipped: &skipped,
+            })
+        }
+        _ => {
+            let mut text = format!(
+                "serve --compare-to {}: {} stage(s) replayed with their settings\n",
+                path.display(),
+                rows.len()
+            );
+            text.push_str(&stage_table(&rows));
+            for (stage, why) in &skipped {
+                let _ = writeln!(text, "skipped {stage}: {why}");
+            }
+            Ok(text)
+        }
+    }
+}
+
+/// `serve --compare-to`: predicted against measured, per metric.
+fn comparison_output(
+    sc: &ServeScenario,
+    run: &kvplan_serve::runs::MeasuredRun,
+    cmp: &kvplan_serve::runs::Comparison,
+    format: Format,
+    written: &[(&str, &std::path::PathBuf)],
+) -> Result<String, CliError> {
+    match format {
+        Format::Json => json_line(cmp),
+        Format::Csv => csv_text(
+            &["metric", "predicted", "measured", "error"],
+            &cmp.metrics
+                .iter()
+                .map(|m| {
+                    vec![
+                        m.metric.to_string(),
+                        csv_number(m.predicted),
+                        csv_number(m.measured),
+                        csv_number(m.error),
+                    ]
+                })
+                .collect::<Vec<_>>(),
+        ),
+        Format::Table => {
+            let mut text = format!(
+                "serve --compare-to {}: {} on {} ({} scheduler) replaying {} measured requests\n",
+                run.name,
+                sc.model.name,
+                sc.hardware.name,
+                sc.config.scheduler.as_str(),
+                run.requests.len()
+            );
+            let mut t = Table::new(&["metric", "predicted", "measured", "error"]);
+            for m in &cmp.metrics {
+                let show = |x: f64| {
+                    if m.metric.ends_with("_s") && !m.metric.ends_with("_per_s") {
+                        secs(x)
+                    } else {
+                        format!("{x:.3}")
+                    }
+                };
+                t.row(&[
+                    m.metric.to_string(),
+                    show(m.predicted),
+                    show(m.measured),
+                    format!("{:+.1}%", m.error * 100.0),
+                ]);
+            }
+            text.push_str(&t.render());
+            let _ = writeln!(
+                text,
+                "per request, median |error|: E2E {:.1}%, TTFT {:.1}%",
+                cmp.median_request_e2e_error * 100.0,
+                cmp.median_request_ttft_error * 100.0
+            );
+            for (what, p) in written {
+                let _ = writeln!(text, "{what}: written to {}", p.display());
+            }
+            Ok(text)
+        }
+    }
+}
+
+fn three(p: &kvplan_serve::output::Percentiles) -> String {
+    if !p.p50.is_finite() {
+        return "-".into();
+    }
+    format!("{} / {} / {}", secs(p.p50), secs(p.p90), secs(p.p99))
+}
+
+fn table(sc: &ServeScenario, out: &ServeReport) -> String {
+    let s = &out.summary;
+    let c = &sc.config;
+    let mut text = String::new();
+    let workload = match sc.trace() {
+        Some(p) => format!("trace {}", p.display()),
+        None => format!("synthetic, seed {}", sc.seed),
+    };
+    let r = &sc.resolved;
+    let _ = writeln!(
+        text,
+        "serve (simulated): {} on {}, {workload}, {} scheduler, {} preemption, block {} tokens, {} GPU blocks, max_model_len {}, {} seqs / {} tokens per step{}{}",
+        sc.model.name,
+        sc.hardware.name,
+        kebab(&c.scheduler),
+        kebab(&c.preemption),
+        c.block_size,
+        s.gpu_blocks,
+        r.max_model_len,
+        r.max_num_seqs,
+        r.max_num_batched_tokens,
+        if r.async_scheduling {
+            ", async scheduling"
+        } else {
+            ""
+        },
+        if r.cudagraph_sizes.is_empty() {
+            ", eager"
+        } else {
+            ", CUDA graphs"
+        },
+    );
+    let mut t = Table::new(&["metric", "value"]);
+    t.row(&[
+        "requests".to_string(),
+        format!(
+            "{} ({} finished, {} rejected)",
+            s.requests, s.finished, s.rejected
+        ),
+    ]);
+    t.row(&[
+        "throughput".to_string(),
+        format!(
+            "{:.1} tok/s output, {:.1} tok/s total, {:.3} req/s",
+            s.output_tokens_per_s, s.total_tokens_per_s, s.requests_per_s
+        ),
+    ]);
+    t.row(&["TTFT p50 / p90 / p99".to_string(), three(&s.ttft_s)]);
+    t.row(&["TPOT p50 / p90 / p99".to_string(), three(&s.tpot_s)]);
+    t.row(&["E2E p50 / p90 / p99".to_string(), three(&s.e2e_s)]);
+    t.row(&["queueing p50 / p90 / p99".to_string(), three(&s.queue_s)]);
+    if s.truncated > 0 {
+        t.row(&[
+            "cut at max_model_len".to_string(),
+            format!("{} (finish reason length)", s.truncated),
+        ]);
+    }
+    t.row(&["preemptions".to_string(), s.preemptions.to_string()]);
+    if sc.resolved.prefix_caching {
+        t.row(&[
+            "prefix cache".to_string(),
+            format!(
+                "{} hit rate, {} prompt tokens cached",
+                pct(s.prefix_cache_hit_rate),
+                s.cached_prompt_tokens
+            ),
+        ]);
+    }
+    if sc.config.scheduler != kvplan_serve::SchedulerKind::VllmV1 {
+        t.row(&[
+            "swap out / in".to_string(),
+            format!("{} / {}", gib(s.swap_out_bytes), gib(s.swap_in_bytes)),
+        ]);
+    }
+    t.row(&["GPU busy".to_string(), pct(s.gpu_busy)]);
+    t.row(&["makespan".to_string(), secs(s.makespan_s)]);
+    t.row(&["iterations".to_string(), s.iterations.to_string()]);
+    text.push_str(&t.render());
+    let mut reasons: Vec<(&str, u64)> = Vec::new();
+    for r in &out.requests {
+        if let Status::Rejected(why) = r.status {
+            match reasons.iter_mut().find(|(w, _)| *w == why.as_str()) {
+                Some((_, n)) => *n += 1,
+                None => reasons.push((why.as_str(), 1)),
+            }
+        }
+    }
+    for (why, n) in reasons {
+        let _ = writeln!(text, "rejected: {n} ({why})");
+    }
+    text
+}
+
+/// The kebab-case name serde gives an enum variant.
+fn kebab<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default()
+}
