@@ -59,7 +59,7 @@ fn validate_shape(shape: &AttentionShape) -> Result<(), Error> {
             "attention shape {shape:?}: every size must be at least 1"
         )));
     }
-    if shape.q_heads % shape.kv_heads != 0 {
+    if !shape.q_heads.is_multiple_of(shape.kv_heads) {
         return Err(Error::InvalidInput(format!(
             "attention shape {shape:?}: q_heads must be a multiple of kv_heads"
         )));
@@ -198,7 +198,7 @@ pub fn headinfer_attention_equivalence(
     validate_shape(shape)?;
     if let Some(&g) = heads_per_group
         .iter()
-        .find(|&&g| g == 0 || shape.kv_heads % g != 0)
+        .find(|&&g| g == 0 || !shape.kv_heads.is_multiple_of(g))
     {
         return Err(Error::InvalidInput(format!(
             "{g} heads per group does not divide {} KV heads",

@@ -91,7 +91,7 @@ pub(crate) fn attention_shape(op: usize, kind: &OpKind) -> Result<Option<Attenti
         head_dim: usize::from(head_dim),
         causal,
     };
-    if s.kv_heads == 0 || s.q_heads % s.kv_heads != 0 {
+    if s.kv_heads == 0 || !s.q_heads.is_multiple_of(s.kv_heads) {
         return Err(Error::Unsupported(format!(
             "op {op}: attention with {} query heads and {} key/value heads (the query heads must be a multiple of the key/value heads)",
             s.q_heads, s.kv_heads

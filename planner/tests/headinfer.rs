@@ -582,7 +582,7 @@ fn brute_force(m: &ModelSpec, hw: &HardwareProfile, s: &Shape) -> Vec<(u32, u32,
     chunks.sort_unstable();
     chunks.dedup();
     let mut out = Vec::new();
-    for g in (1..=m.num_kv_heads).filter(|g| m.num_kv_heads % g == 0) {
+    for g in (1..=m.num_kv_heads).filter(|g| m.num_kv_heads.is_multiple_of(*g)) {
         for &c in &chunks {
             let cfg = MemoryConfig {
                 batch: s.batch,
@@ -842,7 +842,7 @@ proptest! {
         let mut hw = HardwareProfile::preset("rtx-4090").unwrap();
         hw.gpu.memory_bytes = (gpu_gib * GIB) as u64;
         let g = (1u32 << gexp).min(m.num_kv_heads);
-        let g = if m.num_kv_heads % g == 0 { g } else { 1 };
+        let g = if m.num_kv_heads.is_multiple_of(g) { g } else { 1 };
         let opts = CapacityOptions {
             host_ram_bytes: Some((host_gib * GIB) as u64),
             config: MemoryConfig { batch, heads_per_group: g, ..MemoryConfig::default() },
@@ -880,7 +880,7 @@ proptest! {
         let hw = HardwareProfile::preset(GPUS[gi]).unwrap();
         let cost = CostModel::new(&hw);
         let g = 1u32 << gexp;
-        let g = if m.num_kv_heads % g == 0 { g } else { 1 };
+        let g = if m.num_kv_heads.is_multiple_of(g) { g } else { 1 };
         let host = if pageable { HostMemory::Pageable } else { HostMemory::Pinned };
         let s = Shape { batch: 1, gpu_batches: 1, prompt, gen_len };
         let layout = Layout { chunk_tokens: chunk, heads_per_group: Some(g) };

@@ -363,7 +363,7 @@ impl ModelSpec {
                 ));
             }
         }
-        if self.num_heads % self.num_kv_heads != 0 {
+        if !self.num_heads.is_multiple_of(self.num_kv_heads) {
             return Err(Error::invalid(
                 format!("{origin}: num_key_value_heads"),
                 self.num_kv_heads,
@@ -400,7 +400,7 @@ impl ModelSpec {
             return Ok(self.clone());
         }
         let divides = |what: &str, n: u32| {
-            if n % tp == 0 {
+            if n.is_multiple_of(tp) {
                 Ok(n / tp)
             } else {
                 Err(Error::invalid(
@@ -415,9 +415,9 @@ impl ModelSpec {
         };
         let heads = divides("query heads", self.num_heads)?;
         let ffn = divides("FFN columns", self.ffn_dim)?;
-        let kv_heads = if self.num_kv_heads % tp == 0 {
+        let kv_heads = if self.num_kv_heads.is_multiple_of(tp) {
             self.num_kv_heads / tp
-        } else if tp % self.num_kv_heads == 0 {
+        } else if tp.is_multiple_of(self.num_kv_heads) {
             1
         } else {
             return Err(Error::invalid(

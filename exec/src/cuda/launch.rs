@@ -340,7 +340,7 @@ pub(super) fn launch_attention(
     if s.batch == 0 || s.q_len == 0 || s.q_heads == 0 || s.head_dim == 0 {
         return Ok(());
     }
-    if s.kv_heads == 0 || s.q_heads % s.kv_heads != 0 {
+    if s.kv_heads == 0 || !s.q_heads.is_multiple_of(s.kv_heads) {
         return Err(Error::Unsupported(format!(
             "attention with {} query heads and {} key/value heads",
             s.q_heads, s.kv_heads

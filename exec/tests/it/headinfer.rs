@@ -55,7 +55,7 @@ const SHAPES: [AttentionShape; 4] = [
 ];
 
 fn divisors(n: usize) -> Vec<usize> {
-    (1..=n).filter(|d| n % d == 0).collect()
+    (1..=n).filter(|d| n.is_multiple_of(*d)).collect()
 }
 
 #[test]

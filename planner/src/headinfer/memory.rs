@@ -364,7 +364,7 @@ pub fn capacity(
     if cfg.chunk_tokens == 0 {
         return Err(Error::invalid("headinfer.chunk", 0, "must be at least 1"));
     }
-    if cfg.heads_per_group == 0 || model.num_kv_heads % cfg.heads_per_group != 0 {
+    if cfg.heads_per_group == 0 || !model.num_kv_heads.is_multiple_of(cfg.heads_per_group) {
         return Err(heads_error(model, cfg.heads_per_group));
     }
     let gpu_budget = hw.gpu.usable_bytes();
@@ -478,7 +478,7 @@ pub(crate) fn heads_error(model: &ModelSpec, g: u32) -> Error {
 
 /// Divisors of `n`, ascending.
 pub fn divisors(n: u32) -> Vec<u32> {
-    (1..=n).filter(|d| n % d == 0).collect()
+    (1..=n).filter(|d| n.is_multiple_of(*d)).collect()
 }
 
 /// The memory of a HeadInfer plan: buffers sized for `prompt + gen` tokens.

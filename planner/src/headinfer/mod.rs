@@ -112,7 +112,7 @@ pub fn plan(
     )?;
     let hi = &options.headinfer;
     if let Some(g) = hi.heads_per_group
-        && (g == 0 || model.num_kv_heads % g != 0)
+        && (g == 0 || !model.num_kv_heads.is_multiple_of(g))
     {
         return Err(heads_error(model, g));
     }

@@ -210,7 +210,7 @@ pub fn build_schedule(
 ) -> Result<Schedule> {
     shape.validate()?;
     if let Some(g) = layout.heads_per_group
-        && (g == 0 || model.num_kv_heads % g != 0)
+        && (g == 0 || !model.num_kv_heads.is_multiple_of(g))
     {
         return Err(heads_error(model, g));
     }
