@@ -552,10 +552,7 @@ fn base_table(
             return merged_table(text, &preset, base, None, chain);
         }
         if !path.is_file() {
-            return Err(Error::UnknownHardware {
-                name: base.to_string(),
-                known: HardwareProfile::preset_names(),
-            });
+            return Err(HardwareProfile::unknown(base));
         }
     }
     let field = format!("{origin}: base");
@@ -603,16 +600,22 @@ impl HardwareProfile {
         PRESETS.iter().map(|(n, _)| n.to_string()).collect()
     }
 
+    fn unknown(name: &str) -> Error {
+        let known = Self::preset_names();
+        Error::UnknownHardware {
+            name: name.to_string(),
+            close: crate::error::close_matches(name, &known),
+            known,
+        }
+    }
+
     /// The TOML text of a preset, with its source comments.
     pub fn preset_text(name: &str) -> Result<&'static str> {
         PRESETS
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, t)| *t)
-            .ok_or_else(|| Error::UnknownHardware {
-                name: name.to_string(),
-                known: Self::preset_names(),
-            })
+            .ok_or_else(|| Self::unknown(name))
     }
 
     /// A preset by name.
@@ -637,10 +640,7 @@ impl HardwareProfile {
                 source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
             });
         }
-        Err(Error::UnknownHardware {
-            name: name_or_path.to_string(),
-            known: Self::preset_names(),
-        })
+        Err(Self::unknown(name_or_path))
     }
 
     /// Reads a profile file. Its `name` defaults to the file stem; a relative `base` path is
