@@ -63,7 +63,7 @@ fn every_hardware_preset_loads_and_round_trips_through_its_toml() {
 fn reported_memory_of_the_new_cards() {
     // Usable memory as the device reports it (nvidia-smi's MiB total), in GiB to 0.1.
     for (name, mib) in [
-        ("t4", 16_384.0), // T4 reports 15,360 MiB; the preset keeps 16 GiB (see t4.toml)
+        ("t4", 15_360.0),
         ("l4", 23_034.0),
         ("a10g", 23_028.0),
         ("l40s", 46_068.0),
