@@ -9,18 +9,22 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum Error {
     /// A model name that is neither a preset nor a readable file.
-    #[error("unknown model '{name}'; known models: {}; or pass the path of a Hugging Face config.json or model directory", known.join(", "))]
+    #[error("unknown model '{name}'{}; known models: {}; or pass the path of a Hugging Face config.json or model directory", did_you_mean(close), known.join(", "))]
     UnknownModel {
         /// What the user asked for.
         name: String,
+        /// The presets closest to `name` ([`close_matches`]), closest first; may be empty.
+        close: Vec<String>,
         /// The preset names.
         known: Vec<String>,
     },
     /// A hardware name that is neither a preset nor a readable file.
-    #[error("unknown hardware '{name}'; known profiles: {}; or pass the path of a profile TOML file", known.join(", "))]
+    #[error("unknown hardware '{name}'{}; known profiles: {}; or pass the path of a profile TOML file", did_you_mean(close), known.join(", "))]
     UnknownHardware {
         /// What the user asked for.
         name: String,
+        /// The presets closest to `name` ([`close_matches`]), closest first; may be empty.
+        close: Vec<String>,
         /// The preset names.
         known: Vec<String>,
     },
@@ -127,6 +131,57 @@ impl Error {
 /// The planner's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// ` (did you mean a, b or c?)`, or nothing when there is no close match.
+fn did_you_mean(close: &[String]) -> String {
+    match close {
+        [] => String::new(),
+        [one] => format!(" (did you mean {one}?)"),
+        [init @ .., last] => format!(" (did you mean {} or {last}?)", init.join(", ")),
+    }
+}
+
+/// Edit distance (insertions, deletions, substitutions) between two strings, by character.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let next = (diag + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(row[j + 1] + 1);
+            diag = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
+}
+
+/// The entries of `known` close to `name`, closest first, at most four: those within a small
+/// edit distance (2, or a quarter of the longer name), case-insensitive, and those that start
+/// with `name` or contain it (`h100` → `h100-sxm`, `h100-pcie`). A Hugging Face id is also
+/// compared by its last part (`org/Qwen3-7B` → `qwen3-8b`).
+pub fn close_matches(name: &str, known: &[String]) -> Vec<String> {
+    let name = name.trim().to_ascii_lowercase();
+    let short = name.rsplit('/').next().unwrap_or(&name).to_string();
+    if short.is_empty() {
+        return Vec::new();
+    }
+    let mut scored: Vec<(usize, &String)> = known
+        .iter()
+        .filter_map(|k| {
+            let kl = k.to_ascii_lowercase();
+            let d = edit_distance(&name, &kl).min(edit_distance(&short, &kl));
+            let limit = 2.max(kl.chars().count().max(short.chars().count()) / 4);
+            let contains = short.chars().count() >= 2 && kl.contains(&short);
+            (d <= limit || contains).then_some((if contains { d.min(limit) } else { d }, k))
+        })
+        .collect();
+    scored.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
+    scored.into_iter().take(4).map(|(_, k)| k.clone()).collect()
+}
+
 /// Collapses a multi-line parser message into one line.
 pub(crate) fn one_line(message: &str) -> String {
     message
@@ -135,4 +190,42 @@ pub(crate) fn one_line(message: &str) -> String {
         .filter(|l| !l.is_empty() && !l.chars().all(|c| c == '|' || c == '^' || c == ' '))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn close_matches_rank_by_edit_distance_and_prefix() {
+        let known = names(&[
+            "opt-6.7b",
+            "opt-13b",
+            "llama-3-8b",
+            "llama-3.1-8b",
+            "h100-sxm",
+            "h100-pcie",
+            "h200",
+        ]);
+        assert_eq!(close_matches("lama-3-8b", &known)[0], "llama-3-8b");
+        assert_eq!(
+            close_matches("opt-7b", &known),
+            names(&["opt-13b", "opt-6.7b"])
+        );
+        assert_eq!(
+            close_matches("h100", &known),
+            names(&["h200", "h100-pcie", "h100-sxm"])
+        );
+        assert!(close_matches("zzzzzz", &known).is_empty());
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(
+            did_you_mean(&names(&["a", "b", "c"])),
+            " (did you mean a, b or c?)"
+        );
+        assert_eq!(did_you_mean(&[]), "");
+    }
 }

@@ -32,7 +32,15 @@ pub const PRESETS: &[(&str, &str)] = presets![
     "a100-80g-sxm",
     "h100-sxm",
     "h100-pcie",
+    "h100-nvl",
     "h200",
+    "b200",
+    "mi300x",
+    "l40s",
+    "l4",
+    "a10g",
+    "rtx-pro-6000",
+    "rtx-5090",
     "rtx-4090",
     "quadro-rtx-5000",
     "t4",
@@ -552,10 +560,7 @@ fn base_table(
             return merged_table(text, &preset, base, None, chain);
         }
         if !path.is_file() {
-            return Err(Error::UnknownHardware {
-                name: base.to_string(),
-                known: HardwareProfile::preset_names(),
-            });
+            return Err(HardwareProfile::unknown(base));
         }
     }
     let field = format!("{origin}: base");
@@ -603,16 +608,22 @@ impl HardwareProfile {
         PRESETS.iter().map(|(n, _)| n.to_string()).collect()
     }
 
+    fn unknown(name: &str) -> Error {
+        let known = Self::preset_names();
+        Error::UnknownHardware {
+            name: name.to_string(),
+            close: crate::error::close_matches(name, &known),
+            known,
+        }
+    }
+
     /// The TOML text of a preset, with its source comments.
     pub fn preset_text(name: &str) -> Result<&'static str> {
         PRESETS
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, t)| *t)
-            .ok_or_else(|| Error::UnknownHardware {
-                name: name.to_string(),
-                known: Self::preset_names(),
-            })
+            .ok_or_else(|| Self::unknown(name))
     }
 
     /// A preset by name.
@@ -637,10 +648,7 @@ impl HardwareProfile {
                 source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
             });
         }
-        Err(Error::UnknownHardware {
-            name: name_or_path.to_string(),
-            known: Self::preset_names(),
-        })
+        Err(Self::unknown(name_or_path))
     }
 
     /// Reads a profile file. Its `name` defaults to the file stem; a relative `base` path is

@@ -22,8 +22,12 @@ pub enum Family {
     Llama,
     /// Mistral: Llama layout with sliding-window attention.
     Mistral,
-    /// Qwen2: Llama layout with biases on the Q, K, V projections.
+    /// Qwen2 and Qwen2.5: Llama layout with biases on the Q, K, V projections.
     Qwen2,
+    /// Qwen3: Llama layout (no biases) with an explicit head_dim and RMSNorms on each head's
+    /// query and key. kvplan leaves out those two norms (2 x head_dim weights per layer, about
+    /// 0.0003% of Qwen3-8B) and their kernels; everything else is counted as for Llama.
+    Qwen3,
     /// Gemma 2: four RMSNorms per layer, head_dim independent of hidden, tied embeddings.
     Gemma2,
     /// Falcon: parallel attention/MLP, multi-query (7B) or grouped KV, 2-matrix GELU FFN.
@@ -37,6 +41,7 @@ impl Family {
         "llama",
         "mistral",
         "qwen2",
+        "qwen3",
         "gemma2",
         "falcon",
         "RefinedWeb",
@@ -49,6 +54,7 @@ impl Family {
             "llama" => Family::Llama,
             "mistral" => Family::Mistral,
             "qwen2" => Family::Qwen2,
+            "qwen3" => Family::Qwen3,
             "gemma2" => Family::Gemma2,
             "falcon" | "RefinedWeb" | "RefinedWebModel" => Family::Falcon,
             _ => return None,
@@ -110,7 +116,9 @@ pub struct ModelSpec {
 /// Published parameter counts used to check the shape arithmetic.
 ///
 /// Sources: OPT paper (Zhang et al. 2022) Table 1 for OPT; the Hugging Face model pages'
-/// safetensors parameter counts for the others; Falcon paper (Almazrouei et al. 2023) for Falcon.
+/// safetensors parameter counts for the others; Falcon paper (Almazrouei et al. 2023) for Falcon;
+/// the model cards' "Number of Parameters" for Qwen2.5 and Qwen3, Mistral AI's Mistral NeMo
+/// announcement (12B) and the Gemma 2 report's 27B for those.
 pub const PUBLISHED_PARAMS: &[(&str, f64)] = &[
     ("opt-125m", 125e6),
     ("opt-1.3b", 1.3e9),
@@ -122,9 +130,23 @@ pub const PUBLISHED_PARAMS: &[(&str, f64)] = &[
     ("llama-3-8b", 8.03e9),
     ("llama-3.1-8b", 8.03e9),
     ("llama-3-70b", 70.6e9),
+    ("llama-3.1-70b", 70.6e9),
+    ("llama-3.1-405b", 405.9e9),
+    ("llama-3.2-1b", 1.24e9),
+    ("llama-3.2-3b", 3.21e9),
     ("mistral-7b", 7.24e9),
     ("qwen2-7b", 7.62e9),
+    ("qwen2.5-7b", 7.61e9),
+    ("qwen2.5-14b", 14.7e9),
+    ("qwen2.5-32b", 32.5e9),
+    ("qwen2.5-72b", 72.7e9),
+    ("qwen3-8b", 8.2e9),
+    ("qwen3-14b", 14.8e9),
+    ("qwen3-32b", 32.8e9),
+    ("mistral-nemo-12b", 12.2e9),
+    ("yi-34b", 34.4e9),
     ("gemma-2-9b", 9.24e9),
+    ("gemma-2-27b", 27.2e9),
     ("falcon-7b", 7.0e9),
     ("yarn-llama-2-7b", 6.74e9),
 ];
@@ -147,9 +169,23 @@ pub const PRESETS: &[(&str, &str)] = presets![
     "llama-3-8b",
     "llama-3.1-8b",
     "llama-3-70b",
+    "llama-3.1-70b",
+    "llama-3.1-405b",
+    "llama-3.2-1b",
+    "llama-3.2-3b",
     "mistral-7b",
+    "mistral-nemo-12b",
     "qwen2-7b",
+    "qwen2.5-7b",
+    "qwen2.5-14b",
+    "qwen2.5-32b",
+    "qwen2.5-72b",
+    "qwen3-8b",
+    "qwen3-14b",
+    "qwen3-32b",
+    "yi-34b",
     "gemma-2-9b",
+    "gemma-2-27b",
     "falcon-7b",
     "yarn-llama-2-7b",
 ];
@@ -178,27 +214,73 @@ impl ModelSpec {
         PRESETS.iter().map(|(n, _)| n.to_string()).collect()
     }
 
-    /// A preset by name (`opt-6.7b`, `llama-3-8b`, ...).
-    pub fn preset(name: &str) -> Result<Self> {
-        let (n, text) = PRESETS
+    /// The Hugging Face model id a preset's `config.json` was taken from (the repository in its
+    /// `_source` URL, e.g. `meta-llama/Llama-2-7b-hf` for `llama-2-7b`).
+    pub fn preset_hf_id(name: &str) -> Option<&'static str> {
+        PRESETS
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .ok_or_else(|| Error::UnknownModel {
-                name: name.to_string(),
-                known: Self::preset_names(),
-            })?;
+            .and_then(|(_, text)| hf_id_of(text))
+    }
+
+    /// The preset whose name or Hugging Face id is `name` (both case-insensitive).
+    fn find_preset(name: &str) -> Option<(&'static str, &'static str)> {
+        let name = name.trim().trim_end_matches('/');
+        PRESETS
+            .iter()
+            .find(|(n, text)| {
+                n.eq_ignore_ascii_case(name)
+                    || hf_id_of(text).is_some_and(|id| id.eq_ignore_ascii_case(name))
+            })
+            .copied()
+    }
+
+    fn unknown(name: &str) -> Error {
+        let known = Self::preset_names();
+        let mut candidates = known.clone();
+        candidates.extend(
+            PRESETS
+                .iter()
+                .filter_map(|(_, t)| hf_id_of(t).map(String::from)),
+        );
+        let mut close = crate::error::close_matches(name, &candidates);
+        // An HF id suggestion stands for its preset: name the preset once.
+        for c in &mut close {
+            if let Some((n, _)) = Self::find_preset(c) {
+                *c = n.to_string();
+            }
+        }
+        let mut seen = Vec::new();
+        close.retain(|c| {
+            let new = !seen.contains(c);
+            seen.push(c.clone());
+            new
+        });
+        Error::UnknownModel {
+            name: name.to_string(),
+            close,
+            known,
+        }
+    }
+
+    /// A preset by name (`opt-6.7b`, `llama-3-8b`, ...) or by the Hugging Face id of the model
+    /// it was taken from (`meta-llama/Llama-2-7b-hf`, `Qwen/Qwen3-8B`), case-insensitive.
+    pub fn preset(name: &str) -> Result<Self> {
+        let (n, text) = Self::find_preset(name).ok_or_else(|| Self::unknown(name))?;
         Self::from_hf_config_str(text, n, &format!("preset {n}"))
     }
 
-    /// A preset name, or else a path to a Hugging Face `config.json` or to a model directory
-    /// holding one (`DIR/config.json`, as `save_pretrained` and the Hub lay it out).
+    /// A preset name or Hugging Face id of a preset (these first), or else a path to a Hugging
+    /// Face `config.json` or to a model directory holding one (`DIR/config.json`, as
+    /// `save_pretrained` and the Hub lay it out), or else an id of a variant of a preset's model
+    /// (`meta-llama/Llama-2-13b-chat-hf`, see [`ModelSpec::preset_for_hf_id`]).
     pub fn resolve(name_or_path: &str) -> Result<Self> {
+        if Self::find_preset(name_or_path).is_some() {
+            return Self::preset(name_or_path);
+        }
         let looks_like_path = name_or_path.contains('/')
             || name_or_path.contains('\\')
             || name_or_path.ends_with(".json");
-        if !looks_like_path && let Ok(spec) = Self::preset(name_or_path) {
-            return Ok(spec);
-        }
         let path = Path::new(name_or_path);
         if path.is_file() {
             return Self::from_hf_config_file(path);
@@ -206,7 +288,7 @@ impl ModelSpec {
         if path.is_dir() {
             return Self::from_model_dir(path);
         }
-        // A Hugging Face model id (`meta-llama/Llama-2-7b-hf`) of a model with a preset.
+        // A Hugging Face model id (`meta-llama/Llama-2-13b-chat-hf`) of a variant of a preset.
         if let Some(preset) = Self::preset_for_hf_id(name_or_path) {
             return Self::preset(preset);
         }
@@ -219,18 +301,21 @@ impl ModelSpec {
                 source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
             });
         }
-        Err(Error::UnknownModel {
-            name: name_or_path.to_string(),
-            known: Self::preset_names(),
-        })
+        Err(Self::unknown(name_or_path))
     }
 
-    /// The preset of a Hugging Face model id, if one matches: the id's last part, lower case,
+    /// The preset of a Hugging Face model id, if one matches: a preset's own id
+    /// ([`ModelSpec::preset_hf_id`], case-insensitive), or else the id's last part, lower case,
     /// without a `meta-` prefix and without `-hf`, `-instruct`, `-chat`, `-it`, `-base` or a
     /// version suffix (`-v0.1`), equals a preset's name (`meta-llama/Llama-2-7b-hf` →
     /// `llama-2-7b`, `meta-llama/Meta-Llama-3.1-8B-Instruct` → `llama-3.1-8b`,
     /// `mistralai/Mistral-7B-v0.1` → `mistral-7b`).
     pub fn preset_for_hf_id(id: &str) -> Option<&'static str> {
+        if id.contains('/')
+            && let Some((n, _)) = Self::find_preset(id)
+        {
+            return Some(n);
+        }
         let last = id.trim().rsplit('/').next()?.to_ascii_lowercase();
         let mut name = last.strip_prefix("meta-").unwrap_or(&last).to_string();
         loop {
@@ -315,14 +400,14 @@ impl ModelSpec {
             Family::from_model_type(&model_type).ok_or_else(|| Error::UnsupportedArchitecture {
                 origin: origin.to_string(),
                 model_type: model_type.clone(),
-                supported: Family::MODEL_TYPES[..6]
+                supported: Family::MODEL_TYPES[..7]
                     .iter()
                     .map(|s| s.to_string())
                     .collect(),
             })?;
         let spec = match family {
             Family::Opt => opt(&cfg, name)?,
-            Family::Llama | Family::Mistral | Family::Qwen2 | Family::Gemma2 => {
+            Family::Llama | Family::Mistral | Family::Qwen2 | Family::Qwen3 | Family::Gemma2 => {
                 llama_like(&cfg, name, family)?
             }
             Family::Falcon => falcon(&cfg, name)?,
@@ -669,6 +754,15 @@ impl Cfg<'_> {
     }
 }
 
+/// The `owner/name` repository of a preset's `_source` URL (`https://huggingface.co/OWNER/NAME/...`).
+fn hf_id_of(text: &'static str) -> Option<&'static str> {
+    let rest = &text[text.find("\"_source\"")?..];
+    let rest = &rest[rest.find("huggingface.co/")? + "huggingface.co/".len()..];
+    let end = rest.find("/blob/")?;
+    let id = &rest[..end];
+    (id.matches('/').count() == 1).then_some(id)
+}
+
 fn opt(c: &Cfg, name: &str) -> Result<ModelSpec> {
     let hidden = c.u32(&["hidden_size"], "the model width, e.g. 4096")?;
     let heads = c.u32(&["num_attention_heads"], "query heads")?;
@@ -714,7 +808,7 @@ fn llama_like(c: &Cfg, name: &str, family: Family) -> Result<ModelSpec> {
     };
     let (qkv_bias, proj_bias) = match family {
         Family::Qwen2 => (true, false),
-        Family::Llama => (
+        Family::Llama | Family::Qwen3 => (
             c.bool_or("attention_bias", false)?,
             c.bool_or("mlp_bias", false)?,
         ),
@@ -814,6 +908,75 @@ mod tests {
         assert_eq!(m.name, "llama-2-7b");
     }
 
+    /// Every preset answers to the Hugging Face id its config came from, in any case, through
+    /// `preset` and `resolve` alike, and even when a directory of that name could exist.
+    #[test]
+    fn every_preset_answers_to_its_hugging_face_id() {
+        for (name, _) in PRESETS {
+            let id = ModelSpec::preset_hf_id(name).unwrap_or_else(|| panic!("{name}: no HF id"));
+            for asked in [
+                id.to_string(),
+                id.to_ascii_lowercase(),
+                id.to_ascii_uppercase(),
+            ] {
+                assert_eq!(ModelSpec::preset(&asked).unwrap().name, *name, "{asked}");
+                assert_eq!(ModelSpec::resolve(&asked).unwrap().name, *name, "{asked}");
+                assert_eq!(ModelSpec::preset_for_hf_id(&asked), Some(*name), "{asked}");
+            }
+        }
+        for (id, preset) in [
+            ("Qwen/Qwen3-8B", "qwen3-8b"),
+            ("Qwen/Qwen2.5-72B-Instruct", "qwen2.5-72b"),
+            ("mistralai/Mistral-Nemo-Base-2407", "mistral-nemo-12b"),
+            ("google/gemma-2-27b-it", "gemma-2-27b"),
+            ("meta-llama/Llama-3.2-1B-Instruct", "llama-3.2-1b"),
+            ("01-ai/Yi-34B", "yi-34b"),
+        ] {
+            assert_eq!(ModelSpec::resolve(id).unwrap().name, preset, "{id}");
+        }
+    }
+
+    #[test]
+    fn a_misspelt_model_suggests_the_preset() {
+        for (asked, want) in [
+            ("lama-3-8b", "llama-3-8b"),
+            ("qwen3-7b", "qwen3-8b"),
+            ("gemma2-27b", "gemma-2-27b"),
+            ("Qwen/Qwen3-7B", "qwen3-8b"),
+            ("mistral-nemo", "mistral-nemo-12b"),
+        ] {
+            let e = ModelSpec::resolve(asked).unwrap_err();
+            let Error::UnknownModel { close, .. } = &e else {
+                panic!("{asked}: {e}")
+            };
+            assert!(close.iter().any(|c| c == want), "{asked}: {close:?}");
+            let msg = e.to_string();
+            let (head, list) = msg.split_once("; known models:").unwrap();
+            assert!(
+                head.contains("did you mean") && head.contains(want),
+                "{msg}"
+            );
+            assert!(list.contains("opt-125m"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn qwen3_reads_as_llama_with_explicit_head_dim() {
+        let m = ModelSpec::preset("qwen3-32b").unwrap();
+        assert_eq!(m.family, Family::Qwen3);
+        assert_eq!((m.head_dim, m.q_dim(), m.hidden), (128, 8192, 5120));
+        assert!(!m.qkv_bias && !m.tied_embeddings);
+        let q = ModelSpec::preset("qwen2.5-7b").unwrap();
+        assert!(q.qkv_bias && q.family == Family::Qwen2);
+        let n = ModelSpec::preset("mistral-nemo-12b").unwrap();
+        assert_eq!((n.head_dim, n.q_dim(), n.hidden), (128, 4096, 5120));
+        let g = ModelSpec::preset("gemma-2-27b").unwrap();
+        assert_eq!(
+            (g.head_dim, g.num_kv_heads, g.dtype),
+            (128, 16, DType::Bf16)
+        );
+    }
+
     /// One test per preset: the shape arithmetic lands within 2% of the published count.
     macro_rules! param_tests {
         ($($fn:ident => $name:literal),* $(,)?) => {$(
@@ -839,9 +1002,23 @@ mod tests {
         params_llama_3_8b => "llama-3-8b",
         params_llama_3_1_8b => "llama-3.1-8b",
         params_llama_3_70b => "llama-3-70b",
+        params_llama_3_1_70b => "llama-3.1-70b",
+        params_llama_3_1_405b => "llama-3.1-405b",
+        params_llama_3_2_1b => "llama-3.2-1b",
+        params_llama_3_2_3b => "llama-3.2-3b",
         params_mistral_7b => "mistral-7b",
+        params_mistral_nemo_12b => "mistral-nemo-12b",
         params_qwen2_7b => "qwen2-7b",
+        params_qwen2_5_7b => "qwen2.5-7b",
+        params_qwen2_5_14b => "qwen2.5-14b",
+        params_qwen2_5_32b => "qwen2.5-32b",
+        params_qwen2_5_72b => "qwen2.5-72b",
+        params_qwen3_8b => "qwen3-8b",
+        params_qwen3_14b => "qwen3-14b",
+        params_qwen3_32b => "qwen3-32b",
+        params_yi_34b => "yi-34b",
         params_gemma_2_9b => "gemma-2-9b",
+        params_gemma_2_27b => "gemma-2-27b",
         params_falcon_7b => "falcon-7b",
         params_yarn_llama_2_7b => "yarn-llama-2-7b",
     }
@@ -867,6 +1044,9 @@ mod tests {
             ("mistral-7b", 7_241_732_096),
             ("qwen2-7b", 7_615_616_512),
             ("gemma-2-9b", 9_241_705_984),
+            ("llama-3.1-70b", 70_553_706_496),
+            ("llama-3.2-1b", 1_235_814_400),
+            ("llama-3.2-3b", 3_212_749_824),
         ];
         for (name, n) in exact {
             assert_eq!(ModelSpec::preset(name).unwrap().params(), n, "{name}");
