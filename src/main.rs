@@ -61,7 +61,7 @@ fn main() -> ExitCode {
             if let Some(out) = &e.stdout {
                 let _ = std::io::stdout().lock().write_all(out.as_bytes());
             }
-            eprintln!("error: {}", e.message);
+            eprintln!("error: {}", messages::flags_in_text(&e.message));
             ExitCode::from(e.code as u8)
         }
     }

@@ -52,6 +52,21 @@ fn flag_of(name: &str) -> Option<&'static str> {
     FLAGS.iter().find(|(f, _)| *f == name).map(|(_, s)| *s)
 }
 
+/// A library message with the fields it names in backquotes (`` `workload.batch` ``, and
+/// `` `strategy` ``) written as their flags (`--batch`, `--strategy`): the one place the binary
+/// turns a library's advice into the words of its command line. Only the table's fields are
+/// rewritten, and only dotted ones besides `strategy`, so a parser's "missing field `model`"
+/// keeps its words.
+pub fn flags_in_text(text: &str) -> String {
+    let mut out = text.to_string();
+    for &(field, flag) in FLAGS.iter() {
+        if field.contains('.') || field == "strategy" {
+            out = out.replace(&format!("`{field}`"), flag);
+        }
+    }
+    out
+}
+
 /// The flag of `field`.
 pub fn flag(field: Field) -> Option<&'static str> {
     flag_of(field.as_str())
@@ -312,6 +327,23 @@ mod tests {
         assert_eq!(
             e,
             "--block-size (serve.block_size): expected 1..=1024 (got 0)"
+        );
+    }
+}
+
+#[cfg(test)]
+mod text_tests {
+    use super::flags_in_text;
+
+    #[test]
+    fn advice_names_flags_and_leaves_other_backquotes() {
+        assert_eq!(
+            flags_in_text("reduce `workload.batch` or `workload.prompt`; `strategy` kvpr"),
+            "reduce --batch or --prompt; --strategy kvpr"
+        );
+        assert_eq!(
+            flags_in_text("a.toml: missing field `model`; `link.h2d_pinned_gbps`"),
+            "a.toml: missing field `model`; `link.h2d_pinned_gbps`"
         );
     }
 }

@@ -121,8 +121,8 @@ pub enum Error {
         /// The second row's line.
         second: u64,
     },
-    /// A bad tolerance.
-    #[error("--tolerance: {message} (got '{value}')")]
+    /// A bad tolerance (the comparison's `tolerance` input).
+    #[error("tolerance: {message} (got '{value}')")]
     Tolerance {
         /// As given.
         value: String,

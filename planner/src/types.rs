@@ -162,14 +162,14 @@ impl Shape {
             return Err(Error::invalid(
                 "workload.gpu_batches",
                 self.gpu_batches,
-                format!("{one_batch}; use --gpu-batches 1"),
+                format!("{one_batch}; use `workload.gpu_batches` 1"),
             ));
         }
         if options.weights == WeightsPlacement::Offload {
             return Err(Error::invalid(
                 "offload.weights",
                 "offload",
-                format!("{resident}; use --weights auto or gpu"),
+                format!("{resident}; use `offload.weights` auto or gpu"),
             ));
         }
         Ok(())

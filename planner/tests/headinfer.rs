@@ -361,7 +361,10 @@ fn fixed_choices_are_kept_and_checked() {
     )
     .unwrap_err();
     assert!(matches!(e, Error::DoesNotFit { .. }), "{e}");
-    assert!(e.to_string().contains("--heads-per-group 1"), "{e}");
+    assert!(
+        e.to_string().contains("`headinfer.heads_per_group` 1"),
+        "{e}"
+    );
     // A group size that does not divide the KV heads.
     let e = plan(
         &m,
@@ -406,7 +409,7 @@ fn impossible_requests_are_clear_errors() {
     // 4.5M tokens: 549 GiB of KV, more than the 512 GiB host (the GPU side fits).
     let e = run(&m, &hw, shape(4_500_000));
     assert!(
-        e.contains("does not fit") && e.contains("host RAM") && e.contains("--prompt"),
+        e.contains("does not fit") && e.contains("host RAM") && e.contains("`workload.prompt`"),
         "{e}"
     );
     // With a huge host the GPU runs out even with one head per group.
@@ -417,7 +420,7 @@ fn impossible_requests_are_clear_errors() {
         e.contains("does not fit")
             && e.contains("GPU memory")
             && e.contains("1 KV head per group")
-            && e.contains("--prompt"),
+            && e.contains("`workload.prompt`"),
         "{e}"
     );
     // Everything that fits memory is over the op limit (two million decode steps): the error
@@ -430,7 +433,7 @@ fn impossible_requests_are_clear_errors() {
             ..shape(1000)
         },
     );
-    assert!(e.contains("limit 20000000") && e.contains("--gen"), "{e}");
+    assert!(e.contains("limit 20000000") && e.contains("`workload.gen`"), "{e}");
     // Weights that do not fit the card.
     let e = run(&ModelSpec::preset("llama-3-70b").unwrap(), &hw, shape(1000));
     assert!(e.contains("weights alone do not fit"), "{e}");

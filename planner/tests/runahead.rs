@@ -619,7 +619,7 @@ fn errors_name_the_field_and_the_fix() {
     // A context whose KV cache cannot fit on the last device, whatever the partition.
     let e = err(shape(1 << 20), opts(8));
     assert!(
-        e.contains("does not fit") && e.contains("short by") && e.contains("--context"),
+        e.contains("does not fit") && e.contains("short by") && e.contains("`workload.prompt`"),
         "{e}"
     );
 }

@@ -532,7 +532,8 @@ mod tests {
         let e = MeasuredRun::from_vllm_json(r#"{"duration": 3.0}"#, "r.json")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("--save-detailed"), "{e}");
+        // The hint names vLLM's `vllm bench serve` option that records per-request data.
+        assert!(e.contains("save-detailed"), "{e}");
     }
 }
 

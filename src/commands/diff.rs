@@ -94,6 +94,9 @@ fn diff_error(e: DiffError) -> CliError {
         DiffError::Scenario { case, source } => prefixed(&case, (*source).into()),
         DiffError::Simulate { case, source } => prefixed(&case, (*source).into()),
         DiffError::Serve { case, source } => prefixed(&case, crate::messages::serve_error(*source)),
+        DiffError::Tolerance { value, message } => {
+            CliError::input(format!("--tolerance: {message} (got '{value}')"))
+        }
         other if other.is_input_error() => CliError::input(other.to_string()),
         other => CliError::failure(other.to_string()),
     }

@@ -34,12 +34,12 @@ const VARIANTS: [(usize, &str); 3] = [(64, "e2"), (128, "e4"), (256, "e8")];
 /// Compiles the kernels for compute capability `cc`: a cubin for `sm_XY` (no driver JIT, so a
 /// newer NVRTC than the driver is fine), else PTX for `compute_XY`.
 pub(super) fn compile(cc: (i32, i32)) -> Result<Ptx, Error> {
-    let sm = format!("--gpu-architecture=sm_{}{}", cc.0, cc.1);
+    let sm = format!("-arch=sm_{}{}", cc.0, cc.1);
     let cubin_err = match nvrtc_compile(&sm, true) {
         Ok(bin) => return Ok(Ptx::from_binary(bin)),
         Err(e) => e,
     };
-    let compute = format!("--gpu-architecture=compute_{}{}", cc.0, cc.1);
+    let compute = format!("-arch=compute_{}{}", cc.0, cc.1);
     match nvrtc_compile(&compute, false) {
         Ok(ptx) => Ok(Ptx::from_src(String::from_utf8_lossy(&ptx).into_owned())),
         Err(ptx_err) => Err(Error::Cuda {
@@ -68,7 +68,7 @@ fn nvrtc_compile(arch: &str, cubin: bool) -> Result<Vec<u8>, String> {
         nvrtc::result::create_program(&src, Some(c"kvplan_kernels.cu"))
             .map_err(|e| format!("nvrtcCreateProgram: {e}"))?,
     );
-    let options = [arch.to_string(), "--std=c++17".to_string()];
+    let options = [arch.to_string(), "-std=c++17".to_string()];
     // SAFETY: `prog` is a live program (destroyed only when `prog` drops); `src` outlives it.
     if let Err(e) = unsafe { nvrtc::result::compile_program(prog.0, &options) } {
         // SAFETY: as above.
@@ -618,7 +618,7 @@ mod tests {
             eprintln!("libnvrtc not found: kernel compilation not checked");
             return;
         }
-        let bin = nvrtc_compile("--gpu-architecture=sm_90", true).unwrap_or_else(|e| panic!("{e}"));
+        let bin = nvrtc_compile("-arch=sm_90", true).unwrap_or_else(|e| panic!("{e}"));
         for name in entry_points() {
             let sym = format!("{name}\0");
             assert!(

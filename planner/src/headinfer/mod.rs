@@ -154,11 +154,11 @@ pub fn plan(
             "the weights alone do not fit: HeadInfer keeps them on the GPU; use a GPU with more memory or a smaller model".to_string()
         } else if hi.heads_per_group.is_some_and(|x| x > 1) || hi.chunk_tokens.is_some() {
             format!(
-                "use fewer heads per group (--heads-per-group 1) or a smaller --chunk, reduce --prompt (--context) to at most {cap} tokens, or use a GPU with more memory"
+                "use fewer heads per group (`headinfer.heads_per_group` 1) or a smaller `headinfer.chunk`, reduce `workload.prompt` to at most {cap} tokens, or use a GPU with more memory"
             )
         } else {
             format!(
-                "the context does not fit even with {g0} KV head per group and a {c0}-token chunk: reduce --prompt (--context) to at most {cap} tokens (`kvplan capacity`), or use a GPU with more memory"
+                "the context does not fit even with {g0} KV head per group and a {c0}-token chunk: reduce `workload.prompt` to at most {cap} tokens (the capacity of this model and GPU), or use a GPU with more memory"
             )
         };
         least.memory_plan().check(hw, &what, &advice, "")?;
@@ -173,8 +173,8 @@ pub fn plan(
     least.memory_plan().check(
         hw,
         &what,
-        "reduce --prompt (--context)",
-        "reduce --prompt (--context) or --batch, or raise host.ram_gib in a profile file (kvplan capacity --host-ram GB shows what fits)",
+        "reduce `workload.prompt`",
+        "reduce `workload.prompt` or `workload.batch`, or raise host.ram_gib in a profile file",
     )?;
     let Some(choice) = choose(model, hw, cost, shape, host, &groups, &chunks)? else {
         // Something fits memory but every schedule that fits is over the op limit: build the

@@ -220,7 +220,7 @@ pub fn build_schedule(
             "workload.prompt",
             shape.prompt,
             format!(
-                "the schedule would have about {est} ops (limit {MAX_OPS}); use a larger --chunk, more --heads-per-group, or a smaller --gen"
+                "the schedule would have about {est} ops (limit {MAX_OPS}); use a larger `headinfer.chunk`, more `headinfer.heads_per_group`, or a smaller `workload.gen`"
             ),
         ));
     }

@@ -107,7 +107,7 @@ pub(crate) fn plan(
             "workload.gen",
             shape.gen_len,
             format!(
-                "the schedule would have about {est_ops} ops (limit {MAX_OPS}); reduce --gen or --gpu-batches"
+                "the schedule would have about {est_ops} ops (limit {MAX_OPS}); reduce `workload.gen` or `workload.gpu_batches`"
             ),
         ));
     }
@@ -150,7 +150,7 @@ pub(crate) fn plan(
             return Err(Error::invalid(
                 "offload.weights",
                 "offload",
-                "gpu-only keeps everything on the GPU; use --strategy kvpr or full-transfer to offload",
+                "gpu-only keeps everything on the GPU; use `strategy` kvpr or full-transfer to offload",
             ));
         }
         (Strategy::GpuOnly, _) | (_, WeightsPlacement::Gpu) => (true, decide(true)?),
@@ -176,18 +176,18 @@ pub(crate) fn plan(
     }
     let gpu_advice = match (strategy, weights_on_gpu) {
         (Strategy::GpuOnly, _) => {
-            "offload the KV cache (--strategy kvpr or full-transfer), or reduce --batch / --prompt / --gen"
+            "offload the KV cache (`strategy` kvpr or full-transfer), or reduce `workload.batch` / `workload.prompt` / `workload.gen`"
         }
         (_, true) => {
-            "offload the weights (--weights offload or auto), or reduce --batch / --prompt"
+            "offload the weights (`offload.weights` offload or auto), or reduce `workload.batch` / `workload.prompt`"
         }
-        (_, false) => "reduce --batch or --prompt, or use a GPU with more memory",
+        (_, false) => "reduce `workload.batch` or `workload.prompt`, or use a GPU with more memory",
     };
     memory.check(
         hw,
         &what,
         gpu_advice,
-        "reduce --batch, --gpu-batches, --prompt or --gen, or raise host.ram_gib in a profile file",
+        "reduce `workload.batch`, `workload.gpu_batches`, `workload.prompt` or `workload.gen`, or raise host.ram_gib in a profile file",
     )?;
     let layout = Layout {
         model,
@@ -297,7 +297,10 @@ mod tests {
         };
         let e = plan(&m, &hw, &c, &shape, Strategy::GpuOnly, &Options::default()).unwrap_err();
         let s = e.to_string();
-        assert!(s.contains("short by") && s.contains("strategy kvpr"), "{s}");
+        assert!(
+            s.contains("short by") && s.contains("`strategy` kvpr"),
+            "{s}"
+        );
     }
 
     #[test]

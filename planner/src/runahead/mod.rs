@@ -311,7 +311,7 @@ pub fn plan(
             if p == 1 { "" } else { "s" }
         )
     };
-    let advice = "reduce --context (--prompt), --batch or --gen: the last device keeps the whole context's KV cache, so more --devices only shrink the activations; or use a GPU with more memory";
+    let advice = "reduce `workload.prompt`, `workload.batch` or `workload.gen`: the last device keeps the whole context's KV cache, so more `runahead.devices` only shrink the activations; or use a GPU with more memory";
     // Fail fast: no partition over any number of devices can go below the last device's floor.
     let floor = memory::floor(model, b, n, shape.gen_len);
     if floor.gpu_bytes() > hw.gpu.usable_bytes() {
@@ -430,7 +430,7 @@ pub fn plan(
             "workload.gen",
             shape.gen_len,
             format!(
-                "the schedule would have about {est_ops} ops (limit {}); reduce --gen",
+                "the schedule would have about {est_ops} ops (limit {}); reduce `workload.gen`",
                 crate::types::MAX_OPS
             ),
         ));
