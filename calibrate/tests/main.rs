@@ -1,0 +1,8 @@
+//! kvplan-calibrate's integration tests: one binary, one module per area (`cargo test -p kvplan-calibrate`;
+//! one area: `cargo test -p kvplan-calibrate --test calibrate <module>::`).
+
+mod attention_table;
+mod from_runs;
+mod kernels_section;
+mod measured_tables;
+mod runahead_chunks;

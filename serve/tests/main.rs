@@ -1,0 +1,7 @@
+//! kvplan-serve's integration tests: one binary, one module per area (`cargo test -p kvplan-serve`;
+//! one area: `cargo test -p kvplan-serve --test serve <module>::`).
+
+mod capacity;
+mod real_vllm;
+mod serve;
+mod v1;

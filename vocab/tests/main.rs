@@ -1,0 +1,5 @@
+//! kvplan-vocab's integration tests: one binary, one module per area (`cargo test -p kvplan-vocab`;
+//! one area: `cargo test -p kvplan-vocab --test vocab <module>::`).
+
+mod attention_batch;
+mod presets;
