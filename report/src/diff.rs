@@ -160,9 +160,9 @@ pub fn comparison(c: &Comparison, changed_only: bool, format: Format) -> Result<
                 c.b,
                 pct(c.tolerance)
             );
-            out.push_str(&metric_table(&c, changed_only));
-            let _ = writeln!(out, "{}", summary(&c));
-            text_notes(&c, &mut out);
+            out.push_str(&metric_table(c, changed_only));
+            let _ = writeln!(out, "{}", summary(c));
+            text_notes(c, &mut out);
             out
         }
     })

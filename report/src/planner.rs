@@ -129,7 +129,7 @@ pub fn kvpr_plan(
         ),
         Format::Table => {
             let mut out = String::new();
-            let _ = writeln!(out, "KVPR plan: {}", describe(&p));
+            let _ = writeln!(out, "KVPR plan: {}", describe(p));
             let _ = writeln!(
                 out,
                 "per token and layer: activations {} B, K+V {} B (GQA group {})",
@@ -264,7 +264,7 @@ pub fn runahead_plan(sc: &Scenario, p: &Plan, format: Format) -> Result<String, 
                 d.link_gbps,
                 d.peer_bytes_by_device
             );
-            let _ = writeln!(out, "{}", memory_line(&p));
+            let _ = writeln!(out, "{}", memory_line(p));
             for n in &p.notes {
                 let _ = writeln!(out, "note: {n}");
             }
@@ -320,7 +320,7 @@ pub fn headinfer_plan(sc: &Scenario, p: &Plan, format: Format) -> Result<String,
                 "KV heads per offload group: {} ({} groups per layer); prefill chunk: {} tokens",
                 d.heads_per_group, d.groups_per_layer, d.chunk_tokens
             );
-            let _ = writeln!(out, "{}", memory_line(&p));
+            let _ = writeln!(out, "{}", memory_line(p));
             for n in &p.notes {
                 let _ = writeln!(out, "note: {n}");
             }

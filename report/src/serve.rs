@@ -281,7 +281,7 @@ pub fn capacity(
             }
             json_line(&Report {
                 slo: slo.to_string(),
-                target_qps: target_qps,
+                target_qps,
                 cheapest: cheapest
                     .map(|r| format!("{} x TP {}", r.hardware, r.tensor_parallel_size)),
                 ranked_by: cmp.ranked_by.map(RankedBy::as_str),
