@@ -16,6 +16,16 @@ pub enum Format {
     Csv,
 }
 
+impl From<Format> for kvplan_report::Format {
+    fn from(f: Format) -> Self {
+        match f {
+            Format::Table => kvplan_report::Format::Table,
+            Format::Json => kvplan_report::Format::Json,
+            Format::Csv => kvplan_report::Format::Csv,
+        }
+    }
+}
+
 /// `--format`.
 #[derive(Debug, Args)]
 pub struct OutputArgs {

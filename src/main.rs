@@ -5,8 +5,6 @@ mod args;
 mod commands;
 mod error;
 mod messages;
-mod output;
-mod render;
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -1,12 +1,10 @@
 //! `kvplan capacity`: the longest context each strategy fits in GPU memory and host RAM.
 
-use std::fmt::Write as _;
-
 use clap::Args;
 
 use crate::args::*;
 use crate::error::CliError;
-use crate::render::*;
+use kvplan_report as report;
 use kvplan_vocab::{HardwareProfile, ModelSpec};
 
 use super::serve_capacity::{CapacityTargetArgs, SloArgs, slo_capacity};
@@ -151,63 +149,9 @@ pub fn capacity(args: &CapacityArgs) -> Result<String, CliError> {
         },
     };
     let r = capacity_report(&model, &hw, &strategies, &options)?;
-    match args.output.format {
-        Format::Json => json_line(&r),
-        Format::Csv => csv_text(
-            &[
-                "strategy",
-                "max_context_tokens",
-                "binding_limit",
-                "gpu_bytes",
-                "host_bytes",
-            ],
-            &r.strategies
-                .iter()
-                .map(|s| {
-                    vec![
-                        s.strategy.as_str().to_string(),
-                        s.max_context_tokens.to_string(),
-                        s.binding_limit.as_str().to_string(),
-                        s.gpu_bytes.to_string(),
-                        s.host_bytes.to_string(),
-                    ]
-                })
-                .collect::<Vec<_>>(),
-        ),
-        Format::Table => {
-            let mut out = String::new();
-            let _ = writeln!(
-                out,
-                "capacity: {} on {} (batch {})",
-                r.model, r.hardware, options.config.batch
-            );
-            let mut t = Table::new(&[
-                "strategy",
-                "max context",
-                "binding limit",
-                "GPU at max",
-                "host at max",
-            ]);
-            for s in &r.strategies {
-                let k = s.max_context_tokens as f64 / 1024.0;
-                t.row(&[
-                    s.strategy.as_str().to_string(),
-                    if k >= 1024.0 {
-                        format!("{} ({:.2}M)", s.max_context_tokens, k / 1024.0)
-                    } else {
-                        format!("{} ({:.1}K)", s.max_context_tokens, k)
-                    },
-                    s.binding_limit.as_str().to_string(),
-                    gib(s.gpu_bytes),
-                    gib(s.host_bytes),
-                ]);
-            }
-            out.push_str(&t.render());
-            let _ = writeln!(out, "(K = 1024 tokens, as the HeadInfer paper counts)");
-            for n in &r.notes {
-                let _ = writeln!(out, "note: {n}");
-            }
-            Ok(out)
-        }
-    }
+    Ok(report::planner::capacity(
+        &r,
+        options.config.batch,
+        args.output.format.into(),
+    )?)
 }

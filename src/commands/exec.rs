@@ -1,18 +1,15 @@
 //! `kvplan exec`: the plan `simulate` would run, run for real on a backend.
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use super::plan::describe;
-use super::simulate::{CSV_FIELDS, csv_row, metric_rows, split_summary};
 use crate::args::*;
 use crate::error::CliError;
-use crate::output::write_output;
-use crate::render::*;
 use kvplan_exec::{BackendKind, ExecOptions, Executor};
 use kvplan_planner::report::RunReport;
+use kvplan_report as report;
+use kvplan_report::files::write_output;
 use kvplan_vocab::timeline::{Run, write_chrome_trace, write_csv};
 
 pub const EXEC_LONG: &str = "\
@@ -68,13 +65,13 @@ pub(crate) fn write_runs(path: &Path, runs: &[Run]) -> Result<(), CliError> {
     let csv = path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
-    write_output(path, "--trace", |w| {
+    Ok(write_output(path, "--trace", |w| {
         if csv {
             write_csv(runs, w)
         } else {
             write_chrome_trace(runs, w)
         }
-    })
+    })?)
 }
 
 /// `kvplan exec`.
@@ -94,31 +91,9 @@ pub fn exec(args: &ExecArgs) -> Result<String, CliError> {
         )?;
     }
     let r = RunReport::new(&p, &timeline);
-    match args.output.format {
-        Format::Json => json_line(&r),
-        Format::Csv => csv_text(&CSV_FIELDS, &[csv_row(&r)]),
-        Format::Table => {
-            let mut out = String::new();
-            let _ = writeln!(
-                out,
-                "{} (measured on {}, {} backend): {}",
-                r.strategy,
-                r.device,
-                r.backend,
-                describe(&p)
-            );
-            let mut t = Table::new(&["metric", "value"]);
-            for (k, v) in metric_rows(&r) {
-                t.row(&[k.to_string(), v]);
-            }
-            out.push_str(&t.render());
-            if let Some(line) = split_summary(&p) {
-                let _ = writeln!(out, "{line}");
-            }
-            for n in &r.notes {
-                let _ = writeln!(out, "note: {n}");
-            }
-            Ok(out)
-        }
-    }
+    Ok(report::planner::measured_run(
+        &p,
+        &r,
+        args.output.format.into(),
+    )?)
 }

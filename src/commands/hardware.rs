@@ -4,7 +4,7 @@ use clap::Args;
 
 use crate::args::*;
 use crate::error::CliError;
-use crate::render::*;
+use kvplan_report as report;
 use kvplan_vocab::HardwareProfile;
 
 /// `kvplan hardware`.
@@ -59,7 +59,7 @@ pub fn hardware(args: &HardwareArgs) -> Result<String, CliError> {
         "host_ram_bytes",
     ];
     let cells = |p: &HardwareProfile, plain: bool| -> Vec<String> {
-        let bytes = |b: u64| if plain { b.to_string() } else { gib(b) };
+        let bytes = |b: u64| if plain { b.to_string() } else { report::gib(b) };
         let num = |x: f64, decimals: usize| {
             if plain {
                 x.to_string()
@@ -81,12 +81,12 @@ pub fn hardware(args: &HardwareArgs) -> Result<String, CliError> {
         ]
     };
     let footer = "\n`kvplan hardware NAME` prints a preset with the source of every number. To adapt one,\nwrite a TOML file with `base = \"NAME\"` (a preset, or a profile file relative to this\none) and only the fields you change, e.g.\n  base = \"a100-40g-pcie4\"\n  [link]\n  h2d_pinned_gbps = 20.0\nand pass its path to --hardware.\n";
-    listing(
-        args.output.format,
+    Ok(report::listing(
+        args.output.format.into(),
         &profiles,
         &header,
         &csv_header,
         cells,
         args.hardware.is_none().then_some(footer),
-    )
+    )?)
 }

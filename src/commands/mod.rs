@@ -171,6 +171,15 @@ impl RunArgs {
     }
 }
 
+impl From<kvplan_report::Error> for CliError {
+    fn from(e: kvplan_report::Error) -> Self {
+        match e {
+            kvplan_report::Error::Input(m) => CliError::input(m),
+            kvplan_report::Error::Failure(m) => CliError::failure(m),
+        }
+    }
+}
+
 /// Runs the command line's command; the text for stdout.
 pub fn run(cli: &Cli) -> Result<String, CliError> {
     match &cli.command {

@@ -4,7 +4,7 @@ use clap::Args;
 
 use crate::args::*;
 use crate::error::CliError;
-use crate::render::*;
+use kvplan_report as report;
 use kvplan_vocab::ModelSpec;
 use serde::Serialize;
 
@@ -87,19 +87,19 @@ pub fn models(args: &ModelsArgs) -> Result<String, CliError> {
         } else {
             v.extend([
                 format!("{:.2}B", r.params as f64 / 1e9),
-                gib(r.weight_bytes),
+                report::gib(r.weight_bytes),
                 format!("{} KiB", r.kv_bytes_per_token / 1024),
             ]);
         }
         v
     };
     let footer = "\nAny Hugging Face config.json of the llama, mistral, qwen2, gemma2, opt or falcon\nfamilies works too: --model path/to/config.json (or the directory holding it)\n";
-    listing(
-        args.output.format,
+    Ok(report::listing(
+        args.output.format.into(),
         &rows,
         &header,
         &csv_header,
         cells,
         args.model.is_none().then_some(footer),
-    )
+    )?)
 }

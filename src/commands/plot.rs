@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 
 use crate::error::CliError;
-use crate::output::write_output;
 use kvplan_plot::table::{axis_label, series_from_table};
 use kvplan_plot::{ServingPoint, latency_cdf, line_chart, serving_timeseries};
+use kvplan_report::files::write_output;
 use kvplan_serve::{ServeReport, Status};
 
 pub const PLOT_LONG: &str = "\

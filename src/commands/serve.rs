@@ -1,7 +1,6 @@
 //! `kvplan serve`: a serving scenario (file and flags) → the serving simulator → summary and
 //! files. The scenario's resolution lives in `kvplan_serve::scenario`.
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
@@ -9,10 +8,10 @@ use clap::{Args, ValueEnum};
 use crate::args::*;
 use crate::error::CliError;
 use crate::messages::serve_error;
-use crate::output::write_output;
-use crate::render::*;
-use kvplan_serve::scenario::{RawServeScenario, ServeScenario};
-use kvplan_serve::{ServeReport, Status};
+use kvplan_report as report;
+use kvplan_report::files::write_output;
+use kvplan_report::serve::Writer;
+use kvplan_serve::scenario::RawServeScenario;
 use std::io::IsTerminal;
 use std::time::Duration;
 
@@ -404,7 +403,7 @@ pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
             ))
         })?;
         if kvplan_serve::runs::is_stage_table(head.lines().next().unwrap_or("")) {
-            return compare_stages(&raw, path, args.output.format);
+            return compare_stages(&raw, path, args.output.format.into());
         }
     }
     let measured = match &args.compare_to {
@@ -481,42 +480,41 @@ pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
     for (path, what, write) in files {
         if let Some(p) = path {
             write_output(p, what, |w| write(&out, w))?;
-            written.push((what, p));
+            written.push((what, p.as_path()));
         }
     }
     for (what, p, svg) in &plots {
         write_output(p, what, |w| w.write_all(svg.as_bytes()))?;
-        written.push((what, p));
+        written.push((*what, p.as_path()));
     }
 
     if let Some(run) = &measured {
         let cmp = kvplan_serve::runs::compare(run, &out);
-        return comparison_output(&sc, run, &cmp, args.output.format, &written);
+        return Ok(report::serve::measured_comparison(
+            "serve --compare-to",
+            &sc,
+            run,
+            &cmp,
+            &written,
+            args.output.format.into(),
+        )?);
     }
 
-    let text = |f: Writer| -> Result<String, CliError> {
-        let mut buf = Vec::new();
-        f(&out, &mut buf).map_err(|e| CliError::failure(format!("cannot render output: {e}")))?;
-        Ok(String::from_utf8(buf).expect("the serving outputs are UTF-8"))
-    };
-    match args.output.format {
-        Format::Json => text(|o, w| o.write_summary_json(w)),
-        Format::Csv => text(|o, w| o.write_requests_csv(w)),
-        Format::Table => {
-            let mut s = table(&sc, &out);
-            for (what, p) in written {
-                let _ = writeln!(s, "{what}: written to {}", p.display());
-            }
-            Ok(s)
-        }
-    }
+    Ok(report::serve::serve_report(
+        &sc,
+        &out,
+        &written,
+        args.output.format.into(),
+    )?)
 }
-
-type Writer = fn(&ServeReport, &mut dyn std::io::Write) -> std::io::Result<()>;
 
 /// `serve --compare-to STAGES.csv`: every stage of a stage table replayed with its own settings
 /// (the model and GPU its row names, unless --model / --hardware say otherwise).
-fn compare_stages(raw: &RawServeScenario, path: &Path, format: Format) -> Result<String, CliError> {
+fn compare_stages(
+    raw: &RawServeScenario,
+    path: &Path,
+    format: report::Format,
+) -> Result<String, CliError> {
     use kvplan_serve::runs::{StageComparison, StageRun};
     let stages = StageRun::read(path).map_err(|e| CliError::input(format!("--compare-to: {e}")))?;
     let mut rows: Vec<StageComparison> = Vec::new();
@@ -548,201 +546,8 @@ fn compare_stages(raw: &RawServeScenario, path: &Path, format: Format) -> Result
                 .join("; ")
         )));
     }
-    match format {
-        Format::Json => {
-            #[derive(serde::Serialize)]
-            struct Report<'a> {
-                stages: &'a [StageComparison],
-                skipped: &'a [(String, String)],
-            }
-            crate::render::json_line(&Report {
-                stages: &rows,
-                skipped: &skipped,
-            })
-        }
-        _ => {
-            let mut text = format!(
-                "serve --compare-to {}: {} stage(s) replayed with their settings\n",
-                path.display(),
-                rows.len()
-            );
-            text.push_str(&stage_table(&rows));
-            for (stage, why) in &skipped {
-                let _ = writeln!(text, "skipped {stage}: {why}");
-            }
-            Ok(text)
-        }
-    }
-}
-
-/// `serve --compare-to`: predicted against measured, per metric.
-fn comparison_output(
-    sc: &ServeScenario,
-    run: &kvplan_serve::runs::MeasuredRun,
-    cmp: &kvplan_serve::runs::Comparison,
-    format: Format,
-    written: &[(&str, &std::path::PathBuf)],
-) -> Result<String, CliError> {
-    match format {
-        Format::Json => json_line(cmp),
-        Format::Csv => csv_text(
-            &["metric", "predicted", "measured", "error"],
-            &cmp.metrics
-                .iter()
-                .map(|m| {
-                    vec![
-                        m.metric.to_string(),
-                        csv_number(m.predicted),
-                        csv_number(m.measured),
-                        csv_number(m.error),
-                    ]
-                })
-                .collect::<Vec<_>>(),
-        ),
-        Format::Table => {
-            let mut text = format!(
-                "serve --compare-to {}: {} on {} ({} scheduler) replaying {} measured requests\n",
-                run.name,
-                sc.model.name,
-                sc.hardware.name,
-                sc.config.scheduler.as_str(),
-                run.requests.len()
-            );
-            let mut t = Table::new(&["metric", "predicted", "measured", "error"]);
-            for m in &cmp.metrics {
-                let show = |x: f64| {
-                    if m.metric.ends_with("_s") && !m.metric.ends_with("_per_s") {
-                        secs(x)
-                    } else {
-                        format!("{x:.3}")
-                    }
-                };
-                t.row(&[
-                    m.metric.to_string(),
-                    show(m.predicted),
-                    show(m.measured),
-                    format!("{:+.1}%", m.error * 100.0),
-                ]);
-            }
-            text.push_str(&t.render());
-            let _ = writeln!(
-                text,
-                "per request, median |error|: E2E {:.1}%, TTFT {:.1}%",
-                cmp.median_request_e2e_error * 100.0,
-                cmp.median_request_ttft_error * 100.0
-            );
-            for (what, p) in written {
-                let _ = writeln!(text, "{what}: written to {}", p.display());
-            }
-            Ok(text)
-        }
-    }
-}
-
-fn three(p: &kvplan_serve::output::Percentiles) -> String {
-    if !p.p50.is_finite() {
-        return "-".into();
-    }
-    format!("{} / {} / {}", secs(p.p50), secs(p.p90), secs(p.p99))
-}
-
-fn table(sc: &ServeScenario, out: &ServeReport) -> String {
-    let s = &out.summary;
-    let c = &sc.config;
-    let mut text = String::new();
-    let workload = match sc.trace() {
-        Some(p) => format!("trace {}", p.display()),
-        None => format!("synthetic, seed {}", sc.seed),
-    };
-    let r = &sc.resolved;
-    let _ = writeln!(
-        text,
-        "serve (simulated): {} on {}, {workload}, {} scheduler, {} preemption, block {} tokens, {} GPU blocks, max_model_len {}, {} seqs / {} tokens per step{}{}",
-        sc.model.name,
-        sc.hardware.name,
-        kebab(&c.scheduler),
-        kebab(&c.preemption),
-        c.block_size,
-        s.gpu_blocks,
-        r.max_model_len,
-        r.max_num_seqs,
-        r.max_num_batched_tokens,
-        if r.async_scheduling {
-            ", async scheduling"
-        } else {
-            ""
-        },
-        if r.cudagraph_sizes.is_empty() {
-            ", eager"
-        } else {
-            ", CUDA graphs"
-        },
-    );
-    let mut t = Table::new(&["metric", "value"]);
-    t.row(&[
-        "requests".to_string(),
-        format!(
-            "{} ({} finished, {} rejected)",
-            s.requests, s.finished, s.rejected
-        ),
-    ]);
-    t.row(&[
-        "throughput".to_string(),
-        format!(
-            "{:.1} tok/s output, {:.1} tok/s total, {:.3} req/s",
-            s.output_tokens_per_s, s.total_tokens_per_s, s.requests_per_s
-        ),
-    ]);
-    t.row(&["TTFT p50 / p90 / p99".to_string(), three(&s.ttft_s)]);
-    t.row(&["TPOT p50 / p90 / p99".to_string(), three(&s.tpot_s)]);
-    t.row(&["E2E p50 / p90 / p99".to_string(), three(&s.e2e_s)]);
-    t.row(&["queueing p50 / p90 / p99".to_string(), three(&s.queue_s)]);
-    if s.truncated > 0 {
-        t.row(&[
-            "cut at max_model_len".to_string(),
-            format!("{} (finish reason length)", s.truncated),
-        ]);
-    }
-    t.row(&["preemptions".to_string(), s.preemptions.to_string()]);
-    if sc.resolved.prefix_caching {
-        t.row(&[
-            "prefix cache".to_string(),
-            format!(
-                "{} hit rate, {} prompt tokens cached",
-                pct(s.prefix_cache_hit_rate),
-                s.cached_prompt_tokens
-            ),
-        ]);
-    }
-    if sc.config.scheduler != kvplan_serve::SchedulerKind::VllmV1 {
-        t.row(&[
-            "swap out / in".to_string(),
-            format!("{} / {}", gib(s.swap_out_bytes), gib(s.swap_in_bytes)),
-        ]);
-    }
-    t.row(&["GPU busy".to_string(), pct(s.gpu_busy)]);
-    t.row(&["makespan".to_string(), secs(s.makespan_s)]);
-    t.row(&["iterations".to_string(), s.iterations.to_string()]);
-    text.push_str(&t.render());
-    let mut reasons: Vec<(&str, u64)> = Vec::new();
-    for r in &out.requests {
-        if let Status::Rejected(why) = r.status {
-            match reasons.iter_mut().find(|(w, _)| *w == why.as_str()) {
-                Some((_, n)) => *n += 1,
-                None => reasons.push((why.as_str(), 1)),
-            }
-        }
-    }
-    for (why, n) in reasons {
-        let _ = writeln!(text, "rejected: {n} ({why})");
-    }
-    text
-}
-
-/// The kebab-case name serde gives an enum variant.
-fn kebab<T: serde::Serialize>(v: &T) -> String {
-    serde_json::to_value(v)
-        .ok()
-        .and_then(|v| v.as_str().map(String::from))
-        .unwrap_or_default()
+    let (what, skipped) = ("serve --compare-to", &skipped);
+    Ok(report::serve::stage_comparisons(
+        what, path, &rows, skipped, format,
+    )?)
 }

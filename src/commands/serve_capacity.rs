@@ -2,20 +2,17 @@
 //! configuration sustains under latency objectives. The search, the hardware x tensor-parallel
 //! grid, the sizing and the cheapest pick are `kvplan_serve::capacity`'s.
 
-use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use clap::Args;
 use kvplan_serve::capacity::{
-    CapacityError, ConfigCapacity, RankedBy, SearchOptions, Slo, compare_configurations,
-    search_base,
+    CapacityError, SearchOptions, Slo, compare_configurations, search_base,
 };
 use kvplan_serve::scenario::RawServeScenario;
 
 use crate::args::{Format, OutputArgs};
 use crate::error::CliError;
 use crate::messages::serve_error;
-use crate::render::{Table, csv_number, csv_text, json_line, secs};
 
 pub const SERVE_CAPACITY_LONG: &str = "\
 For each serving configuration (--hardware list x
@@ -192,172 +189,9 @@ pub fn slo_capacity(
     let base = search_base(base);
     let cmp = compare_configurations(&base, &hardware, &tps, &slo, opts, slo_args.target_qps)
         .map_err(capacity_error)?;
-    let rows = &cmp.rows;
-    let cheapest = cmp.cheapest.map(|i| &rows[i]);
-    let by_price = cmp.ranked_by == Some(RankedBy::UsdPerHour);
-    let steady = opts.steady;
-    let num = |v: Option<f64>| v.map_or(String::new(), csv_number);
-    match format {
-        Format::Json => {
-            #[derive(serde::Serialize)]
-            struct Report<'a> {
-                slo: String,
-                target_qps: Option<f64>,
-                cheapest: Option<String>,
-                ranked_by: Option<&'static str>,
-                configurations: &'a [ConfigCapacity],
-            }
-            json_line(&Report {
-                slo: slo.to_string(),
-                target_qps: slo_args.target_qps,
-                cheapest: cheapest
-                    .map(|r| format!("{} x TP {}", r.hardware, r.tensor_parallel_size)),
-                ranked_by: cmp.ranked_by.map(RankedBy::as_str),
-                configurations: rows,
-            })
-        }
-        Format::Csv => csv_text(
-            &[
-                "hardware",
-                "tensor_parallel_size",
-                "max_qps",
-                "fails_at_qps",
-                "goodput_rps",
-                "ttft_p50_s",
-                "ttft_p90_s",
-                "ttft_p95_s",
-                "ttft_p99_s",
-                "tpot_p50_s",
-                "tpot_p90_s",
-                "tpot_p95_s",
-                "tpot_p99_s",
-                "e2e_p50_s",
-                "e2e_p90_s",
-                "e2e_p95_s",
-                "e2e_p99_s",
-                "output_tok_s",
-                "rejected",
-                "truncated",
-                "measured_requests",
-                "replicas",
-                "gpus",
-                "usd_per_hour",
-                "usd_per_m_output_tokens",
-                "usd_per_m_tokens",
-            ],
-            &rows
-                .iter()
-                .map(|r| {
-                    let n = csv_number;
-                    let mut row = vec![
-                        r.hardware.clone(),
-                        r.tensor_parallel_size.to_string(),
-                        num(r.max_qps),
-                        num(r.fails_at_qps),
-                        num(r.goodput_rps),
-                    ];
-                    for p in [&r.ttft, &r.tpot, &r.e2e] {
-                        row.extend([n(p.p50), n(p.p90), n(p.p95), n(p.p99)]);
-                    }
-                    row.extend([
-                        n(r.output_tok_s),
-                        r.rejected.to_string(),
-                        r.truncated.to_string(),
-                        r.measured_requests.to_string(),
-                        r.replicas.map_or(String::new(), |v| v.to_string()),
-                        r.gpus.map_or(String::new(), |v| v.to_string()),
-                        num(r.usd_per_hour),
-                        num(r.usd_per_m_output_tokens),
-                        num(r.usd_per_m_tokens),
-                    ]);
-                    row
-                })
-                .collect::<Vec<_>>(),
-        ),
-        Format::Table => {
-            let mut out = format!(
-                "serving capacity under {slo} at steady state (each rate served for at least {} \
-                 requests and {} s of arrivals, the first {}% left out as warm-up; the queue must \
-                 not grow; rejected and truncated requests count as misses; rates within {}%)\n",
-                base.workload.requests.unwrap_or(0).max(steady.min_requests),
-                steady.min_duration_s,
-                steady.warmup_fraction * 100.0,
-                slo_args.qps_tolerance * 100.0
-            );
-            let mut header = vec![
-                "hardware",
-                "TP",
-                "max req/s",
-                "goodput req/s",
-                "TTFT p50 / p95 / p99",
-                "TPOT p50 / p95 / p99",
-                "E2E p99",
-                "rejected",
-                "output tok/s",
-                "limited by",
-            ];
-            let priced = rows.iter().any(|r| r.usd_per_m_output_tokens.is_some());
-            if priced {
-                header.push("$/M output tok");
-            }
-            if slo_args.target_qps.is_some() {
-                header.extend(["replicas", "GPUs", "$/hour"]);
-            }
-            let mut t = Table::new(&header);
-            for r in rows {
-                let three = |p: &kvplan_serve::output::Percentiles| {
-                    format!("{} / {} / {}", secs(p.p50), secs(p.p95), secs(p.p99))
-                };
-                let mut cells = vec![
-                    r.hardware.clone(),
-                    r.tensor_parallel_size.to_string(),
-                    r.max_qps.map_or("none".to_string(), |q| format!("{q:.2}")),
-                    r.goodput_rps.map_or("-".into(), |g| format!("{g:.2}")),
-                    three(&r.ttft),
-                    three(&r.tpot),
-                    secs(r.e2e_p99_s),
-                    format!("{} of {}", r.rejected, r.measured_requests),
-                    format!("{:.0}", r.output_tok_s),
-                    r.limited_by.join(", "),
-                ];
-                if priced {
-                    cells.push(
-                        r.usd_per_m_output_tokens
-                            .map_or("-".into(), |v| format!("{v:.3}")),
-                    );
-                }
-                if slo_args.target_qps.is_some() {
-                    cells.push(r.replicas.map_or("-".into(), |v| v.to_string()));
-                    cells.push(r.gpus.map_or("-".into(), |v| v.to_string()));
-                    cells.push(r.usd_per_hour.map_or("-".into(), |v| format!("{v:.2}")));
-                }
-                t.row(&cells);
-            }
-            out.push_str(&t.render());
-            if let Some(target) = slo_args.target_qps {
-                match cheapest {
-                    Some(r) => {
-                        let _ = writeln!(
-                            out,
-                            "cheapest for {target} req/s: {} x TP {} ({} replicas, {} GPUs{})",
-                            r.hardware,
-                            r.tensor_parallel_size,
-                            r.replicas.unwrap_or_default(),
-                            r.gpus.unwrap_or_default(),
-                            match r.usd_per_hour {
-                                Some(p) if by_price => format!(", ${p:.2}/hour"),
-                                _ =>
-                                    ", fewest GPUs: not every profile gives gpu.price_usd_per_hour"
-                                        .into(),
-                            }
-                        );
-                    }
-                    None => {
-                        let _ = writeln!(out, "no configuration meets the SLO at any rate tried");
-                    }
-                }
-            }
-            Ok(out)
-        }
-    }
+    let requests = base.workload.requests.unwrap_or(0);
+    let (target, format) = (slo_args.target_qps, format.into());
+    Ok(kvplan_report::serve::capacity(
+        &slo, &cmp, &opts, requests, target, format,
+    )?)
 }

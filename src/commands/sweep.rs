@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use clap::{Args, ValueEnum};
 
 use crate::error::CliError;
-use crate::output::open_stream;
-use crate::output::write_output;
+use kvplan_report::files::open_stream;
+use kvplan_report::files::write_output;
 use kvplan_sweep::{Format, Sweep};
 use std::io::{IsTerminal, Write};
 

@@ -1,4 +1,5 @@
-//! Files the user names on the command line (`--trace`, `--out`).
+//! Output files the user names (a trace, a profile, a sweep's rows); `what`, the label in
+//! messages, is the caller's (the command line passes its flag).
 //!
 //! - A symlink is followed to its final target, which is written; the link stays a link. A
 //!   dangling link creates its target.
@@ -13,7 +14,7 @@ use std::fs::{self, File, Metadata, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use crate::error::CliError;
+use crate::Error;
 
 /// Symlink hops followed to the target of a dangling link (Linux's own limit; loops are reported
 /// by the OS before that).
@@ -28,7 +29,7 @@ pub fn write_output(
     path: &Path,
     what: &str,
     fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
-) -> Result<(), CliError> {
+) -> Result<(), Error> {
     let shown = |p: &Path| {
         if p == path {
             format!("'{}'", path.display())
@@ -41,14 +42,14 @@ pub fn write_output(
         }
     };
     let target = resolve(path)
-        .map_err(|e| CliError::input(format!("{what}: cannot use '{}': {e}", path.display())))?;
+        .map_err(|e| Error::Input(format!("{what}: cannot use '{}': {e}", path.display())))?;
     match target {
-        Target::Directory(p) => Err(CliError::input(format!(
+        Target::Directory(p) => Err(Error::Input(format!(
             "{what}: {} is a directory; give a file path",
             shown(&p)
         ))),
         Target::Special(m) => write_direct(path, fill).map_err(|e| {
-            CliError::failure(format!(
+            Error::Failure(format!(
                 "{what}: cannot write '{}' ({}): {e}",
                 path.display(),
                 kind_name(&m)
@@ -59,18 +60,18 @@ pub fn write_output(
                 Some(d) if !d.as_os_str().is_empty() => d,
                 _ => Path::new("."),
             };
-            let name = p.file_name().ok_or_else(|| {
-                CliError::input(format!("{what}: {} is not a file path", shown(&p)))
-            })?;
+            let name = p
+                .file_name()
+                .ok_or_else(|| Error::Input(format!("{what}: {} is not a file path", shown(&p))))?;
             if !dir.is_dir() {
-                return Err(CliError::input(format!(
+                return Err(Error::Input(format!(
                     "{what}: cannot write {}: directory '{}' does not exist",
                     shown(&p),
                     dir.display()
                 )));
             }
             write_replacing(dir, &name.to_string_lossy(), &p, old.as_ref(), fill)
-                .map_err(|e| CliError::failure(format!("{what}: cannot write {}: {e}", shown(&p))))
+                .map_err(|e| Error::Failure(format!("{what}: cannot write {}: {e}", shown(&p))))
         }
     }
 }
@@ -80,13 +81,13 @@ pub fn write_output(
 /// many bytes of an existing regular file to keep (`--resume`); without it the file is
 /// truncated. The same checks and messages as [`write_output`]: a directory or a missing parent
 /// directory is an input error; a FIFO or device is opened in place.
-pub fn open_stream(path: &Path, what: &str, keep: Option<u64>) -> Result<File, CliError> {
+pub fn open_stream(path: &Path, what: &str, keep: Option<u64>) -> Result<File, Error> {
     let target = resolve(path)
-        .map_err(|e| CliError::input(format!("{what}: cannot use '{}': {e}", path.display())))?;
+        .map_err(|e| Error::Input(format!("{what}: cannot use '{}': {e}", path.display())))?;
     let fail =
-        |e: io::Error| CliError::failure(format!("{what}: cannot write '{}': {e}", path.display()));
+        |e: io::Error| Error::Failure(format!("{what}: cannot write '{}': {e}", path.display()));
     match target {
-        Target::Directory(p) => Err(CliError::input(format!(
+        Target::Directory(p) => Err(Error::Input(format!(
             "{what}: '{}' is a directory; give a file path",
             p.display()
         ))),
@@ -97,7 +98,7 @@ pub fn open_stream(path: &Path, what: &str, keep: Option<u64>) -> Result<File, C
                 _ => Path::new("."),
             };
             if !dir.is_dir() {
-                return Err(CliError::input(format!(
+                return Err(Error::Input(format!(
                     "{what}: cannot write '{}': directory '{}' does not exist",
                     p.display(),
                     dir.display()
@@ -303,9 +304,9 @@ mod tests {
             Err(io::Error::other("boom"))
         })
         .unwrap_err();
-        assert!(e.message.contains("boom"), "{}", e.message);
-        assert!(e.message.contains("out.json"), "{}", e.message);
-        assert_eq!(e.code, crate::error::EXIT_FAILURE);
+        assert!(e.message().contains("boom"), "{e}");
+        assert!(e.message().contains("out.json"), "{e}");
+        assert!(!e.is_input());
         assert!(dir.names().is_empty(), "{:?}", dir.names());
     }
 
@@ -333,17 +334,17 @@ mod tests {
     fn directory_is_an_input_error() {
         let dir = Dir::new("isdir");
         let e = write_output(&dir.0, "--out", hello).unwrap_err();
-        assert_eq!(e.code, crate::error::EXIT_INPUT);
-        assert!(e.message.contains("is a directory"), "{}", e.message);
+        assert!(e.is_input());
+        assert!(e.message().contains("is a directory"), "{e}");
     }
 
     #[test]
     fn missing_directory_is_an_input_error() {
         let dir = Dir::new("nodir");
         let e = write_output(&dir.0.join("no/such/t.json"), "--trace", hello).unwrap_err();
-        assert_eq!(e.code, crate::error::EXIT_INPUT);
-        assert!(e.message.contains("no/such/t.json"), "{}", e.message);
-        assert!(e.message.contains("does not exist"), "{}", e.message);
+        assert!(e.is_input());
+        assert!(e.message().contains("no/such/t.json"), "{e}");
+        assert!(e.message().contains("does not exist"), "{e}");
     }
 
     #[cfg(unix)]
@@ -387,8 +388,8 @@ mod tests {
         symlink("loop2", dir.0.join("loop1")).unwrap();
         symlink("loop1", dir.0.join("loop2")).unwrap();
         let e = write_output(&dir.0.join("loop1"), "--trace", hello).unwrap_err();
-        assert_eq!(e.code, crate::error::EXIT_INPUT);
-        assert!(e.message.contains("loop1"), "{}", e.message);
+        assert!(e.is_input());
+        assert!(e.message().contains("loop1"), "{e}");
     }
 
     #[cfg(unix)]

@@ -4,8 +4,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::args::Format;
-use crate::error::CliError;
+use crate::{Error, Format};
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
@@ -149,23 +148,23 @@ pub fn stage_table(rows: &[kvplan_serve::runs::StageComparison]) -> String {
     s
 }
 
-pub fn json_line<T: Serialize>(v: &T) -> Result<String, CliError> {
+pub fn json_line<T: Serialize>(v: &T) -> Result<String, Error> {
     let mut s = serde_json::to_string_pretty(v)
-        .map_err(|e| CliError::failure(format!("cannot render JSON: {e}")))?;
+        .map_err(|e| Error::Failure(format!("cannot render JSON: {e}")))?;
     s.push('\n');
     Ok(s)
 }
 
-pub fn csv_text(header: &[&str], rows: &[Vec<String>]) -> Result<String, CliError> {
+pub fn csv_text(header: &[&str], rows: &[Vec<String>]) -> Result<String, Error> {
     let mut w = csv::Writer::from_writer(Vec::new());
-    let fail = |e: csv::Error| CliError::failure(format!("cannot render CSV: {e}"));
+    let fail = |e: csv::Error| Error::Failure(format!("cannot render CSV: {e}"));
     w.write_record(header).map_err(fail)?;
     for r in rows {
         w.write_record(r).map_err(fail)?;
     }
     let bytes = w
         .into_inner()
-        .map_err(|e| CliError::failure(format!("cannot render CSV: {e}")))?;
+        .map_err(|e| Error::Failure(format!("cannot render CSV: {e}")))?;
     Ok(String::from_utf8(bytes).expect("CSV of UTF-8 fields is UTF-8"))
 }
 
@@ -189,7 +188,7 @@ pub fn listing<T: Serialize>(
     csv_header: &[&str],
     cells: impl Fn(&T, bool) -> Vec<String>,
     footer: Option<&str>,
-) -> Result<String, CliError> {
+) -> Result<String, Error> {
     match format {
         Format::Json => match (footer, items) {
             (None, [one]) => json_line(one),

@@ -1,0 +1,357 @@
+//! `kvplan_diff`'s comparisons and regression suites as the command line prints them.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use kvplan_diff::compare::{Comparison, MetricDiff, Status};
+use kvplan_diff::suite::CaseCheck;
+use serde_json::json;
+
+use crate::render::{Table, csv_number, csv_text, json_line};
+use crate::{Error, Format};
+
+/// A number for a table: integers whole, others with 6 significant digits.
+fn num(x: Option<f64>) -> String {
+    match x {
+        None => "-".into(),
+        Some(x) if x == x.trunc() && x.abs() < 1e15 => format!("{x:.0}"),
+        Some(x) if x.abs() >= 1e-3 && x.abs() < 1e6 => {
+            let digits = (5 - x.abs().log10().floor() as i64).clamp(0, 9) as usize;
+            format!("{x:.digits$}")
+        }
+        Some(x) => format!("{x:.4e}"),
+    }
+}
+
+fn rel(m: &MetricDiff) -> String {
+    match (m.relative_delta, m.a, m.b) {
+        (Some(r), ..) => format!("{:+.2}%", r * 100.0),
+        (None, Some(_), Some(_)) => "from 0".into(),
+        _ => "-".into(),
+    }
+}
+
+pub fn pct(t: f64) -> String {
+    let p = format!("{:.4}", t * 100.0);
+    format!("{}%", p.trim_end_matches('0').trim_end_matches('.'))
+}
+
+/// `row metric +x.xx%`, for one-line summaries.
+fn short(m: &MetricDiff) -> String {
+    let name = if m.row.is_empty() {
+        m.metric.clone()
+    } else {
+        format!("{} {}", m.row, m.metric)
+    };
+    format!("{name} {}", rel(m))
+}
+
+fn metric_table(c: &Comparison, changed_only: bool) -> String {
+    let rows = c.metrics.iter().any(|m| !m.row.is_empty());
+    let row_name = if c.key_columns.is_empty() {
+        "row".to_string()
+    } else {
+        c.key_columns.join("/")
+    };
+    let mut header = vec![];
+    if rows {
+        header.push(row_name.as_str());
+    }
+    header.extend(["metric", "A", "B", "delta", "rel", "status"]);
+    let mut t = Table::new(&header);
+    for m in &c.metrics {
+        if changed_only && m.status == Status::Ok {
+            continue;
+        }
+        let mut r = vec![];
+        if rows {
+            r.push(m.row.clone());
+        }
+        r.extend([
+            m.metric.clone(),
+            num(m.a),
+            num(m.b),
+            num(m.delta),
+            rel(m),
+            m.status.as_str().to_string(),
+        ]);
+        t.row(&r);
+    }
+    t.render()
+}
+
+fn summary(c: &Comparison) -> String {
+    format!(
+        "{} metrics: {} regressed, {} improved, {} changed (neutral) beyond {}; {} within; {} added, {} removed",
+        c.metrics.len(),
+        c.count(Status::Regressed),
+        c.count(Status::Improved),
+        c.count(Status::Changed),
+        pct(c.tolerance),
+        c.count(Status::Ok),
+        c.count(Status::Added),
+        c.count(Status::Removed),
+    )
+}
+
+fn text_notes(c: &Comparison, out: &mut String) {
+    for t in &c.texts {
+        let at = if t.row.is_empty() {
+            t.field.clone()
+        } else {
+            format!("{} {}", t.row, t.field)
+        };
+        let show = |s: &Option<String>| s.clone().unwrap_or_else(|| "(absent)".into());
+        let _ = writeln!(out, "note: {at}: '{}' -> '{}'", show(&t.a), show(&t.b));
+    }
+}
+
+const CSV_HEADER: [&str; 8] = [
+    "row",
+    "metric",
+    "a",
+    "b",
+    "delta",
+    "relative_delta",
+    "direction",
+    "status",
+];
+
+fn csv_cells(m: &MetricDiff) -> Vec<String> {
+    let n = |x: Option<f64>| x.map(csv_number).unwrap_or_default();
+    vec![
+        m.row.clone(),
+        m.metric.clone(),
+        n(m.a),
+        n(m.b),
+        n(m.delta),
+        n(m.relative_delta),
+        m.direction.as_str().to_string(),
+        m.status.as_str().to_ascii_lowercase(),
+    ]
+}
+
+/// Two outputs compared, metric by metric (`changed_only`: table rows beyond the tolerance only).
+pub fn comparison(c: &Comparison, changed_only: bool, format: Format) -> Result<String, Error> {
+    Ok(match format {
+        Format::Json => json_line(&json!({
+            "kind": c.kind,
+            "a": c.a,
+            "b": c.b,
+            "key_columns": c.key_columns,
+            "tolerance": c.tolerance,
+            "regressed": c.count(Status::Regressed),
+            "metrics": c.metrics.iter().map(|m| {
+                let mut v = serde_json::to_value(m).expect("a metric serialises");
+                v["regressed"] = json!(m.regressed());
+                v
+            }).collect::<Vec<_>>(),
+            "texts": c.texts,
+        }))?,
+        Format::Csv => csv_text(
+            &CSV_HEADER,
+            &c.metrics.iter().map(csv_cells).collect::<Vec<_>>(),
+        )?,
+        Format::Table => {
+            let mut out = format!(
+                "diff ({}): A {} -> B {}, tolerance {}\n",
+                c.kind,
+                c.a,
+                c.b,
+                pct(c.tolerance)
+            );
+            out.push_str(&metric_table(c, changed_only));
+            let _ = writeln!(out, "{}", summary(c));
+            text_notes(c, &mut out);
+            out
+        }
+    })
+}
+
+/// The one-line message of the metrics that regressed beyond `tolerance`, if any did.
+pub fn regressions(c: &Comparison, tolerance: f64) -> Option<String> {
+    let regressed: Vec<&MetricDiff> = c.regressions().collect();
+    if regressed.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{} metric{} regressed beyond {}: {}{}",
+        regressed.len(),
+        if regressed.len() == 1 { "" } else { "s" },
+        pct(tolerance),
+        regressed
+            .iter()
+            .take(3)
+            .map(|m| short(m))
+            .collect::<Vec<_>>()
+            .join(", "),
+        if regressed.len() > 3 { ", ..." } else { "" }
+    ))
+}
+
+/// The worst metric of a case: the largest relative move in the bad direction, else the
+/// largest move of any kind.
+fn worst(check: &CaseCheck) -> Option<&MetricDiff> {
+    let all = || check.comparisons.iter().flat_map(|c| c.metrics.iter());
+    let size = |m: &MetricDiff| m.relative_delta.map_or(f64::INFINITY, f64::abs);
+    all()
+        .filter(|m| m.regressed())
+        .max_by(|x, y| size(x).total_cmp(&size(y)))
+        .or_else(|| {
+            all()
+                .filter(|m| m.status != Status::Ok && m.relative_delta.is_some())
+                .max_by(|x, y| size(x).total_cmp(&size(y)))
+        })
+}
+
+/// A suite in `dir` checked against its goldens; `update` is the command that writes them.
+pub fn regress_check(
+    dir: &Path,
+    tolerance: f64,
+    checks: &[CaseCheck],
+    update: &str,
+    format: Format,
+) -> Result<String, Error> {
+    Ok(match format {
+        Format::Json => json_line(&json!({
+            "dir": dir,
+            "tolerance": tolerance,
+            "passed": checks.iter().all(CaseCheck::passed),
+            "cases": checks,
+        }))?,
+        Format::Csv => {
+            let mut rows = Vec::new();
+            for ch in checks {
+                for c in &ch.comparisons {
+                    for m in &c.metrics {
+                        let mut r = vec![ch.case.clone(), c.kind.as_str().to_string()];
+                        r.extend(csv_cells(m));
+                        rows.push(r);
+                    }
+                }
+            }
+            let mut header = vec!["case", "output"];
+            header.extend(CSV_HEADER);
+            csv_text(&header, &rows)?
+        }
+        Format::Table => {
+            let mut out = format!(
+                "regress check: {} ({} cases, tolerance {})\n",
+                dir.display(),
+                checks.len(),
+                pct(tolerance)
+            );
+            let mut t = Table::new(&[
+                "case",
+                "command",
+                "metrics",
+                "regressed",
+                "largest change",
+                "status",
+            ]);
+            for ch in checks {
+                let metrics: usize = ch.comparisons.iter().map(|c| c.metrics.len()).sum();
+                let regressed: usize = ch
+                    .comparisons
+                    .iter()
+                    .map(|c| c.count(Status::Regressed))
+                    .sum();
+                t.row(&[
+                    ch.case.clone(),
+                    ch.kind.as_str().to_string(),
+                    metrics.to_string(),
+                    regressed.to_string(),
+                    worst(ch).map_or("-".into(), short),
+                    if !ch.missing.is_empty() {
+                        "NO GOLDEN".to_string()
+                    } else if regressed > 0 {
+                        "REGRESSED".to_string()
+                    } else {
+                        "ok".to_string()
+                    },
+                ]);
+            }
+            out.push_str(&t.render());
+            for ch in checks {
+                for p in &ch.missing {
+                    let _ = writeln!(
+                        out,
+                        "{}: golden {} missing (`{update}` writes it)",
+                        ch.case,
+                        p.display()
+                    );
+                }
+                for c in &ch.comparisons {
+                    for m in c.regressions() {
+                        let _ = writeln!(
+                            out,
+                            "{}: {} {} -> {} ({}) REGRESSED",
+                            ch.case,
+                            if m.row.is_empty() {
+                                m.metric.clone()
+                            } else {
+                                format!("{} {}", m.row, m.metric)
+                            },
+                            num(m.a),
+                            num(m.b),
+                            rel(m)
+                        );
+                    }
+                }
+            }
+            out
+        }
+    })
+}
+
+/// The one-line message of the cases that failed, if any did.
+pub fn regress_failures(checks: &[CaseCheck], update: &str) -> Option<String> {
+    let failed: Vec<String> = checks
+        .iter()
+        .filter(|c| !c.passed())
+        .map(|c| {
+            if !c.missing.is_empty() {
+                format!("{} (golden missing)", c.case)
+            } else {
+                let n: usize = c
+                    .comparisons
+                    .iter()
+                    .map(|x| x.count(Status::Regressed))
+                    .sum();
+                format!(
+                    "{} ({} metric{} regressed, worst {})",
+                    c.case,
+                    n,
+                    if n == 1 { "" } else { "s" },
+                    worst(c).map_or("-".into(), short)
+                )
+            }
+        })
+        .collect();
+    if failed.is_empty() {
+        return None;
+    }
+    let missing = checks.iter().any(|c| !c.missing.is_empty());
+    Some(format!(
+        "{} of {} cases failed: {}{}",
+        failed.len(),
+        checks.len(),
+        failed.join("; "),
+        if missing {
+            format!("; run `{update}` to write missing goldens")
+        } else {
+            String::new()
+        }
+    ))
+}
+
+/// The goldens a suite update wrote: one row per case (name, command, files).
+pub fn regress_update(dir: &Path, rows: &[[String; 3]]) -> String {
+    let mut t = Table::new(&["case", "command", "written"]);
+    for r in rows {
+        t.row(r);
+    }
+    let mut out = format!("regress update: {} ({} cases)\n", dir.display(), rows.len());
+    out.push_str(&t.render());
+    out
+}

@@ -1,0 +1,435 @@
+//! The serving simulator's reports as the command line prints them: a run's summary (`serve`),
+//! predicted against measured (a measured run, or a table of load stages), and the serving
+//! capacity of each configuration.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use kvplan_serve::capacity::{CapacityComparison, ConfigCapacity, RankedBy, SearchOptions, Slo};
+use kvplan_serve::runs::{Comparison, MeasuredRun, StageComparison};
+use kvplan_serve::scenario::ServeScenario;
+use kvplan_serve::{ServeReport, Status};
+
+use crate::render::*;
+use crate::{Error, Format};
+
+/// Files written, each with its label (the command line's flag) and path.
+pub type Written<'a> = [(&'a str, &'a Path)];
+
+/// A run's summary: the summary JSON, the per-request CSV, or the table followed by one line per
+/// file written.
+pub fn serve_report(
+    sc: &ServeScenario,
+    out: &ServeReport,
+    written: &Written,
+    format: Format,
+) -> Result<String, Error> {
+    let text = |f: Writer| -> Result<String, Error> {
+        let mut buf = Vec::new();
+        f(out, &mut buf).map_err(|e| Error::Failure(format!("cannot render output: {e}")))?;
+        Ok(String::from_utf8(buf).expect("the serving outputs are UTF-8"))
+    };
+    match format {
+        Format::Json => text(|o, w| o.write_summary_json(w)),
+        Format::Csv => text(|o, w| o.write_requests_csv(w)),
+        Format::Table => {
+            let mut s = table(sc, out);
+            for (what, p) in written {
+                let _ = writeln!(s, "{what}: written to {}", p.display());
+            }
+            Ok(s)
+        }
+    }
+}
+
+/// One of a serving report's writers (`ServeReport::write_requests_csv`, ...).
+pub type Writer = fn(&ServeReport, &mut dyn std::io::Write) -> std::io::Result<()>;
+
+/// Load stages replayed each with its own settings, against their measurements; `what` and
+/// `path` name the stage table in the first line.
+pub fn stage_comparisons(
+    what: &str,
+    path: &Path,
+    rows: &[StageComparison],
+    skipped: &[(String, String)],
+    format: Format,
+) -> Result<String, Error> {
+    match format {
+        Format::Json => {
+            #[derive(serde::Serialize)]
+            struct Report<'a> {
+                stages: &'a [StageComparison],
+                skipped: &'a [(String, String)],
+            }
+            json_line(&Report {
+                stages: rows,
+                skipped,
+            })
+        }
+        _ => {
+            let mut text = format!(
+                "{what} {}: {} stage(s) replayed with their settings\n",
+                path.display(),
+                rows.len()
+            );
+            text.push_str(&stage_table(rows));
+            for (stage, why) in skipped {
+                let _ = writeln!(text, "skipped {stage}: {why}");
+            }
+            Ok(text)
+        }
+    }
+}
+
+/// A measured run replayed: predicted against measured, per metric; `what` names the
+/// comparison in the first line, followed by one line per file written.
+pub fn measured_comparison(
+    what: &str,
+    sc: &ServeScenario,
+    run: &MeasuredRun,
+    cmp: &Comparison,
+    written: &Written,
+    format: Format,
+) -> Result<String, Error> {
+    match format {
+        Format::Json => json_line(cmp),
+        Format::Csv => csv_text(
+            &["metric", "predicted", "measured", "error"],
+            &cmp.metrics
+                .iter()
+                .map(|m| {
+                    vec![
+                        m.metric.to_string(),
+                        csv_number(m.predicted),
+                        csv_number(m.measured),
+                        csv_number(m.error),
+                    ]
+                })
+                .collect::<Vec<_>>(),
+        ),
+        Format::Table => {
+            let mut text = format!(
+                "{what} {}: {} on {} ({} scheduler) replaying {} measured requests\n",
+                run.name,
+                sc.model.name,
+                sc.hardware.name,
+                sc.config.scheduler.as_str(),
+                run.requests.len()
+            );
+            let mut t = Table::new(&["metric", "predicted", "measured", "error"]);
+            for m in &cmp.metrics {
+                let show = |x: f64| {
+                    if m.metric.ends_with("_s") && !m.metric.ends_with("_per_s") {
+                        secs(x)
+                    } else {
+                        format!("{x:.3}")
+                    }
+                };
+                t.row(&[
+                    m.metric.to_string(),
+                    show(m.predicted),
+                    show(m.measured),
+                    format!("{:+.1}%", m.error * 100.0),
+                ]);
+            }
+            text.push_str(&t.render());
+            let _ = writeln!(
+                text,
+                "per request, median |error|: E2E {:.1}%, TTFT {:.1}%",
+                cmp.median_request_e2e_error * 100.0,
+                cmp.median_request_ttft_error * 100.0
+            );
+            for (what, p) in written {
+                let _ = writeln!(text, "{what}: written to {}", p.display());
+            }
+            Ok(text)
+        }
+    }
+}
+
+fn three(p: &kvplan_serve::output::Percentiles) -> String {
+    if !p.p50.is_finite() {
+        return "-".into();
+    }
+    format!("{} / {} / {}", secs(p.p50), secs(p.p90), secs(p.p99))
+}
+
+fn table(sc: &ServeScenario, out: &ServeReport) -> String {
+    let s = &out.summary;
+    let c = &sc.config;
+    let mut text = String::new();
+    let workload = match sc.trace() {
+        Some(p) => format!("trace {}", p.display()),
+        None => format!("synthetic, seed {}", sc.seed),
+    };
+    let r = &sc.resolved;
+    let _ = writeln!(
+        text,
+        "serve (simulated): {} on {}, {workload}, {} scheduler, {} preemption, block {} tokens, {} GPU blocks, max_model_len {}, {} seqs / {} tokens per step{}{}",
+        sc.model.name,
+        sc.hardware.name,
+        kebab(&c.scheduler),
+        kebab(&c.preemption),
+        c.block_size,
+        s.gpu_blocks,
+        r.max_model_len,
+        r.max_num_seqs,
+        r.max_num_batched_tokens,
+        if r.async_scheduling {
+            ", async scheduling"
+        } else {
+            ""
+        },
+        if r.cudagraph_sizes.is_empty() {
+            ", eager"
+        } else {
+            ", CUDA graphs"
+        },
+    );
+    let mut t = Table::new(&["metric", "value"]);
+    t.row(&[
+        "requests".to_string(),
+        format!(
+            "{} ({} finished, {} rejected)",
+            s.requests, s.finished, s.rejected
+        ),
+    ]);
+    t.row(&[
+        "throughput".to_string(),
+        format!(
+            "{:.1} tok/s output, {:.1} tok/s total, {:.3} req/s",
+            s.output_tokens_per_s, s.total_tokens_per_s, s.requests_per_s
+        ),
+    ]);
+    t.row(&["TTFT p50 / p90 / p99".to_string(), three(&s.ttft_s)]);
+    t.row(&["TPOT p50 / p90 / p99".to_string(), three(&s.tpot_s)]);
+    t.row(&["E2E p50 / p90 / p99".to_string(), three(&s.e2e_s)]);
+    t.row(&["queueing p50 / p90 / p99".to_string(), three(&s.queue_s)]);
+    if s.truncated > 0 {
+        t.row(&[
+            "cut at max_model_len".to_string(),
+            format!("{} (finish reason length)", s.truncated),
+        ]);
+    }
+    t.row(&["preemptions".to_string(), s.preemptions.to_string()]);
+    if sc.resolved.prefix_caching {
+        t.row(&[
+            "prefix cache".to_string(),
+            format!(
+                "{} hit rate, {} prompt tokens cached",
+                pct(s.prefix_cache_hit_rate),
+                s.cached_prompt_tokens
+            ),
+        ]);
+    }
+    if sc.config.scheduler != kvplan_serve::SchedulerKind::VllmV1 {
+        t.row(&[
+            "swap out / in".to_string(),
+            format!("{} / {}", gib(s.swap_out_bytes), gib(s.swap_in_bytes)),
+        ]);
+    }
+    t.row(&["GPU busy".to_string(), pct(s.gpu_busy)]);
+    t.row(&["makespan".to_string(), secs(s.makespan_s)]);
+    t.row(&["iterations".to_string(), s.iterations.to_string()]);
+    text.push_str(&t.render());
+    let mut reasons: Vec<(&str, u64)> = Vec::new();
+    for r in &out.requests {
+        if let Status::Rejected(why) = r.status {
+            match reasons.iter_mut().find(|(w, _)| *w == why.as_str()) {
+                Some((_, n)) => *n += 1,
+                None => reasons.push((why.as_str(), 1)),
+            }
+        }
+    }
+    for (why, n) in reasons {
+        let _ = writeln!(text, "rejected: {n} ({why})");
+    }
+    text
+}
+
+/// The kebab-case name serde gives an enum variant.
+fn kebab<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default()
+}
+
+/// The serving capacity of each configuration (`target_qps`: the rate each was sized for).
+pub fn capacity(
+    slo: &Slo,
+    cmp: &CapacityComparison,
+    opts: &SearchOptions,
+    base_requests: u64,
+    target_qps: Option<f64>,
+    format: Format,
+) -> Result<String, Error> {
+    let rows = &cmp.rows;
+    let cheapest = cmp.cheapest.map(|i| &rows[i]);
+    let by_price = cmp.ranked_by == Some(RankedBy::UsdPerHour);
+    let steady = opts.steady;
+    let num = |v: Option<f64>| v.map_or(String::new(), csv_number);
+    match format {
+        Format::Json => {
+            #[derive(serde::Serialize)]
+            struct Report<'a> {
+                slo: String,
+                target_qps: Option<f64>,
+                cheapest: Option<String>,
+                ranked_by: Option<&'static str>,
+                configurations: &'a [ConfigCapacity],
+            }
+            json_line(&Report {
+                slo: slo.to_string(),
+                target_qps,
+                cheapest: cheapest
+                    .map(|r| format!("{} x TP {}", r.hardware, r.tensor_parallel_size)),
+                ranked_by: cmp.ranked_by.map(RankedBy::as_str),
+                configurations: rows,
+            })
+        }
+        Format::Csv => csv_text(
+            &[
+                "hardware",
+                "tensor_parallel_size",
+                "max_qps",
+                "fails_at_qps",
+                "goodput_rps",
+                "ttft_p50_s",
+                "ttft_p90_s",
+                "ttft_p95_s",
+                "ttft_p99_s",
+                "tpot_p50_s",
+                "tpot_p90_s",
+                "tpot_p95_s",
+                "tpot_p99_s",
+                "e2e_p50_s",
+                "e2e_p90_s",
+                "e2e_p95_s",
+                "e2e_p99_s",
+                "output_tok_s",
+                "rejected",
+                "truncated",
+                "measured_requests",
+                "replicas",
+                "gpus",
+                "usd_per_hour",
+                "usd_per_m_output_tokens",
+                "usd_per_m_tokens",
+            ],
+            &rows
+                .iter()
+                .map(|r| {
+                    let n = csv_number;
+                    let mut row = vec![
+                        r.hardware.clone(),
+                        r.tensor_parallel_size.to_string(),
+                        num(r.max_qps),
+                        num(r.fails_at_qps),
+                        num(r.goodput_rps),
+                    ];
+                    for p in [&r.ttft, &r.tpot, &r.e2e] {
+                        row.extend([n(p.p50), n(p.p90), n(p.p95), n(p.p99)]);
+                    }
+                    row.extend([
+                        n(r.output_tok_s),
+                        r.rejected.to_string(),
+                        r.truncated.to_string(),
+                        r.measured_requests.to_string(),
+                        r.replicas.map_or(String::new(), |v| v.to_string()),
+                        r.gpus.map_or(String::new(), |v| v.to_string()),
+                        num(r.usd_per_hour),
+                        num(r.usd_per_m_output_tokens),
+                        num(r.usd_per_m_tokens),
+                    ]);
+                    row
+                })
+                .collect::<Vec<_>>(),
+        ),
+        Format::Table => {
+            let mut out = format!(
+                "serving capacity under {slo} at steady state (each rate served for at least {} \
+                 requests and {} s of arrivals, the first {}% left out as warm-up; the queue must \
+                 not grow; rejected and truncated requests count as misses; rates within {}%)\n",
+                base_requests.max(steady.min_requests),
+                steady.min_duration_s,
+                steady.warmup_fraction * 100.0,
+                opts.rel_tol * 100.0
+            );
+            let mut header = vec![
+                "hardware",
+                "TP",
+                "max req/s",
+                "goodput req/s",
+                "TTFT p50 / p95 / p99",
+                "TPOT p50 / p95 / p99",
+                "E2E p99",
+                "rejected",
+                "output tok/s",
+                "limited by",
+            ];
+            let priced = rows.iter().any(|r| r.usd_per_m_output_tokens.is_some());
+            if priced {
+                header.push("$/M output tok");
+            }
+            if target_qps.is_some() {
+                header.extend(["replicas", "GPUs", "$/hour"]);
+            }
+            let mut t = Table::new(&header);
+            for r in rows {
+                let three = |p: &kvplan_serve::output::Percentiles| {
+                    format!("{} / {} / {}", secs(p.p50), secs(p.p95), secs(p.p99))
+                };
+                let mut cells = vec![
+                    r.hardware.clone(),
+                    r.tensor_parallel_size.to_string(),
+                    r.max_qps.map_or("none".to_string(), |q| format!("{q:.2}")),
+                    r.goodput_rps.map_or("-".into(), |g| format!("{g:.2}")),
+                    three(&r.ttft),
+                    three(&r.tpot),
+                    secs(r.e2e_p99_s),
+                    format!("{} of {}", r.rejected, r.measured_requests),
+                    format!("{:.0}", r.output_tok_s),
+                    r.limited_by.join(", "),
+                ];
+                if priced {
+                    cells.push(
+                        r.usd_per_m_output_tokens
+                            .map_or("-".into(), |v| format!("{v:.3}")),
+                    );
+                }
+                if target_qps.is_some() {
+                    cells.push(r.replicas.map_or("-".into(), |v| v.to_string()));
+                    cells.push(r.gpus.map_or("-".into(), |v| v.to_string()));
+                    cells.push(r.usd_per_hour.map_or("-".into(), |v| format!("{v:.2}")));
+                }
+                t.row(&cells);
+            }
+            out.push_str(&t.render());
+            if let Some(target) = target_qps {
+                match cheapest {
+                    Some(r) => {
+                        let _ = writeln!(
+                            out,
+                            "cheapest for {target} req/s: {} x TP {} ({} replicas, {} GPUs{})",
+                            r.hardware,
+                            r.tensor_parallel_size,
+                            r.replicas.unwrap_or_default(),
+                            r.gpus.unwrap_or_default(),
+                            match r.usd_per_hour {
+                                Some(p) if by_price => format!(", ${p:.2}/hour"),
+                                _ =>
+                                    ", fewest GPUs: not every profile gives gpu.price_usd_per_hour"
+                                        .into(),
+                            }
+                        );
+                    }
+                    None => {
+                        let _ = writeln!(out, "no configuration meets the SLO at any rate tried");
+                    }
+                }
+            }
+            Ok(out)
+        }
+    }
+}
