@@ -52,17 +52,31 @@ fn flag_of(name: &str) -> Option<&'static str> {
     FLAGS.iter().find(|(f, _)| *f == name).map(|(_, s)| *s)
 }
 
-/// A library message with the fields it names in backquotes (`` `workload.batch` ``, and
-/// `` `strategy` ``) written as their flags (`--batch`, `--strategy`): the one place the binary
-/// turns a library's advice into the words of its command line. Only the table's fields are
-/// rewritten, and only dotted ones besides `strategy`, so a parser's "missing field `model`"
-/// keeps its words.
+/// A library message with the fields it names in backquotes (`` `workload.batch` ``) written as
+/// their flags (`--batch`): the one place the binary turns a library's advice into the words of
+/// its command line. Only the table's fields are rewritten: dotted ones wherever they stand, a
+/// top-level one (`` `strategy` ``) only where the text gives it a value (`` `strategy` kvpr ``),
+/// so a parser's "expected one of `model`, `strategy`" keeps its words.
 pub fn flags_in_text(text: &str) -> String {
     let mut out = text.to_string();
     for &(field, flag) in FLAGS.iter() {
-        if field.contains('.') || field == "strategy" {
-            out = out.replace(&format!("`{field}`"), flag);
+        let quoted = format!("`{field}`");
+        if field.contains('.') {
+            out = out.replace(&quoted, flag);
+            continue;
         }
+        let mut rest = out.as_str();
+        let mut done = String::with_capacity(out.len());
+        while let Some(i) = rest.find(&quoted) {
+            let after = &rest[i + quoted.len()..];
+            let valued = after.starts_with(' ')
+                && after[1..].starts_with(|c: char| c.is_ascii_alphanumeric());
+            done.push_str(&rest[..i]);
+            done.push_str(if valued { flag } else { &quoted });
+            rest = after;
+        }
+        done.push_str(rest);
+        out = done;
     }
     out
 }
@@ -345,5 +359,7 @@ mod text_tests {
             flags_in_text("a.toml: missing field `model`; `link.h2d_pinned_gbps`"),
             "a.toml: missing field `model`; `link.h2d_pinned_gbps`"
         );
+        let parser = "unknown field `serve`, expected one of `kind`, `model`, `strategy`, `dtype`";
+        assert_eq!(flags_in_text(parser), parser);
     }
 }

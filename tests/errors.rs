@@ -465,3 +465,45 @@ fn headinfer_context_that_fits_nowhere() {
         &["does not fit", "1 KV head per group", "at most"],
     );
 }
+
+/// A scenario file says what it is (`kind`): the other command refuses it by name, with exit 2,
+/// before reading its fields; an unknown kind names the accepted ones.
+#[test]
+fn a_scenario_of_the_other_kind_is_refused_by_name() {
+    let dir = TempDir::new("kind");
+    let serve = dir.path().join("serve.toml");
+    std::fs::write(
+        &serve,
+        "kind = \"serve\"\nmodel = \"llama-2-7b\"\nhardware = \"a100-80g-sxm\"\n[serve]\nmax_num_seqs = 8\n",
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["simulate", "serve.toml"]);
+    expect_input_error(
+        &out,
+        &["serve.toml", "kind = \"serve\"", "serving simulator"],
+    );
+    std::fs::write(
+        dir.path().join("sim.toml"),
+        "kind = \"simulate\"\nmodel = \"opt-1.3b\"\nhardware = \"a100-40g-pcie4\"\n[offload]\nweights = \"auto\"\n",
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["serve", "sim.toml"]);
+    expect_input_error(
+        &out,
+        &["sim.toml", "kind = \"simulate\"", "op-level simulator"],
+    );
+    std::fs::write(
+        dir.path().join("odd.toml"),
+        "kind = \"batch\"\nmodel = \"opt-1.3b\"\n",
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["simulate", "odd.toml"]);
+    expect_input_error(
+        &out,
+        &[
+            "odd.toml",
+            "kind: unknown scenario kind \"batch\"",
+            "kind = \"serve\"",
+        ],
+    );
+}

@@ -12,44 +12,16 @@ use std::path::{Path, PathBuf};
 use kvplan_planner::run::simulate_scenario;
 use kvplan_planner::scenario::RawScenario;
 use kvplan_serve::scenario::RawServeScenario;
+use kvplan_vocab::RunKind;
 use kvplan_vocab::timeline::{Run, write_csv};
 
 use crate::compare::{Comparison, Input, compare};
 use crate::{Error, Result};
 
-/// `[workload]` keys only a serving scenario has.
-const SERVE_WORKLOAD_KEYS: [&str; 10] = [
-    "trace",
-    "arrivals",
-    "qps",
-    "cv",
-    "requests",
-    "seed",
-    "prompt_lengths",
-    "output_lengths",
-    "time_scale",
-    "start_s",
-];
-
-/// Which command a case runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum CaseKind {
-    /// `kvplan simulate FILE --format json --trace golden.timeline.csv`.
-    Simulate,
-    /// `kvplan serve FILE --format json`.
-    Serve,
-}
-
-impl CaseKind {
-    /// The command's name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CaseKind::Simulate => "simulate",
-            CaseKind::Serve => "serve",
-        }
-    }
-}
+/// Which command a case runs: its file's `kind` ([`RunKind`]; `simulate` where it has none):
+/// `kvplan simulate FILE --format json --trace golden.timeline.csv` or `kvplan serve FILE
+/// --format json`.
+pub type CaseKind = RunKind;
 
 /// One scenario of a suite.
 #[derive(Debug, Clone)]
@@ -103,24 +75,17 @@ pub fn discover(dir: &Path) -> Result<Vec<Case>> {
         if !table.contains_key("model") {
             continue;
         }
-        let serve = table.contains_key("serve")
-            || table
-                .get("workload")
-                .and_then(toml::Value::as_table)
-                .is_some_and(|w| SERVE_WORKLOAD_KEYS.iter().any(|k| w.contains_key(*k)));
+        let kind = RunKind::of(&table)
+            .map_err(|message| Error::Toml {
+                path: path.display().to_string(),
+                message,
+            })?
+            .unwrap_or_default();
         let name = path
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
-        cases.push(Case {
-            name,
-            path,
-            kind: if serve {
-                CaseKind::Serve
-            } else {
-                CaseKind::Simulate
-            },
-        });
+        cases.push(Case { name, path, kind });
     }
     if cases.is_empty() {
         return Err(Error::NoCases {

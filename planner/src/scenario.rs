@@ -35,7 +35,7 @@ use crate::plan::{
 use crate::runahead::{LinkOverride, RunaheadOptions, with_link_override};
 use kvplan_vocab::limits;
 use kvplan_vocab::schedule::HostMemory;
-use kvplan_vocab::{CostModel, DType, HardwareProfile, ModelSpec};
+use kvplan_vocab::{CostModel, DType, HardwareProfile, ModelSpec, RunKind};
 
 /// The default workload: the KVPR paper's latency setting (Table 3, first row).
 pub const DEFAULT_BATCH: u32 = 64;
@@ -52,6 +52,8 @@ pub const MAX_DEVICES: u32 = 64;
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawScenario {
+    /// `simulate` where the file says so ([`RunKind`]); a `serve` scenario is refused.
+    pub kind: Option<RunKind>,
     /// Preset name or path to a Hugging Face config.json (or a model directory).
     pub model: Option<String>,
     /// Preset name or path to a profile TOML.
@@ -240,6 +242,12 @@ pub enum ScenarioError {
         /// The line at fault, where the parser knows it (1-based).
         line: Option<usize>,
         /// What the parser said, on one line.
+        message: String,
+    },
+    /// The file is a scenario of the other kind (its `kind` key).
+    #[error("{message}")]
+    WrongKind {
+        /// Which kind it is and who runs it.
         message: String,
     },
     /// A field every scenario needs (`model`, `hardware`) is absent.
@@ -442,13 +450,27 @@ impl RawScenario {
             path: path.to_path_buf(),
             source,
         })?;
-        let mut raw: RawScenario = toml::from_str(&text).map_err(|e| ScenarioError::Parse {
+        let parse_error = |e: toml::de::Error| ScenarioError::Parse {
             path: path.to_path_buf(),
             line: e
                 .span()
                 .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1),
             message: e.message().trim().replace('\n', " "),
+        };
+        // What the file is comes first: a serving scenario is named as such, not as a list of
+        // unknown fields.
+        let table: toml::Table = toml::from_str(&text).map_err(parse_error)?;
+        let kind = RunKind::of(&table).map_err(|message| ScenarioError::Parse {
+            path: path.to_path_buf(),
+            line: None,
+            message,
         })?;
+        if let Some(found @ RunKind::Serve) = kind {
+            return Err(ScenarioError::WrongKind {
+                message: format!("{}: {}", path.display(), RunKind::Simulate.mismatch(found)),
+            });
+        }
+        let mut raw: RawScenario = toml::from_str(&text).map_err(parse_error)?;
         let dir = path.parent().unwrap_or(Path::new(""));
         let rebase = |v: &mut Option<String>| {
             if let Some(s) = v.as_mut()
@@ -470,6 +492,7 @@ impl RawScenario {
                 *a = b;
             }
         }
+        pick(&mut self.kind, other.kind);
         pick(&mut self.model, other.model);
         pick(&mut self.hardware, other.hardware);
         pick(&mut self.strategy, other.strategy);
@@ -499,6 +522,11 @@ impl RawScenario {
     /// Checks every field, applies the strategy's defaults, loads the model and hardware and
     /// applies the peer-link override.
     pub fn resolve(self) -> Result<Scenario, ScenarioError> {
+        if let Some(found @ RunKind::Serve) = self.kind {
+            return Err(ScenarioError::WrongKind {
+                message: RunKind::Simulate.mismatch(found),
+            });
+        }
         let model_name = self.model.ok_or(ScenarioError::Missing {
             field: Field::Model,
         })?;

@@ -997,6 +997,7 @@ mod tests {
 
     fn scenario(requests: u64) -> RawServeScenario {
         RawServeScenario {
+            kind: None,
             model: Some("llama-2-7b".into()),
             hardware: Some("a100-80g-sxm".into()),
             workload: WorkloadConfig {

@@ -20,7 +20,7 @@
 
 use std::path::{Path, PathBuf};
 
-use kvplan_vocab::{HardwareProfile, ModelSpec};
+use kvplan_vocab::{HardwareProfile, ModelSpec, RunKind};
 use kvplan_workloads::{Request, WorkloadConfig, WorkloadSpec, generate};
 use serde::{Deserialize, Serialize};
 
@@ -167,6 +167,9 @@ impl RawConfig {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawServeScenario {
+    /// `serve` where the file says so ([`RunKind`]); a `simulate` scenario is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<RunKind>,
     /// Model preset or config.json path.
     pub model: Option<String>,
     /// Hardware preset or profile TOML path.
@@ -183,6 +186,19 @@ pub struct RawServeScenario {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ScenarioError {
+    /// The scenario file cannot be read, or is not valid TOML, or has an unknown field or a
+    /// field of the wrong type (the message names the file and line).
+    #[error("{message}")]
+    File {
+        /// The file, the line where known, and what is wrong.
+        message: String,
+    },
+    /// The file is a scenario of the other kind (its `kind` key).
+    #[error("{message}")]
+    WrongKind {
+        /// Which kind it is and who runs it.
+        message: String,
+    },
     /// `model` or `hardware` not given.
     #[error("{field}: required")]
     Missing {
@@ -220,12 +236,46 @@ impl RawServeScenario {
         }
     }
 
+    /// Reads a serving scenario file (TOML), its relative paths taken relative to the file. A
+    /// file that says `kind = "simulate"` is refused by name before its fields are read.
+    pub fn from_file(path: &Path) -> Result<Self, ScenarioError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ScenarioError::File {
+            message: format!("{}: cannot read: {e}", path.display()),
+        })?;
+        let parse_error = |e: toml::de::Error| {
+            let line = e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+            let at = line.map(|l| format!(":{l}")).unwrap_or_default();
+            ScenarioError::File {
+                message: format!(
+                    "{}{at}: {}",
+                    path.display(),
+                    e.message().trim().replace('\n', " ")
+                ),
+            }
+        };
+        let table: toml::Table = toml::from_str(&text).map_err(parse_error)?;
+        let kind = RunKind::of(&table).map_err(|message| ScenarioError::File {
+            message: format!("{}: {message}", path.display()),
+        })?;
+        if let Some(found @ RunKind::Simulate) = kind {
+            return Err(ScenarioError::WrongKind {
+                message: format!("{}: {}", path.display(), RunKind::Serve.mismatch(found)),
+            });
+        }
+        let mut raw: RawServeScenario = toml::from_str(&text).map_err(parse_error)?;
+        raw.rebase(path.parent().unwrap_or(Path::new("")));
+        Ok(raw)
+    }
+
     /// Overlays `other` (flags) on `self` (a file): any field `other` sets wins. Choosing
     /// another kind of workload (a trace, a shared-prefix or a conversation workload, or plain
     /// synthetic arrivals with prompt lengths) replaces the file's workload but for `requests`
     /// and `seed`; `qps` and `time_scale` replace each other; the shared-prefix and conversation
     /// tables merge field by field.
     pub fn overlay(mut self, other: RawServeScenario) -> Self {
+        pick(&mut self.kind, other.kind);
         pick(&mut self.model, other.model);
         pick(&mut self.hardware, other.hardware);
         let (w, o) = (&mut self.workload, other.workload);
@@ -293,6 +343,11 @@ impl RawServeScenario {
     /// lengths gets [`DEFAULT_OUTPUT_LENGTHS`]), the engine settings against the model and GPU
     /// (the weights must leave room for KV blocks).
     pub fn resolve(self) -> Result<ServeScenario, ScenarioError> {
+        if let Some(found @ RunKind::Simulate) = self.kind {
+            return Err(ScenarioError::WrongKind {
+                message: RunKind::Serve.mismatch(found),
+            });
+        }
         let whole = ModelSpec::resolve(
             self.model
                 .as_deref()
@@ -378,6 +433,7 @@ mod tests {
 
     fn raw() -> RawServeScenario {
         RawServeScenario {
+            kind: None,
             model: Some("llama-2-7b".into()),
             hardware: Some("a100-80g-sxm".into()),
             workload: WorkloadConfig {

@@ -275,6 +275,7 @@ impl ServeArgs {
         use kvplan_serve::{Preemption, SchedulerKind};
         use kvplan_workloads::WorkloadConfig;
         RawServeScenario {
+            kind: None,
             model: self.target.model.clone(),
             hardware: self.target.hardware.clone(),
             workload: WorkloadConfig {
@@ -371,21 +372,7 @@ fn on_off(on: bool, off: bool) -> Option<bool> {
 const PROGRESS_REQUESTS: usize = 20_000;
 
 pub(crate) fn read_scenario(path: &Path) -> Result<RawServeScenario, CliError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| CliError::input(format!("{}: cannot read: {e}", path.display())))?;
-    let mut raw: RawServeScenario = toml::from_str(&text).map_err(|e| {
-        let line = e
-            .span()
-            .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
-        let at = line.map(|l| format!(":{l}")).unwrap_or_default();
-        CliError::input(format!(
-            "{}{at}: {}",
-            path.display(),
-            e.message().trim().replace('\n', " ")
-        ))
-    })?;
-    raw.rebase(path.parent().unwrap_or(Path::new("")));
-    Ok(raw)
+    RawServeScenario::from_file(path).map_err(crate::messages::serve_error)
 }
 
 /// `kvplan serve`.

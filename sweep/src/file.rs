@@ -18,7 +18,6 @@
 //! ```
 
 use std::collections::HashMap;
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use kvplan_planner::scenario::RawScenario;
@@ -26,32 +25,16 @@ use kvplan_serve::scenario::RawServeScenario;
 use serde::Deserialize;
 use toml::{Table, Value};
 
-/// Which scenario the base is, and so which engine runs each point.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Kind {
-    /// Op-level: the planner and the discrete-event simulator, as `kvplan simulate` runs them.
-    Simulate,
-    /// The serving simulator, as `kvplan serve` runs it.
-    Serve,
-}
+/// Which scenario the base is, and so which engine runs each point: the sweep file's `kind`, or
+/// its base's (the scenario's own `kind` key); where both are written they must agree.
+pub use kvplan_vocab::RunKind as Kind;
 
-impl Kind {
-    /// The name in the sweep file.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Simulate => "simulate",
-            Kind::Serve => "serve",
-        }
-    }
-
-    /// Fields holding file paths, which are taken relative to the file that writes them. Model
-    /// and hardware only when they look like paths (else they are preset names).
-    fn path_fields(self) -> &'static [&'static str] {
-        match self {
-            Kind::Simulate => &["model", "hardware"],
-            Kind::Serve => &["model", "hardware", "workload.trace"],
-        }
+/// Fields holding file paths, which are taken relative to the file that writes them. Model and
+/// hardware only when they look like paths (else they are preset names).
+fn path_fields(kind: Kind) -> &'static [&'static str] {
+    match kind {
+        Kind::Simulate => &["model", "hardware"],
+        Kind::Serve => &["model", "hardware", "workload.trace"],
     }
 }
 
@@ -236,7 +219,7 @@ fn rebase(kind: Kind, path: &str, value: &mut Value, dir: &Path) {
                 rebase(kind, &p, v, dir);
             }
         }
-        Value::String(s) if kind.path_fields().contains(&path) => {
+        Value::String(s) if path_fields(kind).contains(&path) => {
             let looks_like_path = path == "workload.trace"
                 || s.contains('/')
                 || s.ends_with(".json")
@@ -336,21 +319,15 @@ impl Sweep {
         let raw: RawSweep = toml::from_str(text).map_err(|e| parse_error(path, text, &e))?;
         let doc: Option<toml_edit::DocumentMut> = text.parse().ok();
         let dir = path.parent().unwrap_or(Path::new("")).to_path_buf();
-        let kind = match raw.kind.as_deref() {
-            Some("simulate") => Kind::Simulate,
-            Some("serve") => Kind::Serve,
-            Some(other) => {
-                return Err(SweepError::Kind {
-                    path: path.to_path_buf(),
-                    message: format!("unknown kind '{other}'"),
-                });
-            }
-            None => {
-                return Err(SweepError::Kind {
-                    path: path.to_path_buf(),
-                    message: "missing".into(),
-                });
-            }
+        let kind_error = |message: String| SweepError::Kind {
+            path: path.to_path_buf(),
+            message,
+        };
+        let sweep_kind = match raw.kind.as_deref() {
+            Some("simulate") => Some(Kind::Simulate),
+            Some("serve") => Some(Kind::Serve),
+            Some(other) => return Err(kind_error(format!("unknown kind '{other}'"))),
+            None => None,
         };
         let base_error = |message: String| SweepError::Base {
             path: path.to_path_buf(),
@@ -365,7 +342,7 @@ impl Sweep {
             (None, None) => {
                 return Err(base_error(format!(
                     "missing; add a [base] table holding the scenario (as `kvplan {} FILE` reads it) or base_file = \"scenario.toml\"",
-                    kind.as_str()
+                    sweep_kind.map_or("simulate|serve", Kind::as_str)
                 )));
             }
             (Some(t), None) => (t, dir.clone()),
@@ -379,6 +356,17 @@ impl Sweep {
                 let d = f.parent().unwrap_or(Path::new("")).to_path_buf();
                 (t, d)
             }
+        };
+        let kind = match (sweep_kind, Kind::of(&base).map_err(base_error)?) {
+            (Some(a), Some(b)) if a != b => {
+                return Err(kind_error(format!(
+                    "kind = \"{}\" but its base says kind = \"{}\"",
+                    a.as_str(),
+                    b.as_str()
+                )));
+            }
+            (Some(k), _) | (None, Some(k)) => k,
+            (None, None) => return Err(kind_error("missing".into())),
         };
         let mut base_value = Value::Table(base);
         rebase(kind, "", &mut base_value, &base_dir);
@@ -580,12 +568,6 @@ impl Sweep {
     }
 }
 
-impl fmt::Display for Kind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -636,6 +618,25 @@ mod tests {
         let t = s.scenario(1).unwrap();
         assert_eq!(t["workload"]["prompt"].as_integer(), Some(64));
         assert_eq!(t["workload"]["batch"].as_integer(), Some(2));
+    }
+
+    #[test]
+    fn the_base_may_say_its_kind_and_the_two_must_agree() {
+        // No sweep-level kind: the base's own `kind` decides.
+        let s = sweep(
+            "[base]\nkind = \"serve\"\nmodel = \"llama-2-7b\"\nhardware = \"a100-80g-sxm\"\n[axes]\n\"workload.qps\" = [1.0, 2.0]\n",
+        )
+        .unwrap();
+        assert_eq!(s.kind(), Kind::Serve);
+        let e = sweep(&format!(
+            "{BASE}kind = \"serve\"\n[axes]\n\"workload.batch\" = [1]\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("kind = \"simulate\" but its base says kind = \"serve\""),
+            "{e}"
+        );
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! kernels of a decoder layer ([`layers`]); what a plan needs in memory ([`memory`]); the
 //! Schedule IR that planners emit and simulator and executor run ([`schedule`]) and the
 //! Timeline they return ([`timeline`]); the limits on every size ([`limits`]) and the typed
-//! errors that name the field at fault ([`error`]).
+//! errors that name the field at fault ([`error`]); what kind of run a scenario file describes
+//! ([`kind`]).
 //!
 //! Architecture invariant: this crate knows no planner, simulator, executor or command line.
 //! It depends on serde, toml and thiserror only, and nothing here decides anything.
@@ -29,6 +30,7 @@ pub mod dtype;
 pub mod error;
 pub mod hardware;
 pub mod kernel_model;
+pub mod kind;
 pub mod layers;
 pub mod limits;
 pub mod memory;
@@ -42,6 +44,7 @@ pub use cost::CostModel;
 pub use dtype::DType;
 pub use error::{Error, Result};
 pub use hardware::HardwareProfile;
+pub use kind::RunKind;
 pub use model::ModelSpec;
 pub use schedule::{Schedule, ScheduleBuilder};
 pub use timeline::Timeline;
