@@ -433,7 +433,10 @@ fn impossible_requests_are_clear_errors() {
             ..shape(1000)
         },
     );
-    assert!(e.contains("limit 20000000") && e.contains("`workload.gen`"), "{e}");
+    assert!(
+        e.contains("limit 20000000") && e.contains("`workload.gen`"),
+        "{e}"
+    );
     // Weights that do not fit the card.
     let e = run(&ModelSpec::preset("llama-3-70b").unwrap(), &hw, shape(1000));
     assert!(e.contains("weights alone do not fit"), "{e}");
