@@ -427,4 +427,3 @@ mod tests {
         assert_eq!(mode, 0o640);
     }
 }
-
