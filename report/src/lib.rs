@@ -9,6 +9,7 @@ pub mod calibrate;
 pub mod diff;
 pub mod files;
 pub mod planner;
+pub mod plots;
 pub mod render;
 pub mod serve;
 

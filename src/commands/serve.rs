@@ -10,6 +10,7 @@ use crate::error::CliError;
 use crate::messages::serve_error;
 use kvplan_report as report;
 use kvplan_report::files::write_output;
+use kvplan_report::plots;
 use kvplan_report::serve::Writer;
 use kvplan_serve::scenario::RawServeScenario;
 use std::io::IsTerminal;
@@ -452,13 +453,17 @@ pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
     let title = format!("{} on {}", sc.model.name, sc.hardware.name);
     let mut plots = Vec::new();
     if let Some(p) = &args.plot {
-        plots.push(("--plot", p, super::plot::serve_timeseries(&out, &title)?));
+        plots.push((
+            "--plot",
+            p,
+            plots::serve_timeseries(&out, &title, "--plot")?,
+        ));
     }
     if let Some(p) = &args.plot_cdf {
         plots.push((
             "--plot-cdf",
             p,
-            super::plot::serve_cdf(&out, &format!("{title}: latency CDF"))?,
+            plots::serve_cdf(&out, &format!("{title}: latency CDF"), "--plot-cdf")?,
         ));
     }
 
