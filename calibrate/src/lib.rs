@@ -11,6 +11,7 @@ pub mod attention;
 mod bench;
 pub mod compare;
 pub mod fit;
+pub mod inputs;
 pub mod kernels;
 pub mod micro;
 pub mod runs;
@@ -52,6 +53,10 @@ pub enum Error {
         /// What is wrong.
         why: String,
     },
+    /// Bad input: a file that cannot be read, a base or model that cannot be told, a count out
+    /// of range (the message names the option by the caller's label).
+    #[error("{0}")]
+    Input(String),
     /// A measurement that cannot be fitted (e.g. no positive times).
     #[error("cannot fit {what}: {why}")]
     Fit {

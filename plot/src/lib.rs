@@ -79,6 +79,9 @@ pub enum Error {
     /// A column whose cells are not numbers (in every row).
     #[error("column '{0}' has no numeric value")]
     NonNumeric(String),
+    /// A table that cannot be read (the message names the file).
+    #[error("{0}")]
+    Read(String),
     /// The drawing backend failed (not expected when drawing to a string).
     #[error("cannot draw the plot: {0}")]
     Draw(String),

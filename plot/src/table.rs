@@ -14,6 +14,31 @@ pub struct TableSeries {
     pub skipped: usize,
 }
 
+/// Reads a CSV table: the header and the rows (ragged rows allowed; missing cells are empty).
+/// Errors ([`Error::Read`]) name the file.
+pub fn read_table(path: &std::path::Path) -> Result<(Vec<String>, Vec<Vec<String>>), Error> {
+    let shown = path.display();
+    let mut r = csv::ReaderBuilder::new()
+        .flexible(true)
+        .from_path(path)
+        .map_err(|e| Error::Read(format!("{shown}: cannot read: {e}")))?;
+    let header: Vec<String> = r
+        .headers()
+        .map_err(|e| Error::Read(format!("{shown}: {e}")))?
+        .iter()
+        .map(|h| h.trim().to_string())
+        .collect();
+    let mut rows = Vec::new();
+    for rec in r.records() {
+        let rec = rec.map_err(|e| Error::Read(format!("{shown}: {e}")))?;
+        rows.push(rec.iter().map(String::from).collect());
+    }
+    if header.iter().all(|h| h.is_empty()) {
+        return Err(Error::Read(format!("{shown}: the table has no header")));
+    }
+    Ok((header, rows))
+}
+
 /// Splits the rows of a table (`header` names the columns, each row holds one cell per column)
 /// into series of (x, y) points: x from column `x`, y from column `y`, one series per distinct
 /// value of the columns `by` (named `col=value, ...`; one series named after `y` when `by` is

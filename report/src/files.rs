@@ -261,6 +261,28 @@ fn kind_name(m: &Metadata) -> &'static str {
     "not a regular file"
 }
 
+/// Ends a fit's report `out`: writes `file` to `path` (the option `what`) and says so, or,
+/// without a path, appends `section` (the fitted part of the profile) to the report.
+pub fn write_or_print(
+    mut out: String,
+    path: Option<&Path>,
+    what: &str,
+    file: &str,
+    section: &str,
+) -> Result<String, Error> {
+    match path {
+        Some(path) => {
+            write_output(path, what, |w| w.write_all(file.as_bytes()))?;
+            out.push_str(&format!("\nwrote {}\n", path.display()));
+        }
+        None => {
+            out.push('\n');
+            out.push_str(section);
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,9 @@
 pub mod calibrate;
 pub mod diff;
 pub mod files;
+pub mod listings;
 pub mod planner;
+pub mod plots;
 pub mod render;
 pub mod serve;
 

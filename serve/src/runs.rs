@@ -481,6 +481,67 @@ pub fn compare(run: &MeasuredRun, out: &ServeReport) -> Comparison {
     }
 }
 
+/// Why a stage of a stage table was not replayed.
+#[derive(Debug)]
+pub enum StageSkip {
+    /// Its row does not make a scenario.
+    Scenario(RunsError),
+    /// Its scenario does not resolve (an unknown model or GPU, a setting out of range).
+    Resolve(crate::scenario::ScenarioError),
+}
+
+/// A stage table replayed: one comparison per stage that ran, and the stages skipped by name.
+#[derive(Debug)]
+pub struct StageReplay {
+    /// Predicted against measured, stage by stage.
+    pub rows: Vec<StageComparison>,
+    /// The stages that could not be replayed, with why.
+    pub skipped: Vec<(String, StageSkip)>,
+}
+
+/// Replays every stage with its own settings (the model and GPU its row names, unless `model`
+/// / `hardware` say otherwise); a stage whose scenario cannot be built is skipped, a replay
+/// that fails is an error.
+pub fn replay_stages(
+    stages: &[StageRun],
+    model: Option<&str>,
+    hardware: Option<&str>,
+) -> Result<StageReplay, crate::scenario::ScenarioError> {
+    let mut replay = StageReplay {
+        rows: Vec::new(),
+        skipped: Vec::new(),
+    };
+    for st in stages {
+        let sc = st
+            .scenario(model, hardware)
+            .map_err(StageSkip::Scenario)
+            .and_then(|r| r.resolve().map_err(StageSkip::Resolve));
+        let sc = match sc {
+            Ok(sc) => sc,
+            Err(why) => {
+                replay.skipped.push((st.name.clone(), why));
+                continue;
+            }
+        };
+        let reqs = sc.requests()?;
+        let out = sc.run(&reqs)?;
+        replay.rows.push(StageComparison::new(st, &out));
+    }
+    Ok(replay)
+}
+
+/// The placeholder workload of a scenario that replays a measured run (the requests come from
+/// the run): one request, all at once.
+pub fn placeholder_workload() -> kvplan_workloads::WorkloadConfig {
+    kvplan_workloads::WorkloadConfig {
+        arrivals: Some("all-at-once".into()),
+        prompt_lengths: Some("1".into()),
+        output_lengths: Some("1".into()),
+        requests: Some(1),
+        ..Default::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,7 +1,6 @@
 //! `kvplan calibrate`: measure this machine, or fit a profile to measured tables or real
 //! serving runs; the fits themselves are `kvplan_calibrate`'s.
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
@@ -10,10 +9,10 @@ use super::exec::open_backend;
 use crate::args::*;
 use crate::error::CliError;
 use kvplan_calibrate::Plan as CalPlan;
+use kvplan_calibrate::inputs::{Labels, file_name, fit_runs, fit_table};
 use kvplan_exec::BackendKind;
 use kvplan_report as report;
-use kvplan_report::files::write_output;
-use kvplan_serve::runs::StageRun;
+use kvplan_report::files::{write_or_print, write_output};
 use kvplan_vocab::{HardwareProfile, ModelSpec};
 
 pub const CALIBRATE_LONG: &str = "\
@@ -197,226 +196,59 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<String, CliError> {
     )?)
 }
 
-/// `kvplan calibrate --from-table FILE`: the base profile with a `[kernels]` section fitted to a
-/// measured table.
-fn calibrate_from_table(args: &CalibrateArgs, table: &std::path::Path) -> Result<String, CliError> {
-    use kvplan_calibrate::table::{
-        FitOptions, MeasuredTable, error_report, fit_kernels, kernel_model, kernels_toml,
-        replace_kernels,
-    };
-    let file_name = table
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| table.display().to_string());
-    let text = std::fs::read_to_string(table)
-        .map_err(|e| CliError::input(format!("--from-table {}: {e}", table.display())))?;
-    if kvplan_calibrate::attention::is_attention_table(&text) {
-        return calibrate_attention_from_table(args, table, &file_name, &text);
+/// How `kvplan calibrate` names its options in the library's messages.
+const LABELS: Labels = Labels {
+    command: "kvplan calibrate --from-table",
+    table: "--from-table",
+    model: "--model",
+    base: "--base",
+    sms: "--sms",
+    fit_requests: "--fit-requests",
+};
+
+/// A library error: bad input (exit 2), or the library's own mapping.
+fn cal_error(e: kvplan_calibrate::Error) -> CliError {
+    match e {
+        kvplan_calibrate::Error::Input(m) => CliError::input(m),
+        other => other.into(),
     }
-    if let Some(m) = args.models.first() {
-        return Err(CliError::input(format!(
-            "--model {m}: a kernel table carries its model sizes in its rows; --model names the \
-             model of an attention table (header {})",
-            kvplan_calibrate::attention::COLUMNS.join(",")
-        )));
-    }
-    let (_, base, base_text, sms) = table_base(args, &file_name)?;
-    let measured = MeasuredTable::parse(&text, &table.display().to_string())
-        .map_err(|e| CliError::input(e.to_string()))?;
-    let source = format!(
-        "fitted by `kvplan calibrate --from-table {file_name}` from Vidur's public profiling \
-         data (MIT, commit 7d47513), Llama-2-7B shapes, TP 1/2/4/8"
-    );
-    let opts = FitOptions::from_base(&base, sms, source);
-    let section = fit_kernels(&measured.samples, &base, &opts)?;
-    let report = error_report(&kernel_model(&section, &base), &measured.samples);
-    let kernels = kernels_toml(
-        &section,
-        &format!("fitted by `kvplan calibrate --from-table {file_name}`"),
-    );
-    let profile = replace_kernels(&base_text, &kernels);
-    HardwareProfile::from_toml_str(&profile, "the fitted profile")?;
-    let out = format!(
-        "fitted {} rows of {file_name} ({} samples), sms {sms}; device-time error of the fitted \
-         [kernels]:\n\n{report}",
-        measured.samples.len() / 10,
-        measured.samples.len()
-    );
-    write_or_print(out, args.out.as_deref(), &profile, &kernels)
 }
 
-/// The `--base` profile of `--from-table` (named, or from the table's file name), its TOML text
-/// and the GPU's streaming multiprocessors (`--sms`, else from its name).
-fn table_base(
-    args: &CalibrateArgs,
-    file_name: &str,
-) -> Result<(String, HardwareProfile, String, u32), CliError> {
-    use kvplan_calibrate::table::default_sms;
-    let base_name = match &args.base {
-        Some(b) => b.clone(),
-        None => kvplan_calibrate::table::base_from_file_name(file_name)
-            .ok_or_else(|| {
-                CliError::input(format!(
-                    "--from-table {file_name}: which GPU? pass --base PRESET|FILE (e.g. \
-                         a100-80g-sxm)"
-                ))
-            })?
-            .to_string(),
-    };
-    let base = HardwareProfile::resolve(&base_name)?;
-    let base_text = kvplan_calibrate::table::base_text(&base_name)
-        .map_err(|e| CliError::input(format!("--base {base_name}: {e}")))?;
-    let sms = match args.sms.or_else(|| default_sms(&base.gpu.name)) {
-        Some(s) if s > 0 => s,
-        _ => {
-            return Err(CliError::input(format!(
-                "--sms: the streaming multiprocessors of '{}' are not known; pass --sms N",
-                base.gpu.name
-            )));
-        }
-    };
-    Ok((base_name, base, base_text, sms))
-}
-
-/// `kvplan calibrate --from-table FILE` on an attention table: the base profile with its
-/// `[kernels.attention]` fitted to the table.
-fn calibrate_attention_from_table(
-    args: &CalibrateArgs,
-    table: &std::path::Path,
-    file_name: &str,
-    text: &str,
-) -> Result<String, CliError> {
-    use kvplan_calibrate::attention::{
-        AttentionTable, Heads, attention_toml, error_report, fit_attention, predicted,
-        replace_attention,
-    };
-    let model = match args.models.as_slice() {
-        [m] => ModelSpec::resolve(m)?,
-        [] => {
-            // The preset whose name the file name contains (Vidur names tables after the model).
-            kvplan_calibrate::table::model_from_file_name(file_name)
-                .map(|n| ModelSpec::preset(&n))
-                .transpose()?
-                .ok_or_else(|| {
-                    CliError::input(format!(
-                        "--model: an attention table has no head shape and {file_name} names no \
-                         model preset; pass --model NAME|PATH (the model it was measured on)"
-                    ))
-                })?
-        }
-        more => {
-            return Err(CliError::input(format!(
-                "--model: an attention table is measured on one model; {} given",
-                more.len()
-            )));
-        }
-    };
-    let (_, base, base_text, sms) = table_base(args, file_name)?;
-    let no_kernels = || {
-        CliError::input(format!(
-            "--base: {} has no [kernels] section to put the fitted [kernels.attention] in; \
-             pass a --base with one (a100-80g-sxm, h100-sxm, or a profile written by \
-             `kvplan calibrate`)",
-            base.name
-        ))
-    };
-    if base.kernels.is_none() {
-        return Err(no_kernels());
-    }
-    let measured = AttentionTable::parse(text, &table.display().to_string())
-        .map_err(|e| CliError::input(e.to_string()))?;
-    let heads = Heads::of(&model);
-    let fit = fit_attention(&measured.samples, &base, &heads, sms)?;
-    let pred = predicted(
-        &fit.attention,
-        &fit.append,
-        &measured.samples,
-        &base,
-        &heads,
-    );
-    let report = error_report(&measured.samples, &pred);
-    let cite = format!("fitted by `kvplan calibrate --from-table {file_name}`");
-    let attention = attention_toml(&fit.attention, &cite);
-    let profile = replace_attention(&base_text, &attention).ok_or_else(no_kernels)?;
-    HardwareProfile::from_toml_str(&profile, "the fitted profile")?;
-    let out = format!(
-        "fitted {} rows of {file_name} ({}: {} query / {} KV heads of {}), sms {sms}; the \
-         measured kernel also appended the new tokens' K,V to the cache (every query block \
-         copying the keys it attends: {} of HBM bandwidth, {} ns per new token and query head), \
-         which the profile leaves out (vLLM writes the cache in a separate kernel); \
-         device-time error of the fit, append included:\n\n{report}",
-        measured.samples.len(),
-        model.name,
-        heads.q_heads,
-        heads.kv_heads,
-        heads.head_dim,
-        fit.append.efficiency,
-        fit.append.token_ns,
-    );
-    write_or_print(out, args.out.as_deref(), &profile, &attention)
+/// `kvplan calibrate --from-table FILE`: the base profile with a `[kernels]` (or, from an
+/// attention table, `[kernels.attention]`) section fitted to a measured table.
+fn calibrate_from_table(args: &CalibrateArgs, table: &Path) -> Result<String, CliError> {
+    let base = args.base.as_deref();
+    let fit = fit_table(table, &args.models, base, args.sms, LABELS).map_err(cal_error)?;
+    let out = args.out.as_deref();
+    Ok(write_or_print(
+        fit.report,
+        out,
+        "--out",
+        &fit.profile,
+        &fit.section,
+    )?)
 }
 
 /// `kvplan calibrate --from-runs FILE`.
 pub fn calibrate_from_runs(args: &CalibrateArgs, runs: &Path) -> Result<String, CliError> {
-    let stages = StageRun::read(runs).map_err(|e| CliError::input(format!("--from-runs: {e}")))?;
-    let base_name = match &args.base {
-        Some(b) => b.clone(),
-        None => kvplan_calibrate::runs::stages_base(&stages)
-            .ok_or_else(|| {
-                CliError::input(
-                    "--from-runs: the runs name several GPUs (or none with a preset); pass \
-                         --base PRESET|FILE for the one to fit",
-                )
-            })?
-            .to_string(),
+    let labels = Labels {
+        table: "--from-runs",
+        ..LABELS
     };
-    let base = HardwareProfile::resolve(&base_name)?;
-    if args.fit_requests == 0 {
-        return Err(CliError::input(
-            "--fit-requests: at least 1 request per stage",
-        ));
-    }
-    let fit = kvplan_calibrate::runs::fit_stages(&stages, &base, &base_name, args.fit_requests)
-        .map_err(|e| CliError::input(format!("--from-runs: {e}")))?;
-    let file_name = runs.file_name().map_or_else(
-        || runs.display().to_string(),
-        |n| n.to_string_lossy().into_owned(),
+    let (base, name, out) = (
+        args.base.as_deref(),
+        args.name.as_deref(),
+        args.out.as_deref(),
     );
-    let name = args.name.clone().unwrap_or_else(|| {
-        args.out.as_ref().and_then(|p| p.file_stem()).map_or_else(
-            || format!("{}-fitted", base.name),
-            |s| s.to_string_lossy().into_owned(),
-        )
-    });
-    let toml = fit.profile_toml(&file_name, &base_name, &name);
-    let heading = format!("calibrate --from-runs {file_name}");
-    let out = report::calibrate::runs_fit(&heading, &base.name, &fit, args.output.format.into())?;
+    let f = fit_runs(runs, base, args.fit_requests, name, out, labels).map_err(cal_error)?;
+    let heading = format!("calibrate --from-runs {}", file_name(runs));
+    let report =
+        report::calibrate::runs_fit(&heading, &f.base.name, &f.fit, args.output.format.into())?;
     if args.output.format == Format::Json {
-        if let Some(path) = &args.out {
-            write_output(path, "--out", |w| w.write_all(toml.as_bytes()))?;
+        if let Some(path) = out {
+            write_output(path, "--out", |w| w.write_all(f.toml.as_bytes()))?;
         }
-        return Ok(out);
+        return Ok(report);
     }
-    write_or_print(out, args.out.as_deref(), &toml, &toml)
-}
-
-/// Ends a fit's report: writes `file` to `--out` and says so, or, without `--out`, prints
-/// `section` (the fitted part of the profile) after the report.
-pub(crate) fn write_or_print(
-    mut out: String,
-    path: Option<&std::path::Path>,
-    file: &str,
-    section: &str,
-) -> Result<String, CliError> {
-    match path {
-        Some(path) => {
-            write_output(path, "--out", |w| w.write_all(file.as_bytes()))?;
-            let _ = writeln!(out, "\nwrote {}", path.display());
-        }
-        None => {
-            out.push('\n');
-            out.push_str(section);
-        }
-    }
-    Ok(out)
+    Ok(write_or_print(report, out, "--out", &f.toml, &f.toml)?)
 }

@@ -10,6 +10,7 @@ use crate::error::CliError;
 use crate::messages::serve_error;
 use kvplan_report as report;
 use kvplan_report::files::write_output;
+use kvplan_report::plots;
 use kvplan_report::serve::Writer;
 use kvplan_serve::scenario::RawServeScenario;
 use std::io::IsTerminal;
@@ -406,13 +407,7 @@ pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
             let run = kvplan_serve::runs::MeasuredRun::from_path(path)
                 .map_err(|e| CliError::input(format!("--compare-to: {e}")))?;
             // A placeholder workload: the requests come from the run.
-            raw.workload = kvplan_workloads::WorkloadConfig {
-                arrivals: Some("all-at-once".into()),
-                prompt_lengths: Some("1".into()),
-                output_lengths: Some("1".into()),
-                requests: Some(1),
-                ..Default::default()
-            };
+            raw.workload = kvplan_serve::runs::placeholder_workload();
             Some(run)
         }
         None => None,
@@ -439,13 +434,17 @@ pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
     let title = format!("{} on {}", sc.model.name, sc.hardware.name);
     let mut plots = Vec::new();
     if let Some(p) = &args.plot {
-        plots.push(("--plot", p, super::plot::serve_timeseries(&out, &title)?));
+        plots.push((
+            "--plot",
+            p,
+            plots::serve_timeseries(&out, &title, "--plot")?,
+        ));
     }
     if let Some(p) = &args.plot_cdf {
         plots.push((
             "--plot-cdf",
             p,
-            super::plot::serve_cdf(&out, &format!("{title}: latency CDF"))?,
+            plots::serve_cdf(&out, &format!("{title}: latency CDF"), "--plot-cdf")?,
         ));
     }
 
@@ -502,26 +501,17 @@ fn compare_stages(
     path: &Path,
     format: report::Format,
 ) -> Result<String, CliError> {
-    use kvplan_serve::runs::{StageComparison, StageRun};
+    use kvplan_serve::runs::{StageRun, StageSkip, replay_stages};
     let stages = StageRun::read(path).map_err(|e| CliError::input(format!("--compare-to: {e}")))?;
-    let mut rows: Vec<StageComparison> = Vec::new();
-    let mut skipped = Vec::new();
-    for st in &stages {
-        let sc = st
-            .scenario(raw.model.as_deref(), raw.hardware.as_deref())
-            .map_err(|e| e.to_string())
-            .and_then(|r| r.resolve().map_err(|e| serve_error(e).message));
-        let sc = match sc {
-            Ok(sc) => sc,
-            Err(why) => {
-                skipped.push((st.name.clone(), why));
-                continue;
-            }
-        };
-        let reqs = sc.requests().map_err(|e| serve_error(e.into()))?;
-        let out = sc.run(&reqs).map_err(|e| serve_error(e.into()))?;
-        rows.push(StageComparison::new(st, &out));
-    }
+    let (model, hardware) = (raw.model.as_deref(), raw.hardware.as_deref());
+    let replay = replay_stages(&stages, model, hardware).map_err(serve_error)?;
+    let rows = replay.rows;
+    let skipped: Vec<(String, String)> = (replay.skipped.into_iter())
+        .map(|(name, why)| match why {
+            StageSkip::Scenario(e) => (name, e.to_string()),
+            StageSkip::Resolve(e) => (name, serve_error(e).message),
+        })
+        .collect();
     if rows.is_empty() {
         return Err(CliError::input(format!(
             "--compare-to {}: no stage could be replayed ({})",

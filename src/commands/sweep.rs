@@ -9,7 +9,7 @@ use clap::{Args, ValueEnum};
 use crate::error::CliError;
 use kvplan_report::files::open_stream;
 use kvplan_report::files::write_output;
-use kvplan_sweep::{Format, Sweep};
+use kvplan_sweep::{Format, PlotLabels, Shard, Sweep};
 use std::io::{IsTerminal, Write};
 
 pub const SWEEP_LONG: &str = "\
@@ -77,28 +77,6 @@ pub enum SweepFormat {
     Jsonl,
 }
 
-/// `--shard I/N`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shard {
-    /// This shard (0-based).
-    pub index: u64,
-    /// Shards in all.
-    pub count: u64,
-}
-
-fn parse_shard(s: &str) -> Result<Shard, String> {
-    let bad = || format!("expected I/N with 0 <= I < N, e.g. 0/4 (got '{s}')");
-    let (i, n) = s.split_once('/').ok_or_else(bad)?;
-    let (index, count) = (
-        i.trim().parse::<u64>().map_err(|_| bad())?,
-        n.trim().parse::<u64>().map_err(|_| bad())?,
-    );
-    if count == 0 || index >= count {
-        return Err(bad());
-    }
-    Ok(Shard { index, count })
-}
-
 /// `kvplan sweep`.
 #[derive(Debug, Args)]
 pub struct SweepArgs {
@@ -115,7 +93,7 @@ pub struct SweepArgs {
     #[arg(long, requires = "out")]
     pub resume: bool,
     /// Run only the points with index % N == I (0-based), e.g. --shard 0/4
-    #[arg(long, value_name = "I/N", value_parser = parse_shard)]
+    #[arg(long, value_name = "I/N")]
     pub shard: Option<Shard>,
     /// Refuse sweeps of more points than this without --yes
     #[arg(long, value_name = "N", default_value_t = kvplan_sweep::DEFAULT_MAX_POINTS)]
@@ -170,45 +148,39 @@ pub fn sweep(args: &SweepArgs) -> Result<String, CliError> {
         SweepFormat::Csv => Format::Csv,
         SweepFormat::Jsonl => Format::Jsonl,
     };
-    let plot = plot_spec(args, &sweep, format)?;
-    let (first, step) = args.shard.map_or((0, 1), |s| (s.index, s.count));
-    let mut indices: Vec<u64> = (first..n).step_by(step as usize).collect();
-
+    let labels = PlotLabels {
+        plot: "--plot",
+        x: "--plot-x",
+        y: "--plot-y",
+        series: "--plot-series",
+        not_csv: "draws from the CSV rows; drop --format jsonl (or plot a CSV with `kvplan plot`)",
+    };
+    let (x, y, series) = (
+        args.plot_x.as_deref(),
+        args.plot_y.as_deref(),
+        args.plot_series.as_deref(),
+    );
+    let plot = match &args.plot {
+        Some(f) => Some(
+            sweep
+                .plot_spec(f, format, x, y, series, labels)
+                .map_err(CliError::input)?,
+        ),
+        None => None,
+    };
+    let mut indices = sweep.indices(args.shard);
     // --resume: keep the whole rows already written; everything is checked before writing.
-    let mut keep = None;
-    let mut kept = 0;
-    if let (true, Some(out)) = (args.resume, &args.out)
-        && std::fs::metadata(out).is_ok_and(|m| m.is_file())
-    {
-        let existing = std::fs::read(out).map_err(|e| {
-            CliError::input(format!("--resume: cannot read '{}': {e}", out.display()))
-        })?;
-        let (bytes, done) = sweep
-            .resume_point(&existing, format, &indices)
-            .map_err(|e| CliError::input(format!("--resume: {}: {e}", out.display())))?;
-        keep = Some(bytes as u64);
-        kept = done;
-        indices.drain(..done);
-    }
-
+    let resume = match (args.resume, &args.out) {
+        (true, Some(out)) => sweep
+            .resume(out, format, &mut indices, "--resume")
+            .map_err(CliError::input)?,
+        _ => None,
+    };
+    let keep = resume.map(|r| r.keep);
     let mut sink: Box<dyn Write> = match &args.out {
         Some(p) => Box::new(open_stream(p, "--out", keep)?),
         None => Box::new(std::io::stdout().lock()),
     };
-    let what = args
-        .out
-        .as_ref()
-        .map_or("stdout".to_string(), |p| format!("'{}'", p.display()));
-    let fail = |e: std::io::Error| CliError::failure(format!("cannot write {what}: {e}"));
-    if keep.unwrap_or(0) == 0 {
-        let header = sweep.header(format);
-        if let Err(e) = sink
-            .write_all(header.as_bytes())
-            .and_then(|()| sink.flush())
-        {
-            return quiet_pipe(e).map_err(fail);
-        }
-    }
     let bar = (std::io::stderr().is_terminal() && !indices.is_empty()).then(|| {
         let bar = indicatif::ProgressBar::new(indices.len() as u64);
         if let Ok(style) = indicatif::ProgressStyle::with_template(
@@ -218,25 +190,25 @@ pub fn sweep(args: &SweepArgs) -> Result<String, CliError> {
         }
         bar
     });
-    let mut errors = 0u64;
-    let ran = indices.len();
-    let result = sweep.run_ordered(&indices, |row| {
-        errors += u64::from(row.outcome.is_err());
+    let result = sweep.stream(&indices, format, keep.unwrap_or(0) == 0, &mut sink, || {
         if let Some(b) = &bar {
             b.inc(1);
         }
-        // One write and a flush per row: a run killed now leaves whole rows (and at most one
-        // cut-off line, which --resume drops).
-        sink.write_all(sweep.format_row(&row, format).as_bytes())?;
-        sink.flush()
     });
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    if let Err(e) = result {
-        return quiet_pipe(e).map_err(fail);
-    }
+    let what = args
+        .out
+        .as_ref()
+        .map_or("stdout".to_string(), |p| format!("'{}'", p.display()));
+    let Some(errors) =
+        result.map_err(|e| CliError::failure(format!("cannot write {what}: {e}")))?
+    else {
+        return Ok(String::new());
+    };
     drop(sink);
+    let ran = indices.len();
     let plotted = match (&plot, &args.out) {
         (Some(spec), Some(out)) => {
             super::plot::plot_table(out, &spec.x, &spec.y, &spec.series, None, &spec.file)?;
@@ -251,7 +223,10 @@ pub fn sweep(args: &SweepArgs) -> Result<String, CliError> {
             p.display(),
             ran as u64 - errors,
             if args.resume {
-                format!(", {kept} kept from the previous run")
+                format!(
+                    ", {} kept from the previous run",
+                    resume.map_or(0, |r| r.kept)
+                )
             } else {
                 String::new()
             }
@@ -264,15 +239,6 @@ pub fn sweep(args: &SweepArgs) -> Result<String, CliError> {
             }
             Ok(String::new())
         }
-    }
-}
-
-/// A closed pipe (`| head`) ends the sweep quietly.
-fn quiet_pipe(e: std::io::Error) -> Result<String, std::io::Error> {
-    if e.kind() == std::io::ErrorKind::BrokenPipe {
-        Ok(String::new())
-    } else {
-        Err(e)
     }
 }
 
@@ -317,81 +283,4 @@ pub fn merge(args: &MergeArgs) -> Result<String, CliError> {
         .map_err(|e| CliError::input(format!("merge: {e}")))?;
     write_output(out, "merge output", |w| w.write_all(merged.as_bytes()))?;
     Ok(format!("{}: merged {} files\n", out.display(), texts.len()))
-}
-
-/// What `--plot` draws: checked against the sweep's columns before anything runs.
-struct PlotSpec {
-    file: std::path::PathBuf,
-    x: String,
-    y: String,
-    series: Vec<String>,
-}
-
-fn plot_spec(
-    args: &SweepArgs,
-    sweep: &Sweep,
-    format: Format,
-) -> Result<Option<PlotSpec>, CliError> {
-    let Some(file) = &args.plot else {
-        return Ok(None);
-    };
-    if format != Format::Csv {
-        return Err(CliError::input(
-            "--plot: draws from the CSV rows; drop --format jsonl (or plot a CSV with `kvplan plot`)",
-        ));
-    }
-    let axes = sweep.columns();
-    let header = sweep.header_columns();
-    let x = match &args.plot_x {
-        Some(x) => x.clone(),
-        None => axes.last().cloned().ok_or_else(|| {
-            CliError::input("--plot-x: the sweep has no axis; name the column to plot against")
-        })?,
-    };
-    let y = args.plot_y.clone().unwrap_or_else(|| {
-        if sweep.kind() == kvplan_sweep::Kind::Serve {
-            "ttft_p99_s"
-        } else {
-            "decode_latency_s"
-        }
-        .to_string()
-    });
-    let series: Vec<String> = match &args.plot_series {
-        Some(s) => s
-            .split(',')
-            .map(|c| c.trim().to_string())
-            .filter(|c| !c.is_empty())
-            .collect(),
-        None => axes.iter().filter(|a| **a != x).cloned().collect(),
-    };
-    for (flag, c) in [("--plot-x", &x), ("--plot-y", &y)]
-        .into_iter()
-        .chain(series.iter().map(|c| ("--plot-series", c)))
-    {
-        if !header.contains(c) {
-            return Err(CliError::input(format!(
-                "{flag}: no column '{c}' in this sweep; its columns are {}",
-                header.join(", ")
-            )));
-        }
-    }
-    Ok(Some(PlotSpec {
-        file: file.clone(),
-        x,
-        y,
-        series,
-    }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn shards_parse() {
-        assert_eq!(parse_shard("2/3"), Ok(Shard { index: 2, count: 3 }));
-        for bad in ["3/3", "0/0", "1", "-1/2", "a/b", "1/2/3"] {
-            assert!(parse_shard(bad).is_err(), "{bad}");
-        }
-    }
 }

@@ -41,10 +41,12 @@
 pub mod file;
 pub mod rows;
 pub mod run;
+pub mod stream;
 
 pub use file::{Kind, Sweep, SweepError};
 pub use rows::{Format, MergeError, ResumeError};
 pub use run::{Metric, Row};
+pub use stream::{PlotLabels, PlotSpec, Resume, Shard};
 
 /// Sweeps larger than this many points need an explicit confirmation from the front end
 /// (`kvplan sweep --yes`).

@@ -1,0 +1,227 @@
+//! A sweep run as the front end drives it: which points this run takes ([`Shard`], [`Resume`]
+//! of a file already written), the rows streamed to a writer one whole row at a time
+//! ([`Sweep::stream`]), and what a plot of the rows draws ([`PlotSpec`]), checked before
+//! anything runs.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::{Format, Kind, Sweep};
+
+/// One shard of a sweep: the points with index % `count` == `index`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    /// This shard (0-based).
+    pub index: u64,
+    /// Shards in all.
+    pub count: u64,
+}
+
+impl std::str::FromStr for Shard {
+    type Err = String;
+
+    /// `I/N` with 0 <= I < N.
+    fn from_str(s: &str) -> Result<Shard, String> {
+        let bad = || format!("expected I/N with 0 <= I < N, e.g. 0/4 (got '{s}')");
+        let (i, n) = s.split_once('/').ok_or_else(bad)?;
+        let (index, count) = (
+            i.trim().parse::<u64>().map_err(|_| bad())?,
+            n.trim().parse::<u64>().map_err(|_| bad())?,
+        );
+        if count == 0 || index >= count {
+            return Err(bad());
+        }
+        Ok(Shard { index, count })
+    }
+}
+
+/// What a resumed run keeps of its output file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resume {
+    /// Bytes of the file to keep (the whole rows).
+    pub keep: u64,
+    /// Points those rows hold (dropped from the front of the run's indices).
+    pub kept: usize,
+}
+
+impl Sweep {
+    /// The indices of the points a run of `shard` (all points without one) takes, in order.
+    pub fn indices(&self, shard: Option<Shard>) -> Vec<u64> {
+        let (first, step) = shard.map_or((0, 1), |s| (s.index, s.count));
+        (first..self.len()).step_by(step as usize).collect()
+    }
+
+    /// Resuming into the output file `out` (if it is a regular file): the whole rows it already
+    /// holds of `indices`, which are dropped from `indices`. Errors are one line, `label` (the
+    /// option that asked for it) first.
+    pub fn resume(
+        &self,
+        out: &Path,
+        format: Format,
+        indices: &mut Vec<u64>,
+        label: &str,
+    ) -> Result<Option<Resume>, String> {
+        if !std::fs::metadata(out).is_ok_and(|m| m.is_file()) {
+            return Ok(None);
+        }
+        let existing = std::fs::read(out)
+            .map_err(|e| format!("{label}: cannot read '{}': {e}", out.display()))?;
+        let (bytes, kept) = self
+            .resume_point(&existing, format, indices)
+            .map_err(|e| format!("{label}: {}: {e}", out.display()))?;
+        indices.drain(..kept);
+        Ok(Some(Resume {
+            keep: bytes as u64,
+            kept,
+        }))
+    }
+
+    /// Runs the points `indices` and writes their rows to `sink` in point order, the header
+    /// first when `header`; one write and a flush per row, so a run killed midway leaves whole
+    /// rows (and at most one cut-off line, which [`resume`](Self::resume) drops). `on_row` is
+    /// called once per row (a progress bar). Returns the rows that are errors, or `None` when
+    /// the reader went away (a closed pipe): the run stops quietly.
+    pub fn stream(
+        &self,
+        indices: &[u64],
+        format: Format,
+        header: bool,
+        sink: &mut dyn Write,
+        mut on_row: impl FnMut(),
+    ) -> std::io::Result<Option<u64>> {
+        let quiet = |e: std::io::Error| {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                Ok(None)
+            } else {
+                Err(e)
+            }
+        };
+        if header
+            && let Err(e) = sink
+                .write_all(self.header(format).as_bytes())
+                .and_then(|()| sink.flush())
+        {
+            return quiet(e);
+        }
+        let mut errors = 0u64;
+        let result = self.run_ordered(indices, |row| {
+            errors += u64::from(row.outcome.is_err());
+            on_row();
+            sink.write_all(self.format_row(&row, format).as_bytes())?;
+            sink.flush()
+        });
+        match result {
+            Ok(()) => Ok(Some(errors)),
+            Err(e) => quiet(e),
+        }
+    }
+}
+
+/// What a plot of a sweep's rows draws: `y` against `x`, one line per value of the `series`
+/// columns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlotSpec {
+    /// The SVG file.
+    pub file: PathBuf,
+    /// The x column.
+    pub x: String,
+    /// The y column.
+    pub y: String,
+    /// The columns whose values make the series.
+    pub series: Vec<String>,
+}
+
+/// How the front end names the plot's settings, for messages.
+#[derive(Debug, Clone, Copy)]
+pub struct PlotLabels<'a> {
+    /// The plot file.
+    pub plot: &'a str,
+    /// The x column.
+    pub x: &'a str,
+    /// The y column.
+    pub y: &'a str,
+    /// The series columns.
+    pub series: &'a str,
+    /// The advice when the rows are not CSV.
+    pub not_csv: &'a str,
+}
+
+impl Sweep {
+    /// The plot of this sweep's rows into `file`: `x` (default: the last axis) against `y`
+    /// (default: `ttft_p99_s` for serve sweeps, `decode_latency_s` for simulate ones), one line
+    /// per value of the comma-separated `series` (default: the other axes); every column checked
+    /// against the sweep's header before anything runs.
+    pub fn plot_spec(
+        &self,
+        file: &Path,
+        format: Format,
+        x: Option<&str>,
+        y: Option<&str>,
+        series: Option<&str>,
+        l: PlotLabels,
+    ) -> Result<PlotSpec, String> {
+        if format != Format::Csv {
+            return Err(format!("{}: {}", l.plot, l.not_csv));
+        }
+        let axes = self.columns();
+        let header = self.header_columns();
+        let x = match x {
+            Some(x) => x.to_string(),
+            None => axes.last().cloned().ok_or_else(|| {
+                format!(
+                    "{}: the sweep has no axis; name the column to plot against",
+                    l.x
+                )
+            })?,
+        };
+        let y = y.map_or_else(
+            || {
+                if self.kind() == Kind::Serve {
+                    "ttft_p99_s"
+                } else {
+                    "decode_latency_s"
+                }
+                .to_string()
+            },
+            str::to_string,
+        );
+        let series: Vec<String> = match series {
+            Some(s) => s
+                .split(',')
+                .map(|c| c.trim().to_string())
+                .filter(|c| !c.is_empty())
+                .collect(),
+            None => axes.iter().filter(|a| **a != x).cloned().collect(),
+        };
+        for (label, c) in [(l.x, &x), (l.y, &y)]
+            .into_iter()
+            .chain(series.iter().map(|c| (l.series, c)))
+        {
+            if !header.contains(c) {
+                return Err(format!(
+                    "{label}: no column '{c}' in this sweep; its columns are {}",
+                    header.join(", ")
+                ));
+            }
+        }
+        Ok(PlotSpec {
+            file: file.to_path_buf(),
+            x,
+            y,
+            series,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_parse() {
+        assert_eq!("2/3".parse(), Ok(Shard { index: 2, count: 3 }));
+        for bad in ["3/3", "0/0", "1", "-1/2", "a/b", "1/2/3"] {
+            assert!(bad.parse::<Shard>().is_err(), "{bad}");
+        }
+    }
+}
