@@ -321,7 +321,7 @@ mod tests {
     fn failed_write_leaves_nothing() {
         let dir = Dir::new("fail");
         let target = dir.0.join("out.json");
-        let e = write_output(&target, "--trace", |w| {
+        let e = write_output(&target, "the trace", |w| {
             w.write_all(b"partial")?;
             Err(io::Error::other("boom"))
         })
@@ -337,7 +337,7 @@ mod tests {
         let dir = Dir::new("keep");
         let target = dir.0.join("out.csv");
         fs::write(&target, "old\n").unwrap();
-        write_output(&target, "--trace", |_| Err(io::Error::other("boom"))).unwrap_err();
+        write_output(&target, "the trace", |_| Err(io::Error::other("boom"))).unwrap_err();
         assert_eq!(fs::read_to_string(&target).unwrap(), "old\n");
         assert_eq!(dir.names(), ["out.csv"]);
     }
@@ -347,7 +347,7 @@ mod tests {
         let dir = Dir::new("regular");
         let target = dir.0.join("out.csv");
         fs::write(&target, "a much longer old content\n").unwrap();
-        write_output(&target, "--out", hello).unwrap();
+        write_output(&target, "the output", hello).unwrap();
         assert_eq!(fs::read_to_string(&target).unwrap(), "hello\n");
         assert_eq!(dir.names(), ["out.csv"]);
     }
@@ -355,7 +355,7 @@ mod tests {
     #[test]
     fn directory_is_an_input_error() {
         let dir = Dir::new("isdir");
-        let e = write_output(&dir.0, "--out", hello).unwrap_err();
+        let e = write_output(&dir.0, "the output", hello).unwrap_err();
         assert!(e.is_input());
         assert!(e.message().contains("is a directory"), "{e}");
     }
@@ -363,7 +363,7 @@ mod tests {
     #[test]
     fn missing_directory_is_an_input_error() {
         let dir = Dir::new("nodir");
-        let e = write_output(&dir.0.join("no/such/t.json"), "--trace", hello).unwrap_err();
+        let e = write_output(&dir.0.join("no/such/t.json"), "the trace", hello).unwrap_err();
         assert!(e.is_input());
         assert!(e.message().contains("no/such/t.json"), "{e}");
         assert!(e.message().contains("does not exist"), "{e}");
@@ -379,7 +379,7 @@ mod tests {
         fs::write(dir.0.join("real/a.json"), "old").unwrap();
         symlink("real/a.json", dir.0.join("a")).unwrap();
         symlink("a", dir.0.join("b")).unwrap();
-        write_output(&dir.0.join("b"), "--trace", hello).unwrap();
+        write_output(&dir.0.join("b"), "the trace", hello).unwrap();
         assert_eq!(
             fs::read_to_string(dir.0.join("real/a.json")).unwrap(),
             "hello\n"
@@ -394,7 +394,7 @@ mod tests {
         }
         // A dangling link creates its target.
         symlink("real/new.csv", dir.0.join("c")).unwrap();
-        write_output(&dir.0.join("c"), "--trace", hello).unwrap();
+        write_output(&dir.0.join("c"), "the trace", hello).unwrap();
         assert_eq!(
             fs::read_to_string(dir.0.join("real/new.csv")).unwrap(),
             "hello\n"
@@ -409,7 +409,7 @@ mod tests {
         // A loop is an input error naming the path.
         symlink("loop2", dir.0.join("loop1")).unwrap();
         symlink("loop1", dir.0.join("loop2")).unwrap();
-        let e = write_output(&dir.0.join("loop1"), "--trace", hello).unwrap_err();
+        let e = write_output(&dir.0.join("loop1"), "the trace", hello).unwrap_err();
         assert!(e.is_input());
         assert!(e.message().contains("loop1"), "{e}");
     }
@@ -422,7 +422,7 @@ mod tests {
         let target = dir.0.join("p.toml");
         fs::write(&target, "old").unwrap();
         fs::set_permissions(&target, fs::Permissions::from_mode(0o640)).unwrap();
-        write_output(&target, "--out", hello).unwrap();
+        write_output(&target, "the output", hello).unwrap();
         let mode = fs::metadata(&target).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o640);
     }
