@@ -101,6 +101,18 @@ pub struct OffloadArgs {
     pub split_model: Option<String>,
 }
 
+/// A run of any strategy (`simulate`, `exec`, `validate`): what to run and `--strategy`, declared
+/// once (the `plan` subcommands fix the strategy and flatten [`RunArgs`] alone).
+#[derive(Debug, Args)]
+pub struct StrategyRunArgs {
+    /// What to run
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Strategy: kvpr, full-transfer, gpu-only, headinfer, runahead [default: kvpr]
+    #[arg(long, value_name = "NAME")]
+    pub strategy: Option<String>,
+}
+
 /// What to run: model, hardware or scenario file, the batch, and every planner's options.
 /// Shared by `plan`, `simulate`, `exec` and `validate`.
 #[derive(Debug, Args)]

@@ -31,10 +31,7 @@ on for a plan that fits it.";
 pub struct ExecArgs {
     /// What to run
     #[command(flatten)]
-    pub run: RunArgs,
-    /// Strategy: kvpr, full-transfer, gpu-only, headinfer, runahead [default: kvpr]
-    #[arg(long, value_name = "NAME")]
-    pub strategy: Option<String>,
+    pub run: StrategyRunArgs,
     /// Backend
     #[command(flatten)]
     pub backend: BackendArgs,
@@ -76,7 +73,7 @@ pub(crate) fn write_runs(path: &Path, runs: &[Run]) -> Result<(), CliError> {
 
 /// `kvplan exec`.
 pub fn exec(args: &ExecArgs) -> Result<String, CliError> {
-    let sc = args.run.resolve(args.strategy.clone())?;
+    let sc = args.run.run.resolve(args.run.strategy.clone())?;
     let p = sc.plan()?;
     let mut ex = open_backend(&args.backend)?;
     let timeline = ex.run(&p.schedule)?;

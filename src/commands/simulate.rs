@@ -55,10 +55,7 @@ A scenario TOML file can replace the flags (flags override it):
 pub struct SimulateArgs {
     /// What to run
     #[command(flatten)]
-    pub run: RunArgs,
-    /// Strategy: kvpr, full-transfer, gpu-only, headinfer, runahead [default: kvpr]
-    #[arg(long, value_name = "NAME")]
-    pub strategy: Option<String>,
+    pub run: StrategyRunArgs,
     /// Run kvpr, full-transfer and gpu-only and print them side by side (ignores --strategy)
     #[arg(long)]
     pub compare: bool,
@@ -95,7 +92,10 @@ fn write_trace(path: &Path, runs: &[&SimulatedRun]) -> Result<(), CliError> {
 /// `kvplan simulate`.
 pub fn simulate(args: &SimulateArgs) -> Result<String, CliError> {
     let compared: &[Strategy] = if args.compare { &COMPARED } else { &[] };
-    let sc = args.run.resolve_running(args.strategy.clone(), compared)?;
+    let sc = args
+        .run
+        .run
+        .resolve_running(args.run.strategy.clone(), compared)?;
     let (trace, format) = (args.trace.as_deref(), args.output.format.into());
     if !args.compare {
         let s = simulate_scenario(&sc)?;

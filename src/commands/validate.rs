@@ -22,10 +22,7 @@ kind and per category. Exits with code 1 when the end-to-end error exceeds --max
 pub struct ValidateArgs {
     /// What to run (--hardware is the profile to validate)
     #[command(flatten)]
-    pub run: RunArgs,
-    /// Strategy: kvpr, full-transfer, gpu-only, headinfer, runahead [default: kvpr]
-    #[arg(long, value_name = "NAME")]
-    pub strategy: Option<String>,
+    pub run: StrategyRunArgs,
     /// Backend
     #[command(flatten)]
     pub backend: BackendArgs,
@@ -48,7 +45,7 @@ pub fn validate(args: &ValidateArgs) -> Result<String, CliError> {
             args.max_error
         )));
     }
-    let sc = args.run.resolve(args.strategy.clone())?;
+    let sc = args.run.run.resolve(args.run.strategy.clone())?;
     let SimulatedRun {
         plan: p,
         timeline: simulated,
