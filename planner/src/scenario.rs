@@ -452,9 +452,7 @@ impl RawScenario {
         })?;
         let parse_error = |e: toml::de::Error| ScenarioError::Parse {
             path: path.to_path_buf(),
-            line: e
-                .span()
-                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1),
+            line: kvplan_vocab::error::toml_line(&text, &e),
             message: e.message().trim().replace('\n', " "),
         };
         // What the file is comes first: a serving scenario is named as such, not as a list of

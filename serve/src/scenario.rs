@@ -243,10 +243,9 @@ impl RawServeScenario {
             message: format!("{}: cannot read: {e}", path.display()),
         })?;
         let parse_error = |e: toml::de::Error| {
-            let line = e
-                .span()
-                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
-            let at = line.map(|l| format!(":{l}")).unwrap_or_default();
+            let at = kvplan_vocab::error::toml_line(&text, &e)
+                .map(|l| format!(":{l}"))
+                .unwrap_or_default();
             ScenarioError::File {
                 message: format!(
                     "{}{at}: {}",

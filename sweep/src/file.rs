@@ -148,9 +148,7 @@ fn one_line(s: &str) -> String {
 fn parse_error(path: &Path, text: &str, e: &toml::de::Error) -> SweepError {
     SweepError::Parse {
         path: path.to_path_buf(),
-        line: e
-            .span()
-            .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1),
+        line: kvplan_vocab::error::toml_line(text, e),
         message: one_line(e.message()),
     }
 }

@@ -182,6 +182,13 @@ pub fn close_matches(name: &str, known: &[String]) -> Vec<String> {
     scored.into_iter().take(4).map(|(_, k)| k.clone()).collect()
 }
 
+/// The 1-based line of `text` where a TOML parse error points, where the parser knows it: the
+/// one rule every reader of a TOML file (profiles, scenarios, sweeps) uses to name the line.
+pub fn toml_line(text: &str, e: &toml::de::Error) -> Option<usize> {
+    e.span()
+        .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1)
+}
+
 /// Collapses a multi-line parser message into one line.
 pub(crate) fn one_line(message: &str) -> String {
     message

@@ -449,9 +449,7 @@ fn validate(file: ProfileFile, origin: &str) -> Result<HardwareProfile> {
 
 /// Converts a `toml` error into a one-line [`Error::Parse`] with the line number.
 pub(crate) fn toml_error(origin: &str, text: &str, e: &toml::de::Error) -> Error {
-    let line = e
-        .span()
-        .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+    let line = crate::error::toml_line(text, e);
     let message = e.message().trim().replace('\n', " ");
     Error::Parse {
         origin: origin.to_string(),
