@@ -1,12 +1,12 @@
-//! Loads a scenario file through the library, simulates it, prints decode latency and
-//! throughput: what `kvplan simulate scenarios/opt-6.7b-a100-latency.toml` does, without the CLI.
+//! Runs a scenario file of either kind through the library's one scenario layer and prints its
+//! metric columns: what `kvplan simulate scenarios/opt-6.7b-a100-latency.toml` (or `kvplan
+//! serve FILE` for a file that says `kind = "serve"`) computes, without the CLI.
 //!
 //!     cargo run --example simulate_scenario [SCENARIO.toml]
 
 use std::path::PathBuf;
 
-use kvplan_planner::run::simulate_scenario;
-use kvplan_planner::scenario::RawScenario;
+use kvplan_run::{Metric, RawScenario, RunKind, columns};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = std::env::args_os()
@@ -15,11 +15,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or_else(|| {
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios/opt-6.7b-a100-latency.toml")
         });
-    let scenario = RawScenario::from_file(&path)?.resolve()?;
-    let run = simulate_scenario(&scenario)?;
-    let r = &run.report;
-    println!("{} on {} ({}):", r.model, r.hardware, r.strategy);
-    println!("decode latency     {:.6} s", r.decode_latency_s);
-    println!("decode throughput  {:.1} tok/s", r.decode_throughput_tok_s);
+    // A file without a `kind` key is an op-level scenario.
+    let scenario = RawScenario::read(&path, RunKind::Simulate)?.resolve()?;
+    let report = kvplan_run::run(&scenario)?;
+    println!("{} ({}):", path.display(), report.kind());
+    for (name, value) in columns(report.kind()).iter().zip(report.metrics()) {
+        match value {
+            Metric::Float(x) => println!("{name:<24} {x:.6}"),
+            Metric::Int(n) => println!("{name:<24} {n}"),
+        }
+    }
     Ok(())
 }

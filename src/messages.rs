@@ -199,6 +199,20 @@ impl From<kvplan_planner::scenario::ScenarioError> for CliError {
     }
 }
 
+/// A scenario of either kind on its way to the user: each kind's errors named by flags as
+/// above, reading errors as they are.
+impl From<kvplan_run::ScenarioError> for CliError {
+    fn from(e: kvplan_run::ScenarioError) -> Self {
+        use kvplan_run::ScenarioError as E;
+        match e {
+            E::Simulate(e) => (*e).into(),
+            E::Run(e) => (*e).into(),
+            E::Serve(e) => serve_error(*e),
+            other => CliError::input(other.to_string()),
+        }
+    }
+}
+
 /// The one-line message of a note (printed after `note: `).
 pub fn note(n: &Note) -> String {
     let split = Field::OffloadSplit;

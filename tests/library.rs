@@ -1,10 +1,9 @@
 //! The library path a sweep or server takes (and `examples/simulate_scenario.rs` shows): a
-//! scenario file resolved by the planner, simulated and compared by `kvplan_planner::run`, gives
-//! the figures the CLI prints.
+//! scenario file read, resolved and run by the scenario layer (`kvplan_run`), or compared by
+//! `kvplan_planner::run`, gives the figures the CLI prints.
 
 use kvplan_planner::plan::Strategy;
 use kvplan_planner::run::{COMPARED, compare, simulate_scenario};
-use kvplan_planner::scenario::RawScenario;
 
 use crate::common::{ok, root, run};
 
@@ -12,24 +11,37 @@ const SCENARIO: &str = "scenarios/opt-6.7b-a100-latency.toml";
 
 #[test]
 fn example_scenario_through_the_library_matches_the_cli() {
-    // The calls of examples/simulate_scenario.rs.
-    let scenario = RawScenario::from_file(&root().join(SCENARIO))
+    // The calls of examples/simulate_scenario.rs: the one scenario layer.
+    let path = root().join(SCENARIO);
+    let scenario = kvplan_run::RawScenario::read(&path, kvplan_run::RunKind::Simulate)
         .unwrap()
         .resolve()
         .unwrap();
-    let sim = simulate_scenario(&scenario).unwrap();
+    let report = kvplan_run::run(&scenario).unwrap();
+    let kvplan_run::Report::Simulate(sim) = &report else {
+        panic!("an op-level scenario gives an op-level report")
+    };
     let r = &sim.report;
     assert_eq!((r.strategy.as_str(), r.batch, r.gen_len), ("kvpr", 64, 32));
     assert!(r.decode_latency_s > 0.0 && r.decode_throughput_tok_s > 0.0);
+    // The planner's own path gives the same report.
+    let direct = kvplan_run::RawScenario::read_simulate(&path)
+        .unwrap()
+        .resolve()
+        .unwrap();
+    assert_eq!(
+        serde_json::to_string(&simulate_scenario(&direct).unwrap().report).unwrap(),
+        serde_json::to_string(r).unwrap()
+    );
 
     // Byte for byte: the CLI's JSON is this report, pretty-printed.
     let cli = ok(&run(&["simulate", SCENARIO, "--format", "json"]));
-    assert_eq!(cli, serde_json::to_string_pretty(r).unwrap() + "\n");
+    assert_eq!(cli, report.json());
 }
 
 #[test]
 fn compare_through_the_library_matches_the_cli() {
-    let scenario = RawScenario::from_file(&root().join(SCENARIO))
+    let scenario = kvplan_run::RawScenario::read_simulate(&root().join(SCENARIO))
         .unwrap()
         .resolve()
         .unwrap();

@@ -4,7 +4,7 @@
 
 use kvplan_planner::plan::{SplitPolicy, Strategy};
 use kvplan_planner::run::simulate_strategy;
-use kvplan_planner::scenario::{RawScenario, Scenario};
+use kvplan_planner::scenario::Scenario;
 
 use crate::common::root;
 
@@ -23,7 +23,7 @@ fn auto_split_is_within_one_percent_of_the_best_fixed_split_on_every_preset_scen
     let mut checked = 0;
     for entry in std::fs::read_dir(root().join("scenarios")).unwrap() {
         let path = entry.unwrap().path();
-        let Ok(raw) = RawScenario::from_file(&path) else {
+        let Ok(raw) = kvplan_run::RawScenario::read_simulate(&path) else {
             continue; // a hardware profile, not a scenario
         };
         let Ok(sc) = raw.resolve() else { continue };

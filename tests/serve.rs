@@ -263,7 +263,7 @@ fn bad_input_is_one_line_and_exit_2() {
         ),
         (
             vec!["serve".into(), "bad.toml".into()],
-            vec!["bad.toml:4", "fifo"],
+            vec!["bad.toml: line 4", "fifo"],
         ),
         (
             synth(&["--trace", "t.csv"]),

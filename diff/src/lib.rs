@@ -143,29 +143,13 @@ pub enum Error {
         /// The TOML parser's message.
         message: String,
     },
-    /// A `simulate` case whose scenario does not resolve.
+    /// A case whose scenario cannot be read, resolved or run.
     #[error("case {case}: {source}")]
     Scenario {
         /// The case.
         case: String,
         /// Why.
-        source: Box<kvplan_planner::scenario::ScenarioError>,
-    },
-    /// A `simulate` case that cannot be planned or simulated.
-    #[error("case {case}: {source}")]
-    Simulate {
-        /// The case.
-        case: String,
-        /// Why.
-        source: Box<kvplan_planner::run::RunError>,
-    },
-    /// A `serve` case that cannot run.
-    #[error("case {case}: {source}")]
-    Serve {
-        /// The case.
-        case: String,
-        /// Why.
-        source: Box<kvplan_serve::scenario::ScenarioError>,
+        source: Box<kvplan_run::ScenarioError>,
     },
 }
 
@@ -193,7 +177,7 @@ impl Error {
     /// True for errors caused by the input (every error but a failed simulation).
     pub fn is_input_error(&self) -> bool {
         match self {
-            Error::Simulate { source, .. } => source.is_input_error(),
+            Error::Scenario { source, .. } => source.is_input_error(),
             _ => true,
         }
     }

@@ -9,11 +9,8 @@
 
 use std::path::{Path, PathBuf};
 
-use kvplan_planner::run::simulate_scenario;
-use kvplan_planner::scenario::RawScenario;
-use kvplan_serve::scenario::RawServeScenario;
+use kvplan_run::RawScenario;
 use kvplan_vocab::RunKind;
-use kvplan_vocab::timeline::{Run, write_csv};
 
 use crate::compare::{Comparison, Input, compare};
 use crate::{Error, Result};
@@ -100,59 +97,18 @@ impl Case {
     /// Runs the scenario as `kvplan simulate|serve FILE --format json` would; the JSON is
     /// byte-identical to what the command prints, the timeline to what `--trace X.csv` writes.
     pub fn run(&self) -> Result<Outputs> {
-        match self.kind {
-            CaseKind::Simulate => {
-                let sc = RawScenario::from_file(&self.path)
-                    .and_then(RawScenario::resolve)
-                    .map_err(|source| Error::Scenario {
-                        case: self.name.clone(),
-                        source: Box::new(source),
-                    })?;
-                let s = simulate_scenario(&sc).map_err(|source| Error::Simulate {
-                    case: self.name.clone(),
-                    source: Box::new(source),
-                })?;
-                let mut json =
-                    serde_json::to_string_pretty(&s.report).expect("a report serialises to JSON");
-                json.push('\n');
-                let mut csv = Vec::new();
-                let runs = [Run {
-                    name: s.plan.strategy.as_str(),
-                    schedule: &s.plan.schedule,
-                    timeline: &s.timeline,
-                }];
-                write_csv(&runs, &mut csv).expect("writing to memory does not fail");
-                Ok(Outputs {
-                    json,
-                    timeline_csv: Some(String::from_utf8(csv).expect("the timeline is UTF-8")),
-                })
-            }
-            CaseKind::Serve => {
-                let text = std::fs::read_to_string(&self.path).map_err(|source| Error::Read {
-                    path: self.path.display().to_string(),
-                    source,
-                })?;
-                let mut raw: RawServeScenario = toml::from_str(&text).map_err(|e| Error::Toml {
-                    path: self.path.display().to_string(),
-                    message: e.message().trim().replace('\n', " "),
-                })?;
-                raw.rebase(self.path.parent().unwrap_or(Path::new("")));
-                let serve_err = |source| Error::Serve {
-                    case: self.name.clone(),
-                    source: Box::new(source),
-                };
-                let sc = raw.resolve().map_err(serve_err)?;
-                let requests = sc.requests().map_err(|e| serve_err(e.into()))?;
-                let out = sc.run(&requests).map_err(|e| serve_err(e.into()))?;
-                let mut json = Vec::new();
-                out.write_summary_json(&mut json)
-                    .expect("writing to memory does not fail");
-                Ok(Outputs {
-                    json: String::from_utf8(json).expect("the summary is UTF-8"),
-                    timeline_csv: None,
-                })
-            }
-        }
+        let fail = |source| Error::Scenario {
+            case: self.name.clone(),
+            source: Box::new(source),
+        };
+        let sc = RawScenario::read_as(&self.path, self.kind)
+            .and_then(RawScenario::resolve)
+            .map_err(fail)?;
+        let report = kvplan_run::run(&sc).map_err(fail)?;
+        Ok(Outputs {
+            json: report.json(),
+            timeline_csv: report.timeline_csv(),
+        })
     }
 
     /// The golden files of this case in `dir` paired with `outputs`.

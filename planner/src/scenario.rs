@@ -24,7 +24,6 @@
 //! ```
 
 use std::fmt;
-use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
@@ -225,25 +224,6 @@ impl fmt::Display for Field {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ScenarioError {
-    /// The scenario file could not be read.
-    #[error("cannot read scenario {}: {source}", path.display())]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// The underlying error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The scenario file is not valid TOML, or has an unknown field or a field of the wrong type.
-    #[error("{}{}: {message}", path.display(), line.map(|l| format!(": line {l}")).unwrap_or_default())]
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// The line at fault, where the parser knows it (1-based).
-        line: Option<usize>,
-        /// What the parser said, on one line.
-        message: String,
-    },
     /// The file is a scenario of the other kind (its `kind` key).
     #[error("{message}")]
     WrongKind {
@@ -443,46 +423,6 @@ impl Scenario {
 }
 
 impl RawScenario {
-    /// Reads a scenario file. Relative model/hardware paths in it are taken relative to the
-    /// file's directory.
-    pub fn from_file(path: &Path) -> Result<Self, ScenarioError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let parse_error = |e: toml::de::Error| ScenarioError::Parse {
-            path: path.to_path_buf(),
-            line: kvplan_vocab::error::toml_line(&text, &e),
-            message: e.message().trim().replace('\n', " "),
-        };
-        // What the file is comes first: a serving scenario is named as such, not as a list of
-        // unknown fields.
-        let table: toml::Table = toml::from_str(&text).map_err(parse_error)?;
-        let kind = RunKind::of(&table).map_err(|message| ScenarioError::Parse {
-            path: path.to_path_buf(),
-            line: None,
-            message,
-        })?;
-        if let Some(found @ RunKind::Serve) = kind {
-            return Err(ScenarioError::WrongKind {
-                message: format!("{}: {}", path.display(), RunKind::Simulate.mismatch(found)),
-            });
-        }
-        let mut raw: RawScenario = toml::from_str(&text).map_err(parse_error)?;
-        let dir = path.parent().unwrap_or(Path::new(""));
-        let rebase = |v: &mut Option<String>| {
-            if let Some(s) = v.as_mut()
-                && (s.contains('/') || s.ends_with(".json") || s.ends_with(".toml"))
-                && Path::new(s.as_str()).is_relative()
-            {
-                *s = dir.join(PathBuf::from(s.as_str())).display().to_string();
-            }
-        };
-        rebase(&mut raw.model);
-        rebase(&mut raw.hardware);
-        Ok(raw)
-    }
-
     /// Overlays `other` on `self`: any field `other` sets wins (flags over a file).
     pub fn overlay(mut self, other: RawScenario) -> Self {
         fn pick<T>(a: &mut Option<T>, b: Option<T>) {

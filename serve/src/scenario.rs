@@ -18,7 +18,7 @@
 //! Errors name scenario fields (`workload.qps`, `serve.block_size`); front ends map them to
 //! their own words (flags).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use kvplan_vocab::{HardwareProfile, ModelSpec, RunKind};
 use kvplan_workloads::{Request, WorkloadConfig, WorkloadSpec, generate};
@@ -186,13 +186,6 @@ pub struct RawServeScenario {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ScenarioError {
-    /// The scenario file cannot be read, or is not valid TOML, or has an unknown field or a
-    /// field of the wrong type (the message names the file and line).
-    #[error("{message}")]
-    File {
-        /// The file, the line where known, and what is wrong.
-        message: String,
-    },
     /// The file is a scenario of the other kind (its `kind` key).
     #[error("{message}")]
     WrongKind {
@@ -217,57 +210,6 @@ pub enum ScenarioError {
 }
 
 impl RawServeScenario {
-    /// Makes relative paths (the trace; model and hardware when they look like paths) relative
-    /// to `dir`, the directory of the file this scenario was read from.
-    pub fn rebase(&mut self, dir: &Path) {
-        let looks_like_path = |s: &str| {
-            (s.contains('/') || s.ends_with(".json") || s.ends_with(".toml"))
-                && Path::new(s).is_relative()
-        };
-        for v in [&mut self.model, &mut self.hardware].into_iter().flatten() {
-            if looks_like_path(v) {
-                *v = dir.join(v.as_str()).display().to_string();
-            }
-        }
-        if let Some(t) = &mut self.workload.trace
-            && t.is_relative()
-        {
-            *t = dir.join(&*t);
-        }
-    }
-
-    /// Reads a serving scenario file (TOML), its relative paths taken relative to the file. A
-    /// file that says `kind = "simulate"` is refused by name before its fields are read.
-    pub fn from_file(path: &Path) -> Result<Self, ScenarioError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ScenarioError::File {
-            message: format!("{}: cannot read: {e}", path.display()),
-        })?;
-        let parse_error = |e: toml::de::Error| {
-            let at = kvplan_vocab::error::toml_line(&text, &e)
-                .map(|l| format!(":{l}"))
-                .unwrap_or_default();
-            ScenarioError::File {
-                message: format!(
-                    "{}{at}: {}",
-                    path.display(),
-                    e.message().trim().replace('\n', " ")
-                ),
-            }
-        };
-        let table: toml::Table = toml::from_str(&text).map_err(parse_error)?;
-        let kind = RunKind::of(&table).map_err(|message| ScenarioError::File {
-            message: format!("{}: {message}", path.display()),
-        })?;
-        if let Some(found @ RunKind::Simulate) = kind {
-            return Err(ScenarioError::WrongKind {
-                message: format!("{}: {}", path.display(), RunKind::Serve.mismatch(found)),
-            });
-        }
-        let mut raw: RawServeScenario = toml::from_str(&text).map_err(parse_error)?;
-        raw.rebase(path.parent().unwrap_or(Path::new("")));
-        Ok(raw)
-    }
-
     /// Overlays `other` (flags) on `self` (a file): any field `other` sets wins. Choosing
     /// another kind of workload (a trace, a shared-prefix or a conversation workload, or plain
     /// synthetic arrivals with prompt lengths) replaces the file's workload but for `requests`

@@ -90,8 +90,6 @@ fn diff_error(e: DiffError) -> CliError {
     };
     match e {
         DiffError::Scenario { case, source } => prefixed(&case, (*source).into()),
-        DiffError::Simulate { case, source } => prefixed(&case, (*source).into()),
-        DiffError::Serve { case, source } => prefixed(&case, crate::messages::serve_error(*source)),
         DiffError::Tolerance { value, message } => {
             CliError::input(format!("--tolerance: {message} (got '{value}')"))
         }

@@ -155,7 +155,7 @@ impl RunArgs {
         also_run: &[Strategy],
     ) -> Result<Scenario, crate::error::CliError> {
         let base = match &self.scenario.scenario {
-            Some(p) => RawScenario::from_file(p)?,
+            Some(p) => kvplan_run::RawScenario::read_simulate(p)?,
             None => RawScenario::default(),
         };
         let scenario = base.overlay(self.to_raw(strategy)).resolve()?;

@@ -373,7 +373,7 @@ fn on_off(on: bool, off: bool) -> Option<bool> {
 const PROGRESS_REQUESTS: usize = 20_000;
 
 pub(crate) fn read_scenario(path: &Path) -> Result<RawServeScenario, CliError> {
-    RawServeScenario::from_file(path).map_err(crate::messages::serve_error)
+    Ok(kvplan_run::RawScenario::read_serve(path)?)
 }
 
 /// `kvplan serve`.
@@ -412,22 +412,21 @@ pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
         }
         None => None,
     };
-    let sc = raw.resolve().map_err(serve_error)?;
-    let requests = match &measured {
-        Some(run) => run.to_requests(),
-        None => sc.requests().map_err(|e| serve_error(e.into()))?,
-    };
-    let bar = (requests.len() > PROGRESS_REQUESTS && std::io::stderr().is_terminal()).then(|| {
+    let sc = kvplan_run::RawScenario::Serve(Box::new(raw)).resolve()?;
+    let work = sc.prepare(measured.as_ref().map(|run| run.to_requests()))?;
+    let bar = (work.requests() > PROGRESS_REQUESTS && std::io::stderr().is_terminal()).then(|| {
         let bar = indicatif::ProgressBar::new_spinner();
-        bar.set_message(format!("serving {} requests", requests.len()));
+        bar.set_message(format!("serving {} requests", work.requests()));
         bar.enable_steady_tick(Duration::from_millis(120));
         bar
     });
-    let out = sc.run(&requests);
+    let out = work.run();
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    let out = out.map_err(|e| serve_error(e.into()))?;
+    let (kvplan_run::Scenario::Serve(sc), kvplan_run::Report::Serve(out)) = (&sc, out?) else {
+        unreachable!("a serving scenario gives a serving report")
+    };
 
     // The plots are drawn before any file is written: a plot that cannot be drawn (no request
     // finished) leaves no file behind.
@@ -478,7 +477,7 @@ pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
         let cmp = kvplan_serve::runs::compare(run, &out);
         return Ok(report::serve::measured_comparison(
             "serve --compare-to",
-            &sc,
+            sc,
             run,
             &cmp,
             &written,
@@ -487,7 +486,7 @@ pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
     }
 
     Ok(report::serve::serve_report(
-        &sc,
+        sc,
         &out,
         &written,
         args.output.format.into(),

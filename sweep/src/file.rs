@@ -20,23 +20,13 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use kvplan_planner::scenario::RawScenario;
-use kvplan_serve::scenario::RawServeScenario;
+use kvplan_run::{RawScenario, rebase};
 use serde::Deserialize;
 use toml::{Table, Value};
 
 /// Which scenario the base is, and so which engine runs each point: the sweep file's `kind`, or
 /// its base's (the scenario's own `kind` key); where both are written they must agree.
 pub use kvplan_vocab::RunKind as Kind;
-
-/// Fields holding file paths, which are taken relative to the file that writes them. Model and
-/// hardware only when they look like paths (else they are preset names).
-fn path_fields(kind: Kind) -> &'static [&'static str] {
-    match kind {
-        Kind::Simulate => &["model", "hardware"],
-        Kind::Serve => &["model", "hardware", "workload.trace"],
-    }
-}
 
 /// Why a sweep file cannot be used. Each message names the file, the part at fault and the fix.
 #[derive(Debug, thiserror::Error)]
@@ -203,33 +193,6 @@ pub(crate) fn set_path(table: &mut Table, path: &str, value: Value) -> Result<()
     Ok(())
 }
 
-/// Makes a relative file path written at `path` (a field of `kind` that holds one) relative to
-/// `dir`; recurses into tables.
-fn rebase(kind: Kind, path: &str, value: &mut Value, dir: &Path) {
-    match value {
-        Value::Table(t) => {
-            for (k, v) in t.iter_mut() {
-                let p = if path.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{path}.{k}")
-                };
-                rebase(kind, &p, v, dir);
-            }
-        }
-        Value::String(s) if path_fields(kind).contains(&path) => {
-            let looks_like_path = path == "workload.trace"
-                || s.contains('/')
-                || s.ends_with(".json")
-                || s.ends_with(".toml");
-            if looks_like_path && Path::new(s.as_str()).is_relative() {
-                *s = dir.join(s.as_str()).display().to_string();
-            }
-        }
-        _ => {}
-    }
-}
-
 /// The leaves of `table` by dotted path (tables are walked, every other value is a leaf).
 fn flatten(prefix: &str, table: &Table, out: &mut Vec<(String, Value)>) {
     for (k, v) in table {
@@ -293,12 +256,9 @@ fn has_newline(v: &Value) -> bool {
 /// Deserialises `table` as the raw scenario of `kind` (unknown fields and wrong types are
 /// errors, named by serde).
 pub(crate) fn check(kind: Kind, table: &Table) -> Result<(), String> {
-    let v = Value::Table(table.clone());
-    let r = match kind {
-        Kind::Simulate => v.try_into::<RawScenario>().map(drop),
-        Kind::Serve => v.try_into::<RawServeScenario>().map(drop),
-    };
-    r.map_err(|e| one_line(e.message()))
+    RawScenario::from_table(table.clone(), kind)
+        .map(drop)
+        .map_err(|e| e.to_string())
 }
 
 impl Sweep {

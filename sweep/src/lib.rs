@@ -44,8 +44,9 @@ pub mod run;
 pub mod stream;
 
 pub use file::{Kind, Sweep, SweepError};
+pub use kvplan_run::Metric;
 pub use rows::{Format, MergeError, ResumeError};
-pub use run::{Metric, Row};
+pub use run::Row;
 pub use stream::{PlotLabels, PlotSpec, Resume, Shard};
 
 /// Sweeps larger than this many points need an explicit confirmation from the front end

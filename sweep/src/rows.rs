@@ -11,7 +11,8 @@ use std::fmt::Write as _;
 use toml::Value;
 
 use crate::file::Sweep;
-use crate::run::{Metric, Row, metric_names};
+use crate::run::Row;
+use kvplan_run::{Metric, columns};
 
 /// The output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,7 +208,7 @@ impl Sweep {
     pub fn header_columns(&self) -> Vec<String> {
         let mut h = vec!["point".to_string()];
         h.extend(self.columns().iter().cloned());
-        h.extend(metric_names(self.kind()).iter().map(|s| s.to_string()));
+        h.extend(columns(self.kind()).iter().map(|s| s.to_string()));
         h.extend(["status".to_string(), "reason".to_string()]);
         h
     }
@@ -223,7 +224,7 @@ impl Sweep {
     /// One row as one line (with its line break).
     pub fn format_row(&self, row: &Row, format: Format) -> String {
         let values = self.values(row.point);
-        let n_metrics = metric_names(self.kind()).len();
+        let n_metrics = columns(self.kind()).len();
         let metrics: Vec<Option<Metric>> = match &row.outcome {
             Ok(m) => m.iter().copied().map(Some).collect(),
             Err(_) => vec![None; n_metrics],

@@ -1,0 +1,111 @@
+//! The one scenario layer: a scenario of either kind ([`RunKind`]: op-level `simulate`, or
+//! `serve`) read from one file format, overlaid with a front end's settings, resolved with
+//! errors that name the field as the file writes it, and run to one [`Report`] whose metric
+//! columns ([`columns`]) every front end shares. The CLI's `simulate` and `serve`, sweeps and
+//! the regression suite all come through here; what differs per kind is delegated to the
+//! planner (`kvplan_planner::scenario`, `::run`) and the serving simulator
+//! (`kvplan_serve::scenario`).
+//!
+//! ```
+//! use kvplan_run::{RawScenario, RunKind};
+//!
+//! let text = r#"
+//! kind = "serve"
+//! model = "llama-2-7b"
+//! hardware = "h100-sxm"
+//! [workload]
+//! arrivals = "poisson"
+//! qps = 2.0
+//! prompt_lengths = "64"
+//! output_lengths = "8"
+//! requests = 20
+//! "#;
+//! let table: toml::Table = toml::from_str(text).unwrap();
+//! let raw = RawScenario::from_table(table, RunKind::Simulate)?;
+//! assert_eq!(raw.kind(), RunKind::Serve); // the file's `kind` decides
+//! let report = kvplan_run::run(&raw.resolve()?)?;
+//! let metrics = report.metrics();
+//! assert_eq!(metrics.len(), kvplan_run::columns(RunKind::Serve).len());
+//! assert_eq!(metrics[0], kvplan_run::Metric::Int(20)); // requests
+//! # Ok::<(), kvplan_run::ScenarioError>(())
+//! ```
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod error;
+mod read;
+mod report;
+
+pub use error::ScenarioError;
+pub use kvplan_vocab::RunKind;
+pub use read::{RawScenario, rebase};
+pub use report::{Metric, Report, SERVE_METRICS, SIMULATE_METRICS, columns};
+
+use kvplan_planner::scenario::Scenario as SimulateScenario;
+use kvplan_serve::scenario::ServeScenario;
+use kvplan_workloads::Request;
+
+/// A checked scenario of either kind, ready to run.
+#[derive(Debug, Clone)]
+pub enum Scenario {
+    /// Op-level: a plan on the discrete-event simulator.
+    Simulate(Box<SimulateScenario>),
+    /// Serving: requests through the serving simulator.
+    Serve(Box<ServeScenario>),
+}
+
+impl Scenario {
+    /// Which kind it is.
+    pub fn kind(&self) -> RunKind {
+        match self {
+            Scenario::Simulate(_) => RunKind::Simulate,
+            Scenario::Serve(_) => RunKind::Serve,
+        }
+    }
+
+    /// The scenario with its work drawn (a serving scenario's requests generated or replayed),
+    /// so a front end can size a progress display before [`Prepared::run`]. `requests` replaces
+    /// a serving scenario's own workload (a measured run replayed); an op-level scenario has
+    /// none and ignores it.
+    pub fn prepare(&self, requests: Option<Vec<Request>>) -> Result<Prepared<'_>, ScenarioError> {
+        let requests = match (self, requests) {
+            (Scenario::Serve(sc), None) => sc.requests().map_err(ScenarioError::workload)?,
+            (_, given) => given.unwrap_or_default(),
+        };
+        Ok(Prepared {
+            scenario: self,
+            requests,
+        })
+    }
+}
+
+/// A scenario with its requests drawn ([`Scenario::prepare`]).
+#[derive(Debug)]
+pub struct Prepared<'a> {
+    scenario: &'a Scenario,
+    requests: Vec<Request>,
+}
+
+impl Prepared<'_> {
+    /// The requests a serving run will serve (0 for an op-level run).
+    pub fn requests(&self) -> usize {
+        self.requests.len()
+    }
+
+    /// Runs it: the planner's plan on the discrete-event simulator, or the serving simulator.
+    pub fn run(self) -> Result<Report, ScenarioError> {
+        match self.scenario {
+            Scenario::Simulate(sc) => Ok(Report::Simulate(Box::new(
+                kvplan_planner::run::simulate_scenario(sc)?,
+            ))),
+            Scenario::Serve(sc) => Ok(Report::Serve(Box::new(
+                sc.run(&self.requests).map_err(ScenarioError::serve)?,
+            ))),
+        }
+    }
+}
+
+/// Runs `scenario` to its report: [`Scenario::prepare`] then [`Prepared::run`].
+pub fn run(scenario: &Scenario) -> Result<Report, ScenarioError> {
+    scenario.prepare(None)?.run()
+}

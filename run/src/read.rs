@@ -1,0 +1,199 @@
+//! One reader for scenario files of both kinds, one rule for the paths in them, one overlay.
+
+use std::path::Path;
+
+use kvplan_planner::scenario::RawScenario as RawSimulate;
+use kvplan_serve::scenario::RawServeScenario;
+use kvplan_vocab::RunKind;
+use toml::{Table, Value};
+
+use crate::{Scenario, ScenarioError};
+
+/// A scenario as written (a file, a sweep point, or a front end's settings), of either kind.
+#[derive(Debug, Clone)]
+pub enum RawScenario {
+    /// An op-level scenario (`kvplan simulate`).
+    Simulate(Box<RawSimulate>),
+    /// A serving scenario (`kvplan serve`).
+    Serve(Box<RawServeScenario>),
+}
+
+/// The fields that hold a path, by kind, as the file writes them.
+fn path_fields(kind: RunKind) -> &'static [&'static str] {
+    match kind {
+        RunKind::Simulate => &["model", "hardware"],
+        RunKind::Serve => &["model", "hardware", "workload.trace"],
+    }
+}
+
+/// Makes the relative paths in `value` (the scenario table, or the value at dotted `path` in
+/// it) relative to `dir`, the directory of the file they were read from: the request trace
+/// always, `model` and `hardware` when they look like a path (a `/`, or a `.json` / `.toml`
+/// name) rather than a preset name. The one rule for every reader (scenario files, a sweep's
+/// base and its points).
+pub fn rebase(kind: RunKind, path: &str, value: &mut Value, dir: &Path) {
+    match value {
+        Value::Table(t) => {
+            for (k, v) in t.iter_mut() {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                rebase(kind, &p, v, dir);
+            }
+        }
+        Value::String(s) if path_fields(kind).contains(&path) => {
+            let looks_like_path = path == "workload.trace"
+                || s.contains('/')
+                || s.ends_with(".json")
+                || s.ends_with(".toml");
+            if looks_like_path && Path::new(s.as_str()).is_relative() {
+                *s = dir.join(s.as_str()).display().to_string();
+            }
+        }
+        _ => {}
+    }
+}
+
+fn one_line(message: &str) -> String {
+    message.trim().replace(['\n', '\r'], " ")
+}
+
+impl RawScenario {
+    /// A scenario of `kind` with nothing set.
+    pub fn empty(kind: RunKind) -> Self {
+        match kind {
+            RunKind::Simulate => RawScenario::Simulate(Box::default()),
+            RunKind::Serve => RawScenario::Serve(Box::default()),
+        }
+    }
+
+    /// Reads a scenario file; its `kind` key says which kind it is, `default` where it has
+    /// none. Relative paths in it become relative to the file ([`rebase`]).
+    pub fn read(path: &Path, default: RunKind) -> Result<Self, ScenarioError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut table: Table = toml::from_str(&text).map_err(|e| ScenarioError::Parse {
+            path: Some(path.to_path_buf()),
+            line: kvplan_vocab::error::toml_line(&text, &e),
+            message: one_line(e.message()),
+        })?;
+        let kind = RunKind::of(&table)
+            .map_err(|message| ScenarioError::Parse {
+                path: Some(path.to_path_buf()),
+                line: None,
+                message,
+            })?
+            .unwrap_or(default);
+        let dir = path.parent().unwrap_or(Path::new(""));
+        for (k, v) in table.iter_mut() {
+            rebase(kind, k, v, dir);
+        }
+        Self::from_table(table, kind).map_err(|e| match e {
+            // The same text parsed straight into the kind's type: the parser's error then
+            // carries the field's place in the file.
+            ScenarioError::Parse { message, .. } => {
+                let spanned = match kind {
+                    RunKind::Simulate => toml::from_str::<RawSimulate>(&text).err(),
+                    RunKind::Serve => toml::from_str::<RawServeScenario>(&text).err(),
+                };
+                ScenarioError::Parse {
+                    path: Some(path.to_path_buf()),
+                    line: spanned.and_then(|e| kvplan_vocab::error::toml_line(&text, &e)),
+                    message,
+                }
+            }
+            other => other,
+        })
+    }
+
+    /// Reads a scenario file for a command that runs `kind`: a file that says it is of the
+    /// other kind is refused by name, before its fields are read.
+    pub fn read_as(path: &Path, kind: RunKind) -> Result<Self, ScenarioError> {
+        let raw = Self::read(path, kind)?;
+        if raw.kind() != kind {
+            return Err(ScenarioError::WrongKind {
+                path: Some(path.to_path_buf()),
+                expected: kind,
+                found: raw.kind(),
+            });
+        }
+        Ok(raw)
+    }
+
+    /// [`read_as`](Self::read_as) for the op-level commands (`simulate`, `exec`, `validate`,
+    /// `plan`), which go on with the planner's own raw scenario.
+    pub fn read_simulate(path: &Path) -> Result<RawSimulate, ScenarioError> {
+        match Self::read_as(path, RunKind::Simulate)? {
+            RawScenario::Simulate(r) => Ok(*r),
+            RawScenario::Serve(_) => unreachable!("read_as checked the kind"),
+        }
+    }
+
+    /// [`read_as`](Self::read_as) for the serving commands (`serve`, `serve-capacity`).
+    pub fn read_serve(path: &Path) -> Result<RawServeScenario, ScenarioError> {
+        match Self::read_as(path, RunKind::Serve)? {
+            RawScenario::Serve(r) => Ok(*r),
+            RawScenario::Simulate(_) => unreachable!("read_as checked the kind"),
+        }
+    }
+
+    /// A parsed scenario table (paths already [`rebase`]d); its `kind` key decides, `default`
+    /// where it has none. Unknown fields and wrong types are errors the parser names.
+    pub fn from_table(table: Table, default: RunKind) -> Result<Self, ScenarioError> {
+        let kind = RunKind::of(&table)
+            .map_err(|message| ScenarioError::Parse {
+                path: None,
+                line: None,
+                message,
+            })?
+            .unwrap_or(default);
+        let parse = |e: toml::de::Error| ScenarioError::Parse {
+            path: None,
+            line: None,
+            message: one_line(e.message()),
+        };
+        let value = Value::Table(table);
+        Ok(match kind {
+            RunKind::Simulate => RawScenario::Simulate(Box::new(value.try_into().map_err(parse)?)),
+            RunKind::Serve => RawScenario::Serve(Box::new(value.try_into().map_err(parse)?)),
+        })
+    }
+
+    /// Which kind it is.
+    pub fn kind(&self) -> RunKind {
+        match self {
+            RawScenario::Simulate(_) => RunKind::Simulate,
+            RawScenario::Serve(_) => RunKind::Serve,
+        }
+    }
+
+    /// Overlays `other` (a front end's settings) on `self` (a file): any field `other` sets
+    /// wins, by the kind's own rules. Both must be of one kind.
+    pub fn overlay(self, other: RawScenario) -> Result<Self, ScenarioError> {
+        match (self, other) {
+            (RawScenario::Simulate(a), RawScenario::Simulate(b)) => {
+                Ok(RawScenario::Simulate(Box::new(a.overlay(*b))))
+            }
+            (RawScenario::Serve(a), RawScenario::Serve(b)) => {
+                Ok(RawScenario::Serve(Box::new(a.overlay(*b))))
+            }
+            (a, b) => Err(ScenarioError::WrongKind {
+                path: None,
+                expected: b.kind(),
+                found: a.kind(),
+            }),
+        }
+    }
+
+    /// Checks every field, applies the defaults and loads the model and hardware.
+    pub fn resolve(self) -> Result<Scenario, ScenarioError> {
+        Ok(match self {
+            RawScenario::Simulate(r) => Scenario::Simulate(Box::new(r.resolve()?)),
+            RawScenario::Serve(r) => Scenario::Serve(Box::new(r.resolve()?)),
+        })
+    }
+}
