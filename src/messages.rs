@@ -34,7 +34,7 @@ const FLAGS: [(&str, &str); 35] = [
     ("workload.output_lengths", "--output-lengths"),
     ("workload.requests", "--requests"),
     ("workload.seed", "--seed"),
-    ("workload.trace", "--trace"),
+    ("workload.trace", "--requests-trace"),
     ("workload.time_scale", "--time-scale"),
     ("workload.start_s", "--start"),
     ("serve.block_size", "--block-size"),

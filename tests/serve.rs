@@ -29,7 +29,7 @@ fn serve(d: &TempDir, extra: &[&str]) -> std::process::Output {
 #[test]
 fn table_json_and_csv_of_a_small_trace() {
     let d = dir_with_trace("serve-formats");
-    let table = ok(&serve(&d, &["--trace", "t.csv"]));
+    let table = ok(&serve(&d, &["--requests-trace", "t.csv"]));
     for want in [
         "llama-2-7b on a100-80g-sxm",
         "requests",
@@ -47,11 +47,11 @@ fn table_json_and_csv_of_a_small_trace() {
         assert!(table.contains(want), "missing {want:?} in\n{table}");
     }
     let json: serde_json::Value =
-        serde_json::from_str(&ok(&serve(&d, &["--trace", "t.csv", "--format", "json"]))).unwrap();
+        serde_json::from_str(&ok(&serve(&d, &["--requests-trace", "t.csv", "--format", "json"]))).unwrap();
     assert_eq!(json["finished"], 6);
     assert!(json["ttft_s"]["p99"].as_f64().unwrap() > 0.0);
     assert!(json["output_tokens_per_s"].as_f64().unwrap() > 0.0);
-    let csv = ok(&serve(&d, &["--trace", "t.csv", "--format", "csv"]));
+    let csv = ok(&serve(&d, &["--requests-trace", "t.csv", "--format", "csv"]));
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(lines.len(), 7, "{csv}");
     assert!(lines[0].starts_with("id,arrival_s,prompt_tokens,output_tokens,status"));
@@ -125,8 +125,8 @@ fn files_are_written_and_same_seed_gives_the_same_bytes() {
     );
     // The trace replay too.
     assert_eq!(
-        run_with_files(&d, "c", &["--trace", "t.csv"]),
-        run_with_files(&d, "d", &["--trace", "t.csv"])
+        run_with_files(&d, "c", &["--requests-trace", "t.csv"]),
+        run_with_files(&d, "d", &["--requests-trace", "t.csv"])
     );
 }
 
@@ -224,7 +224,7 @@ fn bad_input_is_one_line_and_exit_2() {
     };
     let cases: Vec<(Vec<String>, Vec<&str>)> = vec![
         (
-            [&["serve"][..], &MODEL, &["--trace", "neg.csv"]]
+            [&["serve"][..], &MODEL, &["--requests-trace", "neg.csv"]]
                 .concat()
                 .iter()
                 .map(|s| s.to_string())
@@ -266,7 +266,7 @@ fn bad_input_is_one_line_and_exit_2() {
             vec!["bad.toml: line 4", "fifo"],
         ),
         (
-            synth(&["--trace", "t.csv"]),
+            synth(&["--requests-trace", "t.csv"]),
             vec!["--arrivals (workload.arrivals)"],
         ),
     ];
@@ -294,7 +294,7 @@ fn help_lists_schedulers_and_preemptions() {
         "recompute",
         "swap",
         "hybrid",
-        "--trace",
+        "--requests-trace",
         "--arrivals",
         "--trace-json",
     ] {
@@ -483,7 +483,7 @@ fn vllm_flags_over_a_trace_with_prefixes() {
     std::fs::write(d.path().join("f.csv"), trace).unwrap();
     let args = [
         "serve",
-        "--trace",
+        "--requests-trace",
         "f.csv",
         "--scheduler",
         "vllm-v1",

@@ -116,7 +116,7 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub target: TargetArgs,
     /// Replay this request trace CSV (`arrived_at,num_prefill_tokens,num_decode_tokens`)
-    #[arg(long, alias = "trace", value_name = "FILE")]
+    #[arg(long, value_name = "FILE")]
     pub requests_trace: Option<PathBuf>,
     /// Trace replay: multiply every inter-arrival time by F (2 halves the rate)
     #[arg(long, value_name = "F", allow_negative_numbers = true)]
