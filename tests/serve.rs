@@ -46,12 +46,18 @@ fn table_json_and_csv_of_a_small_trace() {
     ] {
         assert!(table.contains(want), "missing {want:?} in\n{table}");
     }
-    let json: serde_json::Value =
-        serde_json::from_str(&ok(&serve(&d, &["--requests-trace", "t.csv", "--format", "json"]))).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&ok(&serve(
+        &d,
+        &["--requests-trace", "t.csv", "--format", "json"],
+    )))
+    .unwrap();
     assert_eq!(json["finished"], 6);
     assert!(json["ttft_s"]["p99"].as_f64().unwrap() > 0.0);
     assert!(json["output_tokens_per_s"].as_f64().unwrap() > 0.0);
-    let csv = ok(&serve(&d, &["--requests-trace", "t.csv", "--format", "csv"]));
+    let csv = ok(&serve(
+        &d,
+        &["--requests-trace", "t.csv", "--format", "csv"],
+    ));
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(lines.len(), 7, "{csv}");
     assert!(lines[0].starts_with("id,arrival_s,prompt_tokens,output_tokens,status"));
