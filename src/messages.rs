@@ -1,7 +1,7 @@
 //! The CLI's words for what the library reports by scenario field: each field's flag, and the
 //! messages of scenario errors and notes, naming both (`--batch (workload.batch)`).
 
-use kvplan_planner::scenario::{Field, Note, ScenarioError};
+use kvplan_planner::scenario::{Field, Note};
 
 use crate::error::{CliError, EXIT_FAILURE, EXIT_INPUT};
 
@@ -101,7 +101,7 @@ fn error_label(field: &str) -> String {
     {
         return format!("{} x {}", error_label(a), error_label(b));
     }
-    serve_label(field)
+    label(field)
 }
 
 /// A library error on its way to the user, its field named by its flag.
@@ -132,13 +132,14 @@ impl From<kvplan_vocab::Error> for CliError {
     }
 }
 
-/// How messages name `field`: `--batch (workload.batch)`; top-level fields, whose flag is their
-/// name, by the flag alone (`--dtype`).
-pub fn label(field: Field) -> String {
-    match flag(field) {
-        Some(f) if !field.as_str().contains('.') => f.to_string(),
-        Some(f) => format!("{f} ({field})"),
-        None => field.to_string(),
+/// How messages name the field at `path` (of either kind of scenario): `--batch
+/// (workload.batch)`, `--qps (workload.qps)`; top-level fields, whose flag is their name, by the
+/// flag alone (`--dtype`); a field no flag sets by its path (`serve.watermark`).
+pub fn label(path: &str) -> String {
+    match flag_of(path) {
+        Some(f) if !path.contains('.') => f.to_string(),
+        Some(f) => format!("{f} ({path})"),
+        None => path.to_string(),
     }
 }
 
@@ -150,67 +151,87 @@ fn with_value(field: Field, value: impl std::fmt::Display) -> String {
     }
 }
 
-/// The one-line message of a scenario error.
-pub fn scenario_error(e: &ScenarioError) -> String {
-    match e {
-        ScenarioError::Missing {
-            field: Field::Model,
-        } => "--model is required (a preset such as opt-6.7b, or a config.json path; `kvplan models` lists presets)".into(),
-        ScenarioError::Missing {
-            field: Field::Hardware,
-        } => "--hardware is required (a preset such as a100-40g-pcie4, or a profile TOML path; `kvplan hardware` lists presets)".into(),
-        ScenarioError::Missing { field } => format!("{} is required", label(*field)),
-        ScenarioError::UnknownChoice {
-            field,
-            what,
-            value,
-            accepted,
-        } => format!("{}: unknown {what} '{value}'; use {accepted}", label(*field)),
-        ScenarioError::OutOfRange {
-            field,
-            value,
-            expected,
-        } => format!("{}: {expected} (got {value})", label(*field)),
-        ScenarioError::TokensPerBatch { tokens } => format!(
-            "{} x {}: must stay below 2^32 tokens per GPU batch (got {tokens})",
-            flag(Field::WorkloadBatch).unwrap_or_default(),
-            flag(Field::WorkloadPrompt).unwrap_or_default()
-        ),
-        other => other.to_string(),
-    }
-}
-
-/// A scenario error on its way to the user, named by flags.
-impl From<kvplan_planner::scenario::ScenarioError> for CliError {
-    fn from(e: kvplan_planner::scenario::ScenarioError) -> Self {
-        use kvplan_planner::scenario::ScenarioError;
-        match e {
-            ScenarioError::Planner(p) => p.into(),
-            other => CliError {
-                code: if other.is_input_error() {
-                    EXIT_INPUT
-                } else {
-                    EXIT_FAILURE
-                },
-                message: scenario_error(&other),
-                stdout: None,
-            },
-        }
-    }
-}
-
-/// A scenario of either kind on its way to the user: each kind's errors named by flags as
-/// above, reading errors as they are.
+/// A scenario error of either kind on its way to the user: its message, which starts with the
+/// field at fault by its path (`workload.batch: ...`, `serve.block_size: ...`), with that path
+/// named by its flag ([`label`]); a missing model or hardware with where to find one; a failure
+/// of the model, the hardware or the planner as the vocabulary's errors go.
 impl From<kvplan_run::ScenarioError> for CliError {
     fn from(e: kvplan_run::ScenarioError) -> Self {
+        use kvplan_planner::scenario::ScenarioError as P;
         use kvplan_run::ScenarioError as E;
-        match e {
-            E::Simulate(e) => (*e).into(),
-            E::Run(e) => (*e).into(),
-            E::Serve(e) => serve_error(*e),
-            other => CliError::input(other.to_string()),
+        use kvplan_serve::scenario::ScenarioError as S;
+        let e = match e {
+            E::Simulate(p) => match *p {
+                P::Planner(v) => return v.into(),
+                P::Missing { field } => {
+                    return missing(field.as_str(), ("opt-6.7b", "a100-40g-pcie4"));
+                }
+                p => E::from(p),
+            },
+            E::Serve(s) => match *s {
+                S::Planner(v) => return v.into(),
+                S::Missing { field } => return missing(field, ("llama-2-7b", "a100-80g-sxm")),
+                S::Serve(k @ kvplan_serve::Error::NoKvMemory { .. }) => {
+                    return CliError::input(format!(
+                        "{k}: the model does not fit this GPU with room for its KV cache; use a GPU with more memory, a smaller model, or a higher --gpu-memory-utilization"
+                    ));
+                }
+                S::Serve(f) if !matches!(f, kvplan_serve::Error::InvalidConfig { .. }) => {
+                    return CliError::failure(format!("serving simulation failed: {f}"));
+                }
+                s => E::from(s),
+            },
+            E::Run(r) => return (*r).into(),
+            e => e,
+        };
+        let text = e.to_string();
+        let message = match e.field() {
+            Some(f) if text.starts_with(&format!("{f}:")) => {
+                format!("{}{}", label(&f), &text[f.len()..])
+            }
+            // `workload.batch x workload.prompt: ...`: a product of two fields.
+            _ => match text.split_once(": ") {
+                Some((head, rest)) if head.contains(" x ") => {
+                    format!("{}: {rest}", error_label(head))
+                }
+                _ => text,
+            },
+        };
+        CliError {
+            code: if e.is_input_error() {
+                EXIT_INPUT
+            } else {
+                EXIT_FAILURE
+            },
+            message,
+            stdout: None,
         }
     }
+}
+
+/// `model` or `hardware` not given: what to give, with a preset of the command's kind.
+fn missing(field: &str, (model, hardware): (&str, &str)) -> CliError {
+    CliError::input(match field {
+        "model" => format!(
+            "--model is required (a preset such as {model}, or a config.json path; `kvplan models` lists presets)"
+        ),
+        "hardware" => format!(
+            "--hardware is required (a preset such as {hardware}, or a profile TOML path; `kvplan hardware` lists presets)"
+        ),
+        other => format!("{} is required", label(other)),
+    })
+}
+
+/// An op-level scenario error, as [`kvplan_run::ScenarioError`]s go.
+impl From<kvplan_planner::scenario::ScenarioError> for CliError {
+    fn from(e: kvplan_planner::scenario::ScenarioError) -> Self {
+        kvplan_run::ScenarioError::from(e).into()
+    }
+}
+
+/// A serving scenario error, as [`kvplan_run::ScenarioError`]s go.
+pub fn serve_error(e: kvplan_serve::scenario::ScenarioError) -> CliError {
+    kvplan_run::ScenarioError::from(e).into()
 }
 
 /// The one-line message of a note (printed after `note: `).
@@ -247,72 +268,12 @@ pub fn note(n: &Note) -> String {
             read_by,
         } => format!(
             "{} is ignored with {} {}: only {} reads it",
-            label(setting),
+            label(setting.as_str()),
             flag(Field::Strategy).unwrap_or_default(),
             strategy.as_str(),
             read_by.as_str()
         ),
         _ => n.to_string(),
-    }
-}
-
-// ---- serve ----------------------------------------------------------------------------------
-
-/// How `kvplan serve` names a scenario field: `--qps (workload.qps)`, or the field alone when no
-/// flag sets it (`serve.watermark`).
-pub fn serve_label(field: &str) -> String {
-    match flag_of(field) {
-        Some(flag) => format!("{flag} ({field})"),
-        None => field.to_string(),
-    }
-}
-
-/// `message` (which starts `field: `) with the field named by its flag.
-fn relabel(table: &str, field: &str, message: String) -> String {
-    let rest = message
-        .strip_prefix(field)
-        .and_then(|m| m.strip_prefix(": "))
-        .unwrap_or(&message);
-    format!("{}: {rest}", serve_label(&format!("{table}.{field}")))
-}
-
-/// The one-line error of a serving scenario that cannot run, with its exit code.
-pub fn serve_error(e: kvplan_serve::scenario::ScenarioError) -> crate::error::CliError {
-    use kvplan_serve::scenario::ScenarioError;
-    use kvplan_workloads::Error as W;
-    match e {
-        ScenarioError::Missing { field: "model" } => CliError::input(
-            "--model is required (a preset such as llama-2-7b, or a config.json path; `kvplan models` lists presets)",
-        ),
-        ScenarioError::Missing { field: "hardware" } => CliError::input(
-            "--hardware is required (a preset such as a100-80g-sxm, or a profile TOML path; `kvplan hardware` lists presets)",
-        ),
-        ScenarioError::Planner(p) => p.into(),
-        ScenarioError::Workload(w) => {
-            let field = match &w {
-                W::NonPositive { field, .. }
-                | W::BadSpec { field, .. }
-                | W::OutOfRange { field, .. }
-                | W::Missing { field, .. }
-                | W::Conflict { field, .. } => Some(*field),
-                _ => None,
-            };
-            let text = w.to_string();
-            CliError::input(match field {
-                Some(f) => relabel("workload", f, text),
-                None => text,
-            })
-        }
-        ScenarioError::Serve(s) => match s {
-            kvplan_serve::Error::InvalidConfig { field, .. } => {
-                CliError::input(relabel("serve", field, s.to_string()))
-            }
-            kvplan_serve::Error::NoKvMemory { .. } => CliError::input(format!(
-                "{s}: the model does not fit this GPU with room for its KV cache; use a GPU with more memory, a smaller model, or a higher --gpu-memory-utilization"
-            )),
-            other => CliError::failure(format!("serving simulation failed: {other}")),
-        },
-        other => CliError::input(other.to_string()),
     }
 }
 
@@ -325,8 +286,11 @@ mod tests {
         for f in Field::ALL {
             assert!(flag(f).is_some(), "{f}");
         }
-        assert_eq!(label(Field::WorkloadBatch), "--batch (workload.batch)");
-        assert_eq!(label(Field::Dtype), "--dtype");
+        assert_eq!(
+            label(Field::WorkloadBatch.as_str()),
+            "--batch (workload.batch)"
+        );
+        assert_eq!(label(Field::Dtype.as_str()), "--dtype");
     }
 
     #[test]
@@ -344,17 +308,48 @@ mod tests {
     }
 
     #[test]
-    fn serve_fields_name_their_flags() {
-        assert_eq!(serve_label("workload.qps"), "--qps (workload.qps)");
-        assert_eq!(serve_label("serve.watermark"), "serve.watermark");
-        let e = relabel(
-            "serve",
-            "block_size",
-            "block_size: expected 1..=1024 (got 0)".into(),
-        );
+    fn scenario_errors_of_both_kinds_name_flag_and_field() {
+        assert_eq!(label("workload.qps"), "--qps (workload.qps)");
+        assert_eq!(label("serve.watermark"), "serve.watermark");
+        let serve =
+            kvplan_serve::scenario::ScenarioError::from(kvplan_serve::Error::InvalidConfig {
+                field: "block_size",
+                value: "0".into(),
+                expect: "1..=1024",
+            });
+        let e = serve_error(serve);
         assert_eq!(
-            e,
-            "--block-size (serve.block_size): expected 1..=1024 (got 0)"
+            (e.code, e.message.as_str()),
+            (
+                EXIT_INPUT,
+                "--block-size (serve.block_size): expected 1..=1024 (got 0)"
+            )
+        );
+        use kvplan_planner::scenario::ScenarioError as P;
+        let e = CliError::from(P::OutOfRange {
+            field: Field::WorkloadBatch,
+            value: "0".into(),
+            expected: "must be at least 1".into(),
+        });
+        assert_eq!(
+            e.message,
+            "--batch (workload.batch): must be at least 1 (got 0)"
+        );
+        let e = CliError::from(P::TokensPerBatch { tokens: 1 << 33 });
+        assert!(
+            e.message
+                .starts_with("--batch x --prompt: must stay below 2^32"),
+            "{}",
+            e.message
+        );
+        let e = CliError::from(P::Missing {
+            field: Field::Model,
+        });
+        assert!(
+            e.message
+                .starts_with("--model is required (a preset such as opt-6.7b"),
+            "{}",
+            e.message
         );
     }
 }
