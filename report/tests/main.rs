@@ -3,6 +3,7 @@
 //! renderers' own unit tests stay next to them.
 
 mod files;
+mod goldens;
 
 use std::path::{Path, PathBuf};
 
