@@ -4,6 +4,7 @@
 
 mod files;
 mod goldens;
+mod runs_fit;
 
 use std::path::{Path, PathBuf};
 
