@@ -1,5 +1,5 @@
 //! `kvplan calibrate`: measure this machine, or fit a profile to measured tables or real
-//! serving runs; the fits themselves are `kvplan_calibrate`'s.
+//! serving runs; what to measure, the fits and the profile's text are `kvplan_calibrate`'s.
 
 use std::path::PathBuf;
 

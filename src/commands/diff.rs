@@ -1,13 +1,12 @@
 //! `kvplan diff` and `kvplan regress`: wiring of `kvplan_diff` (comparison and suites) to the
-//! command line, rendering and golden files.
+//! command line; rendering and golden files are `kvplan_report::diff`'s.
 
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
 use crate::args::*;
-use crate::error::CliError;
-use crate::error::EXIT_FAILURE;
+use crate::error::{CliError, EXIT_FAILURE};
 use kvplan_diff::Error as DiffError;
 use kvplan_diff::compare::{Input, compare, parse_tolerance};
 use kvplan_diff::suite;

@@ -1,11 +1,11 @@
-//! `kvplan sweep` and `kvplan merge`: read and check the sweep file, pick this run's points
-//! (`--shard`, `--resume`), stream the rows the library produces to stdout or `--out`, and join
-//! shard outputs. The sweep itself (file, points, rows, merge) is `kvplan_sweep`.
+//! `kvplan sweep` and `kvplan merge`: the sweep file checked against the command's limits, the
+//! rows of this run's points (`--shard`, `--resume`) streamed to stdout or `--out` with a
+//! progress bar, and shard outputs joined. The sweep itself (file, points, rows, merge) is
+//! `kvplan_sweep`.
 
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
-
 use indicatif::{ProgressBar, ProgressStyle};
 use kvplan_report::files::{stream_to, write_text};
 use kvplan_sweep::{Format, PlotLabels, Shard, Sweep, SweepError};
