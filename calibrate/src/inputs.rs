@@ -1,24 +1,35 @@
-//! Fits to measured files, from the file to the profile text: which fit a table asks for (a
-//! kernel table or an attention table), the base profile it starts from (named, or from the
-//! file's name), the model of an attention table, the streaming multiprocessors, and the fit to
-//! real serving runs with its base and name. The caller names its options in [`Labels`]; the
-//! messages name them by those labels.
+//! From the caller's options to the profile text: a measuring run's models, base (named, or the
+//! preset of the device), name and file header ([`Measuring`]); fits to measured files: which
+//! fit a table asks for (a kernel table or an attention table), the base profile it starts from
+//! (named, or from the file's name), the model of an attention table, the streaming
+//! multiprocessors, and the fit to real serving runs with its base and name. The caller names
+//! its options in [`Labels`]; the messages name them by those labels.
 
 use std::path::Path;
 
+use kvplan_exec::{BackendKind, DeviceInfo};
 use kvplan_serve::runs::StageRun;
+use kvplan_vocab::hardware::ProfileFile;
 use kvplan_vocab::{HardwareProfile, ModelSpec};
 
-use crate::Error;
 use crate::runs::RunsFit;
+use crate::{Error, Measurements, Plan, build_profile};
 
 /// How the caller names what it was given, for messages and provenance comments.
 #[derive(Debug, Clone, Copy)]
 pub struct Labels<'a> {
-    /// The command that fits a table (written into the profile's provenance).
+    /// The command that calibrates (written into the profile's provenance).
     pub command: &'a str,
-    /// The measured table (or runs) file.
+    /// The measured table file.
     pub table: &'a str,
+    /// The file of real serving runs.
+    pub runs: &'a str,
+    /// The file the profile is written to.
+    pub out: &'a str,
+    /// A quick measurement (fewer sizes and shapes).
+    pub quick: &'a str,
+    /// Where the other commands take a profile.
+    pub hardware: &'a str,
     /// The model of an attention table.
     pub model: &'a str,
     /// The base profile.
@@ -27,6 +38,92 @@ pub struct Labels<'a> {
     pub sms: &'a str,
     /// The requests replayed per stage while fitting runs.
     pub fit_requests: &'a str,
+}
+
+/// A measuring run as the caller asked for it, resolved before anything is measured.
+#[derive(Debug, Clone)]
+pub struct Measuring {
+    /// The models whose layer shapes to measure (`None`: the plan's defaults).
+    pub models: Option<Vec<ModelSpec>>,
+    /// The profile whose fields are kept where nothing is measured (`None`: the preset whose
+    /// GPU is the device, once [`plan`](Self::plan) has seen it, if any).
+    pub base: Option<HardwareProfile>,
+    /// The profile's name.
+    pub name: String,
+    /// Fewer sizes and shapes.
+    pub quick: bool,
+}
+
+impl Measuring {
+    /// Resolves `models` (presets or config.json paths; none: the plan's defaults), `base` (a
+    /// preset or profile file) and the profile's `name` (else the stem of `out`, the file the
+    /// profile goes to).
+    pub fn new(
+        models: &[String],
+        base: Option<&str>,
+        name: Option<&str>,
+        out: &Path,
+        quick: bool,
+        l: Labels,
+    ) -> Result<Self, Error> {
+        let models: Vec<ModelSpec> = models
+            .iter()
+            .map(|m| ModelSpec::resolve(m))
+            .collect::<Result<_, _>>()?;
+        let base = base.map(HardwareProfile::resolve).transpose()?;
+        let name = match name {
+            Some(n) => n.to_string(),
+            None => out
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .ok_or_else(|| {
+                    Error::Input(format!("{}: '{}' is not a file path", l.out, out.display()))
+                })?,
+        };
+        Ok(Measuring {
+            models: (!models.is_empty()).then_some(models),
+            base,
+            name,
+            quick,
+        })
+    }
+
+    /// The plan for `device`. Without a base, the preset whose GPU name is the device's becomes
+    /// the base, so the profile keeps its datasheet fields.
+    pub fn plan(&mut self, device: &DeviceInfo) -> Result<Plan, Error> {
+        let gpu = device.backend == BackendKind::Cuda;
+        if self.base.is_none() && gpu {
+            self.base = HardwareProfile::preset_names()
+                .iter()
+                .filter_map(|n| HardwareProfile::preset(n).ok())
+                .find(|p| p.gpu.name == device.name);
+        }
+        Plan::new(self.quick, gpu, self.models.clone())
+    }
+
+    /// The measurements `m` fitted into the profile ([`build_profile`]), and the text of its
+    /// file: a header saying what was measured, when and by which command, then the TOML.
+    pub fn profile(&self, m: &Measurements, l: Labels) -> Result<(ProfileFile, String), Error> {
+        let file = build_profile(m, &self.name, self.base.as_ref(), self.quick)?;
+        let text = format!(
+            "# kvplan calibrated profile: {} backend on {} ({}), {}.\n# Written by `{}`{}; the \
+             [calibration] and [kernels] tables override the datasheet fields\n# in the cost \
+             model. Valid as {} for every kvplan command.\n{}",
+            m.info.backend.as_str(),
+            m.info.name,
+            m.info.driver,
+            crate::today(),
+            l.command,
+            if self.quick {
+                format!(" {}", l.quick)
+            } else {
+                String::new()
+            },
+            l.hardware,
+            file.to_toml()
+        );
+        Ok((file, text))
+    }
 }
 
 /// A table fitted onto its base profile.
@@ -63,6 +160,7 @@ pub fn fit_table(
         replace_kernels,
     };
     let file_name = file_name(table);
+    let fitted_by = format!("fitted by `{} {} {file_name}`", l.command, l.table);
     let text = std::fs::read_to_string(table)
         .map_err(|e| Error::Input(format!("{} {}: {e}", l.table, table.display())))?;
     if crate::attention::is_attention_table(&text) {
@@ -81,14 +179,13 @@ pub fn fit_table(
     let measured = MeasuredTable::parse(&text, &table.display().to_string())
         .map_err(|e| Error::Input(e.to_string()))?;
     let source = format!(
-        "fitted by `{} {file_name}` from Vidur's public profiling \
-         data (MIT, commit 7d47513), Llama-2-7B shapes, TP 1/2/4/8",
-        l.command
+        "{fitted_by} from Vidur's public profiling data (MIT, commit 7d47513), Llama-2-7B \
+         shapes, TP 1/2/4/8"
     );
     let opts = FitOptions::from_base(&base, sms, source);
     let section = fit_kernels(&measured.samples, &base, &opts)?;
     let report = error_report(&kernel_model(&section, &base), &measured.samples);
-    let kernels = kernels_toml(&section, &format!("fitted by `{} {file_name}`", l.command));
+    let kernels = kernels_toml(&section, &fitted_by);
     let profile = replace_kernels(&base_text, &kernels);
     HardwareProfile::from_toml_str(&profile, "the fitted profile")?;
     let report = format!(
@@ -199,7 +296,7 @@ fn fit_attention_table(
         &heads,
     );
     let report = error_report(&measured.samples, &pred);
-    let cite = format!("fitted by `{} {file_name}`", l.command);
+    let cite = format!("fitted by `{} {} {file_name}`", l.command, l.table);
     let attention = attention_toml(&fit.attention, &cite);
     let profile = replace_attention(&base_text, &attention).ok_or_else(no_kernels)?;
     HardwareProfile::from_toml_str(&profile, "the fitted profile")?;
@@ -246,7 +343,7 @@ pub fn fit_runs(
     out: Option<&Path>,
     l: Labels,
 ) -> Result<RunsFitted, Error> {
-    let stages = StageRun::read(runs).map_err(|e| Error::Input(format!("{}: {e}", l.table)))?;
+    let stages = StageRun::read(runs).map_err(|e| Error::Input(format!("{}: {e}", l.runs)))?;
     let base_name = match base {
         Some(b) => b.to_string(),
         None => crate::runs::stages_base(&stages)
@@ -254,7 +351,7 @@ pub fn fit_runs(
                 Error::Input(format!(
                     "{}: the runs name several GPUs (or none with a preset); pass \
                      {} PRESET|FILE for the one to fit",
-                    l.table, l.base
+                    l.runs, l.base
                 ))
             })?
             .to_string(),
@@ -267,7 +364,7 @@ pub fn fit_runs(
         )));
     }
     let fit = crate::runs::fit_stages(&stages, &base, &base_name, fit_requests)
-        .map_err(|e| Error::Input(format!("{}: {e}", l.table)))?;
+        .map_err(|e| Error::Input(format!("{}: {e}", l.runs)))?;
     let name = name.map(str::to_string).unwrap_or_else(|| {
         out.and_then(|p| p.file_stem()).map_or_else(
             || format!("{}-fitted", base.name),

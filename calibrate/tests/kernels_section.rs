@@ -28,7 +28,7 @@ fn tiny() -> ModelSpec {
 const GRID: [u32; 5] = [1, 2, 4, 8, 16];
 
 /// Measurements with synthetic copies, attention and elementwise sweeps, and `kernels`.
-fn synthetic(kernels: Vec<KernelTable>) -> Measurements {
+pub(crate) fn synthetic(kernels: Vec<KernelTable>) -> Measurements {
     let curve = |lat: f64, gbps: f64| {
         Curve(
             [4096u64, 1 << 20, 64 << 20]

@@ -5,4 +5,5 @@ mod attention_table;
 mod from_runs;
 mod kernels_section;
 mod measured_tables;
+mod measuring;
 mod runahead_chunks;

@@ -4,12 +4,14 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use kvplan_calibrate::inputs::RunsFitted;
 use kvplan_calibrate::runs::RunsFit;
 use kvplan_calibrate::{Measurements, Plan};
 use kvplan_serve::runs::StageComparison;
 use kvplan_vocab::hardware::ProfileFile;
 use serde_json::json;
 
+use crate::files::{write_or_print, write_text};
 use crate::render::*;
 use crate::{Error, Format};
 
@@ -166,9 +168,26 @@ pub fn measurement(
     }
 }
 
-/// The serving figures fitted to real runs against the base profile `base`; `heading` names the
-/// fit in the text's first line.
-pub fn runs_fit(heading: &str, base: &str, fit: &RunsFit, format: Format) -> Result<String, Error> {
+/// The serving figures fitted to real runs (`f`), written to `out` (the option `what`) if given;
+/// `heading` names the fit in the text's first line. A text report without `out` ends with the
+/// fitted profile; a JSON one is the report alone.
+pub fn runs_fit(
+    heading: &str,
+    f: &RunsFitted,
+    out: Option<&Path>,
+    what: &str,
+    format: Format,
+) -> Result<String, Error> {
+    let report = runs_report(heading, &f.base.name, &f.fit, format)?;
+    match (format, out) {
+        (Format::Json, Some(path)) => write_text(path, what, &f.toml).map(|()| report),
+        (Format::Json, None) => Ok(report),
+        _ => write_or_print(report, out, what, &f.toml, &f.toml),
+    }
+}
+
+/// The report of [`runs_fit`] against the base profile `base`.
+fn runs_report(heading: &str, base: &str, fit: &RunsFit, format: Format) -> Result<String, Error> {
     if format == Format::Json {
         #[derive(serde::Serialize)]
         struct Report<'a> {

@@ -1,12 +1,15 @@
-//! `kvplan_diff`'s comparisons and regression suites as the command line prints them.
+//! `kvplan_diff`'s comparisons and regression suites as the command line prints them, and a
+//! suite's goldens written.
 
 use std::fmt::Write as _;
+use std::fs;
 use std::path::Path;
 
 use kvplan_diff::compare::{Comparison, MetricDiff, Status};
-use kvplan_diff::suite::CaseCheck;
+use kvplan_diff::suite::{Case, CaseCheck, Outputs};
 use serde_json::json;
 
+use crate::files::write_text;
 use crate::render::{Table, csv_number, csv_text, json_line};
 use crate::{Error, Format};
 
@@ -345,13 +348,41 @@ pub fn regress_failures(checks: &[CaseCheck], update: &str) -> Option<String> {
     ))
 }
 
-/// The goldens a suite update wrote: one row per case (name, command, files).
-pub fn regress_update(dir: &Path, rows: &[[String; 3]]) -> String {
+/// Rewrites the goldens of a suite in `dir`: each case of `cases` run by `run`, its outputs
+/// written to `dir/golden/` (created if need be) before the next case runs; the table of what
+/// was written, one row per case (name, command, files).
+pub fn regress_update<E: From<Error>>(
+    dir: &Path,
+    cases: &[Case],
+    mut run: impl FnMut(&Case) -> Result<Outputs, E>,
+) -> Result<String, E> {
+    let golden = dir.join("golden");
+    fs::create_dir_all(&golden)
+        .map_err(|e| Error::Input(format!("{}: cannot create: {e}", golden.display())))?;
     let mut t = Table::new(&["case", "command", "written"]);
-    for r in rows {
-        t.row(r);
+    for case in cases {
+        let mut written = Vec::new();
+        for g in case.goldens(dir, run(case)?) {
+            write_text(&g.path, "regress update", &g.text)?;
+            written.push(
+                g.path
+                    .strip_prefix(dir)
+                    .unwrap_or(&g.path)
+                    .display()
+                    .to_string(),
+            );
+        }
+        t.row(&[
+            case.name.clone(),
+            case.kind.as_str().to_string(),
+            written.join(", "),
+        ]);
     }
-    let mut out = format!("regress update: {} ({} cases)\n", dir.display(), rows.len());
+    let mut out = format!(
+        "regress update: {} ({} cases)\n",
+        dir.display(),
+        cases.len()
+    );
     out.push_str(&t.render());
-    out
+    Ok(out)
 }

@@ -14,6 +14,8 @@ use std::fs::{self, File, Metadata, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
+use kvplan_vocab::timeline::{Run, write_chrome_trace, write_csv};
+
 use crate::Error;
 
 /// Symlink hops followed to the target of a dangling link (Linux's own limit; loops are reported
@@ -118,6 +120,25 @@ pub fn open_stream(path: &Path, what: &str, keep: Option<u64>) -> Result<File, E
             Ok(f)
         }
     }
+}
+
+/// Streams to the output file `path` (opened by [`open_stream`] for the option `what`, `keep`
+/// bytes of it kept) or, without one, to stdout: `write` writes, and what it returns is returned
+/// once the file is closed. A write that fails is a failure naming the file (or stdout).
+pub fn stream_to<T>(
+    path: Option<&Path>,
+    what: &str,
+    keep: Option<u64>,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<T>,
+) -> Result<T, Error> {
+    let (result, shown) = match path {
+        Some(p) => {
+            let mut file = open_stream(p, what, keep)?;
+            (write(&mut file), format!("'{}'", p.display()))
+        }
+        None => (write(&mut io::stdout().lock()), "stdout".to_string()),
+    };
+    result.map_err(|e| Error::Failure(format!("cannot write {shown}: {e}")))
 }
 
 /// Where an output path leads, symlinks followed.
@@ -261,6 +282,26 @@ fn kind_name(m: &Metadata) -> &'static str {
     "not a regular file"
 }
 
+/// Writes `text` to the output file `path` for the option `what` ([`write_output`]).
+pub fn write_text(path: &Path, what: &str, text: &str) -> Result<(), Error> {
+    write_output(path, what, |w| w.write_all(text.as_bytes()))
+}
+
+/// Writes the timelines `runs` to `path` for the option `what`: CSV when the file name ends in
+/// `.csv` (any case), else a Chrome trace (JSON, one process per run).
+pub fn write_trace(path: &Path, what: &str, runs: &[Run]) -> Result<(), Error> {
+    let csv = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
+    write_output(path, what, |w| {
+        if csv {
+            write_csv(runs, w)
+        } else {
+            write_chrome_trace(runs, w)
+        }
+    })
+}
+
 /// Ends a fit's report `out`: writes `file` to `path` (the option `what`) and says so, or,
 /// without a path, appends `section` (the fitted part of the profile) to the report.
 pub fn write_or_print(
@@ -272,7 +313,7 @@ pub fn write_or_print(
 ) -> Result<String, Error> {
     match path {
         Some(path) => {
-            write_output(path, what, |w| w.write_all(file.as_bytes()))?;
+            write_text(path, what, file)?;
             out.push_str(&format!("\nwrote {}\n", path.display()));
         }
         None => {

@@ -151,7 +151,7 @@ pub enum CapacityError {
     /// A search setting out of range.
     #[error("{field}: {why}")]
     Setting {
-        /// The [`SearchOptions`] field, or `target_qps`.
+        /// The [`SearchOptions`] field, `target_qps` or `tensor_parallel_size`.
         field: &'static str,
         /// What is wrong.
         why: String,
@@ -850,6 +850,32 @@ pub fn search_base(mut base: RawServeScenario) -> RawServeScenario {
         w.requests = Some(n.max(1));
     }
     base
+}
+
+/// The configurations a comparison searches ([`compare_configurations`]) from comma-separated
+/// lists: `hardware` (presets or profile files) and `tensor_parallel` sizes (`1,2,4`); a list
+/// not given is empty (the scenario's).
+pub fn configurations(
+    hardware: Option<&str>,
+    tensor_parallel: Option<&str>,
+) -> Result<(Vec<String>, Vec<u32>), CapacityError> {
+    fn items(list: Option<&str>) -> impl Iterator<Item = &str> {
+        list.into_iter().flat_map(|l| l.split(','))
+    }
+    let hardware = items(hardware).map(|h| h.trim().to_string()).collect();
+    let tps = items(tensor_parallel)
+        .map(|t| {
+            t.trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|&n| n >= 1)
+                .ok_or_else(|| CapacityError::Setting {
+                    field: "tensor_parallel_size",
+                    why: format!("'{t}' is not a GPU count; give counts such as 1,2,4"),
+                })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok((hardware, tps))
 }
 
 /// The highest rate under `slo` of every configuration `hardware` x `tensor_parallel` (empty:

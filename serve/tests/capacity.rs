@@ -49,3 +49,29 @@ fn the_rate_found_holds_ten_times_longer_and_two_percent_more_fails() {
         assert!(c.at.goodput_rps > 0.9 * q, "{} vs {q}", c.at.goodput_rps);
     }
 }
+
+#[test]
+fn configurations_come_from_comma_separated_lists() {
+    use kvplan_serve::capacity::{CapacityError, configurations};
+    let (hw, tps) = configurations(Some(" a100-80g-sxm , h100-sxm"), Some("1, 2,4")).unwrap();
+    assert_eq!(hw, ["a100-80g-sxm", "h100-sxm"]);
+    assert_eq!(tps, [1, 2, 4]);
+    let (hw, tps) = configurations(None, None).unwrap();
+    assert!(hw.is_empty() && tps.is_empty(), "the scenario's own");
+    // An empty hardware name is kept for the comparison to refuse.
+    assert_eq!(configurations(Some(","), None).unwrap().0, ["", ""]);
+    for bad in ["0", "1, two", "-1", ""] {
+        let Err(CapacityError::Setting { field, why }) = configurations(None, Some(bad)) else {
+            panic!("{bad} is not a list of GPU counts");
+        };
+        assert_eq!(field, "tensor_parallel_size");
+        assert!(
+            why.ends_with("is not a GPU count; give counts such as 1,2,4"),
+            "{why}"
+        );
+    }
+    let Err(CapacityError::Setting { why, .. }) = configurations(None, Some("1, two")) else {
+        unreachable!()
+    };
+    assert!(why.starts_with("' two'"), "the count as written: {why}");
+}

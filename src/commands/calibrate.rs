@@ -1,19 +1,17 @@
 //! `kvplan calibrate`: measure this machine, or fit a profile to measured tables or real
-//! serving runs; the fits themselves are `kvplan_calibrate`'s.
+//! serving runs; what to measure, the fits and the profile's text are `kvplan_calibrate`'s.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use kvplan_calibrate::inputs::{Labels, Measuring, file_name, fit_runs, fit_table};
+use kvplan_report as report;
+use kvplan_report::files::{write_or_print, write_text};
 
 use super::exec::open_backend;
 use crate::args::*;
 use crate::error::CliError;
-use kvplan_calibrate::Plan as CalPlan;
-use kvplan_calibrate::inputs::{Labels, file_name, fit_runs, fit_table};
-use kvplan_exec::BackendKind;
-use kvplan_report as report;
-use kvplan_report::files::{write_or_print, write_output};
-use kvplan_vocab::{HardwareProfile, ModelSpec};
 
 pub const CALIBRATE_LONG: &str = "\
 Measure the machine through the executor and write a hardware profile whose [calibration] and
@@ -112,94 +110,14 @@ pub struct CalibrateArgs {
     pub output: OutputArgs,
 }
 
-/// `kvplan calibrate`.
-pub fn calibrate(args: &CalibrateArgs) -> Result<String, CliError> {
-    if let Some(runs) = &args.from_runs {
-        return calibrate_from_runs(args, runs);
-    }
-    if let Some(table) = &args.from_table {
-        return calibrate_from_table(args, table);
-    }
-    let out_path = args
-        .out
-        .as_ref()
-        .ok_or_else(|| CliError::input("--out FILE is required"))?;
-    let models: Option<Vec<ModelSpec>> = if args.models.is_empty() {
-        None
-    } else {
-        Some(
-            args.models
-                .iter()
-                .map(|m| ModelSpec::resolve(m))
-                .collect::<Result<_, _>>()?,
-        )
-    };
-    let base = match &args.base {
-        Some(b) => Some(HardwareProfile::resolve(b)?),
-        None => None,
-    };
-    let name = match &args.name {
-        Some(n) => n.clone(),
-        None => out_path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .ok_or_else(|| {
-                CliError::input(format!(
-                    "--out: '{}' is not a file path",
-                    out_path.display()
-                ))
-            })?,
-    };
-    let mut ex = open_backend(&args.backend)?;
-    let gpu = ex.info().backend == BackendKind::Cuda;
-    // Without --base, a preset whose GPU name matches the device keeps its datasheet fields.
-    let base = base.or_else(|| {
-        HardwareProfile::preset_names()
-            .iter()
-            .filter_map(|n| HardwareProfile::preset(n).ok())
-            .find(|p| gpu && p.gpu.name == ex.info().name)
-    });
-    let plan = CalPlan::new(args.quick, gpu, models)?;
-    let bar = indicatif::ProgressBar::new(9);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "calibrating [{bar:30}] {pos}/{len} {msg} ({elapsed})",
-        )
-        .expect("valid template")
-        .progress_chars("=> "),
-    );
-    let started = std::time::Instant::now();
-    let m = kvplan_calibrate::measure(ex.as_mut(), &plan, &mut |i, total, what| {
-        bar.set_length(total as u64);
-        bar.set_position(i as u64 - 1);
-        bar.set_message(what.to_string());
-    });
-    bar.finish_and_clear();
-    let m = m?;
-    let file = kvplan_calibrate::build_profile(&m, &name, base.as_ref(), args.quick)?;
-    let header = format!(
-        "# kvplan calibrated profile: {} backend on {} ({}), {}.\n# Written by `kvplan calibrate`{}; the [calibration] and [kernels] tables override the datasheet fields\n# in the cost model. Valid as --hardware for every kvplan command.\n",
-        m.info.backend.as_str(),
-        m.info.name,
-        m.info.driver,
-        kvplan_calibrate::today(),
-        if args.quick { " --quick" } else { "" }
-    );
-    write_output(out_path, "--out", |w| {
-        w.write_all(header.as_bytes())?;
-        w.write_all(file.to_toml().as_bytes())
-    })?;
-    let elapsed = started.elapsed().as_secs_f64();
-    let format = args.output.format.into();
-    Ok(report::calibrate::measurement(
-        &m, &plan, &file, &name, out_path, elapsed, format,
-    )?)
-}
-
 /// How `kvplan calibrate` names its options in the library's messages.
 const LABELS: Labels = Labels {
-    command: "kvplan calibrate --from-table",
+    command: "kvplan calibrate",
     table: "--from-table",
+    runs: "--from-runs",
+    out: "--out",
+    quick: "--quick",
+    hardware: "--hardware",
     model: "--model",
     base: "--base",
     sms: "--sms",
@@ -214,41 +132,54 @@ fn cal_error(e: kvplan_calibrate::Error) -> CliError {
     }
 }
 
-/// `kvplan calibrate --from-table FILE`: the base profile with a `[kernels]` (or, from an
-/// attention table, `[kernels.attention]`) section fitted to a measured table.
-fn calibrate_from_table(args: &CalibrateArgs, table: &Path) -> Result<String, CliError> {
-    let base = args.base.as_deref();
-    let fit = fit_table(table, &args.models, base, args.sms, LABELS).map_err(cal_error)?;
-    let out = args.out.as_deref();
-    Ok(write_or_print(
-        fit.report,
-        out,
-        "--out",
-        &fit.profile,
-        &fit.section,
-    )?)
-}
-
-/// `kvplan calibrate --from-runs FILE`.
-pub fn calibrate_from_runs(args: &CalibrateArgs, runs: &Path) -> Result<String, CliError> {
-    let labels = Labels {
-        table: "--from-runs",
-        ..LABELS
-    };
-    let (base, name, out) = (
+/// `kvplan calibrate`: with `--from-runs` or `--from-table` a fit, else a measurement.
+pub fn calibrate(args: &CalibrateArgs) -> Result<String, CliError> {
+    let (base, out, format) = (
         args.base.as_deref(),
-        args.name.as_deref(),
         args.out.as_deref(),
+        args.output.format.into(),
     );
-    let f = fit_runs(runs, base, args.fit_requests, name, out, labels).map_err(cal_error)?;
-    let heading = format!("calibrate --from-runs {}", file_name(runs));
-    let report =
-        report::calibrate::runs_fit(&heading, &f.base.name, &f.fit, args.output.format.into())?;
-    if args.output.format == Format::Json {
-        if let Some(path) = out {
-            write_output(path, "--out", |w| w.write_all(f.toml.as_bytes()))?;
-        }
-        return Ok(report);
+    if let Some(runs) = &args.from_runs {
+        let name = args.name.as_deref();
+        let f = fit_runs(runs, base, args.fit_requests, name, out, LABELS).map_err(cal_error)?;
+        let heading = format!("calibrate --from-runs {}", file_name(runs));
+        return Ok(report::calibrate::runs_fit(
+            &heading, &f, out, "--out", format,
+        )?);
     }
-    Ok(write_or_print(report, out, "--out", &f.toml, &f.toml)?)
+    if let Some(table) = &args.from_table {
+        let fit = fit_table(table, &args.models, base, args.sms, LABELS).map_err(cal_error)?;
+        return Ok(write_or_print(
+            fit.report,
+            out,
+            "--out",
+            &fit.profile,
+            &fit.section,
+        )?);
+    }
+    let out = out.ok_or_else(|| CliError::input("--out FILE is required"))?;
+    let name = args.name.as_deref();
+    let mut run =
+        Measuring::new(&args.models, base, name, out, args.quick, LABELS).map_err(cal_error)?;
+    let mut ex = open_backend(&args.backend)?;
+    let plan = run.plan(ex.info())?;
+    let bar = ProgressBar::new(9).with_style(
+        ProgressStyle::with_template("calibrating [{bar:30}] {pos}/{len} {msg} ({elapsed})")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    let started = std::time::Instant::now();
+    let m = kvplan_calibrate::measure(ex.as_mut(), &plan, &mut |i, total, what| {
+        bar.set_length(total as u64);
+        bar.set_position(i as u64 - 1);
+        bar.set_message(what.to_string());
+    });
+    bar.finish_and_clear();
+    let m = m?;
+    let (file, text) = run.profile(&m, LABELS)?;
+    write_text(out, "--out", &text)?;
+    let elapsed = started.elapsed().as_secs_f64();
+    Ok(report::calibrate::measurement(
+        &m, &plan, &file, &run.name, out, elapsed, format,
+    )?)
 }

@@ -4,8 +4,9 @@ use clap::Args;
 
 use crate::args::*;
 use crate::error::CliError;
+use kvplan_planner::headinfer::{CapacityOptions, MemStrategy, MemoryConfig, capacity_report};
 use kvplan_report as report;
-use kvplan_vocab::{HardwareProfile, ModelSpec};
+use kvplan_vocab::{DType, Error, HardwareProfile, ModelSpec};
 
 use super::serve_capacity::{CapacityTargetArgs, SloArgs, slo_capacity};
 
@@ -82,7 +83,6 @@ pub struct CapacityArgs {
 
 /// `kvplan capacity`.
 pub fn capacity(args: &CapacityArgs) -> Result<String, CliError> {
-    use kvplan_planner::headinfer::{CapacityOptions, MemStrategy, MemoryConfig, capacity_report};
     if args.slo.slo.is_some() {
         return slo_capacity(&args.target, &args.slo, args.output.format);
     }
@@ -95,7 +95,7 @@ pub fn capacity(args: &CapacityArgs) -> Result<String, CliError> {
     };
     let mut model = ModelSpec::resolve(&required(&args.target.model, "--model")?)?;
     if let Some(d) = &args.dtype {
-        let dt = kvplan_vocab::DType::parse(d).ok_or_else(|| {
+        let dt = DType::parse(d).ok_or_else(|| {
             CliError::input(format!(
                 "--dtype: unknown dtype '{d}'; use fp16, bf16 or fp32"
             ))
@@ -108,39 +108,33 @@ pub fn capacity(args: &CapacityArgs) -> Result<String, CliError> {
         .iter()
         .map(|s| {
             MemStrategy::parse(s).ok_or_else(|| {
+                let all = MemStrategy::ALL.map(MemStrategy::as_str).join(", ");
                 CliError::input(format!(
-                    "--strategy: unknown strategy '{s}'; use one of {}",
-                    MemStrategy::ALL.map(MemStrategy::as_str).join(", ")
+                    "--strategy: unknown strategy '{s}'; use one of {all}"
                 ))
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let whole = |field: &str, v: i64| -> Result<u32, CliError> {
-        u32::try_from(v).ok().filter(|&x| x >= 1).ok_or_else(|| {
-            CliError::input(format!(
-                "{field}: must be a whole number of at least 1 (got {v})"
-            ))
-        })
+    let whole = |flag: &str, v: i64| {
+        let at_least_1 = "must be a whole number of at least 1";
+        u32::try_from(v)
+            .ok()
+            .filter(|&x| x >= 1)
+            .ok_or_else(|| Error::invalid(flag, v, at_least_1))
     };
-    let gib_bytes = |field: &str, v: f64, zero_ok: bool| -> Result<u64, CliError> {
-        if v.is_finite() && (v > 0.0 || (zero_ok && v == 0.0)) {
-            Ok((v * (1u64 << 30) as f64) as u64)
+    let gib_bytes = |flag: &str, v: f64, zero_ok: bool| {
+        let ok = v.is_finite() && (v > 0.0 || (zero_ok && v == 0.0));
+        let accepted = if zero_ok {
+            "zero or more"
         } else {
-            Err(CliError::input(format!(
-                "{field}: must be {} GiB (got {v})",
-                if zero_ok {
-                    "zero or more"
-                } else {
-                    "a positive number of"
-                }
-            )))
-        }
+            "a positive number of"
+        };
+        ok.then_some((v * (1u64 << 30) as f64) as u64)
+            .ok_or_else(|| Error::invalid(flag, v, format!("must be {accepted} GiB")))
     };
+    let host_ram = args.host_ram.map(|g| gib_bytes("--host-ram", g, false));
     let options = CapacityOptions {
-        host_ram_bytes: args
-            .host_ram
-            .map(|g| gib_bytes("--host-ram", g, false))
-            .transpose()?,
+        host_ram_bytes: host_ram.transpose()?,
         config: MemoryConfig {
             batch: whole("--batch", args.batch)?,
             chunk_tokens: whole("--chunk", args.chunk)?,
@@ -149,9 +143,6 @@ pub fn capacity(args: &CapacityArgs) -> Result<String, CliError> {
         },
     };
     let r = capacity_report(&model, &hw, &strategies, &options)?;
-    Ok(report::planner::capacity(
-        &r,
-        options.config.batch,
-        args.output.format.into(),
-    )?)
+    let format = args.output.format.into();
+    Ok(report::planner::capacity(&r, options.config.batch, format)?)
 }

@@ -1,18 +1,16 @@
 //! `kvplan diff` and `kvplan regress`: wiring of `kvplan_diff` (comparison and suites) to the
-//! command line, rendering and golden files.
+//! command line; rendering and golden files are `kvplan_report::diff`'s.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
 use crate::args::*;
-use crate::error::CliError;
-use crate::error::EXIT_FAILURE;
+use crate::error::{CliError, EXIT_FAILURE};
 use kvplan_diff::Error as DiffError;
 use kvplan_diff::compare::{Input, compare, parse_tolerance};
 use kvplan_diff::suite;
 use kvplan_report as report;
-use kvplan_report::files::write_output;
 
 pub const DIFF_LONG: &str = "\
 Compare two outputs of kvplan of the same kind, detected from content:
@@ -98,14 +96,10 @@ fn diff_error(e: DiffError) -> CliError {
     }
 }
 
-/// `kvplan diff`.
-pub fn diff(args: &DiffArgs) -> Result<String, CliError> {
-    let tolerance = parse_tolerance(&args.tolerance).map_err(diff_error)?;
-    let a = Input::read(&args.a).map_err(diff_error)?;
-    let b = Input::read(&args.b).map_err(diff_error)?;
-    let c = compare(&a, &b, tolerance).map_err(diff_error)?;
-    let out = report::diff::comparison(&c, args.changed_only, args.output.format.into())?;
-    match report::diff::regressions(&c, tolerance) {
+/// The report `out`, or, where the command `failed` (a regression), an error (exit code 1) that
+/// still prints it.
+pub(crate) fn verdict(out: String, failed: Option<String>) -> Result<String, CliError> {
+    match failed {
         None => Ok(out),
         Some(message) => Err(CliError {
             code: EXIT_FAILURE,
@@ -115,8 +109,25 @@ pub fn diff(args: &DiffArgs) -> Result<String, CliError> {
     }
 }
 
-/// `kvplan regress check`.
-pub fn regress_check(args: &RegressCheckArgs) -> Result<String, CliError> {
+/// `kvplan diff`.
+pub fn diff(args: &DiffArgs) -> Result<String, CliError> {
+    let tolerance = parse_tolerance(&args.tolerance).map_err(diff_error)?;
+    let a = Input::read(&args.a).map_err(diff_error)?;
+    let b = Input::read(&args.b).map_err(diff_error)?;
+    let c = compare(&a, &b, tolerance).map_err(diff_error)?;
+    let out = report::diff::comparison(&c, args.changed_only, args.output.format.into())?;
+    verdict(out, report::diff::regressions(&c, tolerance))
+}
+
+/// `kvplan regress check|update`.
+pub fn regress(action: &RegressCommand) -> Result<String, CliError> {
+    let args = match action {
+        RegressCommand::Check(a) => a,
+        RegressCommand::Update(a) => {
+            let cases = suite::discover(&a.dir).map_err(diff_error)?;
+            return report::diff::regress_update(&a.dir, &cases, |c| c.run().map_err(diff_error));
+        }
+    };
     let tolerance = parse_tolerance(&args.tolerance).map_err(diff_error)?;
     let cases = suite::discover(&args.dir).map_err(diff_error)?;
     let checks = cases
@@ -127,49 +138,5 @@ pub fn regress_check(args: &RegressCheckArgs) -> Result<String, CliError> {
     let update = format!("kvplan regress update {}", args.dir.display());
     let format = args.output.format.into();
     let out = report::diff::regress_check(&args.dir, tolerance, &checks, &update, format)?;
-    match report::diff::regress_failures(&checks, &update) {
-        None => Ok(out),
-        Some(message) => Err(CliError {
-            code: EXIT_FAILURE,
-            message,
-            stdout: Some(out),
-        }),
-    }
-}
-
-/// `kvplan regress update`.
-pub fn regress_update(args: &RegressUpdateArgs) -> Result<String, CliError> {
-    let cases = suite::discover(&args.dir).map_err(diff_error)?;
-    let golden = args.dir.join("golden");
-    std::fs::create_dir_all(&golden)
-        .map_err(|e| CliError::input(format!("{}: cannot create: {e}", golden.display())))?;
-    let mut rows = Vec::new();
-    for case in &cases {
-        let outputs = case.run().map_err(diff_error)?;
-        let mut written = Vec::new();
-        for g in case.goldens(&args.dir, outputs) {
-            write_output(&g.path, "regress update", |w| {
-                w.write_all(g.text.as_bytes())
-            })?;
-            written.push(display_rel(&g.path, &args.dir));
-        }
-        rows.push([
-            case.name.clone(),
-            case.kind.as_str().to_string(),
-            written.join(", "),
-        ]);
-    }
-    Ok(report::diff::regress_update(&args.dir, &rows))
-}
-
-fn display_rel(p: &Path, dir: &Path) -> String {
-    p.strip_prefix(dir).unwrap_or(p).display().to_string()
-}
-
-/// `kvplan regress check|update`.
-pub fn regress(action: &RegressCommand) -> Result<String, CliError> {
-    match action {
-        RegressCommand::Check(a) => regress_check(a),
-        RegressCommand::Update(a) => regress_update(a),
-    }
+    verdict(out, report::diff::regress_failures(&checks, &update))
 }

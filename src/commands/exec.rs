@@ -1,6 +1,6 @@
 //! `kvplan exec`: the plan `simulate` would run, run for real on a backend.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::Args;
 
@@ -9,8 +9,8 @@ use crate::error::CliError;
 use kvplan_exec::{BackendKind, ExecOptions, Executor};
 use kvplan_planner::report::RunReport;
 use kvplan_report as report;
-use kvplan_report::files::write_output;
-use kvplan_vocab::timeline::{Run, write_chrome_trace, write_csv};
+use kvplan_report::files::write_trace;
+use kvplan_vocab::timeline::Run;
 
 pub const EXEC_LONG: &str = "\
 Plan a scenario exactly as `simulate` does, then run the schedule for real and report the
@@ -58,39 +58,20 @@ pub(crate) fn open_backend(b: &BackendArgs) -> Result<Box<dyn Executor>, CliErro
     Ok(kvplan_exec::open(kind, &opts)?)
 }
 
-pub(crate) fn write_runs(path: &Path, runs: &[Run]) -> Result<(), CliError> {
-    let csv = path
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
-    Ok(write_output(path, "--trace", |w| {
-        if csv {
-            write_csv(runs, w)
-        } else {
-            write_chrome_trace(runs, w)
-        }
-    })?)
-}
-
 /// `kvplan exec`.
 pub fn exec(args: &ExecArgs) -> Result<String, CliError> {
     let sc = args.run.run.resolve(args.run.strategy.clone())?;
     let p = sc.plan()?;
-    let mut ex = open_backend(&args.backend)?;
-    let timeline = ex.run(&p.schedule)?;
+    let timeline = open_backend(&args.backend)?.run(&p.schedule)?;
     if let Some(path) = &args.trace {
-        write_runs(
-            path,
-            &[Run {
-                name: "measured",
-                schedule: &p.schedule,
-                timeline: &timeline,
-            }],
-        )?;
+        let run = Run {
+            name: "measured",
+            schedule: &p.schedule,
+            timeline: &timeline,
+        };
+        write_trace(path, "--trace", &[run])?;
     }
     let r = RunReport::new(&p, &timeline);
-    Ok(report::planner::measured_run(
-        &p,
-        &r,
-        args.output.format.into(),
-    )?)
+    let format = args.output.format.into();
+    Ok(report::planner::measured_run(&p, &r, format)?)
 }

@@ -4,8 +4,7 @@ use clap::{Args, Subcommand};
 
 use crate::args::*;
 use crate::error::CliError;
-use kvplan_planner::plan::{Plan, Strategy};
-use kvplan_planner::scenario::Scenario;
+use kvplan_planner::plan::{Strategy, split_problem};
 use kvplan_report as report;
 
 /// Planners.
@@ -30,50 +29,26 @@ pub struct PlanArgs {
     pub output: OutputArgs,
 }
 
-/// `kvplan plan kvpr`.
-pub fn plan_kvpr(args: &PlanArgs) -> Result<String, CliError> {
-    let sc = args.run.resolve(Some(Strategy::Kvpr.as_str().into()))?;
-    let cost = sc.cost_model();
-    let p = sc.plan_with(&cost, Strategy::Kvpr)?;
-    let problem0 = kvplan_planner::plan::split_problem(
-        &cost,
-        &sc.model,
-        &sc.shape,
-        p.weights_on_gpu,
-        p.host_memory,
-        1,
-        sc.options.split_model,
-    );
-    let why = p
-        .decisions
-        .splits()
-        .first()
-        .map(|s| s.split.reason.explain(&problem0, &s.split));
-    Ok(report::planner::kvpr_plan(
-        &sc,
-        &p,
-        why,
-        args.output.format.into(),
-    )?)
-}
-
-/// Resolves a `plan <planner>` command's scenario with the strategy fixed.
-fn plan_for(args: &PlanArgs, strategy: Strategy) -> Result<(Scenario, Plan), CliError> {
-    let sc = args.run.resolve(Some(strategy.as_str().into()))?;
-    let p = sc.plan_with(&sc.cost_model(), strategy)?;
-    Ok((sc, p))
-}
-
-/// `kvplan plan <planner>`.
+/// `kvplan plan <planner>`: the scenario resolved with the planner's strategy, and its plan.
 pub fn plan(planner: &PlanCommand) -> Result<String, CliError> {
     let (args, strategy) = match planner {
-        PlanCommand::Kvpr(a) => return plan_kvpr(a),
+        PlanCommand::Kvpr(a) => (a, Strategy::Kvpr),
         PlanCommand::Headinfer(a) => (a, Strategy::HeadInfer),
         PlanCommand::Runahead(a) => (a, Strategy::Runahead),
     };
-    let (sc, p) = plan_for(args, strategy)?;
+    let sc = args.run.resolve(Some(strategy.as_str().into()))?;
+    let cost = sc.cost_model();
+    let p = sc.plan_with(&cost, strategy)?;
     let format = args.output.format.into();
     Ok(match strategy {
+        Strategy::Kvpr => {
+            // Why the first decode step's split is what it is.
+            let (gpu, host, model) = (p.weights_on_gpu, p.host_memory, sc.options.split_model);
+            let problem0 = split_problem(&cost, &sc.model, &sc.shape, gpu, host, 1, model);
+            let first = p.decisions.splits().first();
+            let why = first.map(|s| s.split.reason.explain(&problem0, &s.split));
+            report::planner::kvpr_plan(&sc, &p, why, format)
+        }
         Strategy::Runahead => report::planner::runahead_plan(&sc, &p, format),
         _ => report::planner::headinfer_plan(&sc, &p, format),
     }?)

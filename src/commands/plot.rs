@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 
 use crate::error::CliError;
-use kvplan_report::files::write_output;
+use kvplan_report::files::write_text;
 
 pub const PLOT_LONG: &str = "\
 Plot column --y against column --x of a CSV table that kvplan wrote (a sweep's output: axis
@@ -45,39 +45,25 @@ pub struct PlotArgs {
 
 /// `kvplan plot`.
 pub fn plot(args: &PlotArgs) -> Result<String, CliError> {
-    let (csv, x, y, series, title) = (
+    let svg = draw_table(
         &args.csv,
         &args.x,
         &args.y,
         &args.series,
         args.title.as_deref(),
-    );
+    )?;
     match &args.out {
         Some(p) => {
-            plot_table(csv, x, y, series, title, p)?;
+            write_text(p, "--out", &svg)?;
             Ok(format!("plot: written to {}\n", p.display()))
         }
-        None => Ok(draw_table(csv, x, y, series, title)?),
+        None => Ok(svg),
     }
 }
 
-/// Draws column `y` against `x` of the CSV table at `csv`, one line per value of the `series`
-/// columns, and writes the SVG to `out` (`kvplan plot --out`, `kvplan sweep --plot`).
-pub fn plot_table(
-    csv: &Path,
-    x: &str,
-    y: &str,
-    series: &[String],
-    title: Option<&str>,
-    out: &Path,
-) -> Result<(), CliError> {
-    let svg = draw_table(csv, x, y, series, title)?;
-    write_output(out, "--out", |w| w.write_all(svg.as_bytes()))?;
-    Ok(())
-}
-
-/// The SVG of the table's plot; the rows skipped are noted on stderr.
-fn draw_table(
+/// The SVG of column `y` against `x` of the CSV table at `csv`, one line per value of the
+/// `series` columns (`kvplan plot`, `kvplan sweep --plot`); the rows skipped are noted on stderr.
+pub fn draw_table(
     csv: &Path,
     x: &str,
     y: &str,

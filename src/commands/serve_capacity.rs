@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use kvplan_serve::capacity::{
-    CapacityError, SearchOptions, Slo, compare_configurations, search_base,
+    CapacityError, SearchOptions, Slo, compare_configurations, configurations, search_base,
 };
 use kvplan_serve::scenario::RawServeScenario;
 
@@ -100,11 +100,6 @@ pub struct ServeCapacityArgs {
 
 /// `kvplan serve-capacity`.
 pub fn serve_capacity(args: &ServeCapacityArgs) -> Result<String, CliError> {
-    if args.slo.slo.is_none() {
-        return Err(CliError::input(
-            "--slo: required: the latency objectives, e.g. ttft_p99=2s,tpot_p99=100ms",
-        ));
-    }
     slo_capacity(&args.target, &args.slo, args.output.format)
 }
 
@@ -121,6 +116,7 @@ fn capacity_error(e: CapacityError) -> CliError {
             let flag = match field {
                 "rel_tol" => "--qps-tolerance",
                 "target_qps" => "--target-qps",
+                "tensor_parallel_size" => "--tensor-parallel-size",
                 other => other,
             };
             CliError::input(format!("{flag}: {why}"))
@@ -136,52 +132,28 @@ pub fn slo_capacity(
     slo_args: &SloArgs,
     format: Format,
 ) -> Result<String, CliError> {
-    let slo: Slo = slo_args
-        .slo
-        .as_deref()
-        .unwrap_or_default()
-        .parse()
-        .map_err(capacity_error)?;
+    let Some(slo) = &slo_args.slo else {
+        return Err(CliError::input(
+            "--slo: required: the latency objectives, e.g. ttft_p99=2s,tpot_p99=100ms",
+        ));
+    };
+    let slo: Slo = slo.parse().map_err(capacity_error)?;
     let mut base = match &slo_args.scenario {
         Some(p) => super::serve::read_scenario(p)?,
         None => RawServeScenario::default(),
     };
+    // Flags given override the scenario's fields.
     let w = &mut base.workload;
-    let pick = |a: &mut Option<String>, b: &Option<String>| {
-        if b.is_some() {
-            *a = b.clone();
-        }
-    };
     pick(&mut base.model, &target.model);
     pick(&mut w.arrivals, &slo_args.arrivals);
     pick(&mut w.prompt_lengths, &slo_args.lengths);
     pick(&mut w.output_lengths, &slo_args.output_lengths);
-    if slo_args.requests_trace.is_some() {
-        w.trace = slo_args.requests_trace.clone();
-    }
-    if slo_args.requests.is_some() {
-        w.requests = slo_args.requests;
-    }
-    if slo_args.seed.is_some() {
-        w.seed = slo_args.seed;
-    }
-    let hardware: Vec<String> = match &target.hardware {
-        Some(list) => list.split(',').map(|h| h.trim().to_string()).collect(),
-        None => Vec::new(),
-    };
-    let tps: Vec<u32> = match &slo_args.tensor_parallel_size {
-        Some(list) => list
-            .split(',')
-            .map(|t| {
-                t.trim().parse::<u32>().ok().filter(|&n| n >= 1).ok_or_else(|| {
-                    CliError::input(format!(
-                        "--tensor-parallel-size: '{t}' is not a GPU count; give counts such as 1,2,4"
-                    ))
-                })
-            })
-            .collect::<Result<_, _>>()?,
-        None => Vec::new(),
-    };
+    pick(&mut w.trace, &slo_args.requests_trace);
+    pick(&mut w.requests, &slo_args.requests);
+    pick(&mut w.seed, &slo_args.seed);
+    let tps = slo_args.tensor_parallel_size.as_deref();
+    let (hardware, tps) =
+        configurations(target.hardware.as_deref(), tps).map_err(capacity_error)?;
     let opts = SearchOptions {
         rel_tol: slo_args.qps_tolerance,
         ..SearchOptions::default()
@@ -194,4 +166,11 @@ pub fn slo_capacity(
     Ok(kvplan_report::serve::capacity(
         &slo, &cmp, &opts, requests, target, format,
     )?)
+}
+
+/// `a` set to `b` where `b` is given.
+fn pick<T: Clone>(a: &mut Option<T>, b: &Option<T>) {
+    if b.is_some() {
+        *a = b.clone();
+    }
 }

@@ -1,16 +1,17 @@
-//! `kvplan sweep` and `kvplan merge`: read and check the sweep file, pick this run's points
-//! (`--shard`, `--resume`), stream the rows the library produces to stdout or `--out`, and join
-//! shard outputs. The sweep itself (file, points, rows, merge) is `kvplan_sweep`.
+//! `kvplan sweep` and `kvplan merge`: the sweep file checked against the command's limits, the
+//! rows of this run's points (`--shard`, `--resume`) streamed to stdout or `--out` with a
+//! progress bar, and shard outputs joined. The sweep itself (file, points, rows, merge) is
+//! `kvplan_sweep`.
 
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use kvplan_report::files::{stream_to, write_text};
+use kvplan_sweep::{Format, PlotLabels, Shard, Sweep, SweepError};
 
+use super::plot::draw_table;
 use crate::error::CliError;
-use kvplan_report::files::open_stream;
-use kvplan_report::files::write_output;
-use kvplan_sweep::{Format, PlotLabels, Shard, Sweep};
-use std::io::{IsTerminal, Write};
 
 pub const SWEEP_LONG: &str = "\
 Run every point of a sweep file through the same path as `kvplan simulate FILE` (kind =
@@ -133,14 +134,29 @@ pub struct MergeArgs {
     pub sweep: Option<PathBuf>,
 }
 
+/// How `kvplan sweep` names the plot's settings in the library's messages.
+const PLOT_LABELS: PlotLabels = PlotLabels {
+    plot: "--plot",
+    x: "--plot-x",
+    y: "--plot-y",
+    series: "--plot-series",
+    not_csv: "draws from the CSV rows; drop --format jsonl (or plot a CSV with `kvplan plot`)",
+};
+
+impl From<SweepError> for CliError {
+    fn from(e: SweepError) -> Self {
+        CliError::input(e.to_string())
+    }
+}
+
 /// `kvplan sweep`.
 pub fn sweep(args: &SweepArgs) -> Result<String, CliError> {
-    let sweep = Sweep::from_file(&args.file).map_err(|e| CliError::input(e.to_string()))?;
-    let n = sweep.len();
-    if n > args.max_points && !args.yes {
+    let sweep = Sweep::from_file(&args.file)?;
+    if sweep.len() > args.max_points && !args.yes {
         return Err(CliError::input(format!(
-            "{}: {n} points, more than --max-points {}; pass --yes to run them all, or narrow the axes",
+            "{}: {} points, more than --max-points {}; pass --yes to run them all, or narrow the axes",
             args.file.display(),
+            sweep.len(),
             args.max_points
         )));
     }
@@ -148,98 +164,50 @@ pub fn sweep(args: &SweepArgs) -> Result<String, CliError> {
         SweepFormat::Csv => Format::Csv,
         SweepFormat::Jsonl => Format::Jsonl,
     };
-    let labels = PlotLabels {
-        plot: "--plot",
-        x: "--plot-x",
-        y: "--plot-y",
-        series: "--plot-series",
-        not_csv: "draws from the CSV rows; drop --format jsonl (or plot a CSV with `kvplan plot`)",
-    };
     let (x, y, series) = (
         args.plot_x.as_deref(),
         args.plot_y.as_deref(),
         args.plot_series.as_deref(),
     );
-    let plot = match &args.plot {
-        Some(f) => Some(
-            sweep
-                .plot_spec(f, format, x, y, series, labels)
-                .map_err(CliError::input)?,
-        ),
-        None => None,
-    };
-    let mut indices = sweep.indices(args.shard);
+    let plot = args
+        .plot
+        .as_deref()
+        .map(|f| sweep.plot_spec(f, format, x, y, series, PLOT_LABELS))
+        .transpose()
+        .map_err(CliError::input)?;
     // --resume: keep the whole rows already written; everything is checked before writing.
-    let resume = match (args.resume, &args.out) {
-        (true, Some(out)) => sweep
-            .resume(out, format, &mut indices, "--resume")
-            .map_err(CliError::input)?,
-        _ => None,
-    };
-    let keep = resume.map(|r| r.keep);
-    let mut sink: Box<dyn Write> = match &args.out {
-        Some(p) => Box::new(open_stream(p, "--out", keep)?),
-        None => Box::new(std::io::stdout().lock()),
-    };
-    let bar = (std::io::stderr().is_terminal() && !indices.is_empty()).then(|| {
-        let bar = indicatif::ProgressBar::new(indices.len() as u64);
-        if let Ok(style) = indicatif::ProgressStyle::with_template(
-            "{bar:40} {pos}/{len} points, {elapsed} elapsed, about {eta} left",
-        ) {
-            bar.set_style(style);
-        }
-        bar
+    let resume = args.out.as_deref().filter(|_| args.resume);
+    let points = sweep
+        .points(args.shard, resume, format, "--resume")
+        .map_err(CliError::input)?;
+    // A progress bar where stderr is a terminal (indicatif hides it elsewhere).
+    let ran = points.indices.len();
+    let template = "{bar:40} {pos}/{len} points, {elapsed} elapsed, about {eta} left";
+    let style = ProgressStyle::with_template(template).expect("valid template");
+    let bar = ProgressBar::new(ran as u64).with_style(style);
+    let result = stream_to(args.out.as_deref(), "--out", points.keep(), |sink| {
+        sweep.stream(&points.indices, format, points.header(), sink, || {
+            bar.inc(1)
+        })
     });
-    let result = sweep.stream(&indices, format, keep.unwrap_or(0) == 0, &mut sink, || {
-        if let Some(b) = &bar {
-            b.inc(1);
-        }
-    });
-    if let Some(b) = bar {
-        b.finish_and_clear();
-    }
-    let what = args
-        .out
-        .as_ref()
-        .map_or("stdout".to_string(), |p| format!("'{}'", p.display()));
-    let Some(errors) =
-        result.map_err(|e| CliError::failure(format!("cannot write {what}: {e}")))?
-    else {
+    bar.finish_and_clear();
+    let Some(errors) = result? else {
         return Ok(String::new());
     };
-    drop(sink);
-    let ran = indices.len();
-    let plotted = match (&plot, &args.out) {
-        (Some(spec), Some(out)) => {
-            super::plot::plot_table(out, &spec.x, &spec.y, &spec.series, None, &spec.file)?;
-            format!("; plot written to {}", spec.file.display())
-        }
-        _ => String::new(),
-    };
     // With --out, stdout is free for a summary; on stdout the rows must stay alone.
-    match &args.out {
-        Some(p) => Ok(format!(
-            "{}: {ran} points run ({} ok, {errors} error){}{plotted}\n",
-            p.display(),
-            ran as u64 - errors,
-            if args.resume {
-                format!(
-                    ", {} kept from the previous run",
-                    resume.map_or(0, |r| r.kept)
-                )
-            } else {
-                String::new()
-            }
-        )),
-        None => {
-            if errors > 0 {
-                eprintln!(
-                    "note: {errors} of {ran} points could not run (status error; the reason column says why)"
-                );
-            }
-            Ok(String::new())
+    let Some(out) = &args.out else {
+        if errors > 0 {
+            eprintln!(
+                "note: {errors} of {ran} points could not run (status error; the reason column says why)"
+            );
         }
+        return Ok(String::new());
+    };
+    if let Some(spec) = &plot {
+        let svg = draw_table(out, &spec.x, &spec.y, &spec.series, None)?;
+        write_text(&spec.file, "--out", &svg)?;
     }
+    Ok(points.summary(out, errors, plot.as_ref().map(|s| s.file.as_path())))
 }
 
 /// `kvplan merge`.
@@ -263,24 +231,10 @@ pub fn merge(args: &MergeArgs) -> Result<String, CliError> {
             i.display()
         )));
     }
-    let texts = inputs
-        .iter()
-        .map(|p| {
-            std::fs::read_to_string(p)
-                .map(|t| (p.display().to_string(), t))
-                .map_err(|e| CliError::input(format!("{}: cannot read: {e}", p.display())))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let points = match &args.sweep {
-        Some(f) => Some(
-            Sweep::from_file(f)
-                .map_err(|e| CliError::input(e.to_string()))?
-                .len(),
-        ),
-        None => None,
-    };
-    let merged = kvplan_sweep::rows::merge(&texts, points)
+    let texts = kvplan_sweep::rows::read_inputs(inputs).map_err(CliError::input)?;
+    let points = args.sweep.as_deref().map(Sweep::from_file).transpose()?;
+    let merged = kvplan_sweep::rows::merge(&texts, points.map(|s| s.len()))
         .map_err(|e| CliError::input(format!("merge: {e}")))?;
-    write_output(out, "merge output", |w| w.write_all(merged.as_bytes()))?;
+    write_text(out, "merge output", &merged)?;
     Ok(format!("{}: merged {} files\n", out.display(), texts.len()))
 }

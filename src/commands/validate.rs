@@ -4,13 +4,16 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::exec::{open_backend, write_runs};
+use kvplan_planner::report::RunReport;
+use kvplan_planner::run::simulate_scenario;
+use kvplan_report as report;
+use kvplan_report::files::write_trace;
+use kvplan_vocab::timeline::Run;
+
+use super::diff::verdict;
+use super::exec::open_backend;
 use crate::args::*;
 use crate::error::CliError;
-use kvplan_planner::report::RunReport;
-use kvplan_planner::run::{SimulatedRun, simulate_scenario};
-use kvplan_report as report;
-use kvplan_vocab::timeline::Run;
 
 pub const VALIDATE_LONG: &str = "\
 Simulate a scenario with a (calibrated) profile and execute the same schedule on a backend, then
@@ -46,44 +49,28 @@ pub fn validate(args: &ValidateArgs) -> Result<String, CliError> {
         )));
     }
     let sc = args.run.run.resolve(args.run.strategy.clone())?;
-    let SimulatedRun {
-        plan: p,
-        timeline: simulated,
-        report: rs,
-    } = simulate_scenario(&sc)?;
-    let mut ex = open_backend(&args.backend)?;
-    let measured = ex.run(&p.schedule)?;
+    let s = simulate_scenario(&sc)?;
+    let (p, schedule) = (&s.plan, &s.plan.schedule);
+    let measured = open_backend(&args.backend)?.run(schedule)?;
     if let Some(path) = &args.trace {
-        write_runs(
-            path,
-            &[
-                Run {
-                    name: "simulated",
-                    schedule: &p.schedule,
-                    timeline: &simulated,
-                },
-                Run {
-                    name: "measured",
-                    schedule: &p.schedule,
-                    timeline: &measured,
-                },
-            ],
-        )?;
+        let run = |name, timeline| Run {
+            name,
+            schedule,
+            timeline,
+        };
+        let runs = [run("simulated", &s.timeline), run("measured", &measured)];
+        write_trace(path, "--trace", &runs)?;
     }
-    let c = kvplan_calibrate::compare(&p.schedule, &simulated, &measured);
-    let rm = RunReport::new(&p, &measured);
-    let out =
-        report::planner::validation(&p, &rs, &rm, &c, args.max_error, args.output.format.into())?;
-    if c.end_to_end_error > args.max_error {
-        return Err(CliError {
-            code: crate::error::EXIT_FAILURE,
-            message: format!(
-                "end-to-end error {:.1}% exceeds --max-error {:.1}%",
-                c.end_to_end_error * 100.0,
-                args.max_error * 100.0
-            ),
-            stdout: Some(out),
-        });
-    }
-    Ok(out)
+    let c = kvplan_calibrate::compare(schedule, &s.timeline, &measured);
+    let rm = RunReport::new(p, &measured);
+    let format = args.output.format.into();
+    let out = report::planner::validation(p, &s.report, &rm, &c, args.max_error, format)?;
+    let failed = (c.end_to_end_error > args.max_error).then(|| {
+        format!(
+            "end-to-end error {:.1}% exceeds --max-error {:.1}%",
+            c.end_to_end_error * 100.0,
+            args.max_error * 100.0
+        )
+    });
+    verdict(out, failed)
 }

@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
+use std::path::PathBuf;
 
 use toml::Value;
 
@@ -335,6 +336,21 @@ impl Sweep {
     }
 }
 
+/// The shard outputs at `paths` as [`merge`] takes them: `(name, text)`, the name the path as
+/// given. An unreadable file is a one-line error naming it.
+pub fn read_inputs(paths: &[PathBuf]) -> Result<Vec<(String, String)>, String> {
+    paths
+        .iter()
+        .map(|p| {
+            let name = p.display().to_string();
+            match std::fs::read_to_string(p) {
+                Ok(text) => Ok((name, text)),
+                Err(e) => Err(format!("{name}: cannot read: {e}")),
+            }
+        })
+        .collect()
+}
+
 /// Joins shard outputs (`(name, text)`, CSV or JSONL, each as `kvplan sweep --shard` wrote it)
 /// into the output of the unsharded run: one header, rows in point order. Errors on mixed
 /// formats, different columns, a cut-off last line, a point given twice, or missing points:
@@ -474,6 +490,23 @@ mod tests {
         })
         .unwrap();
         out
+    }
+
+    #[test]
+    fn inputs_are_read_by_the_names_given() {
+        let dir = std::env::temp_dir().join(format!("kvplan-sweep-inputs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let a = dir.join("a.csv");
+        std::fs::write(&a, "point\n0\n").unwrap();
+        let texts = read_inputs(std::slice::from_ref(&a)).unwrap();
+        assert_eq!(texts, [(a.display().to_string(), "point\n0\n".to_string())]);
+        let missing = dir.join("missing.csv");
+        let e = read_inputs(&[a, missing.clone()]).unwrap_err();
+        assert!(
+            e.starts_with(&format!("{}: cannot read: ", missing.display())),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

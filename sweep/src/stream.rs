@@ -1,7 +1,7 @@
 //! A sweep run as the front end drives it: which points this run takes ([`Shard`], [`Resume`]
-//! of a file already written), the rows streamed to a writer one whole row at a time
-//! ([`Sweep::stream`]), and what a plot of the rows draws ([`PlotSpec`]), checked before
-//! anything runs.
+//! of a file already written, both in [`Points`], which also sums up the run), the rows streamed
+//! to a writer one whole row at a time ([`Sweep::stream`]), and what a plot of the rows draws
+//! ([`PlotSpec`]), checked before anything runs.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -76,6 +76,28 @@ impl Sweep {
         }))
     }
 
+    /// The points a run takes: those of `shard` (all points without one) less, when it resumes
+    /// into the file `resume` (see [`resume`](Self::resume), `label` naming the option), the
+    /// rows that file already holds.
+    pub fn points(
+        &self,
+        shard: Option<Shard>,
+        resume: Option<&Path>,
+        format: Format,
+        label: &str,
+    ) -> Result<Points, String> {
+        let mut indices = self.indices(shard);
+        let kept = match resume {
+            Some(out) => self.resume(out, format, &mut indices, label)?,
+            None => None,
+        };
+        Ok(Points {
+            indices,
+            kept,
+            resuming: resume.is_some(),
+        })
+    }
+
     /// Runs the points `indices` and writes their rows to `sink` in point order, the header
     /// first when `header`; one write and a flush per row, so a run killed midway leaves whole
     /// rows (and at most one cut-off line, which [`resume`](Self::resume) drops). `on_row` is
@@ -114,6 +136,50 @@ impl Sweep {
             Ok(()) => Ok(Some(errors)),
             Err(e) => quiet(e),
         }
+    }
+}
+
+/// The points a run takes ([`Sweep::points`]) and what it keeps of its output file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Points {
+    /// The points to run, in order.
+    pub indices: Vec<u64>,
+    /// What the run keeps of its output file (`None`: it starts the file afresh).
+    pub kept: Option<Resume>,
+    /// Whether the run resumes (into a file that may not have existed).
+    pub resuming: bool,
+}
+
+impl Points {
+    /// Bytes of the output file to keep (`None`: truncate it).
+    pub fn keep(&self) -> Option<u64> {
+        self.kept.map(|r| r.keep)
+    }
+
+    /// Whether the rows written start with the header (nothing of the file is kept).
+    pub fn header(&self) -> bool {
+        self.keep().unwrap_or(0) == 0
+    }
+
+    /// The one-line summary of this run into the file `out`, `errors` of its rows errors, with
+    /// the plot drawn into `plot` if any: `out: N points run (K ok, E error), R kept from the
+    /// previous run; plot written to FILE`.
+    pub fn summary(&self, out: &Path, errors: u64, plot: Option<&Path>) -> String {
+        let ran = self.indices.len();
+        let kept = if self.resuming {
+            let kept = self.kept.map_or(0, |r| r.kept);
+            format!(", {kept} kept from the previous run")
+        } else {
+            String::new()
+        };
+        let plotted = plot.map_or_else(String::new, |p| {
+            format!("; plot written to {}", p.display())
+        });
+        format!(
+            "{}: {ran} points run ({} ok, {errors} error){kept}{plotted}\n",
+            out.display(),
+            ran as u64 - errors
+        )
     }
 }
 
@@ -216,6 +282,76 @@ impl Sweep {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sweep() -> Sweep {
+        let text = "kind = \"simulate\"\n[base]\nmodel = \"opt-1.3b\"\nhardware = \"a100-40g-pcie4\"\n[axes]\n\"workload.batch\" = [1, 2, 3, 4, 5]\n";
+        Sweep::parse(text, Path::new("s.toml")).unwrap()
+    }
+
+    #[test]
+    fn points_are_the_shards_less_the_rows_a_resumed_file_holds() {
+        let s = sweep();
+        let shard = Some(Shard { index: 1, count: 2 });
+        let p = s.points(shard, None, Format::Csv, "resume").unwrap();
+        let want = Points {
+            indices: vec![1, 3],
+            kept: None,
+            resuming: false,
+        };
+        assert_eq!(p, want);
+        assert!(p.header() && p.keep().is_none());
+        let dir = std::env::temp_dir().join(format!("kvplan-sweep-points-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("rows.csv");
+        // A file that does not exist yet keeps nothing.
+        let _ = std::fs::remove_file(&out);
+        let p = s.points(None, Some(&out), Format::Csv, "resume").unwrap();
+        assert_eq!((p.indices.len(), p.kept, p.resuming), (5, None, true));
+        // One holding the header and point 0 keeps them; the cut-off line after them goes.
+        let kept = format!("{}0,1,x\n", s.header(Format::Csv));
+        std::fs::write(&out, format!("{kept}1,2")).unwrap();
+        let p = s.points(None, Some(&out), Format::Csv, "resume").unwrap();
+        assert_eq!(p.indices, [1, 2, 3, 4]);
+        assert_eq!(p.keep(), Some(kept.len() as u64));
+        assert!(!p.header());
+        // One that is not this sweep's output is an error naming the option.
+        std::fs::write(&out, "a,b\n").unwrap();
+        let e = s
+            .points(None, Some(&out), Format::Csv, "resume")
+            .unwrap_err();
+        assert!(e.starts_with("resume: "), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_summary_counts_rows_kept_and_names_the_plot() {
+        let out = Path::new("rows.csv");
+        let p = Points {
+            indices: vec![0, 1, 2],
+            kept: None,
+            resuming: false,
+        };
+        assert_eq!(
+            p.summary(out, 1, None),
+            "rows.csv: 3 points run (2 ok, 1 error)\n"
+        );
+        let resumed = Points {
+            resuming: true,
+            ..p.clone()
+        };
+        assert_eq!(
+            resumed.summary(out, 0, Some(Path::new("p.svg"))),
+            "rows.csv: 3 points run (3 ok, 0 error), 0 kept from the previous run; plot written to p.svg\n"
+        );
+        let kept = Points {
+            kept: Some(Resume { keep: 10, kept: 2 }),
+            ..resumed
+        };
+        assert_eq!(
+            kept.summary(out, 0, None),
+            "rows.csv: 3 points run (3 ok, 0 error), 2 kept from the previous run\n"
+        );
+    }
 
     #[test]
     fn shards_parse() {
