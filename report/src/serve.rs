@@ -45,6 +45,55 @@ pub fn serve_report(
 /// One of a serving report's writers (`ServeReport::write_requests_csv`, ...).
 pub type Writer = fn(&ServeReport, &mut dyn std::io::Write) -> std::io::Result<()>;
 
+/// A file a serving run can write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServeFile {
+    /// One CSV row per request.
+    RequestsCsv,
+    /// One CSV row per iteration.
+    TimeseriesCsv,
+    /// The summary JSON.
+    SummaryJson,
+    /// A Chrome trace, one slice per iteration.
+    ChromeTrace,
+    /// The SVG of KV blocks and queues against time.
+    TimeseriesPlot,
+    /// The SVG of the latency CDFs.
+    CdfPlot,
+}
+
+/// Writes `files` of `out` (each with the label the caller's messages use for it), in order,
+/// and returns them as written. Plots are drawn before any file is written, so a plot that
+/// cannot be drawn (no request finished) leaves no file behind.
+pub fn write_files<'a>(
+    out: &ServeReport,
+    title: &str,
+    files: &[(ServeFile, &'a Path, &'a str)],
+) -> Result<Vec<(&'a str, &'a Path)>, Error> {
+    let mut svgs = Vec::new();
+    for &(file, _, what) in files {
+        svgs.push(match file {
+            ServeFile::TimeseriesPlot => Some(crate::plots::serve_timeseries(out, title, what)?),
+            ServeFile::CdfPlot => Some(crate::plots::serve_cdf(
+                out,
+                &format!("{title}: latency CDF"),
+                what,
+            )?),
+            _ => None,
+        });
+    }
+    for (&(file, path, what), svg) in files.iter().zip(&svgs) {
+        crate::files::write_output(path, what, |w| match (file, svg) {
+            (_, Some(svg)) => w.write_all(svg.as_bytes()),
+            (ServeFile::RequestsCsv, _) => out.write_requests_csv(w),
+            (ServeFile::TimeseriesCsv, _) => out.write_timeseries_csv(w),
+            (ServeFile::SummaryJson, _) => out.write_summary_json(w),
+            _ => out.write_chrome_trace(w),
+        })?;
+    }
+    Ok(files.iter().map(|&(_, p, what)| (what, p)).collect())
+}
+
 /// Load stages replayed each with its own settings, against their measurements; `what` and
 /// `path` name the stage table in the first line.
 pub fn stage_comparisons(

@@ -85,3 +85,69 @@ fn streaming_keeps_what_it_is_told_and_names_the_file_it_cannot_write() {
     .unwrap_err();
     assert_eq!(e, Error::Failure("cannot write stdout: closed".into()));
 }
+
+/// A small serving run: 3 requests of 32 prompt and 4 output tokens on llama-2-7b, with its
+/// per-iteration series; a `max_model_len` below 32 rejects them all.
+fn served(max_model_len: Option<u32>) -> kvplan_serve::ServeReport {
+    use kvplan_serve::scenario::{RawConfig, RawServeScenario};
+    let raw = RawServeScenario {
+        model: Some("llama-2-7b".into()),
+        hardware: Some("h100-sxm".into()),
+        workload: kvplan_workloads::WorkloadConfig {
+            arrivals: Some("all-at-once".into()),
+            prompt_lengths: Some("32".into()),
+            output_lengths: Some("4".into()),
+            requests: Some(3),
+            ..Default::default()
+        },
+        serve: RawConfig {
+            record_timeseries: Some(true),
+            max_model_len,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let sc = raw.resolve().unwrap();
+    sc.run(&sc.requests().unwrap()).unwrap()
+}
+
+#[test]
+fn a_serving_run_writes_the_files_asked_for_in_order() {
+    use kvplan_report::serve::{ServeFile as F, write_files};
+    let dir = TempDir::new("serve-files");
+    let out = served(None);
+    let p = |n: &str| dir.path().join(n);
+    let (csv, json, cdf) = (p("r.csv"), p("s.json"), p("cdf.svg"));
+    let files = [
+        (F::RequestsCsv, csv.as_path(), "the requests"),
+        (F::SummaryJson, json.as_path(), "the summary"),
+        (F::CdfPlot, cdf.as_path(), "the CDF"),
+    ];
+    let written = write_files(&out, "t", &files).unwrap();
+    assert_eq!(
+        written.iter().map(|w| w.0).collect::<Vec<_>>(),
+        ["the requests", "the summary", "the CDF"]
+    );
+    assert_eq!(fs::read_to_string(&csv).unwrap().lines().count(), 4);
+    let mut summary = Vec::new();
+    out.write_summary_json(&mut summary).unwrap();
+    assert_eq!(fs::read(&json).unwrap(), summary);
+    assert!(fs::read_to_string(&cdf).unwrap().starts_with("<svg"));
+}
+
+#[test]
+fn a_plot_that_cannot_be_drawn_leaves_no_file_behind() {
+    use kvplan_report::serve::{ServeFile as F, write_files};
+    let dir = TempDir::new("serve-noplot");
+    let out = served(Some(16));
+    assert_eq!(out.summary.finished, 0);
+    let csv = dir.path().join("r.csv");
+    let cdf = dir.path().join("cdf.svg");
+    let files = [
+        (F::RequestsCsv, csv.as_path(), "the requests"),
+        (F::CdfPlot, cdf.as_path(), "the CDF"),
+    ];
+    let e = write_files(&out, "t", &files).unwrap_err();
+    assert!(e.message().starts_with("the CDF"), "{e}");
+    assert!(!csv.exists() && !cdf.exists());
+}

@@ -82,6 +82,31 @@ fn format_err(path: &str, message: impl Into<String>) -> RunsError {
     }
 }
 
+/// A measured run to compare with: load stages of shared-prefix runs (a stage table), or one
+/// run's requests (a per-request CSV or a `vllm bench serve` JSON).
+#[derive(Debug, Clone)]
+pub enum Measured {
+    /// A stage table: each stage replayed with its own settings ([`replay_stages`]).
+    Stages(Vec<StageRun>),
+    /// One run: its requests replayed on the scenario's model, hardware and engine.
+    Run(MeasuredRun),
+}
+
+impl Measured {
+    /// Reads `path`, telling a stage table by its header from a single run's file.
+    pub fn open(path: &Path) -> Result<Measured, RunsError> {
+        let text = std::fs::read_to_string(path).map_err(|source| RunsError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        if is_stage_table(text.lines().next().unwrap_or("")) {
+            Ok(Measured::Stages(StageRun::read(path)?))
+        } else {
+            Ok(Measured::Run(MeasuredRun::from_path(path)?))
+        }
+    }
+}
+
 impl MeasuredRun {
     /// Reads a per-request CSV or a `vllm bench serve` JSON (by its first non-blank character).
     pub fn from_path(path: &Path) -> Result<MeasuredRun, RunsError> {

@@ -9,9 +9,6 @@ use crate::args::*;
 use crate::error::CliError;
 use crate::messages::serve_error;
 use kvplan_report as report;
-use kvplan_report::files::write_output;
-use kvplan_report::plots;
-use kvplan_report::serve::Writer;
 use kvplan_serve::scenario::RawServeScenario;
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -378,39 +375,31 @@ pub(crate) fn read_scenario(path: &Path) -> Result<RawServeScenario, CliError> {
 
 /// `kvplan serve`.
 pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
+    use kvplan_serve::runs::{Measured, placeholder_workload};
     let base = match &args.scenario {
         Some(p) => read_scenario(p)?,
         None => RawServeScenario::default(),
     };
     let mut raw = base.overlay(args.to_raw());
-    if let Some(path) = &args.compare_to {
-        let head = std::fs::read_to_string(path).map_err(|e| {
-            CliError::input(format!(
-                "--compare-to: {}: cannot read: {e}",
-                path.display()
-            ))
-        })?;
-        if kvplan_serve::runs::is_stage_table(head.lines().next().unwrap_or("")) {
-            return compare_stages(&raw, path, args.output.format.into());
+    let measured = match args.compare_to.as_deref().map(Measured::open).transpose() {
+        Err(e) => return Err(CliError::input(format!("--compare-to: {e}"))),
+        Ok(Some(Measured::Stages(stages))) => {
+            let path = args.compare_to.as_deref().expect("a stage table was read");
+            return compare_stages(&raw, path, &stages, args.output.format.into());
         }
-    }
-    let measured = match &args.compare_to {
-        Some(path) => {
+        Ok(Some(Measured::Run(run))) => {
             let w = &raw.workload;
             if w.trace.is_some() || w.arrivals.is_some() || w.prompt_lengths.is_some() {
                 return Err(CliError::input(format!(
                     "--compare-to: {} gives the requests; drop the workload (--requests-trace, \
                      --arrivals, --lengths, or the scenario's [workload])",
-                    path.display()
+                    run.name
                 )));
             }
-            let run = kvplan_serve::runs::MeasuredRun::from_path(path)
-                .map_err(|e| CliError::input(format!("--compare-to: {e}")))?;
-            // A placeholder workload: the requests come from the run.
-            raw.workload = kvplan_serve::runs::placeholder_workload();
+            raw.workload = placeholder_workload(); // the requests come from the run
             Some(run)
         }
-        None => None,
+        Ok(None) => None,
     };
     let sc = kvplan_run::RawScenario::Serve(Box::new(raw)).resolve()?;
     let work = sc.prepare(measured.as_ref().map(|run| run.to_requests()))?;
@@ -427,70 +416,29 @@ pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
     let (kvplan_run::Scenario::Serve(sc), kvplan_run::Report::Serve(out)) = (&sc, out?) else {
         unreachable!("a serving scenario gives a serving report")
     };
-
-    // The plots are drawn before any file is written: a plot that cannot be drawn (no request
-    // finished) leaves no file behind.
+    use kvplan_report::serve::ServeFile as F;
+    let files: Vec<_> = [
+        (F::RequestsCsv, &args.requests_csv, "--requests-csv"),
+        (F::TimeseriesCsv, &args.timeseries_csv, "--timeseries-csv"),
+        (F::SummaryJson, &args.summary_json, "--summary-json"),
+        (F::ChromeTrace, &args.trace_json, "--trace-json"),
+        (F::TimeseriesPlot, &args.plot, "--plot"),
+        (F::CdfPlot, &args.plot_cdf, "--plot-cdf"),
+    ]
+    .into_iter()
+    .filter_map(|(f, p, what)| Some((f, p.as_deref()?, what)))
+    .collect();
     let title = format!("{} on {}", sc.model.name, sc.hardware.name);
-    let mut plots = Vec::new();
-    if let Some(p) = &args.plot {
-        plots.push((
-            "--plot",
-            p,
-            plots::serve_timeseries(&out, &title, "--plot")?,
-        ));
-    }
-    if let Some(p) = &args.plot_cdf {
-        plots.push((
-            "--plot-cdf",
-            p,
-            plots::serve_cdf(&out, &format!("{title}: latency CDF"), "--plot-cdf")?,
-        ));
-    }
-
-    let files: [(&Option<std::path::PathBuf>, &str, Writer); 4] = [
-        (&args.requests_csv, "--requests-csv", |o, w| {
-            o.write_requests_csv(w)
-        }),
-        (&args.timeseries_csv, "--timeseries-csv", |o, w| {
-            o.write_timeseries_csv(w)
-        }),
-        (&args.summary_json, "--summary-json", |o, w| {
-            o.write_summary_json(w)
-        }),
-        (&args.trace_json, "--trace-json", |o, w| {
-            o.write_chrome_trace(w)
-        }),
-    ];
-    let mut written = Vec::new();
-    for (path, what, write) in files {
-        if let Some(p) = path {
-            write_output(p, what, |w| write(&out, w))?;
-            written.push((what, p.as_path()));
+    let written = report::serve::write_files(&out, &title, &files)?;
+    let format = args.output.format.into();
+    Ok(match &measured {
+        Some(run) => {
+            let cmp = kvplan_serve::runs::compare(run, &out);
+            let what = "serve --compare-to";
+            report::serve::measured_comparison(what, sc, run, &cmp, &written, format)?
         }
-    }
-    for (what, p, svg) in &plots {
-        write_output(p, what, |w| w.write_all(svg.as_bytes()))?;
-        written.push((*what, p.as_path()));
-    }
-
-    if let Some(run) = &measured {
-        let cmp = kvplan_serve::runs::compare(run, &out);
-        return Ok(report::serve::measured_comparison(
-            "serve --compare-to",
-            sc,
-            run,
-            &cmp,
-            &written,
-            args.output.format.into(),
-        )?);
-    }
-
-    Ok(report::serve::serve_report(
-        sc,
-        &out,
-        &written,
-        args.output.format.into(),
-    )?)
+        None => report::serve::serve_report(sc, &out, &written, format)?,
+    })
 }
 
 /// `serve --compare-to STAGES.csv`: every stage of a stage table replayed with its own settings
@@ -498,12 +446,12 @@ pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
 fn compare_stages(
     raw: &RawServeScenario,
     path: &Path,
+    stages: &[kvplan_serve::runs::StageRun],
     format: report::Format,
 ) -> Result<String, CliError> {
-    use kvplan_serve::runs::{StageRun, StageSkip, replay_stages};
-    let stages = StageRun::read(path).map_err(|e| CliError::input(format!("--compare-to: {e}")))?;
+    use kvplan_serve::runs::{StageSkip, replay_stages};
     let (model, hardware) = (raw.model.as_deref(), raw.hardware.as_deref());
-    let replay = replay_stages(&stages, model, hardware).map_err(serve_error)?;
+    let replay = replay_stages(stages, model, hardware).map_err(serve_error)?;
     let rows = replay.rows;
     let skipped: Vec<(String, String)> = (replay.skipped.into_iter())
         .map(|(name, why)| match why {

@@ -66,7 +66,7 @@ pub struct SloArgs {
     #[arg(long, value_name = "SPEC", requires = "slo")]
     pub output_lengths: Option<String>,
     /// SLO mode: replay a request trace CSV, rescaled to each rate tried
-    #[arg(long, alias = "trace", value_name = "FILE", requires = "slo")]
+    #[arg(long, value_name = "FILE", requires = "slo")]
     pub requests_trace: Option<PathBuf>,
     /// SLO mode: requests served at each rate tried [default: the scenario's, or 1000]
     #[arg(long, value_name = "N", requires = "slo")]
@@ -138,19 +138,24 @@ pub fn slo_capacity(
         ));
     };
     let slo: Slo = slo.parse().map_err(capacity_error)?;
-    let mut base = match &slo_args.scenario {
+    let base = match &slo_args.scenario {
         Some(p) => super::serve::read_scenario(p)?,
         None => RawServeScenario::default(),
     };
-    // Flags given override the scenario's fields.
-    let w = &mut base.workload;
-    pick(&mut base.model, &target.model);
-    pick(&mut w.arrivals, &slo_args.arrivals);
-    pick(&mut w.prompt_lengths, &slo_args.lengths);
-    pick(&mut w.output_lengths, &slo_args.output_lengths);
-    pick(&mut w.trace, &slo_args.requests_trace);
-    pick(&mut w.requests, &slo_args.requests);
-    pick(&mut w.seed, &slo_args.seed);
+    // Flags given override the scenario's fields, by `kvplan serve`'s rules.
+    let base = base.overlay(RawServeScenario {
+        model: target.model.clone(),
+        workload: kvplan_workloads::WorkloadConfig {
+            arrivals: slo_args.arrivals.clone(),
+            prompt_lengths: slo_args.lengths.clone(),
+            output_lengths: slo_args.output_lengths.clone(),
+            trace: slo_args.requests_trace.clone(),
+            requests: slo_args.requests,
+            seed: slo_args.seed,
+            ..Default::default()
+        },
+        ..Default::default()
+    });
     let tps = slo_args.tensor_parallel_size.as_deref();
     let (hardware, tps) =
         configurations(target.hardware.as_deref(), tps).map_err(capacity_error)?;
@@ -166,11 +171,4 @@ pub fn slo_capacity(
     Ok(kvplan_report::serve::capacity(
         &slo, &cmp, &opts, requests, target, format,
     )?)
-}
-
-/// `a` set to `b` where `b` is given.
-fn pick<T: Clone>(a: &mut Option<T>, b: &Option<T>) {
-    if b.is_some() {
-        *a = b.clone();
-    }
 }
