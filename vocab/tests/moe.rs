@@ -128,7 +128,12 @@ fn a_batched_gemm_costs_every_gemm_of_the_batch() {
         })
     };
     let per = g(8) - g(7);
-    assert!(rel(g(4) - g(2), 2.0 * per) < 0.05, "{} vs {}", g(4) - g(2), 2.0 * per);
+    assert!(
+        rel(g(4) - g(2), 2.0 * per) < 0.05,
+        "{} vs {}",
+        g(4) - g(2),
+        2.0 * per
+    );
 }
 
 #[test]
