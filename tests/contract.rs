@@ -294,6 +294,28 @@ fn models_and_hardware_listings() {
         serde_json::from_str(&ok(&run(&["models", "llama-3-8b", "--format", "json"]))).unwrap();
     assert_eq!(j["num_kv_heads"], 8);
     assert_eq!(j["params"], 8_030_261_248u64);
+    assert!(j.get("moe").is_none() && j.get("active_params").is_none());
+    // A mixture of experts: its experts in the table and in JSON.
+    let x = ok(&run(&["models", "mixtral-8x7b"]));
+    assert!(
+        x.contains("8x14336 top2")
+            && x.contains("mixture of experts: 8 routed experts 14336 wide, 2 per token")
+            && x.contains("active parameters per token: 12.88B of 46.70B"),
+        "{x}"
+    );
+    let j: Value = serde_json::from_str(&ok(&run(&[
+        "models",
+        "Qwen/Qwen3-30B-A3B",
+        "--format",
+        "json",
+    ])))
+    .unwrap();
+    assert_eq!(j["family"], "qwen3_moe");
+    assert_eq!(
+        (j["moe"]["experts"].as_u64(), j["moe"]["top_k"].as_u64()),
+        (Some(128), Some(8))
+    );
+    assert!(j["active_params"].as_u64().unwrap() < j["params"].as_u64().unwrap() / 8);
     let h = ok(&run(&["hardware"]));
     assert!(h.contains("a100-40g-pcie4") && h.contains("quadro-rtx-5000"));
     let toml_text = ok(&run(&["hardware", "a100-40g-pcie4"]));

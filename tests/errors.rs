@@ -178,6 +178,28 @@ fn malformed_config_json() {
         &["--model", "config.json", "--hardware", "t4"],
         &["missing field `ffn_dim`"],
     );
+    // A mixture of experts without its experts per token; DeepSeek's latent attention.
+    simulate_fails(
+        "no-topk",
+        &[(
+            "config.json",
+            "{\"model_type\":\"mixtral\",\"hidden_size\":64,\"num_attention_heads\":4,\"num_hidden_layers\":2,\"intermediate_size\":128,\"num_local_experts\":4,\"vocab_size\":100,\"max_position_embeddings\":64}",
+        )],
+        &["--model", "config.json", "--hardware", "t4"],
+        &[
+            "missing field `num_experts_per_tok`",
+            "required for a mixtral model",
+        ],
+    );
+    simulate_fails(
+        "mla",
+        &[(
+            "config.json",
+            "{\"model_type\":\"deepseek_v3\",\"hidden_size\":64,\"num_attention_heads\":4,\"num_hidden_layers\":2,\"intermediate_size\":128,\"n_routed_experts\":8,\"num_experts_per_tok\":2,\"moe_intermediate_size\":32,\"kv_lora_rank\":16,\"vocab_size\":100,\"max_position_embeddings\":64}",
+        )],
+        &["--model", "config.json", "--hardware", "t4"],
+        &["kv_lora_rank", "multi-head latent attention (MLA"],
+    );
 }
 
 #[test]

@@ -359,6 +359,62 @@ fn tensor_parallel_ranks_decode_faster_but_not_linearly() {
 }
 
 #[test]
+fn a_mixture_of_experts_serves_tensor_or_expert_parallel() {
+    // Mixtral-8x7B's 93 GB of weights need two H100s; a decode step of a few sequences reads
+    // most of a rank's 47 GB, so TPOT is some 15-20 ms either way.
+    let d = TempDir::new("serve-moe");
+    let tpot = |extra: &[&str]| {
+        let mut args = vec![
+            "serve",
+            "--model",
+            "mixtral-8x7b",
+            "--hardware",
+            "h100-sxm",
+            "--arrivals",
+            "poisson",
+            "--qps",
+            "4",
+            "--lengths",
+            "512",
+            "--output-lengths",
+            "32",
+            "--requests",
+            "40",
+            "--format",
+            "json",
+            "--tensor-parallel-size",
+            "2",
+        ];
+        args.extend(extra);
+        let v: serde_json::Value = serde_json::from_str(&ok(&run_in(d.path(), &args))).unwrap();
+        v["tpot_s"]["p50"].as_f64().unwrap()
+    };
+    let (tp, ep) = (tpot(&[]), tpot(&["--enable-expert-parallel"]));
+    for t in [tp, ep] {
+        assert!(t > 0.010 && t < 0.025, "tp {tp} ep {ep}");
+    }
+    assert!((ep / tp - 1.0).abs() < 0.25, "tp {tp} ep {ep}");
+    // One GPU cannot hold it; 16 ranks cannot share 8 experts.
+    let base = [
+        "serve",
+        "--model",
+        "mixtral-8x7b",
+        "--hardware",
+        "h100-sxm",
+        "--arrivals",
+        "all-at-once",
+        "--lengths",
+        "64",
+        "--requests",
+        "4",
+    ];
+    fails_with(&d, &base, &["no GPU memory left for the KV cache"]);
+    let mut a = base.to_vec();
+    a.extend(["--tensor-parallel-size", "16", "--enable-expert-parallel"]);
+    fails_with(&d, &a, &["--tensor-parallel-size", "8 routed experts"]);
+}
+
+#[test]
 fn slo_capacity_finds_the_rate_and_the_cheapest_configuration() {
     let d = TempDir::new("serve-slo");
     for (name, base, price) in [("a.toml", "a100-80g-sxm", 2.0), ("h.toml", "h100-sxm", 4.5)] {

@@ -11,6 +11,9 @@ struct ModelRow<'a> {
     #[serde(flatten)]
     spec: &'a ModelSpec,
     params: u64,
+    /// Parameters a token passes through (mixtures of experts only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    active_params: Option<u64>,
     weight_bytes: u64,
     kv_bytes_per_token: u64,
 }
@@ -22,6 +25,7 @@ pub fn models(specs: &[ModelSpec], format: Format, footer: Option<&str>) -> Resu
         .map(|s| ModelRow {
             spec: s,
             params: s.params(),
+            active_params: s.moe.is_some().then(|| s.active_params()),
             weight_bytes: s.weight_bytes(),
             kv_bytes_per_token: s.kv_bytes_per_token(),
         })
@@ -49,13 +53,24 @@ pub fn models(specs: &[ModelSpec], format: Format, footer: Option<&str>) -> Resu
         let s = r.spec;
         let mut v = vec![
             s.name.clone(),
-            format!("{:?}", s.family).to_lowercase(),
+            s.family.as_str().to_string(),
             s.num_layers.to_string(),
             s.hidden.to_string(),
             s.num_heads.to_string(),
             s.num_kv_heads.to_string(),
             s.head_dim.to_string(),
-            s.ffn_dim.to_string(),
+            match (&s.moe, plain) {
+                // A mixture of experts in the table: experts x width, top-k (+ shared width).
+                (Some(m), false) => {
+                    let shared = if m.shared_ffn > 0 {
+                        format!("+{}", m.shared_ffn)
+                    } else {
+                        String::new()
+                    };
+                    format!("{}x{} top{}{shared}", m.experts, m.expert_ffn, m.top_k)
+                }
+                _ => s.ffn_dim.to_string(),
+            },
             s.vocab.to_string(),
             s.dtype.to_string(),
         ];
@@ -74,7 +89,50 @@ pub fn models(specs: &[ModelSpec], format: Format, footer: Option<&str>) -> Resu
         }
         v
     };
-    listing(format, &rows, &header, &csv_header, cells, footer)
+    let mut out = listing(format, &rows, &header, &csv_header, cells, footer)?;
+    if let (Format::Table, None, [one]) = (format, footer, rows.as_slice())
+        && let Some(m) = &one.spec.moe
+    {
+        out.push_str(&moe_details(
+            one.spec,
+            m,
+            one.active_params.unwrap_or(one.params),
+        ));
+    }
+    Ok(out)
+}
+
+/// The lines under one mixture-of-experts model's row: its experts, where they are, and the
+/// parameters a token passes through.
+fn moe_details(s: &ModelSpec, m: &kvplan_vocab::model::Moe, active: u64) -> String {
+    let shared = match m.shared_ffn {
+        0 => "no shared expert".to_string(),
+        w => format!("shared experts {w} wide"),
+    };
+    let layers = if m.dense_layers.is_empty() {
+        format!("in all {} layers", s.num_layers)
+    } else {
+        format!(
+            "in {} of {} layers (dense FFN {} wide in layers {})",
+            s.moe_layers(),
+            s.num_layers,
+            s.ffn_dim,
+            m.dense_layers
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    format!(
+        "\nmixture of experts: {} routed experts {} wide, {} per token; {shared}; {layers}\n\
+         active parameters per token: {:.2}B of {:.2}B\n",
+        m.experts,
+        m.expert_ffn,
+        m.top_k,
+        active as f64 / 1e9,
+        s.params() as f64 / 1e9,
+    )
 }
 
 /// The hardware `profiles` listed; `footer` after a table of all of them (`None`: one profile

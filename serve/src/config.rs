@@ -127,6 +127,17 @@ pub struct Config {
     pub swap_copies_per_block: Option<u32>,
     /// Keep the per-iteration time series (default true).
     pub record_timeseries: bool,
+    /// Expert parallelism for a mixture of experts (`--enable-expert-parallel`, default off):
+    /// each tensor-parallel rank holds `experts / tensor_parallel_size` whole experts rather
+    /// than every expert at `1 / tensor_parallel_size` of its width. The engine runs the model
+    /// it is given: a scenario shards it accordingly ([`kvplan_vocab::ModelSpec::sharded_with`]);
+    /// a dense model ignores the setting, as vLLM does.
+    #[serde(skip_serializing_if = "is_false")]
+    pub enable_expert_parallel: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl Default for Config {
@@ -151,6 +162,7 @@ impl Default for Config {
             max_cudagraph_capture_size: None,
             swap_copies_per_block: None,
             record_timeseries: true,
+            enable_expert_parallel: false,
         }
     }
 }

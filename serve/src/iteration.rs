@@ -42,9 +42,10 @@ use kvplan_vocab::ModelSpec;
 use kvplan_vocab::cost::CostModel;
 use kvplan_vocab::hardware::Duplex;
 use kvplan_vocab::layers::{
-    batch_attention_op, concat_kernel, embed_op, forward_ops, forward_ops_batched, head_ops,
-    recompute_gemm,
+    batch_attention_op, concat_kernel, embed_op, forward_ops, forward_ops_batched_for,
+    forward_ops_for, head_ops, recompute_gemm,
 };
+use kvplan_vocab::model::LayerFfn;
 use kvplan_vocab::schedule::{
     HostMemory, OpId, OpKind, Payload, Phase, Schedule, ScheduleBuilder, StreamKind, Tag,
 };
@@ -222,7 +223,16 @@ impl IterationTimer {
             };
             f64::from(copies) * dur(kind)
         };
-        let kernels_per_layer = forward_ops(model, &[(1, 1)], 1).len() as f64;
+        let kernels_per_layer = match &model.moe {
+            None => forward_ops(model, &[(1, 1)], 1).len() as f64,
+            // The mean over the layers of a model mixing dense and MoE layers.
+            Some(_) => {
+                let moe = f64::from(model.moe_layers());
+                let dense = f64::from(model.num_layers) - moe;
+                let n = |ffn| forward_ops_for(model, ffn, &[(1, 1)], 1).len() as f64;
+                (moe * n(LayerFfn::Moe) + dense * n(LayerFfn::Dense)) / f64::from(model.num_layers)
+            }
+        };
         IterationTimer {
             model: model.clone(),
             cost: cost.clone(),
@@ -358,14 +368,29 @@ impl IterationTimer {
                     cost.duration(k)
                 }
             };
-            let ops = forward_ops(&self.model, &[(rows, rows)], 1);
-            let layer: f64 = ops
-                .iter()
-                .filter(|(_, k)| !is_attention(k))
-                .map(|(_, k)| d(k))
-                .sum();
+            let layer = |ffn| -> f64 {
+                forward_ops_for(&self.model, ffn, &[(rows, rows)], 1)
+                    .iter()
+                    .filter(|(_, k)| !is_attention(k))
+                    .map(|(_, k)| d(k))
+                    .sum()
+            };
+            // Every layer of a dense model alike; a mixture of experts' MoE and dense layers
+            // each as themselves.
+            let layers = match &self.model.moe {
+                None => self.layers * layer(LayerFfn::Dense),
+                Some(_) => {
+                    let moe = f64::from(self.model.moe_layers());
+                    let dense = self.layers - moe;
+                    let mut t = moe * layer(LayerFfn::Moe);
+                    if dense > 0.0 {
+                        t += dense * layer(LayerFfn::Dense);
+                    }
+                    t
+                }
+            };
             let norm = head_ops(&self.model, rows)[0].1;
-            cache[i] = d(&embed_op(&self.model, 1, rows)) + self.layers * layer + d(&norm);
+            cache[i] = d(&embed_op(&self.model, 1, rows)) + layers + d(&norm);
         }
         cache[i]
     }
@@ -558,10 +583,15 @@ impl IterationTimer {
             let rows: u32 = it.seqs.iter().map(|&(q, _)| q).sum();
             let embed = sb.label("embed");
             sb.push(embed_op(m, 1, rows), c, embed, tag, &[last_h2d, last_d2h]);
-            let ops = forward_ops_batched(m, &it.seqs, 1);
-            let labels: Vec<_> = ops.iter().map(|(n, _)| sb.label(n)).collect();
-            for _ in 0..m.num_layers {
-                for ((_, k), l) in ops.iter().zip(&labels) {
+            // Each layer's own kind (a mixture of experts may keep some layers dense).
+            let kinds = [LayerFfn::Dense, LayerFfn::Moe].map(|ffn| {
+                let ops = forward_ops_batched_for(m, ffn, &it.seqs, 1);
+                let labels: Vec<_> = ops.iter().map(|(n, _)| sb.label(n)).collect();
+                (ops, labels)
+            });
+            for layer in 0..m.num_layers {
+                let (ops, labels) = &kinds[usize::from(m.layer_ffn(layer) == LayerFfn::Moe)];
+                for ((_, k), l) in ops.iter().zip(labels) {
                     sb.push(*k, c, *l, tag, &[]);
                 }
             }

@@ -78,6 +78,11 @@ pub struct RawConfig {
     /// simulates one rank, with the model's per-rank shapes ([`ModelSpec::sharded`]), its share
     /// of the weights and KV cache, and an all-reduce after each layer's attention and FFN.
     pub tensor_parallel_size: Option<u32>,
+    /// [`Config::enable_expert_parallel`]: a mixture of experts' routed experts divided among
+    /// the tensor-parallel ranks whole ([`ModelSpec::sharded_with`]) instead of each expert's
+    /// width split.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enable_expert_parallel: Option<bool>,
 }
 
 fn pick<T>(a: &mut Option<T>, b: Option<T>) {
@@ -127,6 +132,10 @@ impl RawConfig {
         pick(&mut self.swap_copies_per_block, other.swap_copies_per_block);
         pick(&mut self.record_timeseries, other.record_timeseries);
         pick(&mut self.tensor_parallel_size, other.tensor_parallel_size);
+        pick(
+            &mut self.enable_expert_parallel,
+            other.enable_expert_parallel,
+        );
         self
     }
 
@@ -159,6 +168,9 @@ impl RawConfig {
                 .or(d.max_cudagraph_capture_size),
             swap_copies_per_block: self.swap_copies_per_block.or(d.swap_copies_per_block),
             record_timeseries: self.record_timeseries.unwrap_or(d.record_timeseries),
+            enable_expert_parallel: self
+                .enable_expert_parallel
+                .unwrap_or(d.enable_expert_parallel),
         }
     }
 }
@@ -295,7 +307,10 @@ impl RawServeScenario {
                 .ok_or(ScenarioError::Missing { field: "model" })?,
         )?;
         let model = whole
-            .sharded(self.serve.tensor_parallel_size.unwrap_or(1))
+            .sharded_with(
+                self.serve.tensor_parallel_size.unwrap_or(1),
+                self.serve.enable_expert_parallel.unwrap_or(false),
+            )
             .map_err(|e| match e {
                 kvplan_vocab::Error::InvalidValue { value, message, .. } => {
                     kvplan_vocab::Error::InvalidValue {

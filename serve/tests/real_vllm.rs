@@ -4,6 +4,8 @@
 //!   E2E mean and of time per output token is at most 10%, of TTFT mean at most 25% (the
 //!   issue's bands; TTFT is a few steps plus the client's HTTP and tokenisation overhead, which
 //!   the profile's `serving.frontend_us` models as one figure);
+//! - over the Mixtral-8x7B stages (two GPUs, tensor parallel), at most 15% for E2E mean and
+//!   TPOT and 30% for TTFT mean (the mixture-of-experts issue's bands);
 //! - no stage the real server served without a queue is predicted to queue or overload;
 //! - the overloaded run is predicted overloaded.
 //!
@@ -31,15 +33,11 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-#[test]
-fn llama_2_7b_on_h100_within_the_bands() {
-    let stages: Vec<StageRun> = table()
-        .into_iter()
-        .filter(|s| s.model_hf == "meta-llama/Llama-2-7b-hf")
-        .collect();
-    assert_eq!(stages.len(), 6, "5 served stages and the overloaded one");
+/// Replays `stages` and prints predicted against measured; returns the comparisons and the
+/// report.
+fn replay(stages: &[StageRun]) -> (Vec<StageComparison>, String) {
     let mut rows: Vec<StageComparison> = Vec::new();
-    for st in &stages {
+    for st in stages {
         let sc = st.scenario(None, None).unwrap().resolve().unwrap();
         let reqs = sc.requests().unwrap();
         let out = sc.run(&reqs).unwrap();
@@ -76,33 +74,38 @@ fn llama_2_7b_on_h100_within_the_bands() {
         );
     }
     eprintln!("{report}");
-    let served: Vec<&StageComparison> = rows.iter().filter(|r| !r.measured.overloaded).collect();
-    assert_eq!(served.len(), 5);
+    (rows, report)
+}
+
+/// The median |error| of E2E mean, TPOT and TTFT mean over the served stages.
+fn medians(served: &[&StageComparison]) -> (f64, f64, f64) {
     let med = |f: fn(&StageComparison) -> f64| {
         let mut v: Vec<f64> = served.iter().map(|r| f(r).abs()).collect();
         median(&mut v)
     };
-    let (e2e, tpot, ttft) = (
+    let m = (
         med(|r| r.e2e_error),
         med(|r| r.tpot_error),
         med(|r| r.ttft_error),
     );
     eprintln!(
         "median |error|: E2E {:.1}%, TPOT {:.1}%, TTFT {:.1}%",
-        e2e * 100.0,
-        tpot * 100.0,
-        ttft * 100.0
+        m.0 * 100.0,
+        m.1 * 100.0,
+        m.2 * 100.0
     );
-    assert!(e2e <= 0.10, "E2E median |error| {e2e}\n{report}");
-    assert!(tpot <= 0.10, "TPOT median |error| {tpot}\n{report}");
-    assert!(ttft <= 0.25, "TTFT median |error| {ttft}\n{report}");
-    for r in &served {
+    m
+}
+
+/// No served stage is predicted to overload or queue; every overloaded one is predicted so.
+fn check_load(rows: &[StageComparison], report: &str) {
+    for r in rows.iter().filter(|r| !r.measured.overloaded) {
         assert!(
             !r.predicted.overloaded,
             "{} predicted overloaded\n{report}",
             r.name
         );
-        // The real server's TTFT stayed under 60 ms: a predicted queue of a second or more
+        // The real server's TTFT stayed under 75 ms: a predicted queue of a second or more
         // would be a queue it did not have.
         assert!(
             r.predicted_queue_mean_s < 1.0,
@@ -118,4 +121,48 @@ fn llama_2_7b_on_h100_within_the_bands() {
             r.name
         );
     }
+}
+
+#[test]
+fn llama_2_7b_on_h100_within_the_bands() {
+    let stages: Vec<StageRun> = table()
+        .into_iter()
+        .filter(|s| s.model_hf == "meta-llama/Llama-2-7b-hf")
+        .collect();
+    assert_eq!(stages.len(), 6, "5 served stages and the overloaded one");
+    let (rows, report) = replay(&stages);
+    let served: Vec<&StageComparison> = rows.iter().filter(|r| !r.measured.overloaded).collect();
+    assert_eq!(served.len(), 5);
+    let (e2e, tpot, ttft) = medians(&served);
+    assert!(e2e <= 0.10, "E2E median |error| {e2e}\n{report}");
+    assert!(tpot <= 0.10, "TPOT median |error| {tpot}\n{report}");
+    assert!(ttft <= 0.25, "TTFT median |error| {ttft}\n{report}");
+    check_load(&rows, &report);
+}
+
+/// Mixtral-8x7B (8 experts, top-2) on two H100s, tensor parallel, with the same settings and
+/// load as the Llama runs: the bands, 15% for E2E mean and TPOT and 30% for TTFT mean.
+/// Nothing here is fitted to these rows: the profile and host figures are the Llama fit's; what
+/// the MoE adds is its mechanism (the expert GEMMs reading the distinct experts hit, the router,
+/// the two all-reduces of tensor parallelism). Reached when this was written: E2E 2.4%, TPOT
+/// 2.3%, TTFT 17.2%, TTFT low in every stage (6-19%): the measured means carry a tail (p99 of
+/// 380-480 ms in two stages whose p90 sits below their mean) that nothing here predicts, and
+/// the multiprocess executor's per-step messages between the engine and its two workers,
+/// which delay a token's way out but not the steps' rate, are not modelled.
+#[test]
+fn mixtral_8x7b_tp2_on_h100_within_the_bands() {
+    let stages: Vec<StageRun> = table()
+        .into_iter()
+        .filter(|s| s.model_hf == "mistralai/Mixtral-8x7B-v0.1")
+        .collect();
+    assert_eq!(stages.len(), 6, "5 served stages and the overloaded one");
+    assert!(stages.iter().all(|s| s.tp == 2));
+    let (rows, report) = replay(&stages);
+    let served: Vec<&StageComparison> = rows.iter().filter(|r| !r.measured.overloaded).collect();
+    assert_eq!(served.len(), 5);
+    let (e2e, tpot, ttft) = medians(&served);
+    assert!(e2e <= 0.15, "E2E median |error| {e2e}\n{report}");
+    assert!(tpot <= 0.15, "TPOT median |error| {tpot}\n{report}");
+    assert!(ttft <= 0.30, "TTFT median |error| {ttft}\n{report}");
+    check_load(&rows, &report);
 }

@@ -64,6 +64,51 @@ proptest! {
         // event loop), so only rounding separates them.
         prop_assert!(rel(fast, slow) < 1e-9 || (fast == 0.0 && slow == 0.0), "fast {fast} engine {slow}");
     }
+
+    /// The same for a mixture of experts that keeps some layers dense (a Qwen2-MoE-style model
+    /// with a shared expert, tensor-parallel or not): the closed form costs each layer as its
+    /// kind, and the schedule emits each layer's own ops.
+    #[test]
+    fn moe_iteration_time_equals_engine_makespan(
+        seqs in prop::collection::vec((1u32..300, 0u32..2000), 1..12),
+        tp in prop::sample::select(vec![1u32, 2]),
+        step in 1u32..4,
+    ) {
+        let m = moe_model(step).sharded(tp).unwrap();
+        prop_assert!(m.moe_layers() > 0);
+        let cost = CostModel::new(&HardwareProfile::preset("h100-sxm").unwrap());
+        let mut timer = IterationTimer::new(&m, &cost, 16, 1, true);
+        let mut it = IterationShape::default();
+        for &(q, cached) in &seqs {
+            it.seqs.push((q, q + cached));
+        }
+        it.logits = seqs.len() as u32;
+        let fast = timer.time(&it).total_s;
+        let sched = timer.schedule(&it);
+        let slow = makespan(&sched, &cost).unwrap();
+        prop_assert!(rel(fast, slow) < 1e-9, "fast {fast} engine {slow}");
+        // Each dense layer's FFN is one up projection; each MoE layer's a router and experts.
+        let label = |name: &str| sched.ops().iter().filter(|o| sched.label(o) == name).count();
+        prop_assert_eq!(label("router"), m.moe_layers() as usize);
+        prop_assert_eq!(label("ffn_up"), m.num_layers as usize);
+    }
+}
+
+/// A 6-layer mixture of experts whose every `step`-th layer is MoE (and layer 5 dense).
+fn moe_model(step: u32) -> ModelSpec {
+    ModelSpec::from_hf_config_str(
+        &format!(
+            r#"{{"model_type":"qwen2_moe","hidden_size":512,"num_attention_heads":8,
+            "num_key_value_heads":4,"num_hidden_layers":6,"vocab_size":4000,
+            "max_position_embeddings":4096,"torch_dtype":"bfloat16","intermediate_size":1024,
+            "num_experts":16,"num_experts_per_tok":4,"moe_intermediate_size":128,
+            "shared_expert_intermediate_size":512,"decoder_sparse_step":{step},
+            "mlp_only_layers":[5]}}"#
+        ),
+        "tiny-moe",
+        "tiny-moe",
+    )
+    .unwrap()
 }
 
 /// One request alone on a plain engine (every kernel launched eagerly, no host time, vLLM

@@ -26,7 +26,7 @@ pub fn models(args: &ModelsArgs) -> Result<String, CliError> {
             .map(|n| ModelSpec::preset(n))
             .collect::<Result<_, _>>()?,
     };
-    let footer = "\nAny Hugging Face config.json of the llama, mistral, qwen2, gemma2, opt or falcon\nfamilies works too: --model path/to/config.json (or the directory holding it)\n";
+    let footer = "\nAny Hugging Face config.json of the llama, mistral, qwen2, qwen3, gemma2, opt or falcon\nfamilies, or of the mixtral, qwen2_moe, qwen3_moe or llama4 mixtures of experts, works too:\n--model path/to/config.json (or the directory holding it)\n";
     let footer = args.model.is_none().then_some(footer);
     Ok(report::listings::models(
         &specs,

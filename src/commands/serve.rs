@@ -46,7 +46,8 @@ tokens); vllm-v0 (alias prefill-first: vLLM 0.4's whole-prompt scheduler), mixed
 back) | hybrid (swap, and on resume recompute the first tokens' KV from stored activations).
 --max-model-len (longer prompts rejected, generation stops there with finish reason length),
 --num-gpu-blocks-override (a measured block count), --max-num-seqs, --max-num-batched-tokens,
---gpu-memory-utilization, --block-size, --tensor-parallel-size, --enforce-eager.
+--gpu-memory-utilization, --block-size, --tensor-parallel-size, --enable-expert-parallel
+(mixture-of-experts models: whole experts per GPU), --enforce-eager.
 
 Output: a summary table (--format json: the summary JSON; --format csv: one row per request).
 Files: --requests-csv (per request: arrival, status, finish reason, cached tokens, queue, TTFT,
@@ -238,6 +239,10 @@ pub struct ServeArgs {
     /// and KV cache, and two all-reduces per layer over the profile's peer link [default: 1]
     #[arg(long, value_name = "N")]
     pub tensor_parallel_size: Option<u32>,
+    /// Mixture-of-experts models: divide the routed experts among the tensor-parallel GPUs
+    /// whole (vLLM's flag) instead of splitting every expert's width; dense models ignore it
+    #[arg(long)]
+    pub enable_expert_parallel: bool,
     /// Replay a measured run and report predicted against measured per metric: a per-request
     /// CSV (arrival_s, prompt_tokens, output_tokens, ttft_s, e2e_s; kvplan's own --requests-csv
     /// reads back) or `vllm bench serve --save-detailed` result JSON; the requests come from FILE
@@ -330,6 +335,7 @@ impl ServeArgs {
                 max_num_seqs: self.max_num_seqs,
                 max_num_batched_tokens: self.max_num_batched_tokens,
                 tensor_parallel_size: self.tensor_parallel_size,
+                enable_expert_parallel: self.enable_expert_parallel.then_some(true),
                 enable_prefix_caching: on_off(
                     self.enable_prefix_caching,
                     self.no_enable_prefix_caching,

@@ -700,7 +700,10 @@ impl KernelModel {
     }
 
     /// Device seconds of `batch` GEMMs `[m,k] x [k,n]`: a measured shape's table, else the
-    /// model corrected by the nearest measured shape's ratio.
+    /// model corrected by the nearest measured shape's ratio. A batched GEMM (a fused MoE
+    /// kernel's experts, one GEMM per expert hit) takes the fitted model alone: its bytes are
+    /// `batch × (mk + kn + mn)` and its tiles `batch` times one GEMM's, so its time follows the
+    /// experts' weights; the tables measured single GEMMs.
     pub fn gemm_device(&self, m: u32, n: u32, k: u32, batch: u32, dtype: DType) -> f64 {
         let model = self.gemm_model(m, n, k, batch, dtype);
         if batch > 1 {

@@ -3,7 +3,7 @@
 
 use crate::attention::AttentionBatch;
 use crate::cost::CostModel;
-use crate::model::ModelSpec;
+use crate::model::{LayerFfn, ModelSpec, Moe};
 use crate::schedule::{ElemKind, OpKind};
 
 /// The kernels of one decoder layer for `batch` sequences of `q_len` new tokens each,
@@ -36,8 +36,22 @@ pub fn attention_index(ops: &[(&'static str, OpKind)]) -> usize {
 /// per-rank shapes, see [`ModelSpec::sharded`]): `ln1`, `qkv_proj`, `rope` (rotary models
 /// only), attention, `out_proj`, `allreduce_attn` (tensor parallel only), `residual_attn`,
 /// `ln2`, `ffn_up`, `ffn_act`, `ffn_down`, `allreduce_ffn`, `residual_ffn`.
+///
+/// A mixture-of-experts model's layer is its MoE layer ([`ModelSpec::main_ffn`]; the FFN is
+/// [`moe_ffn_ops`]); [`forward_ops_for`] gives a layer of either kind.
 pub fn forward_ops(m: &ModelSpec, seqs: &[(u32, u32)], copies: u32) -> Vec<(&'static str, OpKind)> {
-    layer_ops(m, seqs, copies, false)
+    layer_ops(m, m.main_ffn(), seqs, copies, false)
+}
+
+/// [`forward_ops`] of a layer running `ffn` (the dense layers of a model that mixes dense and
+/// MoE layers, [`ModelSpec::layer_ffn`]).
+pub fn forward_ops_for(
+    m: &ModelSpec,
+    ffn: LayerFfn,
+    seqs: &[(u32, u32)],
+    copies: u32,
+) -> Vec<(&'static str, OpKind)> {
+    layer_ops(m, ffn, seqs, copies, false)
 }
 
 /// [`forward_ops`] with ONE attention kernel for the whole batch, as vLLM runs it (a varlen /
@@ -53,7 +67,17 @@ pub fn forward_ops_batched(
     seqs: &[(u32, u32)],
     copies: u32,
 ) -> Vec<(&'static str, OpKind)> {
-    layer_ops(m, seqs, copies, true)
+    layer_ops(m, m.main_ffn(), seqs, copies, true)
+}
+
+/// [`forward_ops_batched`] of a layer running `ffn`.
+pub fn forward_ops_batched_for(
+    m: &ModelSpec,
+    ffn: LayerFfn,
+    seqs: &[(u32, u32)],
+    copies: u32,
+) -> Vec<(&'static str, OpKind)> {
+    layer_ops(m, ffn, seqs, copies, true)
 }
 
 /// The statistics of `copies` sequences of each `(q_len, kv_len)` in `seqs` (causal attention
@@ -79,6 +103,7 @@ pub fn batch_attention_op(m: &ModelSpec, batch: AttentionBatch) -> OpKind {
 
 fn layer_ops(
     m: &ModelSpec,
+    ffn: LayerFfn,
     seqs: &[(u32, u32)],
     copies: u32,
     one_kernel: bool,
@@ -117,13 +142,166 @@ fn layer_ops(
     }
     ops.push(("residual_attn", d.add));
     ops.push(("ln2", d.norm));
-    ops.push(("ffn_up", d.up));
-    ops.push(("ffn_act", d.act));
-    ops.push(("ffn_down", d.down));
+    match (ffn, &m.moe) {
+        (LayerFfn::Moe, Some(moe)) => ops.extend(moe_ffn_ops(m, moe, rows)),
+        _ => {
+            ops.push(("ffn_up", d.up));
+            ops.push(("ffn_act", d.act));
+            ops.push(("ffn_down", d.down));
+        }
+    }
     if let Some(ar) = d.allreduce {
         ops.push(("allreduce_ffn", ar));
     }
     ops.push(("residual_ffn", d.add));
+    ops
+}
+
+/// Distinct experts of one rank that `rows` tokens hit, as a GEMM batch: [`Moe::experts_hit`]
+/// rounded, at least 1 and at most the rank's experts.
+pub fn experts_hit_batch(moe: &Moe, rows: u64) -> u32 {
+    let local = moe.local_experts().max(1);
+    (moe.experts_hit(rows).round() as u32).clamp(1, local)
+}
+
+/// The FFN of a mixture-of-experts layer over `rows` tokens on one rank, as vLLM's fused MoE
+/// path runs it (`vllm/model_executor/layers/fused_moe/`):
+/// - `router`: the gate GEMM, `rows × hidden → experts` (replicated on every rank);
+/// - `topk`: the router's softmax and top-k (`topk_softmax`) and `moe_align`: the tokens sorted
+///   by expert and padded to the kernel's blocks (`moe_align_block_size`), two small kernels;
+/// - `ffn_up`, `ffn_act`, `ffn_down`: the fused MoE GEMMs, tokens grouped per expert. The
+///   weights read are those of the distinct experts hit: for `B` tokens each choosing `k` of
+///   `E` experts uniformly, `E_hit = E_loc · (1 − (1 − k/E)^B)` on average ([`Moe::experts_hit`],
+///   `E_loc` the rank's experts), so each GEMM is a batched [`OpKind::Gemm`] of `batch =
+///   E_hit` (rounded, [`experts_hit_batch`]) GEMMs of `m = ⌈B · k · E_loc / E / E_hit⌉` rows
+///   each: the cost model charges `batch × (weights + rows)` bytes and `batch` times the
+///   tiles, so the bytes follow the distinct experts. The activation runs over the `B · k`
+///   routed rows;
+/// - `moe_sum`: the `k` experts' outputs of each token summed (none when `k = 1`: the down
+///   GEMM writes the output);
+/// - shared experts (Qwen2-MoE, Llama 4): `shared_up`, `shared_act`, `shared_down`, a dense
+///   gated FFN of their width over every token, and `shared_add` adding it to the routed
+///   output.
+///
+/// With one expert the router, top-k, alignment and sum are left out (there is nothing to
+/// route): a 1-expert top-1 MoE is the dense FFN, op for op.
+///
+/// Tensor parallelism splits each expert's width ([`ModelSpec::sharded`]); expert parallelism
+/// gives each rank `E / tp` whole experts ([`ModelSpec::sharded_with`]). Either way the layer
+/// ends with the same all-reduce of the rows' hidden states (`allreduce_ffn`): with expert
+/// parallelism and no data parallelism vLLM 0.15 keeps every token on every rank (as under
+/// tensor parallelism), each rank runs the tokens routed to its experts, and the partial
+/// outputs are all-reduced (`FusedMoE`'s `reduce_results`; its all-to-all dispatch and combine
+/// kernels, `use_all2all_kernels`, need `data_parallel_size > 1`, which kvplan does not model).
+pub fn moe_ffn_ops(m: &ModelSpec, moe: &Moe, rows: u64) -> Vec<(&'static str, OpKind)> {
+    let p = m.dtype_bytes();
+    let h = u64::from(m.hidden);
+    let dt = m.dtype;
+    let r32 = u32::try_from(rows).unwrap_or(u32::MAX);
+    let gated = if m.gated_ffn { 2 } else { 1 };
+    let route = moe.experts > 1;
+    let mut ops = Vec::with_capacity(12);
+    if route {
+        ops.push((
+            "router",
+            OpKind::Gemm {
+                m: r32,
+                n: moe.experts,
+                k: m.hidden,
+                batch: 1,
+                dtype: dt,
+            },
+        ));
+        // Logits read; top-k weights (fp32) and ids (int32) written.
+        ops.push((
+            "topk",
+            OpKind::Elementwise {
+                kind: ElemKind::Other,
+                bytes: rows * (u64::from(moe.experts) * p + 8 * u64::from(moe.top_k)),
+                rows: 0,
+            },
+        ));
+        // Expert ids read, sorted token ids written.
+        ops.push((
+            "moe_align",
+            OpKind::Elementwise {
+                kind: ElemKind::Other,
+                bytes: rows * 8 * u64::from(moe.top_k),
+                rows: 0,
+            },
+        ));
+    }
+    let hit = experts_hit_batch(moe, rows);
+    let routed = moe.routed_rows(rows);
+    let per_expert = (routed / f64::from(hit)).ceil() as u32;
+    let routed_rows = routed.round() as u64;
+    let width = u64::from(moe.expert_ffn);
+    ops.push((
+        "ffn_up",
+        OpKind::Gemm {
+            m: per_expert,
+            n: (gated * width) as u32,
+            k: m.hidden,
+            batch: hit,
+            dtype: dt,
+        },
+    ));
+    ops.push((
+        "ffn_act",
+        OpKind::Elementwise {
+            kind: ElemKind::Activation,
+            bytes: routed_rows * (gated + 1) * width * p,
+            rows: u32::try_from(routed_rows).unwrap_or(u32::MAX),
+        },
+    ));
+    ops.push((
+        "ffn_down",
+        OpKind::Gemm {
+            m: per_expert,
+            n: m.hidden,
+            k: moe.expert_ffn,
+            batch: hit,
+            dtype: dt,
+        },
+    ));
+    if route && moe.top_k > 1 {
+        ops.push((
+            "moe_sum",
+            OpKind::Elementwise {
+                kind: ElemKind::Add,
+                bytes: rows * (u64::from(moe.top_k) + 1) * h * p,
+                rows: r32,
+            },
+        ));
+    }
+    if moe.shared_ffn > 0 {
+        let s = u64::from(moe.shared_ffn);
+        let gemm = |n: u32, k: u32| OpKind::Gemm {
+            m: r32,
+            n,
+            k,
+            batch: 1,
+            dtype: dt,
+        };
+        ops.push(("shared_up", gemm((gated * s) as u32, m.hidden)));
+        ops.push((
+            "shared_act",
+            OpKind::Elementwise {
+                kind: ElemKind::Activation,
+                bytes: rows * (gated + 1) * s * p,
+                rows: r32,
+            },
+        ));
+        ops.push(("shared_down", gemm(m.hidden, moe.shared_ffn)));
+        ops.push((
+            "shared_add",
+            OpKind::Elementwise {
+                kind: ElemKind::Add,
+                bytes: rows * elem_bytes_per_token(m, ElemKind::Add),
+                rows: r32,
+            },
+        ));
+    }
     ops
 }
 

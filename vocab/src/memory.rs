@@ -263,18 +263,16 @@ fn mul(a: u64, b: u64) -> u64 {
 /// Per row (token of the pass) the attention block holds the residual, the normed input and
 /// the input embeddings (`3h`), Q and the attention output (`2·q_dim`) and this layer's new
 /// K,V (`2·kv_dim`); the MLP the same `3h` plus `act(gate)`, `up` and their product (`3·ffn`;
-/// `2·ffn` ungated). The two blocks do not overlap; the causal mask lives for the whole pass;
+/// `2·ffn` ungated; a mixture of experts' per token, [`crate::ModelSpec::ffn_live_elems`]). The two blocks do not overlap; the causal mask lives for the whole pass;
 /// logits come after the last layer, when only the residual is left.
 pub fn prefill_working_set(model: &crate::model::ModelSpec, pass: &PrefillPass) -> WorkingSet {
     let p = model.dtype_bytes();
     let h = u64::from(model.hidden);
     let q = model.q_dim();
     let kvd = model.kv_dim();
-    let ffn = u64::from(model.ffn_dim);
     let rows = mul(pass.batch, pass.q_tokens);
-    let ffn_live = if model.gated_ffn { 3 } else { 2 };
     let attention_rows = mul(rows, (3 * h + 2 * q + 2 * kvd) * p);
-    let mlp_rows = mul(rows, (3 * h + ffn_live * ffn) * p);
+    let mlp_rows = mul(rows, (3 * h + model.ffn_live_elems()) * p);
     let gqa_expand = if q > kvd { 2 * q * p } else { 0 };
     let attended = mul(pass.batch, pass.context.max(pass.q_tokens));
     let prefix = pass.context.saturating_sub(pass.q_tokens);

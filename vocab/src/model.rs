@@ -32,6 +32,19 @@ pub enum Family {
     Gemma2,
     /// Falcon: parallel attention/MLP, multi-query (7B) or grouped KV, 2-matrix GELU FFN.
     Falcon,
+    /// Mixtral: Mistral's layout with a mixture-of-experts FFN in every layer ([`Moe`]).
+    Mixtral,
+    /// Qwen2-MoE: Qwen2's layout (biased Q, K, V) with routed experts and a shared expert.
+    #[serde(rename = "qwen2_moe")]
+    Qwen2Moe,
+    /// Qwen3-MoE: Qwen3's layout (explicit head_dim, no biases) with routed experts.
+    #[serde(rename = "qwen3_moe")]
+    Qwen3Moe,
+    /// Llama 4 (the text model): Llama's layout with routed experts and one shared expert in
+    /// the MoE layers, dense FFNs (`intermediate_size_mlp`) in the others. kvplan leaves out
+    /// its chunked attention, its layers without rotary embedding and its weightless QK norm
+    /// (every layer is costed as full attention with rope).
+    Llama4,
 }
 
 impl Family {
@@ -44,9 +57,34 @@ impl Family {
         "qwen3",
         "gemma2",
         "falcon",
+        "mixtral",
+        "qwen2_moe",
+        "qwen3_moe",
+        "llama4",
+        "llama4_text",
         "RefinedWeb",
         "RefinedWebModel",
     ];
+
+    /// The `model_type`s an unsupported-architecture error lists (the aliases left out).
+    const LISTED: usize = 11;
+
+    /// The family's name in listings and JSON (`llama`, `qwen3_moe`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Family::Opt => "opt",
+            Family::Llama => "llama",
+            Family::Mistral => "mistral",
+            Family::Qwen2 => "qwen2",
+            Family::Qwen3 => "qwen3",
+            Family::Gemma2 => "gemma2",
+            Family::Falcon => "falcon",
+            Family::Mixtral => "mixtral",
+            Family::Qwen2Moe => "qwen2_moe",
+            Family::Qwen3Moe => "qwen3_moe",
+            Family::Llama4 => "llama4",
+        }
+    }
 
     fn from_model_type(t: &str) -> Option<Self> {
         Some(match t {
@@ -57,6 +95,10 @@ impl Family {
             "qwen3" => Family::Qwen3,
             "gemma2" => Family::Gemma2,
             "falcon" | "RefinedWeb" | "RefinedWebModel" => Family::Falcon,
+            "mixtral" => Family::Mixtral,
+            "qwen2_moe" => Family::Qwen2Moe,
+            "qwen3_moe" => Family::Qwen3Moe,
+            "llama4" | "llama4_text" => Family::Llama4,
             _ => return None,
         })
     }
@@ -83,7 +125,8 @@ pub struct ModelSpec {
     pub num_kv_heads: u32,
     /// Head dimension `d` (usually `h / H`; Gemma 2 sets it separately).
     pub head_dim: u32,
-    /// FFN inner width.
+    /// FFN inner width of a dense layer (a mixture-of-experts layer's widths are in
+    /// [`ModelSpec::moe`]).
     pub ffn_dim: u32,
     /// Vocabulary size.
     pub vocab: u32,
@@ -111,6 +154,67 @@ pub struct ModelSpec {
     /// GPU). Set by [`ModelSpec::sharded`].
     #[serde(skip_serializing_if = "is_one")]
     pub tensor_parallel: u32,
+    /// The mixture-of-experts FFN, for models that have one (`None`: every layer is dense).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe: Option<Moe>,
+}
+
+/// A mixture-of-experts FFN (Mixtral, Qwen2-MoE, Qwen3-MoE, Llama 4): a router picks
+/// `top_k` of `experts` gated FFNs for every token; shared experts, if any, run for every
+/// token too. Layers listed in `dense_layers` run the dense FFN ([`ModelSpec::ffn_dim`]) instead.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Moe {
+    /// Routed experts per MoE layer, in the whole model.
+    pub experts: u32,
+    /// Experts each token is routed to (top-k).
+    pub top_k: u32,
+    /// FFN inner width of one routed expert (per tensor-parallel rank once
+    /// [`ModelSpec::sharded`]).
+    pub expert_ffn: u32,
+    /// FFN inner width of the shared expert(s) every token runs as well (0: none; several
+    /// shared experts are one FFN of their summed width, as vLLM runs them).
+    pub shared_ffn: u32,
+    /// 0-based indices of the layers whose FFN is dense; empty: every layer is MoE.
+    pub dense_layers: Vec<u32>,
+    /// Ranks the routed experts are divided among (expert parallelism, vLLM's
+    /// `--enable-expert-parallel`): each rank holds `experts / expert_parallel` whole experts.
+    /// 1: every rank holds every expert (tensor parallelism splits their widths).
+    #[serde(skip_serializing_if = "is_one")]
+    pub expert_parallel: u32,
+}
+
+impl Moe {
+    /// Routed experts on one rank.
+    pub fn local_experts(&self) -> u32 {
+        self.experts / self.expert_parallel.max(1)
+    }
+
+    /// The expected number of distinct experts of one rank that `tokens` tokens hit, each
+    /// choosing `top_k` of `experts` uniformly: `E_loc · (1 − (1 − k/E)^B)`, the experts whose
+    /// weights a fused MoE kernel reads. Not rounded.
+    pub fn experts_hit(&self, tokens: u64) -> f64 {
+        let e = f64::from(self.experts.max(1));
+        let k = f64::from(self.top_k.min(self.experts)).max(0.0);
+        let miss = (1.0 - k / e).max(0.0);
+        let b = i32::try_from(tokens).unwrap_or(i32::MAX);
+        f64::from(self.local_experts()) * (1.0 - miss.powi(b))
+    }
+
+    /// Expected (token, expert) pairs of `tokens` tokens that land on one rank's experts:
+    /// `B · k · E_loc / E`.
+    pub fn routed_rows(&self, tokens: u64) -> f64 {
+        tokens as f64 * f64::from(self.top_k) * f64::from(self.local_experts())
+            / f64::from(self.experts.max(1))
+    }
+}
+
+/// Which FFN a decoder layer runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayerFfn {
+    /// The dense FFN, [`ModelSpec::ffn_dim`] wide.
+    Dense,
+    /// The mixture of experts, [`ModelSpec::moe`].
+    Moe,
 }
 
 /// Published parameter counts used to check the shape arithmetic.
@@ -118,7 +222,9 @@ pub struct ModelSpec {
 /// Sources: OPT paper (Zhang et al. 2022) Table 1 for OPT; the Hugging Face model pages'
 /// safetensors parameter counts for the others; Falcon paper (Almazrouei et al. 2023) for Falcon;
 /// the model cards' "Number of Parameters" for Qwen2.5 and Qwen3, Mistral AI's Mistral NeMo
-/// announcement (12B) and the Gemma 2 report's 27B for those.
+/// announcement (12B) and the Gemma 2 report's 27B for those; Mistral AI's Mixtral
+/// announcements (46.7B total for 8x7B; 141B for 8x22B, whose safetensors count is 140.6B) and
+/// Qwen3-30B-A3B's model card (30.5B total) for the mixtures of experts, every expert counted.
 pub const PUBLISHED_PARAMS: &[(&str, f64)] = &[
     ("opt-125m", 125e6),
     ("opt-1.3b", 1.3e9),
@@ -149,6 +255,9 @@ pub const PUBLISHED_PARAMS: &[(&str, f64)] = &[
     ("gemma-2-27b", 27.2e9),
     ("falcon-7b", 7.0e9),
     ("yarn-llama-2-7b", 6.74e9),
+    ("mixtral-8x7b", 46.7e9),
+    ("mixtral-8x22b", 140.6e9),
+    ("qwen3-30b-a3b", 30.5e9),
 ];
 
 macro_rules! presets {
@@ -188,6 +297,9 @@ pub const PRESETS: &[(&str, &str)] = presets![
     "gemma-2-27b",
     "falcon-7b",
     "yarn-llama-2-7b",
+    "mixtral-8x7b",
+    "mixtral-8x22b",
+    "qwen3-30b-a3b",
 ];
 
 /// Per-layer weight bytes split the way the KVPR fine-grained pipeline loads them.
@@ -396,11 +508,26 @@ impl ModelSpec {
         };
         let cfg = Cfg { map: &map, origin };
         let model_type = cfg.string("model_type", "the architecture, e.g. \"llama\"")?;
+        if matches!(model_type.as_str(), "deepseek_v2" | "deepseek_v3") {
+            return deepseek(&cfg, &model_type);
+        }
+        // Llama 4's checkpoints nest the text model's fields in `text_config`.
+        let text_origin;
+        let text_cfg = match (model_type.as_str(), map.get("text_config")) {
+            ("llama4", Some(Value::Object(text))) => {
+                text_origin = format!("{origin} (text_config)");
+                Some(Cfg {
+                    map: text,
+                    origin: &text_origin,
+                })
+            }
+            _ => None,
+        };
         let family =
             Family::from_model_type(&model_type).ok_or_else(|| Error::UnsupportedArchitecture {
                 origin: origin.to_string(),
                 model_type: model_type.clone(),
-                supported: Family::MODEL_TYPES[..7]
+                supported: Family::MODEL_TYPES[..Family::LISTED]
                     .iter()
                     .map(|s| s.to_string())
                     .collect(),
@@ -411,7 +538,22 @@ impl ModelSpec {
                 llama_like(&cfg, name, family)?
             }
             Family::Falcon => falcon(&cfg, name)?,
+            Family::Mixtral | Family::Qwen2Moe | Family::Qwen3Moe | Family::Llama4 => {
+                let c = text_cfg.as_ref().unwrap_or(&cfg);
+                let mut spec = llama_like(c, name, family)?;
+                if text_cfg.is_some() && c.get(&["torch_dtype", "dtype"]).is_none() {
+                    // A multimodal checkpoint may give its dtype at the top level only.
+                    spec.dtype = cfg.dtype(family)?;
+                }
+                let (moe, dense_ffn) = moe_of(c, family, spec.num_layers)?;
+                if let Some(ffn) = dense_ffn {
+                    spec.ffn_dim = ffn;
+                }
+                spec.moe = Some(moe);
+                spec
+            }
         };
+        let origin = text_cfg.as_ref().map_or(origin, |c| c.origin);
         spec.validate(origin)?;
         Ok(spec)
     }
@@ -455,7 +597,76 @@ impl ModelSpec {
                 format!("must divide num_attention_heads ({})", self.num_heads),
             ));
         }
+        if let Some(moe) = &self.moe {
+            let (experts_field, width_field) = match self.family {
+                Family::Mixtral | Family::Llama4 => ("num_local_experts", "intermediate_size"),
+                _ => ("num_experts", "moe_intermediate_size"),
+            };
+            if moe.experts == 0 {
+                return Err(Error::invalid(
+                    format!("{origin}: {experts_field}"),
+                    0,
+                    "must be at least 1",
+                ));
+            }
+            if moe.experts > u32::from(u16::MAX) {
+                return Err(Error::invalid(
+                    format!("{origin}: {experts_field}"),
+                    moe.experts,
+                    "must be below 65536",
+                ));
+            }
+            if moe.top_k == 0 || moe.top_k > moe.experts {
+                return Err(Error::invalid(
+                    format!("{origin}: num_experts_per_tok"),
+                    moe.top_k,
+                    format!("must be from 1 to {experts_field} ({})", moe.experts),
+                ));
+            }
+            if moe.expert_ffn == 0 {
+                return Err(Error::invalid(
+                    format!("{origin}: {width_field}"),
+                    0,
+                    "must be at least 1 (the width of one expert)",
+                ));
+            }
+            if let Some(&l) = moe.dense_layers.iter().find(|&&l| l >= self.num_layers) {
+                return Err(Error::invalid(
+                    format!("{origin}: dense layers"),
+                    l,
+                    format!("must be layers of the model (0 to {})", self.num_layers - 1),
+                ));
+            }
+        }
         Ok(())
+    }
+
+    /// Which FFN layer `layer` (0-based) runs.
+    pub fn layer_ffn(&self, layer: u32) -> LayerFfn {
+        match &self.moe {
+            Some(m) if !m.dense_layers.contains(&layer) => LayerFfn::Moe,
+            _ => LayerFfn::Dense,
+        }
+    }
+
+    /// Layers whose FFN is a mixture of experts (0 for a dense model).
+    pub fn moe_layers(&self) -> u32 {
+        match &self.moe {
+            Some(m) => self.num_layers - m.dense_layers.len() as u32,
+            None => 0,
+        }
+    }
+
+    /// The FFN of the model's layers where the planners take every layer to be alike: the
+    /// mixture of experts when any layer has one, else the dense FFN. (A model mixing dense and
+    /// MoE layers is costed exactly by the serving simulator, layer by layer; the op-level
+    /// planners cost every layer as this one.)
+    pub fn main_ffn(&self) -> LayerFfn {
+        if self.moe_layers() > 0 {
+            LayerFfn::Moe
+        } else {
+            LayerFfn::Dense
+        }
     }
 
     /// The per-rank shapes of Megatron-style tensor parallelism over `tp` GPUs, as vLLM shards
@@ -463,7 +674,19 @@ impl ModelSpec {
     /// split when `tp` divides them and replicated (one per rank) when they divide `tp`. The
     /// hidden size (the residual stream every rank keeps whole) does not change; each layer then
     /// all-reduces its attention and FFN outputs ([`crate::layers::forward_ops`]).
+    ///
+    /// A mixture of experts is split as vLLM splits it without expert parallelism: every rank
+    /// holds every expert, each expert's (and the shared experts') width split `tp` ways
+    /// ([`ModelSpec::sharded_with`] for expert parallelism).
     pub fn sharded(&self, tp: u32) -> Result<Self> {
+        self.sharded_with(tp, false)
+    }
+
+    /// [`ModelSpec::sharded`], with the routed experts divided among the `tp` ranks whole when
+    /// `expert_parallel` is set (vLLM's `--enable-expert-parallel`: `experts / tp` experts per
+    /// rank at full width; the shared experts and the rest of the layer stay tensor-parallel).
+    /// A dense model ignores `expert_parallel`, as vLLM does.
+    pub fn sharded_with(&self, tp: u32, expert_parallel: bool) -> Result<Self> {
         if tp == 0 || tp > 1024 {
             return Err(Error::invalid(
                 "tensor_parallel",
@@ -499,7 +722,34 @@ impl ModelSpec {
             }
         };
         let heads = divides("query heads", self.num_heads)?;
-        let ffn = divides("FFN columns", self.ffn_dim)?;
+        // An all-MoE model never runs its dense width: it need not divide.
+        let ffn = if self.moe.is_some() && self.moe_layers() == self.num_layers {
+            self.ffn_dim.div_ceil(tp)
+        } else {
+            divides("FFN columns", self.ffn_dim)?
+        };
+        let moe = match &self.moe {
+            None => None,
+            Some(m) => Some(Moe {
+                expert_ffn: if expert_parallel {
+                    m.expert_ffn
+                } else {
+                    divides("FFN columns per expert", m.expert_ffn)?
+                },
+                shared_ffn: if m.shared_ffn == 0 {
+                    0
+                } else {
+                    divides("shared-expert FFN columns", m.shared_ffn)?
+                },
+                expert_parallel: if expert_parallel {
+                    divides("routed experts", m.experts)?;
+                    tp
+                } else {
+                    1
+                },
+                ..m.clone()
+            }),
+        };
         let kv_heads = if self.num_kv_heads.is_multiple_of(tp) {
             self.num_kv_heads / tp
         } else if tp.is_multiple_of(self.num_kv_heads) {
@@ -520,6 +770,7 @@ impl ModelSpec {
             ffn_dim: ffn,
             vocab: self.vocab.div_ceil(tp),
             tensor_parallel: tp,
+            moe,
             ..self.clone()
         })
     }
@@ -565,8 +816,26 @@ impl ModelSpec {
         u64::from(self.hidden) * self.dtype_bytes()
     }
 
-    /// Parameters of one decoder layer, split as [`LayerWeights`] (in elements).
+    /// Parameters of one decoder layer of the model's main kind ([`ModelSpec::main_ffn`]),
+    /// split as [`LayerWeights`] (in elements).
     fn layer_param_parts(&self) -> (u64, u64, u64) {
+        self.layer_param_parts_of(self.main_ffn())
+    }
+
+    /// Parameters of the FFN of an MoE layer on one rank (in elements, without the FFN's
+    /// norm): every local routed expert (gate, up and down), the router (`hidden × experts`,
+    /// on every rank) and the shared experts.
+    fn moe_ffn_params(&self, m: &Moe) -> u64 {
+        let h = u64::from(self.hidden);
+        let mats = if self.gated_ffn { 3 } else { 2 };
+        let experts = u64::from(m.local_experts()) * mats * h * u64::from(m.expert_ffn);
+        let router = h * u64::from(m.experts);
+        let shared = mats * h * u64::from(m.shared_ffn);
+        experts + router + shared
+    }
+
+    /// [`ModelSpec::layer_param_parts`] of a layer running `ffn`.
+    fn layer_param_parts_of(&self, ffn_kind: LayerFfn) -> (u64, u64, u64) {
         let h = u64::from(self.hidden);
         let q = self.q_dim();
         let kv = self.kv_dim();
@@ -583,14 +852,39 @@ impl ModelSpec {
             + if self.proj_bias { h } else { 0 }
             + attn_norms;
         let mats = if self.gated_ffn { 3 } else { 2 };
-        let ffn_p = mats * h * ffn + if self.proj_bias { ffn + h } else { 0 } + ffn_norms;
+        let ffn_p = match (ffn_kind, &self.moe) {
+            (LayerFfn::Moe, Some(m)) => self.moe_ffn_params(m) + ffn_norms,
+            _ => mats * h * ffn + if self.proj_bias { ffn + h } else { 0 } + ffn_norms,
+        };
         (kv_proj, q_o, ffn_p)
     }
 
-    /// Parameters of one decoder layer.
+    /// Parameters of one decoder layer (of the main kind, [`ModelSpec::main_ffn`]).
     pub fn layer_params(&self) -> u64 {
         let (a, b, c) = self.layer_param_parts();
         a + b + c
+    }
+
+    /// Parameters of one decoder layer running `ffn`.
+    pub fn layer_params_of(&self, ffn: LayerFfn) -> u64 {
+        let (a, b, c) = self.layer_param_parts_of(ffn);
+        a + b + c
+    }
+
+    /// Parameters a token passes through: every parameter of a dense model; of a mixture of
+    /// experts, the router, `top_k` routed experts and the shared experts of each MoE layer
+    /// instead of all its experts (Mixtral-8x7B's "12.9B active").
+    pub fn active_params(&self) -> u64 {
+        let Some(m) = &self.moe else {
+            return self.params();
+        };
+        let h = u64::from(self.hidden);
+        let mats = if self.gated_ffn { 3 } else { 2 };
+        let idle = u64::from(m.local_experts().saturating_sub(m.top_k))
+            * mats
+            * h
+            * u64::from(m.expert_ffn);
+        self.params() - idle * u64::from(self.moe_layers())
     }
 
     /// Parameters outside the decoder layers: embeddings, position table, final norm, LM head.
@@ -614,9 +908,17 @@ impl ModelSpec {
         embed + lm_head + proj + pos + final_norm
     }
 
-    /// Total parameter count from the shapes.
+    /// Total parameter count from the shapes (of a mixture of experts: every expert, the
+    /// routers and the shared experts; dense layers of a mixed model counted as dense).
     pub fn params(&self) -> u64 {
-        self.layer_params() * u64::from(self.num_layers) + self.embedding_params()
+        if self.moe.is_none() {
+            return self.layer_params() * u64::from(self.num_layers) + self.embedding_params();
+        }
+        let moe = u64::from(self.moe_layers());
+        let dense = u64::from(self.num_layers) - moe;
+        self.layer_params_of(LayerFfn::Moe) * moe
+            + self.layer_params_of(LayerFfn::Dense) * dense
+            + self.embedding_params()
     }
 
     /// Bytes of all weights in the serving dtype.
@@ -643,6 +945,29 @@ impl ModelSpec {
     /// Width of the first FFN GEMM's output (`2 * ffn` for gated FFNs: gate and up fused).
     pub fn ffn_up_width(&self) -> u64 {
         u64::from(self.ffn_dim) * if self.gated_ffn { 2 } else { 1 }
+    }
+
+    /// Elements per token the FFN holds at its peak besides the hidden states: a dense FFN's
+    /// `act(gate)`, `up` and their product (`3 · ffn`; `2 · ffn` ungated); an MoE layer's the
+    /// same for each of its `top_k` experts plus the experts' outputs before they are summed
+    /// (`k · (3 · expert_ffn + hidden)`, vLLM's fused-MoE intermediate caches) and the shared
+    /// experts'; the larger of the two kinds in a mixed model.
+    pub fn ffn_live_elems(&self) -> u64 {
+        let live = if self.gated_ffn { 3 } else { 2 };
+        let dense = live * u64::from(self.ffn_dim);
+        match &self.moe {
+            None => dense,
+            Some(m) => {
+                let moe = u64::from(m.top_k)
+                    * (live * u64::from(m.expert_ffn) + u64::from(self.hidden))
+                    + live * u64::from(m.shared_ffn);
+                if self.moe_layers() < self.num_layers {
+                    moe.max(dense)
+                } else {
+                    moe
+                }
+            }
+        }
     }
 }
 
@@ -688,6 +1013,26 @@ impl Cfg<'_> {
             Some(n) => Ok(Some(n)),
             None => Err(self.wrong_type(keys[0], "a non-negative integer", v)),
         }
+    }
+
+    /// A list of layer indices (`mlp_only_layers`, `moe_layers`), `None` when absent.
+    fn u32_list(&self, key: &str) -> Result<Option<Vec<u32>>> {
+        let Some(v) = self.get(&[key]) else {
+            return Ok(None);
+        };
+        let bad = || self.wrong_type(key, "a list of non-negative integers", v);
+        let Value::Array(items) = v else {
+            return Err(bad());
+        };
+        items
+            .iter()
+            .map(|i| {
+                i.as_u64()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or_else(bad)
+            })
+            .collect::<Result<Vec<u32>>>()
+            .map(Some)
     }
 
     fn u32(&self, keys: &[&str], hint: &str) -> Result<u32> {
@@ -792,6 +1137,7 @@ fn opt(c: &Cfg, name: &str) -> Result<ModelSpec> {
         learned_positions: max_pos + 2,
         embed_proj_dim: if embed_proj == hidden { 0 } else { embed_proj },
         tensor_parallel: 1,
+        moe: None,
     })
 }
 
@@ -807,7 +1153,7 @@ fn llama_like(c: &Cfg, name: &str, family: Family) -> Result<ModelSpec> {
         None => c.implied_head_dim(hidden, heads, "hidden_size", "num_attention_heads")?,
     };
     let (qkv_bias, proj_bias) = match family {
-        Family::Qwen2 => (true, false),
+        Family::Qwen2 | Family::Qwen2Moe => (true, false),
         Family::Llama | Family::Qwen3 => (
             c.bool_or("attention_bias", false)?,
             c.bool_or("mlp_bias", false)?,
@@ -835,7 +1181,125 @@ fn llama_like(c: &Cfg, name: &str, family: Family) -> Result<ModelSpec> {
         learned_positions: 0,
         embed_proj_dim: 0,
         tensor_parallel: 1,
+        moe: None,
     })
+}
+
+/// The mixture of experts of a `family` config with `layers` layers, and the dense layers' FFN
+/// width where it is not `intermediate_size` (Llama 4's `intermediate_size_mlp`). Every field a
+/// family needs is required: a missing one is an error naming it.
+fn moe_of(c: &Cfg, family: Family, layers: u32) -> Result<(Moe, Option<u32>)> {
+    let need = |field: &str, what: &str| {
+        c.opt_u32(&[field])?.ok_or_else(|| Error::MissingField {
+            origin: c.origin.to_string(),
+            field: field.to_string(),
+            hint: Some(format!("required for a {} model: {what}", family.as_str())),
+        })
+    };
+    let moe = |experts, top_k, expert_ffn, shared_ffn, is_moe: &dyn Fn(u32) -> bool| Moe {
+        experts,
+        top_k,
+        expert_ffn,
+        shared_ffn,
+        dense_layers: (0..layers).filter(|&l| !is_moe(l)).collect(),
+        expert_parallel: 1,
+    };
+    Ok(match family {
+        Family::Mixtral => {
+            let experts = need("num_local_experts", "the routed experts per layer")?;
+            let top_k = need("num_experts_per_tok", "the experts each token is routed to")?;
+            let width = need("intermediate_size", "the FFN width of one expert")?;
+            (moe(experts, top_k, width, 0, &|_| true), None)
+        }
+        Family::Qwen2Moe | Family::Qwen3Moe => {
+            let experts = need("num_experts", "the routed experts per layer")?;
+            let top_k = need("num_experts_per_tok", "the experts each token is routed to")?;
+            let width = need("moe_intermediate_size", "the FFN width of one expert")?;
+            let shared = if family == Family::Qwen2Moe {
+                need(
+                    "shared_expert_intermediate_size",
+                    "the FFN width of the shared expert",
+                )?
+            } else {
+                0
+            };
+            let step = c.opt_u32(&["decoder_sparse_step"])?.unwrap_or(1);
+            if step == 0 {
+                return Err(Error::invalid(
+                    format!("{}: decoder_sparse_step", c.origin),
+                    0,
+                    "must be at least 1 (every step-th layer is MoE)",
+                ));
+            }
+            let mlp_only = c.u32_list("mlp_only_layers")?.unwrap_or_default();
+            // Hugging Face's rule: `(i not in mlp_only_layers) and num_experts > 0 and (i + 1) %
+            // decoder_sparse_step == 0`.
+            let is_moe = |l: u32| !mlp_only.contains(&l) && (l + 1).is_multiple_of(step);
+            (moe(experts, top_k, width, shared, &is_moe), None)
+        }
+        Family::Llama4 => {
+            let experts = need("num_local_experts", "the routed experts per layer")?;
+            let top_k = need("num_experts_per_tok", "the experts each token is routed to")?;
+            let width = need("intermediate_size", "the FFN width of one expert")?;
+            let listed = c.u32_list("moe_layers")?;
+            let step = c.opt_u32(&["interleave_moe_layer_step"])?.unwrap_or(1);
+            if step == 0 && listed.is_none() {
+                return Err(Error::invalid(
+                    format!("{}: interleave_moe_layer_step", c.origin),
+                    0,
+                    "must be at least 1 (every step-th layer is MoE)",
+                ));
+            }
+            // Hugging Face's rule: `moe_layers`, else every `interleave_moe_layer_step`-th layer
+            // from layer `step - 1`.
+            let is_moe = |l: u32| match &listed {
+                Some(v) => v.contains(&l),
+                None => (l + 1).is_multiple_of(step),
+            };
+            // One shared expert of the routed experts' width.
+            let m = moe(experts, top_k, width, width, &is_moe);
+            let dense = if m.dense_layers.is_empty() {
+                c.opt_u32(&["intermediate_size_mlp"])?
+            } else {
+                Some(need(
+                    "intermediate_size_mlp",
+                    "the FFN width of the dense layers",
+                )?)
+            };
+            (m, dense)
+        }
+        _ => unreachable!("moe_of is called for mixture-of-experts families"),
+    })
+}
+
+/// DeepSeek-V2 / V3 (`deepseek_v2`, `deepseek_v3`): their expert fields are read (a missing one
+/// is named), then the model is refused: its attention is multi-head latent attention (MLA,
+/// `kv_lora_rank`), whose compressed KV cache and absorbed projections kvplan does not model.
+fn deepseek(c: &Cfg, model_type: &str) -> Result<ModelSpec> {
+    let need = |field: &str, what: &str| {
+        c.opt_u32(&[field])?.ok_or_else(|| Error::MissingField {
+            origin: c.origin.to_string(),
+            field: field.to_string(),
+            hint: Some(format!("required for a {model_type} model: {what}")),
+        })
+    };
+    need("n_routed_experts", "the routed experts per layer")?;
+    need("num_experts_per_tok", "the experts each token is routed to")?;
+    need("moe_intermediate_size", "the FFN width of one expert")?;
+    c.opt_u32(&["n_shared_experts"])?;
+    c.opt_u32(&["first_k_dense_replace"])?;
+    let rank = c
+        .opt_u32(&["kv_lora_rank"])?
+        .map_or_else(|| "absent".to_string(), |r| r.to_string());
+    Err(Error::invalid(
+        format!("{}: kv_lora_rank", c.origin),
+        rank,
+        format!(
+            "{model_type} uses multi-head latent attention (MLA: a compressed KV cache of \
+             kv_lora_rank + qk_rope_head_dim per token), which kvplan does not model; its \
+             experts (n_routed_experts, n_shared_experts, first_k_dense_replace) would be read"
+        ),
+    ))
 }
 
 fn falcon(c: &Cfg, name: &str) -> Result<ModelSpec> {
@@ -881,6 +1345,7 @@ fn falcon(c: &Cfg, name: &str) -> Result<ModelSpec> {
         learned_positions: 0,
         embed_proj_dim: 0,
         tensor_parallel: 1,
+        moe: None,
     })
 }
 
@@ -900,7 +1365,10 @@ mod tests {
             ("mistralai/Mistral-7B-v0.1", Some("mistral-7b")),
             ("Qwen/Qwen2-7B", Some("qwen2-7b")),
             ("facebook/opt-6.7b", Some("opt-6.7b")),
-            ("mistralai/Mixtral-8x7B-v0.1", None),
+            ("mistralai/Mixtral-8x7B-v0.1", Some("mixtral-8x7b")),
+            ("mistralai/Mixtral-8x7B-Instruct-v0.1", Some("mixtral-8x7b")),
+            ("Qwen/Qwen3-30B-A3B", Some("qwen3-30b-a3b")),
+            ("deepseek-ai/DeepSeek-V3", None),
         ] {
             assert_eq!(ModelSpec::preset_for_hf_id(id), preset, "{id}");
         }
@@ -1021,6 +1489,9 @@ mod tests {
         params_gemma_2_27b => "gemma-2-27b",
         params_falcon_7b => "falcon-7b",
         params_yarn_llama_2_7b => "yarn-llama-2-7b",
+        params_mixtral_8x7b => "mixtral-8x7b",
+        params_mixtral_8x22b => "mixtral-8x22b",
+        params_qwen3_30b_a3b => "qwen3-30b-a3b",
     }
 
     #[test]

@@ -2,4 +2,5 @@
 //! one area: `cargo test -p kvplan-vocab --test vocab <module>::`).
 
 mod attention_batch;
+mod moe;
 mod presets;
