@@ -293,66 +293,6 @@ mod tests {
         );
         assert_eq!(label(Field::Dtype.as_str()), "--dtype");
     }
-
-    #[test]
-    fn library_errors_name_flags() {
-        assert_eq!(error_label("workload.gpu_batches"), "--gpu-batches");
-        assert_eq!(
-            error_label("workload.batch x workload.prompt"),
-            "--batch x --prompt"
-        );
-        assert_eq!(
-            error_label("serve.tensor_parallel_size"),
-            "--tensor-parallel-size (serve.tensor_parallel_size)"
-        );
-        assert_eq!(error_label("link.h2d_pinned_gbps"), "link.h2d_pinned_gbps");
-    }
-
-    #[test]
-    fn scenario_errors_of_both_kinds_name_flag_and_field() {
-        assert_eq!(label("workload.qps"), "--qps (workload.qps)");
-        assert_eq!(label("serve.watermark"), "serve.watermark");
-        let serve =
-            kvplan_serve::scenario::ScenarioError::from(kvplan_serve::Error::InvalidConfig {
-                field: "block_size",
-                value: "0".into(),
-                expect: "1..=1024",
-            });
-        let e = serve_error(serve);
-        assert_eq!(
-            (e.code, e.message.as_str()),
-            (
-                EXIT_INPUT,
-                "--block-size (serve.block_size): expected 1..=1024 (got 0)"
-            )
-        );
-        use kvplan_planner::scenario::ScenarioError as P;
-        let e = CliError::from(P::OutOfRange {
-            field: Field::WorkloadBatch,
-            value: "0".into(),
-            expected: "must be at least 1".into(),
-        });
-        assert_eq!(
-            e.message,
-            "--batch (workload.batch): must be at least 1 (got 0)"
-        );
-        let e = CliError::from(P::TokensPerBatch { tokens: 1 << 33 });
-        assert!(
-            e.message
-                .starts_with("--batch x --prompt: must stay below 2^32"),
-            "{}",
-            e.message
-        );
-        let e = CliError::from(P::Missing {
-            field: Field::Model,
-        });
-        assert!(
-            e.message
-                .starts_with("--model is required (a preset such as opt-6.7b"),
-            "{}",
-            e.message
-        );
-    }
 }
 
 #[cfg(test)]

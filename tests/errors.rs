@@ -529,3 +529,66 @@ fn a_scenario_of_the_other_kind_is_refused_by_name() {
         ],
     );
 }
+
+/// How the binary names a scenario field in an error, for both kinds of scenario: a field
+/// with its flag and path (`--batch (workload.batch)`, `--qps (workload.qps)`), a product of
+/// two fields by their flags, a missing model with a preset of the command's kind, a
+/// planner's field by its flag alone, a serving field with flag and path.
+#[test]
+fn scenario_errors_name_flag_and_field_for_both_kinds() {
+    let dir = TempDir::new("flag-and-field");
+    let fails = |args: &[&str], whole: &str| {
+        let args = match args[0] {
+            "simulate" | "serve" => args.to_vec(),
+            _ => [&["simulate"][..], args].concat(),
+        };
+        let err = expect_input_error(&run_in(dir.path(), &args), &[]);
+        assert!(err.starts_with(whole), "{args:?}: {err}");
+    };
+    fails(
+        &with(&["--batch", "0"]),
+        "error: --batch (workload.batch): ",
+    );
+    fails(
+        &with(&["--batch", "70000", "--prompt", "70000"]),
+        "error: --batch x --prompt: must stay below 2^32",
+    );
+    fails(
+        &["simulate", "--hardware", "t4"],
+        "error: --model is required (a preset such as opt-6.7b",
+    );
+    fails(&with(&["--gpu-batches", "0"]), "error: --gpu-batches");
+    let serve = [
+        "serve",
+        "--model",
+        "llama-2-7b",
+        "--hardware",
+        "h100-sxm",
+        "--lengths",
+        "64",
+        "--requests",
+        "2",
+    ];
+    fn serving<'a>(serve: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+        [serve, extra].concat()
+    }
+    fails(
+        &serving(&serve, &["--arrivals", "all-at-once", "--block-size", "0"]),
+        "error: --block-size (serve.block_size): ",
+    );
+    fails(
+        &serving(&serve, &["--arrivals", "poisson", "--qps", "-1"]),
+        "error: --qps (workload.qps): ",
+    );
+    fails(
+        &serving(
+            &serve,
+            &["--arrivals", "all-at-once", "--tensor-parallel-size", "3"],
+        ),
+        "error: --tensor-parallel-size (serve.tensor_parallel_size)",
+    );
+    fails(
+        &["serve", "--hardware", "h100-sxm"],
+        "error: --model is required (a preset such as llama-2-7b",
+    );
+}
