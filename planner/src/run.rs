@@ -66,6 +66,17 @@ pub struct SimulatedRun {
     pub report: RunReport,
 }
 
+impl SimulatedRun {
+    /// The run as a timeline export names it: its strategy, schedule and timeline.
+    pub fn as_run(&self) -> kvplan_vocab::timeline::Run<'_> {
+        kvplan_vocab::timeline::Run {
+            name: self.plan.strategy.as_str(),
+            schedule: &self.plan.schedule,
+            timeline: &self.timeline,
+        }
+    }
+}
+
 /// Plans the scenario with its own strategy, simulates it and builds its report.
 pub fn simulate_scenario(scenario: &Scenario) -> Result<SimulatedRun, RunError> {
     simulate_strategy(scenario, &scenario.cost_model(), scenario.strategy)

@@ -4,7 +4,7 @@
 use kvplan_planner::run::SimulatedRun;
 use kvplan_serve::ServeReport;
 use kvplan_vocab::RunKind;
-use kvplan_vocab::timeline::{Run, write_csv};
+use kvplan_vocab::timeline::write_csv;
 
 /// One metric of a run.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -165,13 +165,8 @@ impl Report {
         let Report::Simulate(s) = self else {
             return None;
         };
-        let runs = [Run {
-            name: s.plan.strategy.as_str(),
-            schedule: &s.plan.schedule,
-            timeline: &s.timeline,
-        }];
         let mut csv = Vec::new();
-        write_csv(&runs, &mut csv).expect("writing to memory does not fail");
+        write_csv(&[s.as_run()], &mut csv).expect("writing to memory does not fail");
         Some(String::from_utf8(csv).expect("the timeline is UTF-8"))
     }
 }

@@ -292,23 +292,13 @@ impl ServeArgs {
                 trace: self.requests_trace.clone(),
                 time_scale: self.time_scale,
                 start_s: self.start,
-                shared_prefix: (self.prefix_groups.is_some()
-                    || self.users_per_group.is_some()
-                    || self.system_prompt_len.is_some()
-                    || self.question_len.is_some())
-                .then(|| kvplan_workloads::SharedPrefixConfig {
+                shared_prefix: given(kvplan_workloads::SharedPrefixConfig {
                     groups: self.prefix_groups,
                     users_per_group: self.users_per_group,
                     system_prompt_len: self.system_prompt_len.clone(),
                     question_len: self.question_len.clone(),
                 }),
-                conversation: (self.conversations.is_some()
-                    || self.turns.is_some()
-                    || self.first_message_len.is_some()
-                    || self.message_len.is_some()
-                    || self.think_time.is_some()
-                    || self.max_context.is_some())
-                .then(|| kvplan_workloads::ConversationConfig {
+                conversation: given(kvplan_workloads::ConversationConfig {
                     conversations: self.conversations,
                     turns: self.turns.clone(),
                     first_message_len: self.first_message_len.clone(),
@@ -361,6 +351,11 @@ impl ServeArgs {
             },
         }
     }
+}
+
+/// A group of settings where any of them is given.
+fn given<T: Default + PartialEq>(group: T) -> Option<T> {
+    (group != T::default()).then_some(group)
 }
 
 /// A `--flag` / `--no-flag` pair as an optional setting (neither: the default).

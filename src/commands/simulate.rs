@@ -1,6 +1,6 @@
 //! `kvplan simulate`: a scenario planned and run on the discrete-event simulator.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::Args;
 
@@ -9,8 +9,7 @@ use crate::error::CliError;
 use kvplan_planner::plan::Strategy;
 use kvplan_planner::run::{COMPARED, SimulatedRun, compare, simulate_scenario};
 use kvplan_report as report;
-use kvplan_report::files::write_output;
-use kvplan_vocab::timeline::{Run, write_chrome_trace, write_csv};
+use kvplan_report::files::write_trace;
 
 pub const SIMULATE_LONG: &str = "\
 Simulate one batch generation (prefill, then gen-1 decode steps) with a strategy:
@@ -68,27 +67,6 @@ pub struct SimulateArgs {
     pub output: OutputArgs,
 }
 
-fn write_trace(path: &Path, runs: &[&SimulatedRun]) -> Result<(), CliError> {
-    let runs: Vec<Run> = runs
-        .iter()
-        .map(|s| Run {
-            name: s.plan.strategy.as_str(),
-            schedule: &s.plan.schedule,
-            timeline: &s.timeline,
-        })
-        .collect();
-    let csv = path
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
-    Ok(write_output(path, "--trace", |w| {
-        if csv {
-            write_csv(&runs, w)
-        } else {
-            write_chrome_trace(&runs, w)
-        }
-    })?)
-}
-
 /// `kvplan simulate`.
 pub fn simulate(args: &SimulateArgs) -> Result<String, CliError> {
     let compared: &[Strategy] = if args.compare { &COMPARED } else { &[] };
@@ -100,14 +78,15 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, CliError> {
     if !args.compare {
         let s = simulate_scenario(&sc)?;
         if let Some(path) = trace {
-            write_trace(path, &[&s])?;
+            write_trace(path, "--trace", &[s.as_run()])?;
         }
         return Ok(report::planner::simulated_run(&s, trace, format)?);
     }
     // --compare: the library's rules pick the strategies and skip those that cannot run.
     let c = compare(&sc)?;
     if let Some(path) = trace {
-        write_trace(path, &c.runs.iter().collect::<Vec<_>>())?;
+        let runs: Vec<_> = c.runs.iter().map(SimulatedRun::as_run).collect();
+        write_trace(path, "--trace", &runs)?;
     }
     Ok(report::planner::comparison(&sc, &c, trace, format)?)
 }
