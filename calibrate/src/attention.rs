@@ -31,7 +31,7 @@ use kvplan_vocab::kernel_model::{AttentionFit, KvAppend};
 use crate::Error;
 use crate::fit::nelder_mead;
 use crate::table::{
-    ErrorStat, LineCounter, logit, median, p90, read_table_text, round4, sigmoid, stat, table_error,
+    ErrorStat, TableRows, logit, median, p90, read_table_text, round4, sigmoid, stat, table_error,
 };
 
 /// The columns of an attention table.
@@ -115,13 +115,7 @@ impl AttentionTable {
 
     /// Parses an attention table; `origin` names it in errors (`origin:line: column: why`).
     pub fn parse(text: &str, origin: &str) -> Result<Self, Error> {
-        let mut reader = csv::ReaderBuilder::new()
-            .trim(csv::Trim::All)
-            .from_reader(text.as_bytes());
-        let headers = reader
-            .headers()
-            .map_err(|e| table_error(origin, 1, "", e.to_string()))?
-            .clone();
+        let (mut rows, headers) = TableRows::new(text, origin)?;
         let mut at = [0usize; 5];
         for (i, name) in COLUMNS.iter().enumerate() {
             at[i] = headers.iter().position(|h| h == *name).ok_or_else(|| {
@@ -137,20 +131,7 @@ impl AttentionTable {
             })?;
         }
         let mut samples = Vec::new();
-        let mut record = csv::StringRecord::new();
-        let mut lines = LineCounter::new(text);
-        loop {
-            match reader.read_record(&mut record) {
-                Ok(false) => break,
-                Ok(true) => {}
-                Err(e) => {
-                    let line = e.position().map_or(0, |p| p.line());
-                    return Err(table_error(origin, line, "", e.to_string()));
-                }
-            }
-            let line = record
-                .position()
-                .map_or(0, |p| lines.line_at(p.byte() as usize));
+        while let Some((record, line)) = rows.next_row()? {
             let field = |i: usize| record.get(at[i]).unwrap_or("");
             let phase = match field(0) {
                 "decode" => Phase::Decode,
