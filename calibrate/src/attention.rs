@@ -22,14 +22,16 @@
 
 use std::path::Path;
 
+use kvplan_vocab::HardwareProfile;
+/// The attention heads a table was measured with.
+pub use kvplan_vocab::attention::Heads;
 use kvplan_vocab::attention::{AttentionBatch, AttentionWork, BLOCK_Q};
 use kvplan_vocab::kernel_model::{AttentionFit, KvAppend};
-use kvplan_vocab::{DType, HardwareProfile, ModelSpec};
 
 use crate::Error;
 use crate::fit::nelder_mead;
 use crate::table::{
-    ErrorStat, LineCounter, logit, median, p90, read_table_text, round4, sigmoid, stat, table_error,
+    ErrorStat, TableRows, logit, median, p90, read_table_text, round4, sigmoid, stat, table_error,
 };
 
 /// The columns of an attention table.
@@ -113,13 +115,7 @@ impl AttentionTable {
 
     /// Parses an attention table; `origin` names it in errors (`origin:line: column: why`).
     pub fn parse(text: &str, origin: &str) -> Result<Self, Error> {
-        let mut reader = csv::ReaderBuilder::new()
-            .trim(csv::Trim::All)
-            .from_reader(text.as_bytes());
-        let headers = reader
-            .headers()
-            .map_err(|e| table_error(origin, 1, "", e.to_string()))?
-            .clone();
+        let (mut rows, headers) = TableRows::new(text, origin)?;
         let mut at = [0usize; 5];
         for (i, name) in COLUMNS.iter().enumerate() {
             at[i] = headers.iter().position(|h| h == *name).ok_or_else(|| {
@@ -135,20 +131,7 @@ impl AttentionTable {
             })?;
         }
         let mut samples = Vec::new();
-        let mut record = csv::StringRecord::new();
-        let mut lines = LineCounter::new(text);
-        loop {
-            match reader.read_record(&mut record) {
-                Ok(false) => break,
-                Ok(true) => {}
-                Err(e) => {
-                    let line = e.position().map_or(0, |p| p.line());
-                    return Err(table_error(origin, line, "", e.to_string()));
-                }
-            }
-            let line = record
-                .position()
-                .map_or(0, |p| lines.line_at(p.byte() as usize));
+        while let Some((record, line)) = rows.next_row()? {
             let field = |i: usize| record.get(at[i]).unwrap_or("");
             let phase = match field(0) {
                 "decode" => Phase::Decode,
@@ -215,31 +198,6 @@ impl AttentionTable {
     }
 }
 
-/// The attention heads a table was measured with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Heads {
-    /// Query heads.
-    pub q_heads: u16,
-    /// Key/value heads.
-    pub kv_heads: u16,
-    /// Head dimension.
-    pub head_dim: u16,
-    /// Element type.
-    pub dtype: DType,
-}
-
-impl Heads {
-    /// The heads of one tensor-parallel rank of `m`.
-    pub fn of(m: &ModelSpec) -> Self {
-        Heads {
-            q_heads: m.num_heads as u16,
-            kv_heads: m.num_kv_heads as u16,
-            head_dim: m.head_dim as u16,
-            dtype: m.dtype,
-        }
-    }
-}
-
 /// A sample cut into the kernel's work units for a fixed SM count, with the K/V copy of the
 /// harness's in-kernel append.
 #[derive(Debug, Clone, Copy)]
@@ -255,14 +213,7 @@ struct Prepared {
 
 fn prepare(s: &AttentionSample, heads: &Heads, sms: u32) -> Prepared {
     let stats = s.batch_stats();
-    let work = AttentionWork::new(
-        &stats,
-        heads.q_heads,
-        heads.kv_heads,
-        heads.head_dim,
-        heads.dtype,
-        Some(sms),
-    );
+    let work = AttentionWork::new(&stats, heads, Some(sms));
     // Every query block copies the new keys it attends to (block j: min((j + 1) * 64, q)); a
     // decode unit (one per KV head) copies its one new key. Read from the new-KV tensor and
     // written to the cache: K and V, twice.
@@ -625,6 +576,7 @@ pub fn replace_attention(profile: &str, attention: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kvplan_vocab::DType;
 
     #[test]
     fn header_detection_and_bad_rows_name_line_and_column() {

@@ -324,6 +324,52 @@ pub(crate) fn read_table_text(path: &Path) -> Result<String, Error> {
     })
 }
 
+/// The rows of a measured table's CSV text (fields trimmed), each with its line in the file; a
+/// row the reader cannot read is an error naming the table and the line.
+pub(crate) struct TableRows<'a> {
+    reader: csv::Reader<&'a [u8]>,
+    record: csv::StringRecord,
+    lines: LineCounter<'a>,
+    origin: &'a str,
+}
+
+impl<'a> TableRows<'a> {
+    /// The rows of `text` and its header row; `origin` names the table in errors.
+    pub(crate) fn new(text: &'a str, origin: &'a str) -> Result<(Self, csv::StringRecord), Error> {
+        let mut reader = csv::ReaderBuilder::new()
+            .trim(csv::Trim::All)
+            .from_reader(text.as_bytes());
+        let headers = reader
+            .headers()
+            .map_err(|e| table_error(origin, 1, "", e.to_string()))?
+            .clone();
+        let rows = TableRows {
+            reader,
+            record: csv::StringRecord::new(),
+            lines: LineCounter::new(text),
+            origin,
+        };
+        Ok((rows, headers))
+    }
+
+    /// The next row and its line, `None` after the last.
+    pub(crate) fn next_row(&mut self) -> Result<Option<(&csv::StringRecord, u64)>, Error> {
+        match self.reader.read_record(&mut self.record) {
+            Ok(false) => return Ok(None),
+            Ok(true) => {}
+            Err(e) => {
+                let line = e.position().map_or(0, |p| p.line());
+                return Err(table_error(self.origin, line, "", e.to_string()));
+            }
+        }
+        let line = self
+            .record
+            .position()
+            .map_or(0, |p| self.lines.line_at(p.byte() as usize));
+        Ok(Some((&self.record, line)))
+    }
+}
+
 impl MeasuredTable {
     /// Reads a Vidur-format CSV.
     pub fn read(path: &Path) -> Result<Self, Error> {
@@ -332,13 +378,7 @@ impl MeasuredTable {
 
     /// Parses a Vidur-format CSV; `origin` names it in errors (`origin:line: column: why`).
     pub fn parse(text: &str, origin: &str) -> Result<Self, Error> {
-        let mut reader = csv::ReaderBuilder::new()
-            .trim(csv::Trim::All)
-            .from_reader(text.as_bytes());
-        let headers = reader
-            .headers()
-            .map_err(|e| table_error(origin, 1, "", e.to_string()))?
-            .clone();
+        let (mut rows, headers) = TableRows::new(text, origin)?;
         let needed = SIZE_COLUMNS
             .iter()
             .map(|s| s.to_string())
@@ -355,20 +395,7 @@ impl MeasuredTable {
             }
         }
         let mut samples = Vec::new();
-        let mut record = csv::StringRecord::new();
-        let mut lines = LineCounter::new(text);
-        loop {
-            match reader.read_record(&mut record) {
-                Ok(false) => break,
-                Ok(true) => {}
-                Err(e) => {
-                    let line = e.position().map_or(0, |p| p.line());
-                    return Err(table_error(origin, line, "", e.to_string()));
-                }
-            }
-            let line = record
-                .position()
-                .map_or(0, |p| lines.line_at(p.byte() as usize));
+        while let Some((record, line)) = rows.next_row()? {
             let raw: RawRow = record.deserialize(Some(&headers)).map_err(|e| {
                 let (column, why) = match e.kind() {
                     csv::ErrorKind::Deserialize { err, .. } => (

@@ -37,7 +37,7 @@
 //! bit-identical on the CPU too (each (sequence, head) is computed by the same GEMMs whatever the
 //! number of heads in the call; only strides differ); on CUDA it is held to the same tolerance.
 
-use crate::kernel::{AttentionShape, Device, Strided, reference_attention};
+use crate::kernel::{AttentionShape, CopyAt, Device, Strided, reference_attention};
 use crate::{BackendKind, Error, ExecOptions, cpu, cuda, data};
 
 /// Largest absolute difference accepted between CUDA attention outputs computed from the same
@@ -253,15 +253,15 @@ pub(crate) fn headwise<D: Device<Error = Error>>(
     let kv = data::random_f32(shape.kv_elems(), data::derive(seed, 22), 1.0);
     let (q_host, kv_host) = (dev.host(&q)?, dev.host(&kv)?);
     let mut q_dev = dev.dev_zeroed(q.len())?;
-    dev.h2d(&mut q_dev, 0, &q_host, 0, q.len())?;
+    dev.h2d(&mut q_dev, &q_host, CopyAt::first(q.len()))?;
     let mut kv_dev = dev.dev_zeroed(kv.len())?;
-    dev.h2d(&mut kv_dev, 0, &kv_host, 0, kv.len())?;
+    dev.h2d(&mut kv_dev, &kv_host, CopyAt::first(kv.len()))?;
     let out_len = shape.q_elems();
     let mut out_host = dev.host_zeroed(out_len)?;
     let reference = {
         let mut out = dev.dev_zeroed(out_len)?;
         dev.attention(shape, &q_dev, &kv_dev, &mut out)?;
-        dev.d2h(&mut out_host, 0, &out, 0, out_len)?;
+        dev.d2h(&mut out_host, &out, CopyAt::first(out_len))?;
         dev.read(&out_host)?
     };
     // K,V rows are (token, K|V, sequence); query rows are (query, sequence).
@@ -284,7 +284,15 @@ pub(crate) fn headwise<D: Device<Error = Error>>(
             for i in 0..groups {
                 let gather = rows_copy(kv_rows, g * d, (i * g * d, shape.kv_heads * d), (0, g * d));
                 dev.strided(&gather, &kv_dev, &mut stage, 1.0, -0.0)?;
-                dev.d2h(&mut cache, i * block, &stage, 0, block)?;
+                dev.d2h(
+                    &mut cache,
+                    &stage,
+                    CopyAt {
+                        dst_at: i * block,
+                        src_at: 0,
+                        len: block,
+                    },
+                )?;
             }
         }
         // Head-wise attention through two ping-pong buffers.
@@ -294,14 +302,22 @@ pub(crate) fn headwise<D: Device<Error = Error>>(
         let mut out = dev.dev_zeroed(out_len)?;
         for i in 0..groups {
             let buf = &mut buffers[i % 2];
-            dev.h2d(buf, 0, &cache, i * block, block)?;
+            dev.h2d(
+                buf,
+                &cache,
+                CopyAt {
+                    dst_at: 0,
+                    src_at: i * block,
+                    len: block,
+                },
+            )?;
             let gather = rows_copy(q_rows, gq * d, (i * gq * d, shape.q_heads * d), (0, gq * d));
             dev.strided(&gather, &q_dev, &mut qg, 1.0, -0.0)?;
             dev.attention(&gshape, &qg, buf, &mut og)?;
             let scatter = rows_copy(q_rows, gq * d, (0, gq * d), (i * gq * d, shape.q_heads * d));
             dev.strided(&scatter, &og, &mut out, 1.0, -0.0)?;
         }
-        dev.d2h(&mut out_host, 0, &out, 0, out_len)?;
+        dev.d2h(&mut out_host, &out, CopyAt::first(out_len))?;
         let got = dev.read(&out_host)?;
         let (max_abs_diff, max_rel_diff, bit_identical) = compare(&got, &reference);
         result.push(HeadwiseEquivalence {
@@ -396,19 +412,19 @@ pub(crate) fn equivalence<D: Device<Error = Error>>(
     let w_host = dev.host(&w)?;
     let q_host = dev.host(&q)?;
     let mut w_dev = dev.dev_zeroed(w.len())?;
-    dev.h2d(&mut w_dev, 0, &w_host, 0, w.len())?;
+    dev.h2d(&mut w_dev, &w_host, CopyAt::first(w.len()))?;
     let mut q_dev = dev.dev_zeroed(q.len())?;
-    dev.h2d(&mut q_dev, 0, &q_host, 0, q.len())?;
+    dev.h2d(&mut q_dev, &q_host, CopyAt::first(q.len()))?;
 
     // Prefill: K,V of every cached token on the device, then offloaded to the host.
     let mut x_dev = dev.dev_zeroed(x.len())?;
-    dev.h2d(&mut x_dev, 0, &x_host, 0, x.len())?;
+    dev.h2d(&mut x_dev, &x_host, CopyAt::first(x.len()))?;
     let mut rows = dev.dev_zeroed(s * b * 2 * kvd)?;
     dev.gemm(s * b, 2 * kvd, h, &x_dev, &w_dev, &mut rows)?;
     let mut kv_dev = dev.dev_zeroed(s * tok_kv)?;
     kv_concat(dev, s, b, kvd, &rows, &mut kv_dev)?;
     let mut cache = dev.host_zeroed(s * tok_kv)?;
-    dev.d2h(&mut cache, 0, &kv_dev, 0, s * tok_kv)?;
+    dev.d2h(&mut cache, &kv_dev, CopyAt::first(s * tok_kv))?;
     drop((x_dev, rows, kv_dev));
 
     // Full transfer.
@@ -416,10 +432,10 @@ pub(crate) fn equivalence<D: Device<Error = Error>>(
     let mut out_host = dev.host_zeroed(out_len)?;
     let reference = {
         let mut kv = dev.dev_zeroed(s * tok_kv)?;
-        dev.h2d(&mut kv, 0, &cache, 0, s * tok_kv)?;
+        dev.h2d(&mut kv, &cache, CopyAt::first(s * tok_kv))?;
         let mut out = dev.dev_zeroed(out_len)?;
         dev.attention(&shape, &q_dev, &kv, &mut out)?;
-        dev.d2h(&mut out_host, 0, &out, 0, out_len)?;
+        dev.d2h(&mut out_host, &out, CopyAt::first(out_len))?;
         dev.read(&out_host)?
     };
 
@@ -430,17 +446,25 @@ pub(crate) fn equivalence<D: Device<Error = Error>>(
         let mut kv = dev.dev_zeroed(s * tok_kv)?;
         if l > 0 {
             let mut xl = dev.dev_zeroed(l * tok_x)?;
-            dev.h2d(&mut xl, 0, &x_host, 0, l * tok_x)?;
+            dev.h2d(&mut xl, &x_host, CopyAt::first(l * tok_x))?;
             let mut rows = dev.dev_zeroed(l * b * 2 * kvd)?;
             dev.gemm(l * b, 2 * kvd, h, &xl, &w_dev, &mut rows)?;
             kv_concat(dev, l, b, kvd, &rows, &mut kv)?;
         }
         if l < s {
-            dev.h2d(&mut kv, l * tok_kv, &cache, l * tok_kv, (s - l) * tok_kv)?;
+            dev.h2d(
+                &mut kv,
+                &cache,
+                CopyAt {
+                    dst_at: l * tok_kv,
+                    src_at: l * tok_kv,
+                    len: (s - l) * tok_kv,
+                },
+            )?;
         }
         let mut out = dev.dev_zeroed(out_len)?;
         dev.attention(&shape, &q_dev, &kv, &mut out)?;
-        dev.d2h(&mut out_host, 0, &out, 0, out_len)?;
+        dev.d2h(&mut out_host, &out, CopyAt::first(out_len))?;
         let got = dev.read(&out_host)?;
         let (max_abs_diff, max_rel_diff, bit_identical) = compare(&got, &reference);
         result.push(Equivalence {
@@ -468,13 +492,13 @@ fn accuracy<D: Device<Error = Error>>(
         .collect();
     let (qh, kvh) = (dev.host(&q)?, dev.host(&kv)?);
     let mut qd = dev.dev_zeroed(q.len())?;
-    dev.h2d(&mut qd, 0, &qh, 0, q.len())?;
+    dev.h2d(&mut qd, &qh, CopyAt::first(q.len()))?;
     let mut kvd = dev.dev_zeroed(kv.len())?;
-    dev.h2d(&mut kvd, 0, &kvh, 0, kv.len())?;
+    dev.h2d(&mut kvd, &kvh, CopyAt::first(kv.len()))?;
     let mut od = dev.dev_zeroed(q.len())?;
     dev.attention(shape, &qd, &kvd, &mut od)?;
     let mut oh = dev.host_zeroed(q.len())?;
-    dev.d2h(&mut oh, 0, &od, 0, q.len())?;
+    dev.d2h(&mut oh, &od, CopyAt::first(q.len()))?;
     let got = dev.read(&oh)?;
     let reference = reference_attention(shape, &q, &kv);
     let (max_abs_diff, max_rel_diff, _) = compare(&got, &reference);
@@ -492,95 +516,16 @@ fn accuracy<D: Device<Error = Error>>(
 mod tests {
     use super::*;
 
-    /// A fault injected into the CPU device's strided copy (the scatter kernel).
-    #[derive(Clone, Copy)]
-    enum Fault {
-        /// Only the prefill scatter (all 9 tokens) works; a partial one (KVPR's recomputed
-        /// rows) is lost.
-        NoPartialScatter,
-        /// Every scatter writes the first head slot (a planner that forgets where a group's
-        /// output belongs).
-        FirstSlotOnly,
+    /// Faults injected into the CPU device's strided copy (the scatter kernel): only the
+    /// prefill scatter (all 9 tokens) works; a partial one (KVPR's recomputed rows) is lost.
+    fn no_partial_scatter(s: &Strided) -> Option<Strided> {
+        (s.outer == 9).then_some(*s)
     }
 
-    /// The CPU device with one fault; every other method is the real one.
-    struct Faulty(cpu::CheckDevice, Fault);
-
-    impl Device for Faulty {
-        type Host = Vec<f32>;
-        type Dev = Vec<f32>;
-        type Error = Error;
-        fn round(&self, x: f32) -> f32 {
-            x
-        }
-        fn host(&mut self, d: &[f32]) -> Result<Vec<f32>, Error> {
-            self.0.host(d)
-        }
-        fn host_zeroed(&mut self, n: usize) -> Result<Vec<f32>, Error> {
-            self.0.host_zeroed(n)
-        }
-        fn dev_zeroed(&mut self, n: usize) -> Result<Vec<f32>, Error> {
-            self.0.dev_zeroed(n)
-        }
-        fn h2d(
-            &mut self,
-            d: &mut Vec<f32>,
-            da: usize,
-            s: &Vec<f32>,
-            sa: usize,
-            n: usize,
-        ) -> Result<(), Error> {
-            self.0.h2d(d, da, s, sa, n)
-        }
-        fn d2h(
-            &mut self,
-            d: &mut Vec<f32>,
-            da: usize,
-            s: &Vec<f32>,
-            sa: usize,
-            n: usize,
-        ) -> Result<(), Error> {
-            self.0.d2h(d, da, s, sa, n)
-        }
-        fn gemm(
-            &mut self,
-            m: usize,
-            n: usize,
-            k: usize,
-            a: &Vec<f32>,
-            b: &Vec<f32>,
-            c: &mut Vec<f32>,
-        ) -> Result<(), Error> {
-            self.0.gemm(m, n, k, a, b, c)
-        }
-        fn strided(
-            &mut self,
-            s: &Strided,
-            src: &Vec<f32>,
-            dst: &mut Vec<f32>,
-            a: f32,
-            b: f32,
-        ) -> Result<(), Error> {
-            match self.1 {
-                Fault::NoPartialScatter if s.outer != 9 => Ok(()),
-                Fault::NoPartialScatter => self.0.strided(s, src, dst, a, b),
-                Fault::FirstSlotOnly => {
-                    self.0.strided(&Strided { dst_at: 0, ..*s }, src, dst, a, b)
-                }
-            }
-        }
-        fn attention(
-            &mut self,
-            sh: &AttentionShape,
-            q: &Vec<f32>,
-            kv: &Vec<f32>,
-            o: &mut Vec<f32>,
-        ) -> Result<(), Error> {
-            self.0.attention(sh, q, kv, o)
-        }
-        fn read(&mut self, h: &Vec<f32>) -> Result<Vec<f32>, Error> {
-            self.0.read(h)
-        }
+    /// Every scatter writes the first head slot (a planner that forgets where a group's output
+    /// belongs).
+    fn first_slot_only(s: &Strided) -> Option<Strided> {
+        Some(Strided { dst_at: 0, ..*s })
     }
 
     #[test]
@@ -594,7 +539,7 @@ mod tests {
             seq_len: 9,
         };
         let r = equivalence(
-            &mut Faulty(cpu::CheckDevice::new(), Fault::NoPartialScatter),
+            &mut cpu::CheckDevice::faulty(no_partial_scatter),
             5,
             &case,
             &[0, 3, 8],
@@ -625,7 +570,7 @@ mod tests {
             causal: true,
         };
         let r = headwise(
-            &mut Faulty(cpu::CheckDevice::new(), Fault::FirstSlotOnly),
+            &mut cpu::CheckDevice::faulty(first_slot_only),
             3,
             &shape,
             &[4, 1],

@@ -17,7 +17,7 @@ use std::time::Instant;
 use kvplan_vocab::schedule::{HostMemory, OpId, OpKind, Schedule, StreamId};
 use kvplan_vocab::timeline::{Source, Span, Timeline};
 
-use crate::kernel::{AttentionShape, CHECK_HOST, Device, Strided};
+use crate::kernel::{AttentionShape, CHECK_HOST, CopyAt, Device, Strided};
 use crate::sched::{self, Progress, StreamNeeds, Worker};
 use crate::{BackendKind, DeviceInfo, Error, ExecOptions, Executor, data};
 
@@ -540,6 +540,10 @@ fn cpu_info() -> DeviceInfo {
 pub(crate) struct CheckDevice {
     staging: Vec<f32>,
     scores: Vec<f32>,
+    /// A fault injected into every strided copy, to show that the checks catch a planner that
+    /// gets one wrong: the copy it makes instead (`None`: none).
+    #[cfg(test)]
+    fault: Option<fn(&Strided) -> Option<Strided>>,
 }
 
 impl CheckDevice {
@@ -547,6 +551,17 @@ impl CheckDevice {
         CheckDevice {
             staging: vec![0.0; STAGING_BYTES / 4],
             scores: Vec::new(),
+            #[cfg(test)]
+            fault: None,
+        }
+    }
+
+    /// The device with `fault` injected into its strided copy.
+    #[cfg(test)]
+    pub fn faulty(fault: fn(&Strided) -> Option<Strided>) -> Self {
+        CheckDevice {
+            fault: Some(fault),
+            ..CheckDevice::new()
         }
     }
 }
@@ -572,33 +587,19 @@ impl Device for CheckDevice {
         Ok(vec![0.0; len])
     }
 
-    fn h2d(
-        &mut self,
-        dst: &mut Vec<f32>,
-        dst_at: usize,
-        src: &Vec<f32>,
-        src_at: usize,
-        len: usize,
-    ) -> Result<(), Error> {
+    fn h2d(&mut self, dst: &mut Vec<f32>, src: &Vec<f32>, at: CopyAt) -> Result<(), Error> {
         copy(
-            &mut dst[dst_at..dst_at + len],
-            &src[src_at..src_at + len],
+            &mut dst[at.dst()],
+            &src[at.src()],
             CHECK_HOST,
             &mut self.staging,
         );
         Ok(())
     }
 
-    fn d2h(
-        &mut self,
-        dst: &mut Vec<f32>,
-        dst_at: usize,
-        src: &Vec<f32>,
-        src_at: usize,
-        len: usize,
-    ) -> Result<(), Error> {
+    fn d2h(&mut self, dst: &mut Vec<f32>, src: &Vec<f32>, at: CopyAt) -> Result<(), Error> {
         // On the CPU both directions are the same memcpy.
-        self.h2d(dst, dst_at, src, src_at, len)
+        self.h2d(dst, src, at)
     }
 
     fn gemm(
@@ -622,6 +623,13 @@ impl Device for CheckDevice {
         a: f32,
         b: f32,
     ) -> Result<(), Error> {
+        #[cfg(test)]
+        if let Some(fault) = self.fault {
+            if let Some(s) = fault(s) {
+                strided(&s, src, dst, a, b);
+            }
+            return Ok(());
+        }
         strided(s, src, dst, a, b);
         Ok(())
     }

@@ -107,6 +107,36 @@ impl Strided {
     }
 }
 
+/// Where a contiguous copy between host and device reads and writes: `len` elements from
+/// `src_at` of the source to `dst_at` of the destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CopyAt {
+    pub dst_at: usize,
+    pub src_at: usize,
+    pub len: usize,
+}
+
+impl CopyAt {
+    /// The first `len` elements of the source to the start of the destination.
+    pub fn first(len: usize) -> Self {
+        CopyAt {
+            dst_at: 0,
+            src_at: 0,
+            len,
+        }
+    }
+
+    /// The destination's elements.
+    pub fn dst(&self) -> std::ops::Range<usize> {
+        self.dst_at..self.dst_at + self.len
+    }
+
+    /// The source's elements.
+    pub fn src(&self) -> std::ops::Range<usize> {
+        self.src_at..self.src_at + self.len
+    }
+}
+
 /// What a backend offers the checks: host and device buffers of its element type, copies
 /// between them, and its kernels. `Host` buffers are pinned where the backend has such a thing.
 pub(crate) trait Device {
@@ -125,24 +155,12 @@ pub(crate) trait Device {
     fn host_zeroed(&mut self, len: usize) -> Result<Self::Host, Self::Error>;
     /// A zeroed device buffer.
     fn dev_zeroed(&mut self, len: usize) -> Result<Self::Dev, Self::Error>;
-    /// Copies `len` elements host→device.
-    fn h2d(
-        &mut self,
-        dst: &mut Self::Dev,
-        dst_at: usize,
-        src: &Self::Host,
-        src_at: usize,
-        len: usize,
-    ) -> Result<(), Self::Error>;
-    /// Copies `len` elements device→host.
-    fn d2h(
-        &mut self,
-        dst: &mut Self::Host,
-        dst_at: usize,
-        src: &Self::Dev,
-        src_at: usize,
-        len: usize,
-    ) -> Result<(), Self::Error>;
+    /// Copies `at` host→device.
+    fn h2d(&mut self, dst: &mut Self::Dev, src: &Self::Host, at: CopyAt)
+    -> Result<(), Self::Error>;
+    /// Copies `at` device→host.
+    fn d2h(&mut self, dst: &mut Self::Host, src: &Self::Dev, at: CopyAt)
+    -> Result<(), Self::Error>;
     /// Row-major `c[m, n] = a[m, k] · b[k, n]`.
     fn gemm(
         &mut self,

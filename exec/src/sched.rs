@@ -71,24 +71,22 @@ fn prod(op: usize, xs: &[u64]) -> Result<u64, Error> {
 pub(crate) fn attention_shape(op: usize, kind: &OpKind) -> Result<Option<AttentionShape>, Error> {
     let OpKind::Attention {
         batch,
-        q_heads,
-        kv_heads,
         q_len,
         kv_len,
-        head_dim,
         causal,
         ..
     } = *kind
     else {
         return Ok(None);
     };
+    let heads = kind.attention_heads().expect("an attention op has heads");
     let s = AttentionShape {
         batch: batch as usize,
-        q_heads: usize::from(q_heads),
-        kv_heads: usize::from(kv_heads),
+        q_heads: usize::from(heads.q_heads),
+        kv_heads: usize::from(heads.kv_heads),
         q_len: q_len as usize,
         kv_len: kv_len as usize,
-        head_dim: usize::from(head_dim),
+        head_dim: usize::from(heads.head_dim),
         causal,
     };
     if s.kv_heads == 0 || !s.q_heads.is_multiple_of(s.kv_heads) {

@@ -140,21 +140,7 @@ pub fn kvpr_plan(
             if let Some(why) = &why {
                 let _ = writeln!(out, "why (step 1): {why}");
             }
-            let _ = writeln!(
-                out,
-                "memory: GPU {} ({}), host {}",
-                gib(p.memory.gpu_bytes()),
-                p.memory
-                    .gpu
-                    .iter()
-                    .map(|i| format!("{} {}", i.kind.name(), gib(i.bytes)))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                gib(p.memory.host_bytes())
-            );
-            for n in &p.notes {
-                let _ = writeln!(out, "note: {n}");
-            }
+            memory_and_notes(&mut out, p);
             out.push('\n');
             let mut t = Table::new(&[
                 "step",
@@ -188,8 +174,10 @@ pub fn kvpr_plan(
     }
 }
 
-fn memory_line(p: &Plan) -> String {
-    format!(
+/// The table's last lines of every plan: its memory (GPU by kind, host) and its notes.
+fn memory_and_notes(out: &mut String, p: &Plan) {
+    let _ = writeln!(
+        out,
         "memory: GPU {} ({}), host {}",
         gib(p.memory.gpu_bytes()),
         p.memory
@@ -199,7 +187,35 @@ fn memory_line(p: &Plan) -> String {
             .collect::<Vec<_>>()
             .join(", "),
         gib(p.memory.host_bytes())
-    )
+    );
+    for n in &p.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+}
+
+/// The JSON of a plan of one context (`plan runahead`, `plan headinfer`): what both say —
+/// strategy, model, hardware, context, the planner's `details`, memory and notes — with the
+/// strategy's own `fields`.
+fn context_plan_json(
+    strategy: &str,
+    sc: &Scenario,
+    p: &Plan,
+    details: &impl serde::Serialize,
+    fields: serde_json::Value,
+) -> Result<String, Error> {
+    let mut v = json!({
+        "strategy": strategy,
+        "model": p.model,
+        "hardware": p.hardware,
+        "context": sc.shape.prompt,
+        "details": details,
+        "memory": p.memory,
+        "notes": p.notes,
+    });
+    if let (Some(v), serde_json::Value::Object(fields)) = (v.as_object_mut(), fields) {
+        v.extend(fields);
+    }
+    json_line(&v)
 }
 
 /// `plan runahead`: the context partition and TTFT per method.
@@ -209,20 +225,19 @@ pub fn runahead_plan(sc: &Scenario, p: &Plan, format: Format) -> Result<String, 
         .runahead()
         .ok_or_else(|| Error::Failure("the KV-Runahead planner returned no decisions".into()))?;
     match format {
-        Format::Json => json_line(&json!({
-            "strategy": "runahead",
-            "model": p.model,
-            "hardware": p.hardware,
-            "context": sc.shape.prompt,
-            "devices": sc.options.runahead.devices,
-            "devices_used": d.devices_used,
-            "partition": d.partition,
-            "ttft_s": d.ttft_s,
-            "speedup": d.speedup,
-            "details": d,
-            "memory": p.memory,
-            "notes": p.notes,
-        })),
+        Format::Json => context_plan_json(
+            "runahead",
+            sc,
+            p,
+            d,
+            json!({
+                "devices": sc.options.runahead.devices,
+                "devices_used": d.devices_used,
+                "partition": d.partition,
+                "ttft_s": d.ttft_s,
+                "speedup": d.speedup,
+            }),
+        ),
         Format::Csv => csv_text(
             &["device", "tokens"],
             &d.partition
@@ -264,10 +279,7 @@ pub fn runahead_plan(sc: &Scenario, p: &Plan, format: Format) -> Result<String, 
                 d.link_gbps,
                 d.peer_bytes_by_device
             );
-            let _ = writeln!(out, "{}", memory_line(p));
-            for n in &p.notes {
-                let _ = writeln!(out, "note: {n}");
-            }
+            memory_and_notes(&mut out, p);
             Ok(out)
         }
     }
@@ -280,18 +292,17 @@ pub fn headinfer_plan(sc: &Scenario, p: &Plan, format: Format) -> Result<String,
         .headinfer()
         .ok_or_else(|| Error::Failure("the HeadInfer planner returned no decisions".into()))?;
     match format {
-        Format::Json => json_line(&json!({
-            "strategy": "headinfer",
-            "model": p.model,
-            "hardware": p.hardware,
-            "context": sc.shape.prompt,
-            "details": d,
-            "memory": p.memory,
-            "peak_gpu_bytes": p.memory.gpu_bytes(),
-            "peak_host_bytes": p.memory.host_bytes(),
-            "ops": p.schedule.len(),
-            "notes": p.notes,
-        })),
+        Format::Json => context_plan_json(
+            "headinfer",
+            sc,
+            p,
+            d,
+            json!({
+                "peak_gpu_bytes": p.memory.gpu_bytes(),
+                "peak_host_bytes": p.memory.host_bytes(),
+                "ops": p.schedule.len(),
+            }),
+        ),
         Format::Csv => csv_text(
             &[
                 "context",
@@ -320,10 +331,7 @@ pub fn headinfer_plan(sc: &Scenario, p: &Plan, format: Format) -> Result<String,
                 "KV heads per offload group: {} ({} groups per layer); prefill chunk: {} tokens",
                 d.heads_per_group, d.groups_per_layer, d.chunk_tokens
             );
-            let _ = writeln!(out, "{}", memory_line(p));
-            for n in &p.notes {
-                let _ = writeln!(out, "note: {n}");
-            }
+            memory_and_notes(&mut out, p);
             Ok(out)
         }
     }

@@ -76,96 +76,97 @@ impl Preemption {
     }
 }
 
-/// Engine settings. Build with [`Config::default`] and overwrite fields; [`Config::validate`]
-/// checks them against a model and a GPU. `None` means vLLM's default for the scheduler and GPU.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Config {
-    /// Tokens per KV block (vLLM `--block-size`, default 16).
-    pub block_size: u32,
-    /// Fraction of the GPU's usable memory the engine may use (default 0.9).
-    pub gpu_memory_utilization: f64,
-    /// Fraction of GPU blocks kept free when admitting a prompt (vLLM 0.4 schedulers; default
-    /// 0.01; V1 has no watermark).
-    pub watermark: f64,
-    /// Host memory for swapped-out KV (and hybrid's stored activations), GiB (default 4).
-    pub swap_space_gib: f64,
-    /// Whether the swap space is pinned (default true; pageable copies use the slower curve).
-    pub pinned: bool,
-    /// Scheduler (default `vllm-v1`).
-    pub scheduler: SchedulerKind,
-    /// Preemption mode (default recompute; `vllm-v1` recomputes only).
-    pub preemption: Preemption,
-    /// Most sequences running at once (`--max-num-seqs`).
-    pub max_num_seqs: Option<u32>,
-    /// Most tokens in one iteration (`--max-num-batched-tokens`).
-    pub max_num_batched_tokens: Option<u32>,
-    /// Longest request in tokens, prompt plus output (`--max-model-len`; default the model's
-    /// context). Longer prompts are rejected; generation stops at it (finish reason `length`).
-    pub max_model_len: Option<u32>,
-    /// Use this many GPU KV blocks instead of the memory accounting's (`--num-gpu-blocks-override`;
-    /// `vllm-v1` reserves one as the null block, as vLLM does).
-    pub num_gpu_blocks_override: Option<u32>,
-    /// Automatic prefix caching (`--enable-prefix-caching`; default on for `vllm-v1`, off for the
-    /// vLLM 0.4 schedulers, which do not support it here).
-    pub enable_prefix_caching: Option<bool>,
-    /// Chunked prefill for `vllm-v1` (`--enable-chunked-prefill`, default on): off, a prompt
-    /// whose uncached tokens exceed the remaining budget waits for a later step.
-    pub enable_chunked_prefill: Option<bool>,
-    /// `vllm-v1`: cap on one request's prefill chunk (`--long-prefill-token-threshold`, 0 = none).
-    pub long_prefill_token_threshold: u32,
-    /// Schedule the next step while the GPU runs this one (`--async-scheduling`; default on for
-    /// `vllm-v1`, as in vLLM 0.15, off for the 0.4 schedulers).
-    pub async_scheduling: Option<bool>,
-    /// No CUDA graphs (`--enforce-eager`): every kernel launched from the host.
-    pub enforce_eager: bool,
-    /// Largest CUDA-graph batch in tokens (`max_cudagraph_capture_size`); default
-    /// `min(2 × max_num_seqs, 512, max_num_batched_tokens)`.
-    pub max_cudagraph_capture_size: Option<u32>,
-    /// Copies per KV block on swap; `None`: `2 * num_layers` (vLLM keeps one K and one V cache
-    /// tensor per layer and issues one `cudaMemcpyAsync` per block per tensor).
-    pub swap_copies_per_block: Option<u32>,
-    /// Keep the per-iteration time series (default true).
-    pub record_timeseries: bool,
-    /// Expert parallelism for a mixture of experts (`--enable-expert-parallel`, default off):
-    /// each tensor-parallel rank holds `experts / tensor_parallel_size` whole experts rather
-    /// than every expert at `1 / tensor_parallel_size` of its width. The engine runs the model
-    /// it is given: a scenario shards it accordingly ([`kvplan_vocab::ModelSpec::sharded_with`]);
-    /// a dense model ignores the setting, as vLLM does.
-    #[serde(skip_serializing_if = "is_false")]
-    pub enable_expert_parallel: bool,
-}
-
-fn is_false(b: &bool) -> bool {
-    !*b
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            block_size: 16,
-            gpu_memory_utilization: 0.9,
-            watermark: 0.01,
-            swap_space_gib: 4.0,
-            pinned: true,
-            scheduler: SchedulerKind::VllmV1,
-            preemption: Preemption::Recompute,
-            max_num_seqs: None,
-            max_num_batched_tokens: None,
-            max_model_len: None,
-            num_gpu_blocks_override: None,
-            enable_prefix_caching: None,
-            enable_chunked_prefill: None,
-            long_prefill_token_threshold: 0,
-            async_scheduling: None,
-            enforce_eager: false,
-            max_cudagraph_capture_size: None,
-            swap_copies_per_block: None,
-            record_timeseries: true,
-            enable_expert_parallel: false,
+/// Calls the macro `$then` with [`Config`]'s fields, each `name: Type = default` with its docs,
+/// in their order: [`Config`] and its [`Default`] here, and the scenario's `[serve]` table
+/// ([`crate::scenario::RawConfig`], every field optional), are declared from this one list.
+macro_rules! config_fields {
+    ($then:ident) => {
+        $then! {
+            /// Tokens per KV block (vLLM `--block-size`, default 16).
+            block_size: u32 = 16,
+            /// Fraction of the GPU's usable memory the engine may use (default 0.9).
+            gpu_memory_utilization: f64 = 0.9,
+            /// Fraction of GPU blocks kept free when admitting a prompt (vLLM 0.4 schedulers;
+            /// default 0.01; V1 has no watermark).
+            watermark: f64 = 0.01,
+            /// Host memory for swapped-out KV (and hybrid's stored activations), GiB (default 4).
+            swap_space_gib: f64 = 4.0,
+            /// Whether the swap space is pinned (default true; pageable copies use the slower
+            /// curve).
+            pinned: bool = true,
+            /// Scheduler (default `vllm-v1`).
+            scheduler: SchedulerKind = SchedulerKind::VllmV1,
+            /// Preemption mode (default recompute; `vllm-v1` recomputes only).
+            preemption: Preemption = Preemption::Recompute,
+            /// Most sequences running at once (`--max-num-seqs`).
+            max_num_seqs: Option<u32> = None,
+            /// Most tokens in one iteration (`--max-num-batched-tokens`).
+            max_num_batched_tokens: Option<u32> = None,
+            /// Longest request in tokens, prompt plus output (`--max-model-len`; default the
+            /// model's context). Longer prompts are rejected; generation stops at it (finish reason
+            /// `length`).
+            max_model_len: Option<u32> = None,
+            /// Use this many GPU KV blocks instead of the memory accounting's
+            /// (`--num-gpu-blocks-override`; `vllm-v1` reserves one as the null block, as vLLM
+            /// does).
+            num_gpu_blocks_override: Option<u32> = None,
+            /// Automatic prefix caching (`--enable-prefix-caching`; default on for `vllm-v1`, off
+            /// for the vLLM 0.4 schedulers, which do not support it here).
+            enable_prefix_caching: Option<bool> = None,
+            /// Chunked prefill for `vllm-v1` (`--enable-chunked-prefill`, default on): off, a
+            /// prompt whose uncached tokens exceed the remaining budget waits for a later step.
+            enable_chunked_prefill: Option<bool> = None,
+            /// `vllm-v1`: cap on one request's prefill chunk (`--long-prefill-token-threshold`, 0 =
+            /// none).
+            long_prefill_token_threshold: u32 = 0,
+            /// Schedule the next step while the GPU runs this one (`--async-scheduling`; default on
+            /// for `vllm-v1`, as in vLLM 0.15, off for the 0.4 schedulers).
+            async_scheduling: Option<bool> = None,
+            /// No CUDA graphs (`--enforce-eager`): every kernel launched from the host.
+            enforce_eager: bool = false,
+            /// Largest CUDA-graph batch in tokens (`max_cudagraph_capture_size`); default `min(2 ×
+            /// max_num_seqs, 512, max_num_batched_tokens)`.
+            max_cudagraph_capture_size: Option<u32> = None,
+            /// Copies per KV block on swap; `None`: `2 * num_layers` (vLLM keeps one K and one V
+            /// cache tensor per layer and issues one `cudaMemcpyAsync` per block per tensor).
+            swap_copies_per_block: Option<u32> = None,
+            /// Keep the per-iteration time series (default true).
+            record_timeseries: bool = true,
+            /// Expert parallelism for a mixture of experts (`--enable-expert-parallel`, default
+            /// off): each tensor-parallel rank holds `experts / tensor_parallel_size` whole
+            /// experts rather than every expert at `1 / tensor_parallel_size` of its width. The
+            /// engine runs the model it is given: a scenario shards it accordingly
+            /// ([`kvplan_vocab::ModelSpec::sharded_with`]); a dense model ignores the setting, as
+            /// vLLM does.
+            enable_expert_parallel: bool = false,
         }
-    }
+    };
 }
+pub(crate) use config_fields;
+
+/// Declares [`Config`] and its [`Default`] from [`config_fields`].
+macro_rules! declare_config {
+    ($($(#[doc = $doc:literal])* $name:ident: $ty:ty = $default:expr,)*) => {
+        /// Engine settings. Build with [`Config::default`] and overwrite fields;
+        /// [`Config::validate`] checks them against a model and a GPU. `None` means vLLM's
+        /// default for the scheduler and GPU.
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields, default)]
+        pub struct Config {
+            $($(#[doc = $doc])* pub $name: $ty,)*
+        }
+
+        impl Default for Config {
+            fn default() -> Self {
+                Config {
+                    $($name: $default,)*
+                }
+            }
+        }
+    };
+}
+
+config_fields!(declare_config);
 
 impl Config {
     /// vLLM 0.4's engine (the `vllm-v0` scheduler) with its defaults.

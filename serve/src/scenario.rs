@@ -32,146 +32,71 @@ pub const DEFAULT_OUTPUT_LENGTHS: &str = "128";
 /// Most requests a capacity search serves at one rate.
 pub const MAX_STEADY_REQUESTS: u64 = 1_000_000;
 
-/// The `[serve]` table: every [`Config`] field, each optional (unset: the default).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawConfig {
-    /// [`Config::block_size`].
-    pub block_size: Option<u32>,
-    /// [`Config::gpu_memory_utilization`].
-    pub gpu_memory_utilization: Option<f64>,
-    /// [`Config::watermark`].
-    pub watermark: Option<f64>,
-    /// [`Config::swap_space_gib`].
-    pub swap_space_gib: Option<f64>,
-    /// [`Config::pinned`].
-    pub pinned: Option<bool>,
-    /// [`Config::scheduler`].
-    pub scheduler: Option<SchedulerKind>,
-    /// [`Config::preemption`].
-    pub preemption: Option<Preemption>,
-    /// [`Config::max_num_seqs`].
-    pub max_num_seqs: Option<u32>,
-    /// [`Config::max_num_batched_tokens`].
-    pub max_num_batched_tokens: Option<u32>,
-    /// [`Config::max_model_len`].
-    pub max_model_len: Option<u32>,
-    /// [`Config::num_gpu_blocks_override`].
-    pub num_gpu_blocks_override: Option<u32>,
-    /// [`Config::enable_prefix_caching`].
-    pub enable_prefix_caching: Option<bool>,
-    /// [`Config::enable_chunked_prefill`].
-    pub enable_chunked_prefill: Option<bool>,
-    /// [`Config::long_prefill_token_threshold`].
-    pub long_prefill_token_threshold: Option<u32>,
-    /// [`Config::async_scheduling`].
-    pub async_scheduling: Option<bool>,
-    /// [`Config::enforce_eager`].
-    pub enforce_eager: Option<bool>,
-    /// [`Config::max_cudagraph_capture_size`].
-    pub max_cudagraph_capture_size: Option<u32>,
-    /// [`Config::swap_copies_per_block`].
-    pub swap_copies_per_block: Option<u32>,
-    /// [`Config::record_timeseries`].
-    pub record_timeseries: Option<bool>,
-    /// Tensor-parallel GPUs serving the model (vLLM's `--tensor-parallel-size`): the engine
-    /// simulates one rank, with the model's per-rank shapes ([`ModelSpec::sharded`]), its share
-    /// of the weights and KV cache, and an all-reduce after each layer's attention and FFN.
-    pub tensor_parallel_size: Option<u32>,
-    /// [`Config::enable_expert_parallel`]: a mixture of experts' routed experts divided among
-    /// the tensor-parallel ranks whole ([`ModelSpec::sharded_with`]) instead of each expert's
-    /// width split.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub enable_expert_parallel: Option<bool>,
+/// Declares [`RawConfig`] from [`Config`]'s fields ([`crate::config::config_fields`]): each
+/// optional, a field that is already an `Option` (vLLM's default for the scheduler and GPU) still
+/// one. The fields are taken one at a time into the struct's fields and, per field, how
+/// [`RawConfig::to_config`] fills it from the defaults (`unwrap_or`, or `or` for an `Option`).
+macro_rules! raw_config {
+    ([$($field:tt)*] [$($name:ident $fill:ident)*]) => {
+        /// The `[serve]` table: every [`Config`] field, each optional (unset: the default).
+        #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct RawConfig {
+            $($field)*
+            /// Tensor-parallel GPUs serving the model (vLLM's `--tensor-parallel-size`): the
+            /// engine simulates one rank, with the model's per-rank shapes
+            /// ([`ModelSpec::sharded`]), its share of the weights and KV cache, and an all-reduce
+            /// after each layer's attention and FFN.
+            pub tensor_parallel_size: Option<u32>,
+        }
+
+        impl RawConfig {
+            /// Fields `other` sets win.
+            pub fn overlay(mut self, other: RawConfig) -> Self {
+                $(pick(&mut self.$name, other.$name);)*
+                pick(&mut self.tensor_parallel_size, other.tensor_parallel_size);
+                self
+            }
+
+            /// The defaults with the given fields replaced.
+            pub fn to_config(&self) -> Config {
+                let d = Config::default();
+                Config {
+                    $($name: self.$name.$fill(d.$name),)*
+                }
+            }
+        }
+    };
+    ([$($field:tt)*] [$($names:tt)*]
+        $(#[doc = $doc:literal])* $name:ident: Option<$ty:ty> = None, $($rest:tt)*) => {
+        raw_config! {
+            [$($field)*
+                #[doc = concat!("[`Config::", stringify!($name), "`].")]
+                pub $name: Option<$ty>,]
+            [$($names)* $name or]
+            $($rest)*
+        }
+    };
+    ([$($field:tt)*] [$($names:tt)*]
+        $(#[doc = $doc:literal])* $name:ident: $ty:ty = $default:expr, $($rest:tt)*) => {
+        raw_config! {
+            [$($field)*
+                #[doc = concat!("[`Config::", stringify!($name), "`].")]
+                pub $name: Option<$ty>,]
+            [$($names)* $name unwrap_or]
+            $($rest)*
+        }
+    };
+    ($($fields:tt)*) => {
+        raw_config! { [] [] $($fields)* }
+    };
 }
+
+crate::config::config_fields!(raw_config);
 
 fn pick<T>(a: &mut Option<T>, b: Option<T>) {
     if b.is_some() {
         *a = b;
-    }
-}
-
-impl RawConfig {
-    /// Fields `other` sets win.
-    pub fn overlay(mut self, other: RawConfig) -> Self {
-        pick(&mut self.block_size, other.block_size);
-        pick(
-            &mut self.gpu_memory_utilization,
-            other.gpu_memory_utilization,
-        );
-        pick(&mut self.watermark, other.watermark);
-        pick(&mut self.swap_space_gib, other.swap_space_gib);
-        pick(&mut self.pinned, other.pinned);
-        pick(&mut self.scheduler, other.scheduler);
-        pick(&mut self.preemption, other.preemption);
-        pick(&mut self.max_num_seqs, other.max_num_seqs);
-        pick(
-            &mut self.max_num_batched_tokens,
-            other.max_num_batched_tokens,
-        );
-        pick(&mut self.max_model_len, other.max_model_len);
-        pick(
-            &mut self.num_gpu_blocks_override,
-            other.num_gpu_blocks_override,
-        );
-        pick(&mut self.enable_prefix_caching, other.enable_prefix_caching);
-        pick(
-            &mut self.enable_chunked_prefill,
-            other.enable_chunked_prefill,
-        );
-        pick(
-            &mut self.long_prefill_token_threshold,
-            other.long_prefill_token_threshold,
-        );
-        pick(&mut self.async_scheduling, other.async_scheduling);
-        pick(&mut self.enforce_eager, other.enforce_eager);
-        pick(
-            &mut self.max_cudagraph_capture_size,
-            other.max_cudagraph_capture_size,
-        );
-        pick(&mut self.swap_copies_per_block, other.swap_copies_per_block);
-        pick(&mut self.record_timeseries, other.record_timeseries);
-        pick(&mut self.tensor_parallel_size, other.tensor_parallel_size);
-        pick(
-            &mut self.enable_expert_parallel,
-            other.enable_expert_parallel,
-        );
-        self
-    }
-
-    /// The defaults with the given fields replaced.
-    pub fn to_config(&self) -> Config {
-        let d = Config::default();
-        Config {
-            block_size: self.block_size.unwrap_or(d.block_size),
-            gpu_memory_utilization: self
-                .gpu_memory_utilization
-                .unwrap_or(d.gpu_memory_utilization),
-            watermark: self.watermark.unwrap_or(d.watermark),
-            swap_space_gib: self.swap_space_gib.unwrap_or(d.swap_space_gib),
-            pinned: self.pinned.unwrap_or(d.pinned),
-            scheduler: self.scheduler.unwrap_or(d.scheduler),
-            preemption: self.preemption.unwrap_or(d.preemption),
-            max_num_seqs: self.max_num_seqs.or(d.max_num_seqs),
-            max_num_batched_tokens: self.max_num_batched_tokens.or(d.max_num_batched_tokens),
-            max_model_len: self.max_model_len.or(d.max_model_len),
-            num_gpu_blocks_override: self.num_gpu_blocks_override.or(d.num_gpu_blocks_override),
-            enable_prefix_caching: self.enable_prefix_caching.or(d.enable_prefix_caching),
-            enable_chunked_prefill: self.enable_chunked_prefill.or(d.enable_chunked_prefill),
-            long_prefill_token_threshold: self
-                .long_prefill_token_threshold
-                .unwrap_or(d.long_prefill_token_threshold),
-            async_scheduling: self.async_scheduling.or(d.async_scheduling),
-            enforce_eager: self.enforce_eager.unwrap_or(d.enforce_eager),
-            max_cudagraph_capture_size: self
-                .max_cudagraph_capture_size
-                .or(d.max_cudagraph_capture_size),
-            swap_copies_per_block: self.swap_copies_per_block.or(d.swap_copies_per_block),
-            record_timeseries: self.record_timeseries.unwrap_or(d.record_timeseries),
-            enable_expert_parallel: self
-                .enable_expert_parallel
-                .unwrap_or(d.enable_expert_parallel),
-        }
     }
 }
 

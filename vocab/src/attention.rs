@@ -15,6 +15,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::dtype::DType;
+use crate::model::ModelSpec;
 
 /// Query rows of one work unit: FlashAttention-2's split-KV kernel (the paged-KV kernel vLLM's
 /// FlashAttention backend runs) tiles queries in blocks of 64 rows (`kBlockM`).
@@ -208,6 +209,32 @@ pub fn flash_splits(units: u64, slots: u64, n_blocks: u64, max_splits: u64) -> u
         .map_or(1, |s| s as u32)
 }
 
+/// The heads one attention kernel runs: query and key/value heads of `head_dim` elements of
+/// `dtype`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heads {
+    /// Query heads.
+    pub q_heads: u16,
+    /// Key/value heads.
+    pub kv_heads: u16,
+    /// Head dimension.
+    pub head_dim: u16,
+    /// Element type.
+    pub dtype: DType,
+}
+
+impl Heads {
+    /// The heads of one tensor-parallel rank of `m`.
+    pub fn of(m: &ModelSpec) -> Self {
+        Heads {
+            q_heads: m.num_heads as u16,
+            kv_heads: m.num_kv_heads as u16,
+            head_dim: m.head_dim as u16,
+            dtype: m.dtype,
+        }
+    }
+}
+
 /// An attention kernel cut into work units: totals for the roofline and, with a GPU's SM count,
 /// the units' mean and longest work for the wave model of
 /// [`crate::kernel_model::AttentionFit`].
@@ -234,34 +261,29 @@ pub struct AttentionWork {
 }
 
 impl AttentionWork {
-    /// The work of `batch` on `q_heads` / `kv_heads` heads of `head_dim`; `sms`: the GPU's
-    /// streaming multiprocessors (`None`: totals only, for the roofline).
-    pub fn new(
-        batch: &AttentionBatch,
-        q_heads: u16,
-        kv_heads: u16,
-        head_dim: u16,
-        dtype: DType,
-        sms: Option<u32>,
-    ) -> Self {
-        let flops = batch.flops(q_heads, head_dim);
-        let bytes = batch.mem_bytes(q_heads, kv_heads, head_dim, dtype);
-        Self::with_totals(batch, q_heads, kv_heads, head_dim, dtype, sms, flops, bytes)
+    /// The work of `batch` on `heads`; `sms`: the GPU's streaming multiprocessors (`None`:
+    /// totals only, for the roofline).
+    pub fn new(batch: &AttentionBatch, heads: &Heads, sms: Option<u32>) -> Self {
+        let flops = batch.flops(heads.q_heads, heads.head_dim);
+        let bytes = batch.mem_bytes(heads.q_heads, heads.kv_heads, heads.head_dim, heads.dtype);
+        Self::with_totals(batch, heads, sms, flops, bytes)
     }
 
     /// As [`AttentionWork::new`] with the totals given (an op's own `flops()` and `mem_bytes()`,
     /// so that the roofline stays bit for bit what the op computes).
-    #[allow(clippy::too_many_arguments)]
     pub fn with_totals(
         batch: &AttentionBatch,
-        q_heads: u16,
-        kv_heads: u16,
-        head_dim: u16,
-        dtype: DType,
+        heads: &Heads,
         sms: Option<u32>,
         flops: f64,
         bytes: f64,
     ) -> Self {
+        let Heads {
+            q_heads,
+            kv_heads,
+            head_dim,
+            dtype,
+        } = *heads;
         let mut w = AttentionWork {
             flops,
             bytes,
@@ -387,18 +409,26 @@ mod tests {
         assert_eq!(v, [500, 600, 700]);
     }
 
+    /// Llama-3-8B-like GQA: 32 query heads over 8 KV heads.
+    const LLAMA_3_8B: Heads = Heads {
+        q_heads: 32,
+        kv_heads: 8,
+        head_dim: 128,
+        dtype: DType::Bf16,
+    };
+
     #[test]
     fn decode_packs_query_heads_of_a_kv_head() {
-        // Llama-3-8B-like GQA: 32 query heads over 8 KV heads, 16 decode rows of 1000 keys.
+        // 16 decode rows of 1000 keys.
         let b = AttentionBatch::uniform(16, 1, 1000, false);
-        let w = AttentionWork::new(&b, 32, 8, 128, DType::Bf16, Some(132));
+        let w = AttentionWork::new(&b, &LLAMA_3_8B, Some(132));
         assert_eq!(w.units, 16.0 * 8.0 * w.splits as f64);
         // The same rows as a prefill-shaped batch (two query tokens) are not packed.
         let p = AttentionBatch::uniform(16, 2, 1000, true);
-        let wp = AttentionWork::new(&p, 32, 8, 128, DType::Bf16, Some(132));
+        let wp = AttentionWork::new(&p, &LLAMA_3_8B, Some(132));
         assert_eq!(wp.units, 16.0 * 32.0 * wp.splits as f64);
         // Without an SM count: totals only.
-        let r = AttentionWork::new(&b, 32, 8, 128, DType::Bf16, None);
+        let r = AttentionWork::new(&b, &LLAMA_3_8B, None);
         assert_eq!(r.units, 0.0);
         assert_eq!(r.flops, w.flops);
         assert_eq!(r.bytes, b.mem_bytes(32, 8, 128, DType::Bf16));

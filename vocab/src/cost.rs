@@ -12,7 +12,7 @@
 //! programs use are linearisations: a copy curve's asymptotic bandwidth with its smallest-copy
 //! time as latency, and the GEMM model's straight roofline scaled by [`CostModel::gemm_ratio`].
 
-use crate::attention::{AttentionBatch, AttentionWork};
+use crate::attention::{AttentionBatch, AttentionWork, Heads};
 use crate::calibration::CopyTables;
 use crate::dtype::DType;
 use crate::hardware::{Duplex, HardwareProfile};
@@ -323,27 +323,7 @@ impl CostModel {
         causal: bool,
         dtype: DType,
     ) -> f64 {
-        self.kernel(self.attention_device(
-            batch, q_heads, kv_heads, q_len, kv_len, head_dim, causal, dtype,
-        ))
-    }
-
-    /// Device seconds of a uniform attention op: the batch model of its uniform statistics, with
-    /// the op's own FLOPs and bytes (the roofline exactly as before the batch model).
-    #[allow(clippy::too_many_arguments)]
-    #[inline]
-    fn attention_device(
-        &self,
-        batch: u32,
-        q_heads: u16,
-        kv_heads: u16,
-        q_len: u32,
-        kv_len: u32,
-        head_dim: u16,
-        causal: bool,
-        dtype: DType,
-    ) -> f64 {
-        let op = OpKind::Attention {
+        self.duration(&OpKind::Attention {
             batch,
             q_heads,
             kv_heads,
@@ -352,17 +332,21 @@ impl CostModel {
             head_dim,
             causal,
             dtype,
-        };
-        let stats = AttentionBatch::uniform(batch, q_len, kv_len, causal);
+        })
+    }
+
+    /// Device seconds of the attention op `kind` (uniform or batched) over the sequences
+    /// `stats`: the batch model of the statistics, with the op's own FLOPs and bytes (for a
+    /// uniform op, the roofline exactly as before the batch model).
+    #[inline]
+    fn attention_device(&self, kind: &OpKind, stats: &AttentionBatch) -> f64 {
+        let heads = kind.attention_heads().expect("an attention op");
         let w = AttentionWork::with_totals(
-            &stats,
-            q_heads,
-            kv_heads,
-            head_dim,
-            dtype,
+            stats,
+            &heads,
             self.kernels.section().attention.sms,
-            op.flops(),
-            op.mem_bytes(),
+            kind.flops(),
+            kind.mem_bytes(),
         );
         self.kernels.attention_work_device(&w)
     }
@@ -371,18 +355,8 @@ impl CostModel {
     /// [`crate::kernel_model::AttentionFit`]): the floor paid once, the work of every sequence
     /// cut into the kernel's units. A uniform batch costs what [`CostModel::attention`] gives.
     #[inline]
-    pub fn attention_batch(
-        &self,
-        batch: &AttentionBatch,
-        q_heads: u16,
-        kv_heads: u16,
-        head_dim: u16,
-        dtype: DType,
-    ) -> f64 {
-        self.kernel(
-            self.kernels
-                .attention_batch_device(batch, q_heads, kv_heads, head_dim, dtype),
-        )
+    pub fn attention_batch(&self, batch: &AttentionBatch, heads: &Heads) -> f64 {
+        self.kernel(self.kernels.attention_batch_device(batch, heads))
     }
 
     /// Seconds for a memory-bound kernel of `kind` touching `bytes`.
@@ -426,36 +400,11 @@ impl CostModel {
                 None => self.d2h(host).time(bytes),
             },
             OpKind::PeerSend { bytes } => self.peer.time(bytes),
-            OpKind::Gemm {
-                m,
-                n,
-                k,
-                batch,
-                dtype,
-            } => self.gemm(m, n, k, batch, dtype),
-            OpKind::Attention {
-                batch,
-                q_heads,
-                kv_heads,
-                q_len,
-                kv_len,
-                head_dim,
-                causal,
-                dtype,
-            } => self.attention(
-                batch, q_heads, kv_heads, q_len, kv_len, head_dim, causal, dtype,
-            ),
-            OpKind::BatchAttention {
-                batch,
-                q_heads,
-                kv_heads,
-                head_dim,
-                dtype,
-            } => self.attention_batch(&batch, q_heads, kv_heads, head_dim, dtype),
-            OpKind::Elementwise { kind, bytes, rows } => {
-                self.kernel(self.kernels.mem_device(kind, bytes, Some(rows)))
-            }
             OpKind::AllReduce { bytes, ranks } => self.allreduce(bytes, ranks),
+            OpKind::Gemm { .. }
+            | OpKind::Attention { .. }
+            | OpKind::BatchAttention { .. }
+            | OpKind::Elementwise { .. } => self.kernel(self.device_duration(kind)),
         }
     }
 
@@ -476,25 +425,14 @@ impl CostModel {
             } => self.kernels.gemm_device(m, n, k, batch, dtype),
             OpKind::Attention {
                 batch,
-                q_heads,
-                kv_heads,
                 q_len,
                 kv_len,
-                head_dim,
                 causal,
-                dtype,
-            } => self.attention_device(
-                batch, q_heads, kv_heads, q_len, kv_len, head_dim, causal, dtype,
-            ),
-            OpKind::BatchAttention {
-                batch,
-                q_heads,
-                kv_heads,
-                head_dim,
-                dtype,
-            } => self
-                .kernels
-                .attention_batch_device(&batch, q_heads, kv_heads, head_dim, dtype),
+                ..
+            } => {
+                self.attention_device(kind, &AttentionBatch::uniform(batch, q_len, kv_len, causal))
+            }
+            OpKind::BatchAttention { batch, .. } => self.attention_device(kind, &batch),
             OpKind::Elementwise { kind, bytes, rows } => {
                 self.kernels.mem_device(kind, bytes, Some(rows))
             }

@@ -330,16 +330,7 @@ struct Check<'a> {
 impl Check<'_> {
     /// `v` (in the file's unit, `scale` SI units each) converted to SI units, if inside `range`.
     fn range(&self, field: &str, v: f64, scale: f64, unit: &str, range: Range) -> Result<f64> {
-        let si = v * scale;
-        if range.contains(si) {
-            Ok(si)
-        } else {
-            Err(Error::invalid(
-                format!("{}: {field}", self.origin),
-                limits::show(v),
-                range.describe(scale, unit),
-            ))
-        }
+        range.check(format!("{}: {field}", self.origin), v, scale, unit)
     }
 
     fn non_negative(&self, field: &str, v: f64) -> Result<f64> {

@@ -35,10 +35,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::attention::{AttentionBatch, AttentionWork};
+use crate::attention::{AttentionBatch, AttentionWork, Heads};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::limits::{self, BANDWIDTH, EFFICIENCY, LATENCY, Range};
+use crate::limits::{self, BANDWIDTH, EFFICIENCY, LATENCY};
 use crate::schedule::ElemKind;
 
 /// Tile shapes `(rows, cols)` the GEMM model chooses from (the CUTLASS/cuBLAS tensor-core
@@ -189,6 +189,31 @@ pub struct KvAppend {
     pub token_ns: f64,
 }
 
+/// The fields of one table of a profile: their names in errors (`origin: table.FIELD`) and the
+/// range checks every table shares.
+struct Fields(String);
+
+impl Fields {
+    fn new(origin: &str, table: &str) -> Self {
+        Fields(format!("{origin}: {table}"))
+    }
+
+    /// `origin: table.field`.
+    fn name(&self, field: &str) -> String {
+        format!("{}.{field}", self.0)
+    }
+
+    /// A latency or overhead in microseconds ([`LATENCY`]).
+    fn us(&self, field: &str, v: f64) -> Result<f64> {
+        LATENCY.check(self.name(field), v, 1e-6, "us")
+    }
+
+    /// A fraction of peak ([`EFFICIENCY`]).
+    fn frac(&self, field: &str, v: f64) -> Result<f64> {
+        EFFICIENCY.check(self.name(field), v, 1.0, "of peak")
+    }
+}
+
 impl AttentionFit {
     /// The roofline: a floor, a compute and a memory efficiency, no work-unit model.
     pub fn roofline(floor_us: f64, prefill_efficiency: f64, decode_efficiency: f64) -> Self {
@@ -206,40 +231,27 @@ impl AttentionFit {
     /// Checks every figure; errors name `origin: {table}.FIELD` (`table`: `kernels.attention` or
     /// `attention`).
     pub fn check(&self, origin: &str, table: &str) -> Result<()> {
-        let f = |s: &str| format!("{origin}: {table}.{s}");
-        let range = |field: &str, v: f64, scale: f64, unit: &str, r: Range| {
-            if r.contains(v * scale) {
-                Ok(())
-            } else {
-                Err(Error::invalid(
-                    f(field),
-                    limits::show(v),
-                    r.describe(scale, unit),
-                ))
-            }
-        };
-        let us = |field: &str, v: f64| range(field, v, 1e-6, "us", LATENCY);
-        let frac = |field: &str, v: f64| range(field, v, 1.0, "of peak", EFFICIENCY);
-        us("floor_us", self.floor_us)?;
-        frac("prefill_efficiency", self.prefill_efficiency)?;
-        frac("decode_efficiency", self.decode_efficiency)?;
+        let fields = Fields::new(origin, table);
+        fields.us("floor_us", self.floor_us)?;
+        fields.frac("prefill_efficiency", self.prefill_efficiency)?;
+        fields.frac("decode_efficiency", self.decode_efficiency)?;
         if self.sms == Some(0) || self.sms.is_some_and(|s| s > 10_000) {
             return Err(Error::invalid(
-                f("sms"),
+                fields.name("sms"),
                 self.sms.unwrap_or(0),
                 "must be from 1 to 10000 streaming multiprocessors",
             ));
         }
         for (field, v) in [("unit_us", self.unit_us), ("split_us", self.split_us)] {
             if let Some(v) = v {
-                us(field, v)?;
+                fields.us(field, v)?;
             }
         }
         if let Some(t) = self.tail
             && !(t.is_finite() && (0.0..=100.0).contains(&t))
         {
             return Err(Error::invalid(
-                f("tail"),
+                fields.name("tail"),
                 limits::show(t),
                 "must be from 0 to 100 unit-times",
             ));
@@ -253,7 +265,7 @@ impl AttentionFit {
             && let Some((field, _)) = needs_sms.iter().find(|(_, set)| *set)
         {
             return Err(Error::invalid(
-                f(field),
+                fields.name(field),
                 "set without sms",
                 "belongs to the work-unit model: give sms (the GPU's streaming multiprocessors) \
                  too, or leave it out",
@@ -446,38 +458,25 @@ impl KernelsSection {
 
     /// Checks every figure (`origin: kernels.FIELD` in errors).
     pub fn check(&self, origin: &str) -> Result<()> {
-        let f = |s: &str| format!("{origin}: kernels.{s}");
-        let range = |field: &str, v: f64, scale: f64, unit: &str, r: Range| {
-            if r.contains(v * scale) {
-                Ok(())
-            } else {
-                Err(Error::invalid(
-                    f(field),
-                    limits::show(v),
-                    r.describe(scale, unit),
-                ))
-            }
-        };
-        let us = |field: &str, v: f64| range(field, v, 1e-6, "us", LATENCY);
-        let frac = |field: &str, v: f64| range(field, v, 1.0, "of peak", EFFICIENCY);
-        us("launch_us", self.launch_us)?;
+        let fields = Fields::new(origin, "kernels");
+        fields.us("launch_us", self.launch_us)?;
         let g = &self.gemm;
-        us("gemm.floor_us", g.floor_us)?;
-        us("gemm.latency_us", g.latency_us)?;
-        frac("gemm.memory_efficiency", g.memory_efficiency)?;
-        frac("gemm.compute_efficiency", g.compute_efficiency)?;
+        fields.us("gemm.floor_us", g.floor_us)?;
+        fields.us("gemm.latency_us", g.latency_us)?;
+        fields.frac("gemm.memory_efficiency", g.memory_efficiency)?;
+        fields.frac("gemm.compute_efficiency", g.compute_efficiency)?;
         if let Some(e) = g.tile_exponent
             && !(e.is_finite() && (-2.0..=2.0).contains(&e))
         {
             return Err(Error::invalid(
-                f("gemm.tile_exponent"),
+                fields.name("gemm.tile_exponent"),
                 limits::show(e),
                 "must be from -2 to 2",
             ));
         }
         if g.sms == Some(0) || g.sms.is_some_and(|s| s > 10_000) {
             return Err(Error::invalid(
-                f("gemm.sms"),
+                fields.name("gemm.sms"),
                 g.sms.unwrap_or(0),
                 "must be from 1 to 10000 streaming multiprocessors",
             ));
@@ -486,18 +485,18 @@ impl KernelsSection {
             && !(p.is_finite() && (1.0..=64.0).contains(&p))
         {
             return Err(Error::invalid(
-                f("gemm.blend"),
+                fields.name("gemm.blend"),
                 limits::show(p),
                 "must be from 1 to 64 (the p of a p-norm; leave it out for the hard maximum)",
             ));
         }
         for kind in ElemKind::ALL {
             let m = self.mem(kind);
-            us(&format!("{}.floor_us", kind.as_str()), m.floor_us)?;
+            fields.us(&format!("{}.floor_us", kind.as_str()), m.floor_us)?;
             // Memory-bound kernels that stay in L2 can beat HBM: allow up to 4x of peak.
             if !(m.efficiency.is_finite() && m.efficiency > 0.0 && m.efficiency <= 4.0) {
                 return Err(Error::invalid(
-                    f(&format!("{}.efficiency", kind.as_str())),
+                    fields.name(&format!("{}.efficiency", kind.as_str())),
                     limits::show(m.efficiency),
                     "must be more than 0, at most 4 (a fraction of HBM bandwidth; above 1 when the \
                      data stays in L2)",
@@ -505,16 +504,15 @@ impl KernelsSection {
             }
         }
         self.attention.check(origin, "kernels.attention")?;
-        us("allreduce.latency_us", self.allreduce.latency_us)?;
-        range(
-            "allreduce.bus_gbps",
+        fields.us("allreduce.latency_us", self.allreduce.latency_us)?;
+        BANDWIDTH.check(
+            fields.name("allreduce.bus_gbps"),
             self.allreduce.bus_gbps,
             1e9,
             "GB/s",
-            BANDWIDTH,
         )?;
         for (i, t) in self.tables.iter().enumerate() {
-            let field = f(&format!("tables[{i}]"));
+            let field = fields.name(&format!("tables[{i}]"));
             match t.kind {
                 TableKind::Gemm if t.n == 0 || t.k == 0 => {
                     return Err(Error::invalid(
@@ -806,16 +804,8 @@ impl KernelModel {
     }
 
     /// Device seconds of one attention kernel over `batch` (see [`AttentionFit`]).
-    pub fn attention_batch_device(
-        &self,
-        batch: &AttentionBatch,
-        q_heads: u16,
-        kv_heads: u16,
-        head_dim: u16,
-        dtype: DType,
-    ) -> f64 {
-        let a = &self.section.attention;
-        let w = AttentionWork::new(batch, q_heads, kv_heads, head_dim, dtype, a.sms);
+    pub fn attention_batch_device(&self, batch: &AttentionBatch, heads: &Heads) -> f64 {
+        let w = AttentionWork::new(batch, heads, self.section.attention.sms);
         self.attention_work_device(&w)
     }
 

@@ -3,6 +3,8 @@
 //! microseconds as seconds) that would make the KVPR LP ill-conditioned or print absurd times;
 //! the bounds are wide enough for any real machine, from a laptop CPU to a rack-scale GPU.
 
+use crate::error::{Error, Result};
+
 /// An accepted interval of one quantity, in SI units.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Range {
@@ -39,6 +41,17 @@ impl Range {
             )
         } else {
             format!("must be from {lo} to {hi} {unit} ({})", self.label)
+        }
+    }
+
+    /// `v` (in a file's unit, `scale` SI units each) in SI units, if inside the range; else an
+    /// error naming `field`, with `v` as written and what is accepted ([`Range::describe`]).
+    pub fn check(&self, field: impl Into<String>, v: f64, scale: f64, unit: &str) -> Result<f64> {
+        let si = v * scale;
+        if self.contains(si) {
+            Ok(si)
+        } else {
+            Err(Error::invalid(field, show(v), self.describe(scale, unit)))
         }
     }
 }

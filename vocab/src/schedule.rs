@@ -10,8 +10,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::attention::AttentionBatch;
 pub use crate::attention::attention_pairs;
+use crate::attention::{AttentionBatch, Heads};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
@@ -261,6 +261,32 @@ impl OpKind {
                 bytes
             }
             _ => 0,
+        }
+    }
+
+    /// The heads of an attention op, uniform or batched; `None` for every other op.
+    pub fn attention_heads(&self) -> Option<Heads> {
+        match *self {
+            OpKind::Attention {
+                q_heads,
+                kv_heads,
+                head_dim,
+                dtype,
+                ..
+            }
+            | OpKind::BatchAttention {
+                q_heads,
+                kv_heads,
+                head_dim,
+                dtype,
+                ..
+            } => Some(Heads {
+                q_heads,
+                kv_heads,
+                head_dim,
+                dtype,
+            }),
+            _ => None,
         }
     }
 
@@ -786,7 +812,8 @@ mod tests {
         assert_eq!(r.reuse_dep(), Some(OpId(2)));
     }
 
-    fn one_op_json() -> serde_json::Value {
+    /// A builder with one compute stream and `kind` pushed on it.
+    fn one_op(kind: OpKind) -> ScheduleBuilder {
         let mut b = ScheduleBuilder::new();
         let c = b.stream(0, StreamKind::Compute, "c");
         let l = b.label("x");
@@ -797,17 +824,16 @@ mod tests {
             batch: 0,
             group: Tag::NONE,
         };
-        b.push(
-            OpKind::Elementwise {
-                kind: ElemKind::Other,
-                bytes: 1,
-                rows: 0,
-            },
-            c,
-            l,
-            tag,
-            &[],
-        );
+        b.push(kind, c, l, tag, &[]);
+        b
+    }
+
+    fn one_op_json() -> serde_json::Value {
+        let b = one_op(OpKind::Elementwise {
+            kind: ElemKind::Other,
+            bytes: 1,
+            rows: 0,
+        });
         serde_json::to_value(b.build()).unwrap()
     }
 
@@ -841,26 +867,10 @@ mod tests {
     #[test]
     #[should_panic(expected = "does not fit")]
     fn builder_refuses_a_copy_on_a_compute_stream() {
-        let mut b = ScheduleBuilder::new();
-        let c = b.stream(0, StreamKind::Compute, "c");
-        let l = b.label("x");
-        let tag = Tag {
-            phase: Phase::Decode,
-            step: 1,
-            layer: 0,
-            batch: 0,
-            group: Tag::NONE,
-        };
-        b.push(
-            OpKind::D2H {
-                bytes: 1,
-                payload: Payload::Cache,
-                host: HostMemory::Pinned,
-            },
-            c,
-            l,
-            tag,
-            &[],
-        );
+        one_op(OpKind::D2H {
+            bytes: 1,
+            payload: Payload::Cache,
+            host: HostMemory::Pinned,
+        });
     }
 }

@@ -6,7 +6,7 @@ use std::io::Write;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::schedule::{Category, OpId, OpKind, Phase, Schedule, StreamKind, Tag};
+use crate::schedule::{Category, Op, OpId, OpKind, Phase, Schedule, StreamKind, Tag};
 
 /// Start and end of one op, seconds from the start of the run.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -277,6 +277,13 @@ pub struct Run<'a> {
     pub timeline: &'a Timeline,
 }
 
+impl Run<'_> {
+    /// Each op of the schedule with its span on the timeline.
+    fn ops(&self) -> impl Iterator<Item = (&Op, &Span)> {
+        self.schedule.ops().iter().zip(&self.timeline.spans)
+    }
+}
+
 fn tag_value(v: u16) -> serde_json::Value {
     if v == Tag::NONE {
         serde_json::Value::Null
@@ -317,13 +324,7 @@ pub fn write_chrome_trace(runs: &[Run], out: &mut dyn Write) -> std::io::Result<
                 json!({"ph":"M","pid":pid,"tid":tid,"name":"thread_sort_index","args":{"sort_index":tid}}),
             )?;
         }
-        for (i, (op, span)) in run
-            .schedule
-            .ops()
-            .iter()
-            .zip(&run.timeline.spans)
-            .enumerate()
-        {
+        for (i, (op, span)) in run.ops().enumerate() {
             let mut args = json!({
                 "op": i,
                 "phase": op.tag.phase,
@@ -388,13 +389,7 @@ pub fn write_csv(runs: &[Run], out: &mut dyn Write) -> std::io::Result<()> {
         }
     };
     for run in runs {
-        for (i, (op, span)) in run
-            .schedule
-            .ops()
-            .iter()
-            .zip(&run.timeline.spans)
-            .enumerate()
-        {
+        for (i, (op, span)) in run.ops().enumerate() {
             let st = &run.schedule.streams()[op.stream.index()];
             w.write_record([
                 run.name.to_string(),

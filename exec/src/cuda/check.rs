@@ -9,7 +9,7 @@ use kvplan_vocab::DType;
 use super::device::Dev;
 use super::driver::{OrCuda, check_libraries, check_ordinal, dev_ptr, device_count, internal};
 use super::launch::{attention_workspace, gemm, launch_attention, launch_axpb};
-use crate::kernel::{AttentionShape, Device, Strided};
+use crate::kernel::{AttentionShape, CopyAt, Device, Strided};
 use crate::{Error, ExecOptions};
 
 /// The CUDA side of the correctness checks: fp16 buffers, one stream, and the executor's
@@ -83,24 +83,17 @@ impl Device for CheckDevice {
             .ctx("allocating device memory")
     }
 
-    fn h2d(
-        &mut self,
-        dst: &mut Self::Dev,
-        dst_at: usize,
-        src: &Self::Host,
-        src_at: usize,
-        len: usize,
-    ) -> Result<(), Error> {
-        Self::range(dst.len(), dst_at, len, "h2d destination")?;
-        Self::range(src.len(), src_at, len, "h2d source")?;
+    fn h2d(&mut self, dst: &mut Self::Dev, src: &Self::Host, at: CopyAt) -> Result<(), Error> {
+        Self::range(dst.len(), at.dst_at, at.len, "h2d destination")?;
+        Self::range(src.len(), at.src_at, at.len, "h2d source")?;
         let s = src.as_ptr().ctx("reading pinned host memory")?;
         // SAFETY: both ranges were checked against the allocations; the pinned buffer outlives
         // the copy (the check reads results only after synchronising the stream).
         unsafe {
             sys::cuMemcpyHtoDAsync_v2(
-                dev_ptr(dst) + 2 * dst_at as u64,
-                s.add(src_at).cast(),
-                2 * len,
+                dev_ptr(dst) + 2 * at.dst_at as u64,
+                s.add(at.src_at).cast(),
+                2 * at.len,
                 self.stream.cu_stream(),
             )
         }
@@ -108,24 +101,17 @@ impl Device for CheckDevice {
         .ctx("cuMemcpyHtoDAsync")
     }
 
-    fn d2h(
-        &mut self,
-        dst: &mut Self::Host,
-        dst_at: usize,
-        src: &Self::Dev,
-        src_at: usize,
-        len: usize,
-    ) -> Result<(), Error> {
-        Self::range(dst.len(), dst_at, len, "d2h destination")?;
-        Self::range(src.len(), src_at, len, "d2h source")?;
+    fn d2h(&mut self, dst: &mut Self::Host, src: &Self::Dev, at: CopyAt) -> Result<(), Error> {
+        Self::range(dst.len(), at.dst_at, at.len, "d2h destination")?;
+        Self::range(src.len(), at.src_at, at.len, "d2h source")?;
         let d = dst.as_mut_ptr().ctx("writing pinned host memory")?;
         // SAFETY: both ranges were checked; the host buffer is read only after the stream is
         // synchronised.
         unsafe {
             sys::cuMemcpyDtoHAsync_v2(
-                d.add(dst_at).cast(),
-                dev_ptr(src) + 2 * src_at as u64,
-                2 * len,
+                d.add(at.dst_at).cast(),
+                dev_ptr(src) + 2 * at.src_at as u64,
+                2 * at.len,
                 self.stream.cu_stream(),
             )
         }

@@ -6,8 +6,7 @@ use std::sync::Arc;
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{
-    CudaContext, CudaSlice, CudaStream, DriverError, LaunchConfig, PinnedHostSlice, PushKernelArg,
-    result as drv, sys,
+    CudaContext, CudaSlice, CudaStream, DriverError, PinnedHostSlice, result as drv, sys,
 };
 use cudarc::nvrtc::Ptx;
 use kvplan_vocab::DType;
@@ -19,7 +18,7 @@ use super::driver::{
     OrCuda, check_libraries, check_ordinal, dev_ptr, device_count, guarded, internal,
 };
 use super::launch::{
-    Kernels, attention_workspace, gemm, launch_attention, launch_axpb, launch_fill,
+    Kernels, attention_workspace, config, gemm, launch, launch_attention, launch_axpb, launch_fill,
 };
 use crate::kernel::Strided;
 use crate::sched::{self, Progress, StreamNeeds, Worker};
@@ -564,15 +563,16 @@ fn run_once(
     let k = &devices[primary].k;
     // SAFETY: kv_spin(u64 ns) takes one u64, passed as such; it touches no memory.
     unsafe {
-        lead.launch_builder(&k.spin)
-            .arg(&head_start_ns)
-            .launch(LaunchConfig {
-                grid_dim: (1, 1, 1),
-                block_dim: (1, 1, 1),
-                shared_mem_bytes: 0,
-            })
-    }
-    .ctx("launching the head-start kernel")?;
+        launch(
+            lead,
+            &k.spin,
+            config((1, 1, 1), 1, 0),
+            &[head_start_ns],
+            &[],
+            &[],
+            "launching the head-start kernel",
+        )
+    }?;
     let primary_ref = &devices[primary].reference;
     primary_ref
         .record(lead)

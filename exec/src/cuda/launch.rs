@@ -202,6 +202,47 @@ fn grid_for(items: u64, sms: u32) -> u32 {
     items.div_ceil(256).clamp(1, u64::from(sms) * 16) as u32
 }
 
+/// A launch of `grid` blocks of `threads` threads (one dimension) with `smem` bytes of dynamic
+/// shared memory.
+pub(super) fn config(grid: (u32, u32, u32), threads: u32, smem: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: grid,
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: smem,
+    }
+}
+
+/// Launches `f` on `stream` with the arguments in the order every kernel of `kernels.cu`
+/// declares its parameters: the 64-bit ones (pointers, sizes) `wide`, then the `int`s `ints`,
+/// then the `float`s `floats`; `what` names the launch in errors.
+///
+/// # Safety
+/// `f`'s parameters are exactly these, in this order and of these types, and every pointer among
+/// them is a live device allocation as large as the kernel reads and writes with them.
+pub(super) unsafe fn launch(
+    stream: &Arc<CudaStream>,
+    f: &CudaFunction,
+    cfg: LaunchConfig,
+    wide: &[u64],
+    ints: &[i32],
+    floats: &[f32],
+    what: &str,
+) -> Result<(), Error> {
+    let mut args = stream.launch_builder(f);
+    for x in wide {
+        args.arg(x);
+    }
+    for x in ints {
+        args.arg(x);
+    }
+    for x in floats {
+        args.arg(x);
+    }
+    // SAFETY: the caller's: the arguments match `f`'s parameters and its allocations.
+    unsafe { args.launch(cfg) }.ctx(what)?;
+    Ok(())
+}
+
 /// Fills `n` elements of dtype `dt` at `ptr` with seeded values `unit * scale`.
 pub(super) fn launch_fill(
     k: &Kernels,
@@ -215,25 +256,21 @@ pub(super) fn launch_fill(
     if n == 0 {
         return Ok(());
     }
-    let cfg = LaunchConfig {
-        grid_dim: (grid_for(n, k.sms), 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let cfg = config((grid_for(n, k.sms), 1, 1), 256, 0);
     // SAFETY: fill_<dt>(T* p, u64 n, u64 seed, float scale): `ptr` is a live device allocation
     // of at least `n` elements of the dtype, and the arguments match the parameters in type and
     // order.
     unsafe {
-        stream
-            .launch_builder(&k.fill[dt])
-            .arg(&ptr)
-            .arg(&n)
-            .arg(&seed)
-            .arg(&scale)
-            .launch(cfg)
+        launch(
+            stream,
+            &k.fill[dt],
+            cfg,
+            &[ptr, n, seed],
+            &[],
+            &[scale],
+            "launching the fill kernel",
+        )
     }
-    .ctx("launching the fill kernel")?;
-    Ok(())
 }
 
 /// `dst = src * a + c` over `s` (element offsets), elements of dtype `dt`.
@@ -255,7 +292,9 @@ pub(super) fn launch_axpb(
     let es = DType::ALL[dt].bytes();
     let src = src + s.src_at as u64 * es;
     let dst = dst + s.dst_at as u64 * es;
-    let dims = [
+    let wide = [
+        src,
+        dst,
         s.outer as u64,
         s.middle as u64,
         s.inner as u64,
@@ -264,33 +303,22 @@ pub(super) fn launch_axpb(
         s.dst_outer as u64,
         s.dst_middle as u64,
     ];
-    let cfg = LaunchConfig {
-        grid_dim: (grid_for(total.div_ceil(8), k.sms), 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let cfg = config((grid_for(total.div_ceil(8), k.sms), 1, 1), 256, 0);
     // SAFETY: axpb_<dt>(const T* src, T* dst, u64 outer, middle, inner, s_outer, s_middle,
     // d_outer, d_middle, float a, float c): the arguments match in type and order, and the
     // caller sized both allocations for the extents of `s` (checked by `Strided::extents` where
     // the sizes are not the executor's own).
     unsafe {
-        stream
-            .launch_builder(&k.axpb[dt])
-            .arg(&src)
-            .arg(&dst)
-            .arg(&dims[0])
-            .arg(&dims[1])
-            .arg(&dims[2])
-            .arg(&dims[3])
-            .arg(&dims[4])
-            .arg(&dims[5])
-            .arg(&dims[6])
-            .arg(&a)
-            .arg(&c)
-            .launch(cfg)
+        launch(
+            stream,
+            &k.axpb[dt],
+            cfg,
+            &wide,
+            &[],
+            &[a, c],
+            "launching the elementwise kernel",
+        )
     }
-    .ctx("launching the elementwise kernel")?;
-    Ok(())
 }
 
 /// Key splits of the decode kernel: enough blocks to fill the GPU twice over, at least 128 keys
@@ -374,34 +402,23 @@ pub(super) fn launch_attention(
                 s.head_dim, k.prefill_smem_limit
             )));
         }
-        let cfg = LaunchConfig {
-            grid_dim: (gx, hq as u32, 1),
-            block_dim: (128, 1, 1),
-            shared_mem_bytes: smem as u32,
-        };
+        let cfg = config((gx, hq as u32, 1), 128, smem as u32);
         // SAFETY: attn_prefill_<dt>_<v>(const T* q, const T* kv, T* out, int B, int Hq, int Hkv,
         // int Lq, int Lkv, int D, int causal, float scale): arguments match in type and order;
         // q/out hold q_len*batch*q_heads*head_dim and kv 2*kv_len*batch*kv_heads*head_dim
         // elements (sized by the caller); the variant's MAXE*32 >= head_dim; grid.x is
         // batch * ceil(q_len / 16) as the kernel decodes it.
-        unsafe {
-            stream
-                .launch_builder(&k.prefill[dt][v])
-                .arg(&q)
-                .arg(&kv)
-                .arg(&out)
-                .arg(&b)
-                .arg(&hq)
-                .arg(&hkv)
-                .arg(&lq)
-                .arg(&lkv)
-                .arg(&d)
-                .arg(&causal)
-                .arg(&scale)
-                .launch(cfg)
-        }
-        .ctx("launching the prefill attention kernel")?;
-        return Ok(());
+        return unsafe {
+            launch(
+                stream,
+                &k.prefill[dt][v],
+                cfg,
+                &[q, kv, out],
+                &[b, hq, hkv, lq, lkv, d, causal],
+                &[scale],
+                "launching the prefill attention kernel",
+            )
+        };
     }
     let splits = decode_splits(s, k.sms);
     let chunk = to_i32(s.kv_len.div_ceil(splits as usize).max(1), "keys per split")?;
@@ -410,55 +427,38 @@ pub(super) fn launch_attention(
         return Err(internal("attention workspace too small"));
     }
     let gx = to_i32(rows, "attention rows")? as u32;
-    let cfg = LaunchConfig {
-        grid_dim: (gx, hq as u32, splits),
-        block_dim: (128, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let cfg = config((gx, hq as u32, splits), 128, 0);
     // SAFETY: attn_decode_<dt>_<v>(const T* q, const T* kv, T* out, float* ws, int B, int Hq,
     // int Hkv, int Lq, int Lkv, int D, int causal, int splits, int chunk, float scale):
     // arguments match in type and order; buffers as for the prefill kernel, and with splits > 1
     // `ws` holds rows*q_heads*splits*(head_dim+2) floats (checked above); splits * chunk covers
     // kv_len.
     unsafe {
-        stream
-            .launch_builder(&k.decode[dt][v])
-            .arg(&q)
-            .arg(&kv)
-            .arg(&out)
-            .arg(&ws)
-            .arg(&b)
-            .arg(&hq)
-            .arg(&hkv)
-            .arg(&lq)
-            .arg(&lkv)
-            .arg(&d)
-            .arg(&causal)
-            .arg(&splits_i)
-            .arg(&chunk)
-            .arg(&scale)
-            .launch(cfg)
-    }
-    .ctx("launching the decode attention kernel")?;
+        launch(
+            stream,
+            &k.decode[dt][v],
+            cfg,
+            &[q, kv, out, ws],
+            &[b, hq, hkv, lq, lkv, d, causal, splits_i, chunk],
+            &[scale],
+            "launching the decode attention kernel",
+        )
+    }?;
     if splits > 1 {
-        let cfg = LaunchConfig {
-            grid_dim: (gx, hq as u32, 1),
-            block_dim: (128, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = config((gx, hq as u32, 1), 128, 0);
         // SAFETY: attn_combine_<dt>(const float* ws, T* out, int Hq, int D, int splits): the
         // workspace was written by the decode launch just queued on the same stream.
         unsafe {
-            stream
-                .launch_builder(&k.combine[dt])
-                .arg(&ws)
-                .arg(&out)
-                .arg(&hq)
-                .arg(&d)
-                .arg(&splits_i)
-                .launch(cfg)
-        }
-        .ctx("launching the attention combine kernel")?;
+            launch(
+                stream,
+                &k.combine[dt],
+                cfg,
+                &[ws, out],
+                &[hq, d, splits_i],
+                &[],
+                "launching the attention combine kernel",
+            )
+        }?;
     }
     Ok(())
 }
