@@ -126,6 +126,19 @@ pub struct Shape {
 }
 
 impl Shape {
+    /// The note a plan carries when prompt plus generation passes the model's trained context
+    /// (`max_position_embeddings`): simulated anyway, but said.
+    pub fn max_position_note(&self, model: &kvplan_vocab::ModelSpec) -> Option<String> {
+        (self.max_len() > u64::from(model.max_position)).then(|| {
+            format!(
+                "prompt + gen = {} exceeds {}'s max_position_embeddings ({}); simulated anyway",
+                self.max_len(),
+                model.name,
+                model.max_position
+            )
+        })
+    }
+
     /// Checks every size is at least 1.
     pub fn validate(&self) -> Result<()> {
         for (f, v) in [

@@ -1022,20 +1022,14 @@ mod tests {
     }
 
     fn scenario(requests: u64) -> RawServeScenario {
-        RawServeScenario {
-            kind: None,
-            model: Some("llama-2-7b".into()),
-            hardware: Some("a100-80g-sxm".into()),
-            workload: WorkloadConfig {
-                arrivals: Some("poisson".into()),
-                prompt_lengths: Some("512".into()),
-                output_lengths: Some("64".into()),
-                requests: Some(requests),
-                seed: Some(3),
-                ..Default::default()
-            },
-            serve: Default::default(),
-        }
+        crate::scenario::tests::llama_on_a100(WorkloadConfig {
+            arrivals: Some("poisson".into()),
+            prompt_lengths: Some("512".into()),
+            output_lengths: Some("64".into()),
+            requests: Some(requests),
+            seed: Some(3),
+            ..Default::default()
+        })
     }
 
     #[test]

@@ -309,23 +309,27 @@ impl ServeScenario {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn raw() -> RawServeScenario {
+    /// Llama-2-7B on an A100 80GB serving `workload`: the serving crate's test scenario.
+    pub(crate) fn llama_on_a100(workload: WorkloadConfig) -> RawServeScenario {
         RawServeScenario {
-            kind: None,
             model: Some("llama-2-7b".into()),
             hardware: Some("a100-80g-sxm".into()),
-            workload: WorkloadConfig {
-                arrivals: Some("poisson".into()),
-                qps: Some(2.0),
-                prompt_lengths: Some("uniform:64:128".into()),
-                requests: Some(8),
-                ..Default::default()
-            },
-            serve: RawConfig::default(),
+            workload,
+            ..Default::default()
         }
+    }
+
+    fn raw() -> RawServeScenario {
+        llama_on_a100(WorkloadConfig {
+            arrivals: Some("poisson".into()),
+            qps: Some(2.0),
+            prompt_lengths: Some("uniform:64:128".into()),
+            requests: Some(8),
+            ..Default::default()
+        })
     }
 
     #[test]

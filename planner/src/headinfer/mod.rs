@@ -243,14 +243,7 @@ pub fn plan(
             )
         });
     }
-    if shape.max_len() > u64::from(model.max_position) {
-        notes.push(format!(
-            "prompt + gen = {} exceeds {}'s max_position_embeddings ({}); simulated anyway",
-            shape.max_len(),
-            model.name,
-            model.max_position
-        ));
-    }
+    notes.extend(shape.max_position_note(model));
     let layout = Layout {
         chunk_tokens: chunk,
         heads_per_group: Some(g),

@@ -111,14 +111,7 @@ pub(crate) fn plan(
             ),
         ));
     }
-    if shape.max_len() > u64::from(model.max_position) {
-        notes.push(format!(
-            "prompt + gen = {} exceeds {}'s max_position_embeddings ({}); simulated anyway",
-            shape.max_len(),
-            model.name,
-            model.max_position
-        ));
-    }
+    notes.extend(shape.max_position_note(model));
     let what = format!(
         "{} plan for {} on {}",
         strategy.as_str(),
