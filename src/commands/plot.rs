@@ -1,12 +1,13 @@
 //! `kvplan plot`: a metric against an axis from a CSV table; the reading and drawing live in
 //! `kvplan_plot` and `kvplan_report::plots`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::Args;
 
 use crate::error::CliError;
 use kvplan_report::files::write_text;
+use kvplan_report::plots::{TablePlot, draw_table};
 
 pub const PLOT_LONG: &str = "\
 Plot column --y against column --x of a CSV table that kvplan wrote (a sweep's output: axis
@@ -45,13 +46,8 @@ pub struct PlotArgs {
 
 /// `kvplan plot`.
 pub fn plot(args: &PlotArgs) -> Result<String, CliError> {
-    let svg = draw_table(
-        &args.csv,
-        &args.x,
-        &args.y,
-        &args.series,
-        args.title.as_deref(),
-    )?;
+    let (x, y, title) = (&args.x, &args.y, args.title.as_deref());
+    let svg = noted(draw_table(&args.csv, x, y, &args.series, title)?);
     match &args.out {
         Some(p) => {
             write_text(p, "--out", &svg)?;
@@ -61,18 +57,11 @@ pub fn plot(args: &PlotArgs) -> Result<String, CliError> {
     }
 }
 
-/// The SVG of column `y` against `x` of the CSV table at `csv`, one line per value of the
-/// `series` columns (`kvplan plot`, `kvplan sweep --plot`); the rows skipped are noted on stderr.
-pub fn draw_table(
-    csv: &Path,
-    x: &str,
-    y: &str,
-    series: &[String],
-    title: Option<&str>,
-) -> Result<String, CliError> {
-    let p = kvplan_report::plots::draw_table(csv, x, y, series, title)?;
-    if let Some(note) = p.note {
+/// The SVG of a table's plot (`kvplan plot`, `kvplan sweep --plot`), the rows it skipped noted
+/// on stderr.
+pub fn noted(plot: TablePlot) -> String {
+    if let Some(note) = plot.note {
         eprintln!("note: {note}");
     }
-    Ok(p.svg)
+    plot.svg
 }

@@ -10,8 +10,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use kvplan_report::files::{stream_to, write_text};
 use kvplan_sweep::{Format, PlotLabels, Shard, Sweep, SweepError};
 
-use super::plot::draw_table;
+use super::plot::noted;
 use crate::error::CliError;
+use kvplan_report::plots::draw_table;
 
 pub const SWEEP_LONG: &str = "\
 Run every point of a sweep file through the same path as `kvplan simulate FILE` (kind =
@@ -204,7 +205,7 @@ pub fn sweep(args: &SweepArgs) -> Result<String, CliError> {
         return Ok(String::new());
     };
     if let Some(spec) = &plot {
-        let svg = draw_table(out, &spec.x, &spec.y, &spec.series, None)?;
+        let svg = noted(draw_table(out, &spec.x, &spec.y, &spec.series, None)?);
         write_text(&spec.file, "--out", &svg)?;
     }
     Ok(points.summary(out, errors, plot.as_ref().map(|s| s.file.as_path())))
