@@ -167,3 +167,108 @@ pub struct BackendArgs {
     #[arg(long, value_name = "SEED", default_value_t = 0x6b76_706c_616e)]
     pub seed: u64,
 }
+
+/// A serving workload (`serve`, `serve-capacity`): a request trace replayed, or requests
+/// generated (synthetic arrivals, shared prefixes, multi-turn conversations).
+#[derive(Debug, Default, PartialEq, Args)]
+pub struct RequestsArgs {
+    /// Replay this request trace CSV (`arrived_at,num_prefill_tokens,num_decode_tokens`)
+    #[arg(long, value_name = "FILE")]
+    pub requests_trace: Option<PathBuf>,
+    /// Trace replay: multiply every inter-arrival time by F (2 halves the rate)
+    #[arg(long, value_name = "F", allow_negative_numbers = true)]
+    pub time_scale: Option<f64>,
+    /// Trace replay: start at this trace time, seconds (it becomes t = 0)
+    #[arg(long, value_name = "S", allow_negative_numbers = true)]
+    pub start: Option<f64>,
+    /// Arrival process: all-at-once, poisson, gamma:CV (CV > 1 is burstier than Poisson)
+    #[arg(long, value_name = "KIND")]
+    pub arrivals: Option<String>,
+    /// Mean requests per second (synthetic), or the rate a trace is rescaled to
+    #[arg(long, value_name = "Q", allow_negative_numbers = true)]
+    pub qps: Option<f64>,
+    /// Prompt lengths: N, uniform:LO:HI, zipf:LO:HI[:THETA], lognormal:MEDIAN:SIGMA[:MAX],
+    /// trace:FILE
+    #[arg(long, visible_alias = "prompt-lengths", value_name = "SPEC")]
+    pub lengths: Option<String>,
+    /// Output lengths, same forms as --lengths [default: 128]
+    #[arg(long, value_name = "SPEC")]
+    pub output_lengths: Option<String>,
+    /// Requests to generate, or the most to replay from a trace
+    #[arg(long, value_name = "N")]
+    pub requests: Option<u64>,
+    /// Seed of the synthetic workload's random streams [default: 0]
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+    /// Shared-prefix workload (inference-perf's): system prompts, each shared by a group of
+    /// users; with --users-per-group, --system-prompt-len, --question-len, --output-lengths
+    #[arg(long, value_name = "N")]
+    pub prefix_groups: Option<u64>,
+    /// Shared-prefix workload: users per system prompt, each with one fixed question
+    #[arg(long, value_name = "N")]
+    pub users_per_group: Option<u64>,
+    /// Shared-prefix workload: system prompt length (a length spec, drawn once per group)
+    #[arg(long, value_name = "SPEC")]
+    pub system_prompt_len: Option<String>,
+    /// Shared-prefix workload: question length (a length spec, drawn once per user)
+    #[arg(long, value_name = "SPEC")]
+    pub question_len: Option<String>,
+    /// Multi-turn workload: conversations (started by --arrivals at --qps conversations/s); each
+    /// turn's prompt is the conversation so far plus a new message
+    #[arg(long, value_name = "N")]
+    pub conversations: Option<u64>,
+    /// Multi-turn workload: turns per conversation (a length spec)
+    #[arg(long, value_name = "SPEC")]
+    pub turns: Option<String>,
+    /// Multi-turn workload: first message length (a length spec)
+    #[arg(long, value_name = "SPEC")]
+    pub first_message_len: Option<String>,
+    /// Multi-turn workload: later messages' length (a length spec)
+    #[arg(long, value_name = "SPEC")]
+    pub message_len: Option<String>,
+    /// Multi-turn workload: seconds between an answer's end and the next turn (S, exp:MEAN,
+    /// uniform:LO:HI); the next turn is sent only after the answer (closed loop)
+    #[arg(long, value_name = "SPEC")]
+    pub think_time: Option<String>,
+    /// Multi-turn workload: end a conversation before a turn whose prompt plus output would pass
+    /// this many tokens
+    #[arg(long, value_name = "TOKENS")]
+    pub max_context: Option<u64>,
+}
+
+impl RequestsArgs {
+    /// These flags as the scenario's `[workload]`, to overlay on a scenario file's.
+    pub fn to_config(&self) -> kvplan_workloads::WorkloadConfig {
+        kvplan_workloads::WorkloadConfig {
+            arrivals: self.arrivals.clone(),
+            qps: self.qps,
+            cv: None,
+            prompt_lengths: self.lengths.clone(),
+            output_lengths: self.output_lengths.clone(),
+            requests: self.requests,
+            seed: self.seed,
+            trace: self.requests_trace.clone(),
+            time_scale: self.time_scale,
+            start_s: self.start,
+            shared_prefix: given(kvplan_workloads::SharedPrefixConfig {
+                groups: self.prefix_groups,
+                users_per_group: self.users_per_group,
+                system_prompt_len: self.system_prompt_len.clone(),
+                question_len: self.question_len.clone(),
+            }),
+            conversation: given(kvplan_workloads::ConversationConfig {
+                conversations: self.conversations,
+                turns: self.turns.clone(),
+                first_message_len: self.first_message_len.clone(),
+                message_len: self.message_len.clone(),
+                think_time_s: self.think_time.clone(),
+                max_context: self.max_context,
+            }),
+        }
+    }
+}
+
+/// A group of settings where any of them is given.
+fn given<T: Default + PartialEq>(group: T) -> Option<T> {
+    (group != T::default()).then_some(group)
+}

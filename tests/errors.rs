@@ -592,3 +592,24 @@ fn scenario_errors_name_flag_and_field_for_both_kinds() {
         "error: --model is required (a preset such as llama-2-7b",
     );
 }
+
+/// The serving-capacity search takes `kvplan serve`'s workload flags, but not a rate (it
+/// chooses the rates), and the context-capacity command refuses them without `--slo`.
+#[test]
+fn capacity_workload_flags_need_the_search_and_leave_it_the_rate() {
+    let dir = TempDir::new("capacity-workload");
+    let base = ["--model", "llama-2-7b", "--hardware", "h100-sxm"];
+    let cmd = |first: &[&'static str], extra: &[&'static str]| [first, &base[..], extra].concat();
+    let out = run_in(
+        dir.path(),
+        &cmd(&["capacity"], &["--arrivals", "poisson", "--lengths", "64"]),
+    );
+    expect_input_error(&out, &["--slo: required with a serving workload"]);
+    for rate in ["--qps", "--time-scale"] {
+        let out = run_in(
+            dir.path(),
+            &cmd(&["serve-capacity", "--slo", "ttft_p99=2s"], &[rate, "2"]),
+        );
+        expect_input_error(&out, &[rate, "the search chooses the request rate"]);
+    }
+}

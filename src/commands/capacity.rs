@@ -86,6 +86,7 @@ pub fn capacity(args: &CapacityArgs) -> Result<String, CliError> {
     if args.slo.slo.is_some() {
         return slo_capacity(&args.target, &args.slo, args.output.format);
     }
+    args.slo.refuse_without_slo()?;
     let required = |v: &Option<String>, flag: &str| {
         v.clone().ok_or_else(|| {
             CliError::input(format!(

@@ -10,7 +10,7 @@ use kvplan_serve::capacity::{
 };
 use kvplan_serve::scenario::RawServeScenario;
 
-use crate::args::{Format, OutputArgs};
+use crate::args::{Format, OutputArgs, RequestsArgs};
 use crate::error::CliError;
 use crate::messages::serve_error;
 
@@ -23,6 +23,9 @@ requests, so the answer is deterministic). With --target-qps, each configuration
 (replicas = ceil(target / max rate), GPUs = replicas x TP) and the cheapest that meets the
 target is named: by price when every profile gives gpu.price_usd_per_hour (add it in a profile
 file: base = \"h100-sxm\" then [gpu] price_usd_per_hour = 4.0), else by GPU count.
+The workload takes `kvplan serve`'s flags (a trace, synthetic arrivals, shared prefixes,
+conversations; 1000 Poisson requests by default) but not --qps or --time-scale: the search
+chooses the rates.
   kvplan serve-capacity --slo ttft_p99=2s,tpot_p99=100ms --model llama-2-7b --hardware a100-80g-sxm,h100-sxm --lengths 512 --output-lengths 128 --target-qps 20
   kvplan serve-capacity --slo ttft_p99=2s scenarios/llama-2-7b-a100-serve.toml --tensor-parallel-size 1,2
 `kvplan capacity --slo ...` (the older spelling) runs the same search.";
@@ -56,24 +59,10 @@ pub struct SloArgs {
     /// SLO mode: tensor-parallel sizes to compare, comma-separated [default: the scenario's, or 1]
     #[arg(long, value_name = "N[,N]", requires = "slo")]
     pub tensor_parallel_size: Option<String>,
-    /// SLO mode: arrival process (poisson, gamma:CV) [default: the scenario's, or poisson]
-    #[arg(long, value_name = "KIND", requires = "slo")]
-    pub arrivals: Option<String>,
-    /// SLO mode: prompt lengths (N, uniform:LO:HI, zipf:..., lognormal:..., trace:FILE)
-    #[arg(long, value_name = "SPEC", requires = "slo")]
-    pub lengths: Option<String>,
-    /// SLO mode: output lengths [default: the scenario's, or 128]
-    #[arg(long, value_name = "SPEC", requires = "slo")]
-    pub output_lengths: Option<String>,
-    /// SLO mode: replay a request trace CSV, rescaled to each rate tried
-    #[arg(long, value_name = "FILE", requires = "slo")]
-    pub requests_trace: Option<PathBuf>,
-    /// SLO mode: requests served at each rate tried [default: the scenario's, or 1000]
-    #[arg(long, value_name = "N", requires = "slo")]
-    pub requests: Option<u64>,
-    /// SLO mode: workload seed [default: the scenario's, or 0]
-    #[arg(long, value_name = "N", requires = "slo")]
-    pub seed: Option<u64>,
+    /// SLO mode: the requests served at each rate tried, as `kvplan serve` takes them (a trace
+    /// is rescaled to each rate) [default: the scenario's, or 1000 Poisson requests]
+    #[command(flatten)]
+    pub requests: RequestsArgs,
     /// SLO mode: stop the search when the passing and failing rates are within this fraction
     #[arg(
         long,
@@ -101,6 +90,19 @@ pub struct ServeCapacityArgs {
 /// `kvplan serve-capacity`.
 pub fn serve_capacity(args: &ServeCapacityArgs) -> Result<String, CliError> {
     slo_capacity(&args.target, &args.slo, args.output.format)
+}
+
+impl SloArgs {
+    /// Without `--slo` (`kvplan capacity`'s context capacity) the search's settings mean
+    /// nothing: refuse them rather than ignore them.
+    pub fn refuse_without_slo(&self) -> Result<(), CliError> {
+        if self.slo.is_none() && self.requests != RequestsArgs::default() {
+            return Err(CliError::input(
+                "--slo: required with a serving workload (--arrivals, --lengths, --requests-trace, ...): the serving capacity under latency objectives",
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// A capacity error with the flag it concerns.
@@ -138,6 +140,15 @@ pub fn slo_capacity(
         ));
     };
     let slo: Slo = slo.parse().map_err(capacity_error)?;
+    let rate = &slo_args.requests;
+    if let Some(flag) = [(rate.qps, "--qps"), (rate.time_scale, "--time-scale")]
+        .into_iter()
+        .find_map(|(v, flag)| v.map(|_| flag))
+    {
+        return Err(CliError::input(format!(
+            "{flag}: the search chooses the request rate; give --target-qps to size for a rate"
+        )));
+    }
     let base = match &slo_args.scenario {
         Some(p) => super::serve::read_scenario(p)?,
         None => RawServeScenario::default(),
@@ -145,15 +156,7 @@ pub fn slo_capacity(
     // Flags given override the scenario's fields, by `kvplan serve`'s rules.
     let base = base.overlay(RawServeScenario {
         model: target.model.clone(),
-        workload: kvplan_workloads::WorkloadConfig {
-            arrivals: slo_args.arrivals.clone(),
-            prompt_lengths: slo_args.lengths.clone(),
-            output_lengths: slo_args.output_lengths.clone(),
-            trace: slo_args.requests_trace.clone(),
-            requests: slo_args.requests,
-            seed: slo_args.seed,
-            ..Default::default()
-        },
+        workload: slo_args.requests.to_config(),
         ..Default::default()
     });
     let tps = slo_args.tensor_parallel_size.as_deref();
