@@ -49,9 +49,13 @@ impl From<kvplan_exec::Error> for CliError {
     }
 }
 
+/// A calibration error: bad input (its message names the option by the caller's label) exits
+/// 2, a model or profile as the vocabulary's errors go, the rest (a measurement that cannot be
+/// fitted, the executor) 1.
 impl From<kvplan_calibrate::Error> for CliError {
     fn from(e: kvplan_calibrate::Error) -> Self {
         match e {
+            kvplan_calibrate::Error::Input(m) => CliError::input(m),
             kvplan_calibrate::Error::Planner(p) => p.into(),
             other => CliError::failure(other.to_string()),
         }
