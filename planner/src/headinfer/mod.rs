@@ -47,7 +47,7 @@
 //!   equal) × the chunks of [`chunk_grid`] — the powers of two from 128 to 65,536, the paper's
 //!   10,240, the roofline chunk ([`roofline_chunk`]: the smallest chunk for which offloaded
 //!   attention is compute-bound) and the context itself, capped at the context. A fixed
-//!   `--heads-per-group` or `--chunk` pins its axis.
+//!   `headinfer.heads_per_group` or `headinfer.chunk` pins its axis.
 //! - Feasible: the plan's peak GPU memory ([`memory()`] for `prompt + gen` tokens) fits the
 //!   usable memory, and the schedule has at most [`MAX_OPS`] ops.
 //! - Time: the makespan of the candidate's whole prefill and decode schedule on the discrete-event
