@@ -73,13 +73,11 @@ impl From<kvplan_planner::headinfer::CapacityInputError> for CliError {
             _ => return CliError::input(e.to_string()),
         };
         let slo = " (or --slo SPEC for the serving capacity under latency objectives)";
-        let hint = if matches!(e, E::Missing { .. }) {
-            slo
-        } else {
-            ""
-        };
-        let rest = e.to_string()[field.len()..].to_string();
-        CliError::input(format!("{}{rest}{hint}", crate::messages::label(field)))
+        let hint = matches!(e, E::Missing { .. })
+            .then_some(slo)
+            .unwrap_or_default();
+        let (flag, text) = (crate::messages::label(field), e.to_string());
+        CliError::input(format!("{flag}{}{hint}", &text[field.len()..]))
     }
 }
 
