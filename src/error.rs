@@ -49,12 +49,35 @@ impl From<kvplan_exec::Error> for CliError {
     }
 }
 
+/// A calibration error: bad input (its message names the option by the caller's label) exits
+/// 2, a model or profile as the vocabulary's errors go, the rest (a measurement that cannot be
+/// fitted, the executor) 1.
 impl From<kvplan_calibrate::Error> for CliError {
     fn from(e: kvplan_calibrate::Error) -> Self {
         match e {
+            kvplan_calibrate::Error::Input(m) => CliError::input(m),
             kvplan_calibrate::Error::Planner(p) => p.into(),
             other => CliError::failure(other.to_string()),
         }
+    }
+}
+
+/// `kvplan capacity`'s input, its field at fault named by its flag; a missing model or hardware
+/// with the other question the command answers.
+impl From<kvplan_planner::headinfer::CapacityInputError> for CliError {
+    fn from(e: kvplan_planner::headinfer::CapacityInputError) -> Self {
+        use kvplan_planner::headinfer::CapacityInputError as E;
+        let field = match e {
+            E::Invalid(v) => return v.into(),
+            E::Missing { field } | E::UnknownChoice { field, .. } => field,
+            _ => return CliError::input(e.to_string()),
+        };
+        let slo = " (or --slo SPEC for the serving capacity under latency objectives)";
+        let hint = matches!(e, E::Missing { .. })
+            .then_some(slo)
+            .unwrap_or_default();
+        let (flag, text) = (crate::messages::label(field), e.to_string());
+        CliError::input(format!("{flag}{}{hint}", &text[field.len()..]))
     }
 }
 

@@ -126,6 +126,48 @@ fn unknown_choices() {
     );
 }
 
+/// `kvplan capacity`: each input the planner refuses, named by its flag.
+#[test]
+fn capacity_inputs_name_their_flags() {
+    let dir = TempDir::new("capacity-inputs");
+    let fails = |extra: &[&str], needles: &[&str]| {
+        let mut a = vec![
+            "capacity",
+            "--model",
+            "llama-3-8b",
+            "--hardware",
+            "rtx-4090",
+        ];
+        a.extend_from_slice(extra);
+        expect_input_error(&run_in(dir.path(), &a), needles);
+    };
+    let slo = "(or --slo SPEC";
+    let missing = run_in(dir.path(), &["capacity", "--hardware", "rtx-4090"]);
+    expect_input_error(&missing, &["error: --model: required", slo]);
+    fails(
+        &["--dtype", "fp8"],
+        &["error: --dtype: unknown dtype 'fp8'"],
+    );
+    fails(
+        &["--strategy", "magic"],
+        &["error: --strategy: ", "headinfer"],
+    );
+    fails(&["--batch", "0"], &["error: --batch: ", "got 0"]);
+    fails(&["--chunk", "-1"], &["error: --chunk: ", "got -1"]);
+    fails(
+        &["--heads-per-group", "3"],
+        &["error: --heads-per-group: ", "1, 2, 4, 8"],
+    );
+    fails(
+        &["--host-ram", "0"],
+        &["error: --host-ram ", "positive", "got 0"],
+    );
+    fails(
+        &["--runtime-reserve", "-1"],
+        &["error: --runtime-reserve ", "got -1"],
+    );
+}
+
 #[test]
 fn malformed_scenario_toml() {
     simulate_fails(

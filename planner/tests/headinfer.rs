@@ -7,8 +7,8 @@
 //! with `tokens = context / 1000 x 1024` (1,000,000 -> 1,024,000; "1M" -> 1,024,000).
 
 use kvplan_planner::headinfer::{
-    self, BindingLimit, CapacityOptions, DEFAULT_CHUNK_TOKENS, Layout, MemStrategy, MemoryConfig,
-    capacity, capacity_report, memory,
+    self, BindingLimit, CapacityInputError, CapacityOptions, DEFAULT_CHUNK_TOKENS, Layout,
+    MemStrategy, MemoryConfig, RawCapacity, capacity, capacity_report, memory,
 };
 use kvplan_planner::plan::{Options, Shape, Strategy, plan};
 use kvplan_vocab::schedule::{HostMemory, OpKind, Payload, Schedule};
@@ -249,6 +249,164 @@ fn a_model_whose_weights_do_not_fit_has_zero_capacity() {
         assert_eq!(c.binding_limit, BindingLimit::GpuMemory);
     }
     assert!(r.notes.iter().any(|n| n.contains("not even one token")));
+}
+
+/// A capacity question as a front end writes it: Llama-3-8B on the RTX 4090, the rest default.
+fn raw_capacity() -> RawCapacity {
+    RawCapacity {
+        model: Some("llama-3-8b".into()),
+        hardware: Some("rtx-4090".into()),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_raw_capacity_question_resolves_to_what_the_search_takes() {
+    let input = raw_capacity().resolve().unwrap();
+    assert_eq!(
+        (input.model.name.as_str(), input.hardware.name.as_str()),
+        ("llama-3-8b", "rtx-4090")
+    );
+    assert!(input.strategies.is_empty());
+    let reserve = (2.65 * GIB) as u64;
+    let config = MemoryConfig {
+        runtime_reserve: reserve,
+        ..Default::default()
+    };
+    assert_eq!(
+        input.options,
+        CapacityOptions {
+            host_ram_bytes: None,
+            config
+        }
+    );
+    let direct = capacity_report(&llama(), &input.hardware, &[], &input.options).unwrap();
+    assert_eq!(input.report().unwrap(), direct);
+    // Every field given: the dtype applies to the model, strategies keep their order, GiB become
+    // bytes and a zero reserve is the bare model.
+    let input = RawCapacity {
+        dtype: Some("fp32".into()),
+        strategies: vec!["headinfer".into(), "standard".into()],
+        batch: 2,
+        chunk: 4096,
+        heads_per_group: 2,
+        host_ram_gib: Some(512.0),
+        runtime_reserve_gib: 0.0,
+        ..raw_capacity()
+    }
+    .resolve()
+    .unwrap();
+    assert_eq!(input.model.weight_bytes(), 2 * llama().weight_bytes());
+    assert_eq!(
+        input.strategies,
+        [MemStrategy::HeadInfer, MemStrategy::Standard]
+    );
+    let config = MemoryConfig {
+        batch: 2,
+        chunk_tokens: 4096,
+        heads_per_group: 2,
+        runtime_reserve: 0,
+    };
+    assert_eq!(
+        input.options,
+        CapacityOptions {
+            host_ram_bytes: Some(512 << 30),
+            config
+        }
+    );
+    let r = input.report().unwrap();
+    assert_eq!(r.strategies.len(), 2);
+    assert_eq!(r.strategies[0].strategy, MemStrategy::HeadInfer);
+}
+
+#[test]
+fn a_raw_capacity_question_names_the_field_at_fault() {
+    let fails = |edit: fn(&mut RawCapacity)| {
+        let mut raw = raw_capacity();
+        edit(&mut raw);
+        raw.resolve().unwrap_err()
+    };
+    let e = fails(|r| r.model = None);
+    assert!(
+        matches!(e, CapacityInputError::Missing { field: "model" }),
+        "{e}"
+    );
+    let e = fails(|r| r.hardware = None);
+    assert!(
+        matches!(e, CapacityInputError::Missing { field: "hardware" }),
+        "{e}"
+    );
+    assert_eq!(e.to_string(), "hardware: required");
+    // A name: the field, the name given and the accepted ones.
+    assert_eq!(
+        fails(|r| r.dtype = Some("fp8".into())).to_string(),
+        "dtype: unknown dtype 'fp8'; use fp16, bf16 or fp32"
+    );
+    assert_eq!(
+        fails(|r| r.strategies = vec!["standard".into(), "magic".into()]).to_string(),
+        "strategy: unknown strategy 'magic'; use one of standard, chunked-prefill, kv-quant-4bit, layer-offload, headinfer"
+    );
+    // A model or hardware that does not load: the vocabulary's error.
+    let e = fails(|r| r.model = Some("nope".into()));
+    assert!(
+        matches!(e, CapacityInputError::Invalid(Error::UnknownModel { .. })),
+        "{e}"
+    );
+    // A number: the vocabulary's InvalidValue, by its field.
+    let whole = "must be a whole number of at least 1";
+    let (gib, reserve) = (
+        "must be a positive number of GiB",
+        "must be zero or more GiB",
+    );
+    type Edit = fn(&mut RawCapacity);
+    let cases: [(Edit, &str, &str); 9] = [
+        (|r| r.batch = 0, "workload.batch 0", whole),
+        (|r| r.batch = -3, "workload.batch -3", whole),
+        (|r| r.batch = 1 << 32, "workload.batch 4294967296", whole),
+        (|r| r.chunk = 0, "headinfer.chunk 0", whole),
+        (
+            |r| r.heads_per_group = -1,
+            "headinfer.heads_per_group -1",
+            whole,
+        ),
+        (|r| r.host_ram_gib = Some(0.0), "capacity.host_ram 0", gib),
+        (
+            |r| r.host_ram_gib = Some(f64::NAN),
+            "capacity.host_ram NaN",
+            gib,
+        ),
+        (
+            |r| r.runtime_reserve_gib = -1.0,
+            "capacity.runtime_reserve -1",
+            reserve,
+        ),
+        (
+            |r| r.runtime_reserve_gib = f64::INFINITY,
+            "capacity.runtime_reserve inf",
+            reserve,
+        ),
+    ];
+    for (edit, at, why) in cases {
+        match fails(edit) {
+            CapacityInputError::Invalid(Error::InvalidValue {
+                field,
+                value,
+                message,
+            }) => assert_eq!(
+                (format!("{field} {value}").as_str(), message.as_str()),
+                (at, why)
+            ),
+            e => panic!("{at}: {e}"),
+        }
+    }
+    // Heads that do not divide the model's are the search's to refuse, by the same field.
+    let mut three = raw_capacity();
+    three.heads_per_group = 3;
+    let e = three.resolve().unwrap().report().unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidValue { field, .. } if field == "headinfer.heads_per_group"),
+        "{e}"
+    );
 }
 
 fn shape(context: u32) -> Shape {

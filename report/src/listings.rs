@@ -18,8 +18,15 @@ struct ModelRow<'a> {
     kv_bytes_per_token: u64,
 }
 
-/// The models `specs` listed; `footer` after a table of all of them (`None`: one model asked for).
-pub fn models(specs: &[ModelSpec], format: Format, footer: Option<&str>) -> Result<String, Error> {
+/// The models `specs` listed: every preset (`asked` `None`), with `footer` after their table, or
+/// the one model `asked` for (a preset name or a config.json path) in detail.
+pub fn models(
+    specs: &[ModelSpec],
+    asked: Option<&str>,
+    format: Format,
+    footer: &str,
+) -> Result<String, Error> {
+    let footer = asked.is_none().then_some(footer);
     let rows: Vec<ModelRow> = specs
         .iter()
         .map(|s| ModelRow {
@@ -135,13 +142,21 @@ fn moe_details(s: &ModelSpec, m: &kvplan_vocab::model::Moe, active: u64) -> Stri
     )
 }
 
-/// The hardware `profiles` listed; `footer` after a table of all of them (`None`: one profile
-/// asked for).
+/// The hardware `profiles` listed: every preset (`asked` `None`), with `footer` after their
+/// table, or the one profile `asked` for; a preset asked for by name prints in a table as its
+/// file, every number with its source, ready to copy and edit.
 pub fn hardware(
     profiles: &[HardwareProfile],
+    asked: Option<&str>,
     format: Format,
-    footer: Option<&str>,
+    footer: &str,
 ) -> Result<String, Error> {
+    if let (Some(name), Format::Table) = (asked, format)
+        && !name.ends_with(".toml")
+        && let Ok(text) = HardwareProfile::preset_text(name)
+    {
+        return Ok(text.to_string());
+    }
     let header = [
         "hardware",
         "gpu",
@@ -189,5 +204,6 @@ pub fn hardware(
             bytes(p.host.ram_bytes),
         ]
     };
+    let footer = asked.is_none().then_some(footer);
     listing(format, profiles, &header, &csv_header, cells, footer)
 }

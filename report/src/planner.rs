@@ -6,7 +6,7 @@ use std::path::Path;
 
 use kvplan_calibrate::Comparison as Validation;
 use kvplan_planner::headinfer::CapacityReport;
-use kvplan_planner::plan::Plan;
+use kvplan_planner::plan::{Plan, split_problem};
 use kvplan_planner::report::{RunReport, recompute_fraction, saved_fraction, ttft_speedups};
 use kvplan_planner::run::{Comparison, SimulatedRun};
 use kvplan_planner::scenario::Scenario;
@@ -46,13 +46,14 @@ pub fn describe(p: &Plan) -> String {
     )
 }
 
-/// `plan kvpr`: the split of every decode step; `why` explains step 1's.
-pub fn kvpr_plan(
-    sc: &Scenario,
-    p: &Plan,
-    why: Option<String>,
-    format: Format,
-) -> Result<String, Error> {
+/// `plan kvpr`: the split of every decode step, and why step 1's is what it is (its split
+/// problem on the scenario's cost model, explained by the planner's reason).
+pub fn kvpr_plan(sc: &Scenario, p: &Plan, format: Format) -> Result<String, Error> {
+    let why = p.decisions.splits().first().map(|s| {
+        let (gpu, host, model) = (p.weights_on_gpu, p.host_memory, sc.options.split_model);
+        let problem = split_problem(&sc.cost_model(), &sc.model, &sc.shape, gpu, host, 1, model);
+        s.split.reason.explain(&problem, &s.split)
+    });
     let steps: Vec<serde_json::Value> = p
         .decisions
         .splits()

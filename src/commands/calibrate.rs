@@ -124,14 +124,6 @@ const LABELS: Labels = Labels {
     fit_requests: "--fit-requests",
 };
 
-/// A library error: bad input (exit 2), or the library's own mapping.
-fn cal_error(e: kvplan_calibrate::Error) -> CliError {
-    match e {
-        kvplan_calibrate::Error::Input(m) => CliError::input(m),
-        other => other.into(),
-    }
-}
-
 /// `kvplan calibrate`: with `--from-runs` or `--from-table` a fit, else a measurement.
 pub fn calibrate(args: &CalibrateArgs) -> Result<String, CliError> {
     let (base, out, format) = (
@@ -141,14 +133,14 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<String, CliError> {
     );
     if let Some(runs) = &args.from_runs {
         let name = args.name.as_deref();
-        let f = fit_runs(runs, base, args.fit_requests, name, out, LABELS).map_err(cal_error)?;
+        let f = fit_runs(runs, base, args.fit_requests, name, out, LABELS)?;
         let heading = format!("calibrate --from-runs {}", file_name(runs));
         return Ok(report::calibrate::runs_fit(
             &heading, &f, out, "--out", format,
         )?);
     }
     if let Some(table) = &args.from_table {
-        let fit = fit_table(table, &args.models, base, args.sms, LABELS).map_err(cal_error)?;
+        let fit = fit_table(table, &args.models, base, args.sms, LABELS)?;
         return Ok(write_or_print(
             fit.report,
             out,
@@ -159,8 +151,7 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<String, CliError> {
     }
     let out = out.ok_or_else(|| CliError::input("--out FILE is required"))?;
     let name = args.name.as_deref();
-    let mut run =
-        Measuring::new(&args.models, base, name, out, args.quick, LABELS).map_err(cal_error)?;
+    let mut run = Measuring::new(&args.models, base, name, out, args.quick, LABELS)?;
     let mut ex = open_backend(&args.backend)?;
     let plan = run.plan(ex.info())?;
     let bar = ProgressBar::new(9).with_style(

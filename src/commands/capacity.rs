@@ -4,9 +4,8 @@ use clap::Args;
 
 use crate::args::*;
 use crate::error::CliError;
-use kvplan_planner::headinfer::{CapacityOptions, MemStrategy, MemoryConfig, capacity_report};
+use kvplan_planner::headinfer::RawCapacity;
 use kvplan_report as report;
-use kvplan_vocab::{DType, Error, HardwareProfile, ModelSpec};
 
 use super::serve_capacity::{CapacityTargetArgs, SloArgs, slo_capacity};
 
@@ -87,63 +86,22 @@ pub fn capacity(args: &CapacityArgs) -> Result<String, CliError> {
         return slo_capacity(&args.target, &args.slo, args.output.format);
     }
     args.slo.refuse_without_slo()?;
-    let required = |v: &Option<String>, flag: &str| {
-        v.clone().ok_or_else(|| {
-            CliError::input(format!(
-                "{flag}: required (or --slo SPEC for the serving capacity under latency objectives)"
-            ))
-        })
-    };
-    let mut model = ModelSpec::resolve(&required(&args.target.model, "--model")?)?;
-    if let Some(d) = &args.dtype {
-        let dt = DType::parse(d).ok_or_else(|| {
-            CliError::input(format!(
-                "--dtype: unknown dtype '{d}'; use fp16, bf16 or fp32"
-            ))
-        })?;
-        model = model.with_dtype(dt);
+    let input = RawCapacity {
+        model: args.target.model.clone(),
+        hardware: args.target.hardware.clone(),
+        dtype: args.dtype.clone(),
+        strategies: args.strategies.clone(),
+        batch: args.batch,
+        chunk: args.chunk,
+        heads_per_group: args.heads_per_group,
+        host_ram_gib: args.host_ram,
+        runtime_reserve_gib: args.runtime_reserve,
     }
-    let hw = HardwareProfile::resolve(&required(&args.target.hardware, "--hardware")?)?;
-    let strategies = args
-        .strategies
-        .iter()
-        .map(|s| {
-            MemStrategy::parse(s).ok_or_else(|| {
-                let all = MemStrategy::ALL.map(MemStrategy::as_str).join(", ");
-                CliError::input(format!(
-                    "--strategy: unknown strategy '{s}'; use one of {all}"
-                ))
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let whole = |flag: &str, v: i64| {
-        let at_least_1 = "must be a whole number of at least 1";
-        u32::try_from(v)
-            .ok()
-            .filter(|&x| x >= 1)
-            .ok_or_else(|| Error::invalid(flag, v, at_least_1))
-    };
-    let gib_bytes = |flag: &str, v: f64, zero_ok: bool| {
-        let ok = v.is_finite() && (v > 0.0 || (zero_ok && v == 0.0));
-        let accepted = if zero_ok {
-            "zero or more"
-        } else {
-            "a positive number of"
-        };
-        ok.then_some((v * (1u64 << 30) as f64) as u64)
-            .ok_or_else(|| Error::invalid(flag, v, format!("must be {accepted} GiB")))
-    };
-    let host_ram = args.host_ram.map(|g| gib_bytes("--host-ram", g, false));
-    let options = CapacityOptions {
-        host_ram_bytes: host_ram.transpose()?,
-        config: MemoryConfig {
-            batch: whole("--batch", args.batch)?,
-            chunk_tokens: whole("--chunk", args.chunk)?,
-            heads_per_group: whole("--heads-per-group", args.heads_per_group)?,
-            runtime_reserve: gib_bytes("--runtime-reserve", args.runtime_reserve, true)?,
-        },
-    };
-    let r = capacity_report(&model, &hw, &strategies, &options)?;
-    let format = args.output.format.into();
-    Ok(report::planner::capacity(&r, options.config.batch, format)?)
+    .resolve()?;
+    let (r, format) = (input.report()?, args.output.format.into());
+    Ok(report::planner::capacity(
+        &r,
+        input.options.config.batch,
+        format,
+    )?)
 }

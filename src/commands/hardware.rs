@@ -19,25 +19,14 @@ pub struct HardwareArgs {
 
 /// `kvplan hardware`.
 pub fn hardware(args: &HardwareArgs) -> Result<String, CliError> {
-    if let (Some(name), Format::Table) = (&args.hardware, args.output.format)
-        && let Ok(text) = HardwareProfile::preset_text(name)
-        && !name.ends_with(".toml")
-    {
-        // The preset file itself: every number with its source, ready to copy and edit.
-        return Ok(text.to_string());
-    }
-    let profiles: Vec<HardwareProfile> = match &args.hardware {
+    let asked = args.hardware.as_deref();
+    let profiles = match asked {
         Some(h) => vec![HardwareProfile::resolve(h)?],
-        None => HardwareProfile::preset_names()
-            .iter()
-            .map(|n| HardwareProfile::preset(n))
-            .collect::<Result<_, _>>()?,
+        None => HardwareProfile::presets()?,
     };
     let footer = "\n`kvplan hardware NAME` prints a preset with the source of every number. To adapt one,\nwrite a TOML file with `base = \"NAME\"` (a preset, or a profile file relative to this\none) and only the fields you change, e.g.\n  base = \"a100-40g-pcie4\"\n  [link]\n  h2d_pinned_gbps = 20.0\nand pass its path to --hardware.\n";
-    let footer = args.hardware.is_none().then_some(footer);
+    let format = args.output.format.into();
     Ok(report::listings::hardware(
-        &profiles,
-        args.output.format.into(),
-        footer,
+        &profiles, asked, format, footer,
     )?)
 }

@@ -19,18 +19,12 @@ pub struct ModelsArgs {
 
 /// `kvplan models`.
 pub fn models(args: &ModelsArgs) -> Result<String, CliError> {
-    let specs: Vec<ModelSpec> = match &args.model {
+    let asked = args.model.as_deref();
+    let specs = match asked {
         Some(m) => vec![ModelSpec::resolve(m)?],
-        None => ModelSpec::preset_names()
-            .iter()
-            .map(|n| ModelSpec::preset(n))
-            .collect::<Result<_, _>>()?,
+        None => ModelSpec::presets()?,
     };
     let footer = "\nAny Hugging Face config.json of the llama, mistral, qwen2, qwen3, gemma2, opt or falcon\nfamilies, or of the mixtral, qwen2_moe, qwen3_moe or llama4 mixtures of experts, works too:\n--model path/to/config.json (or the directory holding it)\n";
-    let footer = args.model.is_none().then_some(footer);
-    Ok(report::listings::models(
-        &specs,
-        args.output.format.into(),
-        footer,
-    )?)
+    let format = args.output.format.into();
+    Ok(report::listings::models(&specs, asked, format, footer)?)
 }

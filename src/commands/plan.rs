@@ -4,7 +4,7 @@ use clap::{Args, Subcommand};
 
 use crate::args::*;
 use crate::error::CliError;
-use kvplan_planner::plan::{Strategy, split_problem};
+use kvplan_planner::plan::Strategy;
 use kvplan_report as report;
 
 /// Planners.
@@ -37,18 +37,9 @@ pub fn plan(planner: &PlanCommand) -> Result<String, CliError> {
         PlanCommand::Runahead(a) => (a, Strategy::Runahead),
     };
     let sc = args.run.resolve(Some(strategy.as_str().into()))?;
-    let cost = sc.cost_model();
-    let p = sc.plan_with(&cost, strategy)?;
-    let format = args.output.format.into();
+    let (p, format) = (sc.plan()?, args.output.format.into());
     Ok(match strategy {
-        Strategy::Kvpr => {
-            // Why the first decode step's split is what it is.
-            let (gpu, host, model) = (p.weights_on_gpu, p.host_memory, sc.options.split_model);
-            let problem0 = split_problem(&cost, &sc.model, &sc.shape, gpu, host, 1, model);
-            let first = p.decisions.splits().first();
-            let why = first.map(|s| s.split.reason.explain(&problem0, &s.split));
-            report::planner::kvpr_plan(&sc, &p, why, format)
-        }
+        Strategy::Kvpr => report::planner::kvpr_plan(&sc, &p, format),
         Strategy::Runahead => report::planner::runahead_plan(&sc, &p, format),
         _ => report::planner::headinfer_plan(&sc, &p, format),
     }?)

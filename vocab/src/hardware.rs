@@ -597,6 +597,11 @@ impl HardwareProfile {
         PRESETS.iter().map(|(n, _)| n.to_string()).collect()
     }
 
+    /// Every embedded preset, in [`preset_names`](Self::preset_names) order.
+    pub fn presets() -> Result<Vec<Self>> {
+        PRESETS.iter().map(|(n, _)| Self::preset(n)).collect()
+    }
+
     fn unknown(name: &str) -> Error {
         let known = Self::preset_names();
         Error::UnknownHardware {

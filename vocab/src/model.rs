@@ -326,6 +326,11 @@ impl ModelSpec {
         PRESETS.iter().map(|(n, _)| n.to_string()).collect()
     }
 
+    /// Every embedded preset, in [`preset_names`](Self::preset_names) order.
+    pub fn presets() -> Result<Vec<Self>> {
+        PRESETS.iter().map(|(n, _)| Self::preset(n)).collect()
+    }
+
     /// The Hugging Face model id a preset's `config.json` was taken from (the repository in its
     /// `_source` URL, e.g. `meta-llama/Llama-2-7b-hf` for `llama-2-7b`).
     pub fn preset_hf_id(name: &str) -> Option<&'static str> {

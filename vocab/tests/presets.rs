@@ -60,6 +60,22 @@ fn every_hardware_preset_loads_and_round_trips_through_its_toml() {
 }
 
 #[test]
+fn presets_lists_every_preset_in_name_order() {
+    let models: Vec<String> = ModelSpec::presets()
+        .unwrap()
+        .into_iter()
+        .map(|m| m.name)
+        .collect();
+    assert_eq!(models, ModelSpec::preset_names());
+    let names: Vec<String> = HardwareProfile::presets()
+        .unwrap()
+        .into_iter()
+        .map(|p| p.name)
+        .collect();
+    assert_eq!(names, HardwareProfile::preset_names());
+}
+
+#[test]
 fn reported_memory_of_the_new_cards() {
     // Usable memory as the device reports it (nvidia-smi's MiB total), in GiB to 0.1.
     for (name, mib) in [

@@ -300,7 +300,7 @@ pub const CAPACITY_SEARCH_LIMIT: u64 = 1 << 40;
 /// Options of the capacity search.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CapacityOptions {
-    /// Host RAM for the offloaded KV cache (`--host-ram`), bytes; `None`: the profile's.
+    /// Host RAM for the offloaded KV cache (`capacity.host_ram`), bytes; `None`: the profile's.
     pub host_ram_bytes: Option<u64>,
     /// Memory-model settings (batch, chunk, heads per group, reserve). HeadInfer's capacity uses
     /// `heads_per_group` as given (1, the default, reaches furthest).

@@ -47,7 +47,7 @@
 //!   equal) × the chunks of [`chunk_grid`] — the powers of two from 128 to 65,536, the paper's
 //!   10,240, the roofline chunk ([`roofline_chunk`]: the smallest chunk for which offloaded
 //!   attention is compute-bound) and the context itself, capped at the context. A fixed
-//!   `--heads-per-group` or `--chunk` pins its axis.
+//!   `headinfer.heads_per_group` or `headinfer.chunk` pins its axis.
 //! - Feasible: the plan's peak GPU memory ([`memory()`] for `prompt + gen` tokens) fits the
 //!   usable memory, and the schedule has at most [`MAX_OPS`] ops.
 //! - Time: the makespan of the candidate's whole prefill and decode schedule on the discrete-event
@@ -68,10 +68,12 @@
 //! [`adaptive_heads_per_group`] keeps the paper's policy (the largest group that fits) for
 //! comparison.
 //!
-//! Layout: `memory` (the memory model and capacity), `schedule` (the schedule builder and its
-//! busy-time bound), `optimiser` (the choice), this module (options, details, [`plan`]); each
-//! imports only the ones before it.
+//! Layout: `memory` (the memory model and capacity), `input` (a capacity question as a front
+//! end writes it, checked: [`RawCapacity`]), `schedule` (the schedule builder and its busy-time
+//! bound), `optimiser` (the choice), this module (options, details, [`plan`]); each imports only
+//! the ones before it.
 
+mod input;
 mod memory;
 mod optimiser;
 mod schedule;
@@ -82,6 +84,7 @@ use kvplan_vocab::error::{Error, Result};
 use kvplan_vocab::hardware::HardwareProfile;
 use kvplan_vocab::model::ModelSpec;
 
+pub use input::{CapacityInput, CapacityInputError, RawCapacity};
 pub use kvplan_vocab::memory::WorkingSet;
 pub use memory::{
     BindingLimit, CAPACITY_SEARCH_LIMIT, CapacityOptions, CapacityReport, DEFAULT_CHUNK_TOKENS,
