@@ -34,7 +34,7 @@ use crate::plan::{
 use crate::runahead::{LinkOverride, RunaheadOptions, with_link_override};
 use kvplan_vocab::limits;
 use kvplan_vocab::schedule::HostMemory;
-use kvplan_vocab::{CostModel, DType, HardwareProfile, ModelSpec, RunKind};
+use kvplan_vocab::{CostModel, DType, HardwareProfile, ModelSpec};
 
 /// The default workload: the KVPR paper's latency setting (Table 3, first row).
 pub const DEFAULT_BATCH: u32 = 64;
@@ -51,8 +51,6 @@ pub const MAX_DEVICES: u32 = 64;
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawScenario {
-    /// `simulate` where the file says so ([`RunKind`]); a `serve` scenario is refused.
-    pub kind: Option<RunKind>,
     /// Preset name or path to a Hugging Face config.json (or a model directory).
     pub model: Option<String>,
     /// Preset name or path to a profile TOML.
@@ -224,12 +222,6 @@ impl fmt::Display for Field {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ScenarioError {
-    /// The file is a scenario of the other kind (its `kind` key).
-    #[error("{message}")]
-    WrongKind {
-        /// Which kind it is and who runs it.
-        message: String,
-    },
     /// A field every scenario needs (`model`, `hardware`) is absent.
     #[error("{field} is required (a preset name, or a file path)")]
     Missing {
@@ -430,7 +422,6 @@ impl RawScenario {
                 *a = b;
             }
         }
-        pick(&mut self.kind, other.kind);
         pick(&mut self.model, other.model);
         pick(&mut self.hardware, other.hardware);
         pick(&mut self.strategy, other.strategy);
@@ -460,11 +451,6 @@ impl RawScenario {
     /// Checks every field, applies the strategy's defaults, loads the model and hardware and
     /// applies the peer-link override.
     pub fn resolve(self) -> Result<Scenario, ScenarioError> {
-        if let Some(found @ RunKind::Serve) = self.kind {
-            return Err(ScenarioError::WrongKind {
-                message: RunKind::Simulate.mismatch(found),
-            });
-        }
         let model_name = self.model.ok_or(ScenarioError::Missing {
             field: Field::Model,
         })?;

@@ -105,7 +105,6 @@ fn served(max_model_len: Option<u32>) -> kvplan_serve::ServeReport {
             max_model_len,
             ..Default::default()
         },
-        ..Default::default()
     };
     let sc = raw.resolve().unwrap();
     sc.run(&sc.requests().unwrap()).unwrap()

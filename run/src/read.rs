@@ -96,6 +96,7 @@ impl RawScenario {
             // The same text parsed straight into the kind's type: the parser's error then
             // carries the field's place in the file.
             ScenarioError::Parse { message, .. } => {
+                let text = without_kind(&text);
                 let spanned = match kind {
                     RunKind::Simulate => toml::from_str::<RawSimulate>(&text).err(),
                     RunKind::Serve => toml::from_str::<RawServeScenario>(&text).err(),
@@ -143,7 +144,7 @@ impl RawScenario {
 
     /// A parsed scenario table (paths already [`rebase`]d); its `kind` key decides, `default`
     /// where it has none. Unknown fields and wrong types are errors the parser names.
-    pub fn from_table(table: Table, default: RunKind) -> Result<Self, ScenarioError> {
+    pub fn from_table(mut table: Table, default: RunKind) -> Result<Self, ScenarioError> {
         let kind = RunKind::of(&table)
             .map_err(|message| ScenarioError::Parse {
                 path: None,
@@ -156,6 +157,8 @@ impl RawScenario {
             line: None,
             message: one_line(e.message()),
         };
+        // `kind` is the layer's: the kinds' own types hold their fields only.
+        table.remove("kind");
         let value = Value::Table(table);
         Ok(match kind {
             RunKind::Simulate => RawScenario::Simulate(Box::new(value.try_into().map_err(parse)?)),
@@ -196,4 +199,23 @@ impl RawScenario {
             RawScenario::Serve(r) => Scenario::Serve(Box::new(r.resolve()?)),
         })
     }
+}
+
+/// `text` with its top-level `kind = ...` line blanked (lines keep their numbers): the kinds'
+/// own types do not hold `kind`, which the layer has read.
+fn without_kind(text: &str) -> String {
+    let mut top = true;
+    let lines: Vec<&str> = (text.lines())
+        .map(|l| {
+            let t = l.trim_start();
+            top &= !t.starts_with('[');
+            let key = t.strip_prefix("kind").map(str::trim_start);
+            if top && key.is_some_and(|rest| rest.starts_with('=')) {
+                ""
+            } else {
+                l
+            }
+        })
+        .collect();
+    lines.join("\n")
 }

@@ -75,6 +75,20 @@ fn parse_errors_name_the_file_and_line() {
         e.to_string()
             .starts_with(&format!("{}: line 3: ", bad.display()))
     );
+    // The `kind` key is the layer's: the line found is still the unknown field's.
+    let serve = write(
+        &d,
+        "serve.toml",
+        "kind = \"serve\"\nmodel = \"llama-2-7b\"\n[workload]\nqpss = 1.0\n",
+    );
+    let e = RawScenario::read(&serve, RunKind::Simulate).unwrap_err();
+    assert!(
+        e.to_string().starts_with(&format!(
+            "{}: line 4: unknown field `qpss`",
+            serve.display()
+        )),
+        "{e}"
+    );
     let kind = write(&d, "kind.toml", "kind = \"sim\"\nmodel = \"x\"\n");
     let e = RawScenario::read(&kind, RunKind::Simulate).unwrap_err();
     assert!(e.to_string().contains("unknown scenario kind"), "{e}");

@@ -904,7 +904,6 @@ impl StageRun {
         };
         let len = |n: u32| ((f64::from(n) * scale).round() as u32).max(1).to_string();
         Ok(crate::scenario::RawServeScenario {
-            kind: None,
             model: Some(model),
             hardware: Some(hardware),
             workload: kvplan_workloads::WorkloadConfig {

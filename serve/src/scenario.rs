@@ -20,7 +20,7 @@
 
 use std::path::PathBuf;
 
-use kvplan_vocab::{HardwareProfile, ModelSpec, RunKind};
+use kvplan_vocab::{HardwareProfile, ModelSpec};
 use kvplan_workloads::{Request, WorkloadConfig, WorkloadSpec, generate};
 use serde::{Deserialize, Serialize};
 
@@ -104,9 +104,6 @@ fn pick<T>(a: &mut Option<T>, b: Option<T>) {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawServeScenario {
-    /// `serve` where the file says so ([`RunKind`]); a `simulate` scenario is refused.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kind: Option<RunKind>,
     /// Model preset or config.json path.
     pub model: Option<String>,
     /// Hardware preset or profile TOML path.
@@ -123,12 +120,6 @@ pub struct RawServeScenario {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ScenarioError {
-    /// The file is a scenario of the other kind (its `kind` key).
-    #[error("{message}")]
-    WrongKind {
-        /// Which kind it is and who runs it.
-        message: String,
-    },
     /// `model` or `hardware` not given.
     #[error("{field}: required")]
     Missing {
@@ -153,7 +144,6 @@ impl RawServeScenario {
     /// and `seed`; `qps` and `time_scale` replace each other; the shared-prefix and conversation
     /// tables merge field by field.
     pub fn overlay(mut self, other: RawServeScenario) -> Self {
-        pick(&mut self.kind, other.kind);
         pick(&mut self.model, other.model);
         pick(&mut self.hardware, other.hardware);
         let (w, o) = (&mut self.workload, other.workload);
@@ -221,11 +211,6 @@ impl RawServeScenario {
     /// lengths gets [`DEFAULT_OUTPUT_LENGTHS`]), the engine settings against the model and GPU
     /// (the weights must leave room for KV blocks).
     pub fn resolve(self) -> Result<ServeScenario, ScenarioError> {
-        if let Some(found @ RunKind::Simulate) = self.kind {
-            return Err(ScenarioError::WrongKind {
-                message: RunKind::Serve.mismatch(found),
-            });
-        }
         let whole = ModelSpec::resolve(
             self.model
                 .as_deref()

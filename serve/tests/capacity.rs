@@ -7,7 +7,6 @@ use kvplan_workloads::WorkloadConfig;
 
 fn scenario() -> RawServeScenario {
     RawServeScenario {
-        kind: None,
         model: Some("llama-2-7b".into()),
         hardware: Some("h100-sxm".into()),
         workload: WorkloadConfig {

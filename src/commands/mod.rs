@@ -112,7 +112,6 @@ impl RunArgs {
         let (sc, workload, offload, planner) =
             (&self.scenario, &self.workload, &self.offload, &self.planner);
         RawScenario {
-            kind: None,
             model: sc.target.model.clone(),
             hardware: sc.target.hardware.clone(),
             strategy,

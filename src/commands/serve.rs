@@ -218,7 +218,6 @@ impl ServeArgs {
         use kvplan_serve::scenario::{RawConfig, RawServeScenario};
         use kvplan_serve::{Preemption, SchedulerKind};
         RawServeScenario {
-            kind: None,
             model: self.target.model.clone(),
             hardware: self.target.hardware.clone(),
             workload: self.requests.to_config(),
