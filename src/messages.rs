@@ -6,9 +6,10 @@ use kvplan_planner::scenario::{Field, Note};
 use crate::error::{CliError, EXIT_FAILURE, EXIT_INPUT};
 
 /// The one table of the flag that sets each scenario field: the planner's scenario (the first
-/// 17 rows, [`Field`]'s names) and the serving scenario. Every library error and note names a
-/// field; the binary names its flag through this table.
-const FLAGS: [(&str, &str); 38] = [
+/// 17 rows, [`Field`]'s names), the serving scenario (`workload.*`, `serve.*`) and context
+/// capacity's own settings. Every library error and note names a field; the binary names its
+/// flag through this table (a test holds every row to an option the command line has).
+const FLAGS: [(&str, &str); 54] = [
     ("model", "--model"),
     ("hardware", "--hardware"),
     ("strategy", "--strategy"),
@@ -46,6 +47,37 @@ const FLAGS: [(&str, &str); 38] = [
     ("serve.preemption", "--preemption"),
     ("serve.tensor_parallel_size", "--tensor-parallel-size"),
     ("serve.enable_expert_parallel", "--enable-expert-parallel"),
+    ("serve.max_model_len", "--max-model-len"),
+    ("serve.num_gpu_blocks_override", "--num-gpu-blocks-override"),
+    (
+        "serve.long_prefill_token_threshold",
+        "--long-prefill-token-threshold",
+    ),
+    (
+        "serve.max_cudagraph_capture_size",
+        "--max-cudagraph-capture-size",
+    ),
+    ("serve.enable_prefix_caching", "--enable-prefix-caching"),
+    ("serve.enable_chunked_prefill", "--enable-chunked-prefill"),
+    ("workload.shared_prefix.groups", "--prefix-groups"),
+    (
+        "workload.shared_prefix.users_per_group",
+        "--users-per-group",
+    ),
+    (
+        "workload.shared_prefix.system_prompt_len",
+        "--system-prompt-len",
+    ),
+    ("workload.shared_prefix.question_len", "--question-len"),
+    ("workload.conversation.conversations", "--conversations"),
+    ("workload.conversation.turns", "--turns"),
+    (
+        "workload.conversation.first_message_len",
+        "--first-message-len",
+    ),
+    ("workload.conversation.message_len", "--message-len"),
+    ("workload.conversation.think_time_s", "--think-time"),
+    ("workload.conversation.max_context", "--max-context"),
     // `kvplan capacity`
     ("capacity.host_ram", "--host-ram"),
     ("capacity.runtime_reserve", "--runtime-reserve"),
@@ -284,6 +316,20 @@ pub fn note(n: &Note) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_row_is_an_option_of_the_command_line() {
+        use clap::CommandFactory;
+        let cli = crate::commands::Cli::command();
+        let longs: Vec<String> = (cli.get_subcommands())
+            .flat_map(|c| c.get_arguments().filter_map(|a| a.get_long()))
+            .map(|l| format!("--{l}"))
+            .collect();
+        for (field, flag) in FLAGS {
+            let option = flag.split(' ').next().unwrap();
+            assert!(longs.iter().any(|l| l == option), "{field}: {flag}");
+        }
+    }
 
     #[test]
     fn every_field_has_a_flag() {
