@@ -8,7 +8,7 @@ use crate::error::{CliError, EXIT_FAILURE, EXIT_INPUT};
 /// The one table of the flag that sets each scenario field: the planner's scenario (the first
 /// 17 rows, [`Field`]'s names) and the serving scenario. Every library error and note names a
 /// field; the binary names its flag through this table.
-const FLAGS: [(&str, &str); 36] = [
+const FLAGS: [(&str, &str); 38] = [
     ("model", "--model"),
     ("hardware", "--hardware"),
     ("strategy", "--strategy"),
@@ -46,6 +46,8 @@ const FLAGS: [(&str, &str); 36] = [
     ("serve.preemption", "--preemption"),
     ("serve.tensor_parallel_size", "--tensor-parallel-size"),
     ("serve.enable_expert_parallel", "--enable-expert-parallel"),
+    ("serve.quantization", "--quantization"),
+    ("serve.kv_cache_dtype", "--kv-cache-dtype"),
 ];
 
 /// The flag that sets the field named `name` (`workload.batch` → `--batch`).
