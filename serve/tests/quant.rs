@@ -23,7 +23,8 @@ fn fp8_kv_cache_holds_twice_the_blocks() {
     let f = kv_fp8().validate(&m, &hw).unwrap();
     assert_eq!(f.block_bytes * 2, a.block_bytes);
     assert_eq!(f.weights_bytes, a.weights_bytes);
-    let budget = hw.gpu.usable_bytes() as f64 * 0.9 - f.weights_bytes as f64 - f.activation_bytes as f64;
+    let budget =
+        hw.gpu.usable_bytes() as f64 * 0.9 - f.weights_bytes as f64 - f.activation_bytes as f64;
     assert_eq!(f.gpu_blocks, (budget / f.block_bytes as f64).floor() as u32);
     assert!(
         f.gpu_blocks == 2 * a.gpu_blocks || f.gpu_blocks == 2 * a.gpu_blocks + 1,
@@ -87,7 +88,6 @@ fn decode_step_is_faster_with_an_fp8_cache_at_long_context() {
     it.logits = 64;
     let mut ta = IterationTimer::new(&m, &cost, 16, 64, true);
     let mut tf = IterationTimer::new(&f, &cost, 16, 64, true);
-    use kvplan_serve::IterationModel;
     let (a, b) = (ta.time(&it).total_s, tf.time(&it).total_s);
     assert!(b < 0.75 * a, "fp8 {b} vs auto {a}");
     let (oa, _) = ta.kv_block_s();
@@ -110,7 +110,16 @@ fn a_quantisation_the_gpu_cannot_run_names_the_field() {
         ..Config::default()
     };
     let e = c.validate(&m, &t4).unwrap_err();
-    assert!(matches!(e, Error::InvalidConfig { field: "quantization", .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::InvalidConfig {
+                field: "quantization",
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert!(e.to_string().starts_with("quantization: "), "{e}");
     assert!(e.to_string().contains(">= 8.0"), "{e}");
     // AWQ needs 7.5: Turing runs it.
@@ -127,11 +136,17 @@ fn unknown_kv_cache_dtype_and_quantization_name_the_field() {
     let e = toml::from_str::<RawServeScenario>("[serve]\nkv_cache_dtype = \"fp9\"\n")
         .unwrap_err()
         .to_string();
-    assert!(e.contains("kv_cache_dtype: must be one of auto, fp8"), "{e}");
+    assert!(
+        e.contains("kv_cache_dtype: must be one of auto, fp8"),
+        "{e}"
+    );
     let e = toml::from_str::<RawServeScenario>("[serve]\nquantization = \"int3\"\n")
         .unwrap_err()
         .to_string();
-    assert!(e.contains("quantization: must be one of fp8, awq, gptq"), "{e}");
+    assert!(
+        e.contains("quantization: must be one of fp8, awq, gptq"),
+        "{e}"
+    );
     let ok = toml::from_str::<RawServeScenario>(
         "[serve]\nkv_cache_dtype = \"fp8_e4m3\"\nquantization = \"gptq\"\n",
     )

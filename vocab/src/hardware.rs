@@ -113,9 +113,9 @@ impl Gpu {
         self.memory_bytes.saturating_sub(self.reserved_bytes)
     }
 
-    /// The fp8 tensor peak fp8-weight GEMMs run at: the profile's, on compute capability
-    /// >= 8.9 (or not recorded); `None` below, where vLLM runs fp8 weights through Marlin at
-    /// the 16-bit rate.
+    /// The fp8 tensor peak fp8-weight GEMMs run at: the profile's, on compute capability of
+    /// at least 8.9 (or none recorded); `None` below, where vLLM runs fp8 weights through
+    /// Marlin at the 16-bit rate.
     pub fn fp8_flops(&self) -> Option<f64> {
         match self.compute_capability {
             Some(cc) if cc + 1e-9 < 8.9 => None,

@@ -95,7 +95,11 @@ fn quantised_gemms_read_fewer_bytes_and_fp8_runs_at_the_fp8_rate() {
     assert!(q < 0.7 * d, "A100 bf16 {d}, awq {q}");
     // A large prefill is compute-bound: fp8 at H100's fp8 peak (twice bf16's); on A100 (no fp8
     // tensor cores: Marlin W8A16) at the 16-bit rate; 4-bit a little slower than 16-bit.
-    let (d, f, q) = (t(&h100, &m, 8192), t(&h100, &fp8, 8192), t(&h100, &awq, 8192));
+    let (d, f, q) = (
+        t(&h100, &m, 8192),
+        t(&h100, &fp8, 8192),
+        t(&h100, &awq, 8192),
+    );
     assert!(f < 0.6 * d, "H100 bf16 {d}, fp8 {f}");
     assert!(q > d, "awq {q} vs bf16 {d}");
     let (d, f) = (t(&a100, &m, 8192), t(&a100, &fp8, 8192));
@@ -107,20 +111,37 @@ fn quantised_gemms_read_fewer_bytes_and_fp8_runs_at_the_fp8_rate() {
     assert!(!json.contains("weights"), "{json}");
     let json = serde_json::to_string(&ffn_up(&fp8, 1)).unwrap();
     assert!(json.contains("\"weights\":\"fp8\""), "{json}");
-    assert!(matches!(ffn_up(&m, 1), OpKind::Gemm { dtype: DType::Bf16, .. }));
+    assert!(matches!(
+        ffn_up(&m, 1),
+        OpKind::Gemm {
+            dtype: DType::Bf16,
+            ..
+        }
+    ));
 }
 
 #[test]
 fn presets_record_compute_capability_and_fp8_peaks() {
     for name in HardwareProfile::preset_names() {
         let hw = HardwareProfile::preset(&name).unwrap();
-        let cc = hw.gpu.compute_capability.unwrap_or_else(|| panic!("{name}"));
+        let cc = hw
+            .gpu
+            .compute_capability
+            .unwrap_or_else(|| panic!("{name}"));
         if let Some(f) = hw.gpu.peak_flops.fp8 {
             assert!(cc >= 8.9, "{name}: fp8 peak on cc {cc}");
             assert!(f >= 1.9 * hw.gpu.peak_flops.bf16, "{name}");
         }
     }
     let t4 = HardwareProfile::preset("t4").unwrap();
-    assert!(Quantization::Fp8.check_gpu("t4", t4.gpu.compute_capability).is_err());
-    assert!(Quantization::Awq.check_gpu("t4", t4.gpu.compute_capability).is_ok());
+    assert!(
+        Quantization::Fp8
+            .check_gpu("t4", t4.gpu.compute_capability)
+            .is_err()
+    );
+    assert!(
+        Quantization::Awq
+            .check_gpu("t4", t4.gpu.compute_capability)
+            .is_ok()
+    );
 }
