@@ -9,7 +9,7 @@ use crate::error::{CliError, EXIT_FAILURE, EXIT_INPUT};
 /// 17 rows, [`Field`]'s names), the serving scenario (`workload.*`, `serve.*`) and context
 /// capacity's own settings. Every library error and note names a field; the binary names its
 /// flag through this table (a test holds every row to an option the command line has).
-const FLAGS: [(&str, &str); 54] = [
+const FLAGS: [(&str, &str); 56] = [
     ("model", "--model"),
     ("hardware", "--hardware"),
     ("strategy", "--strategy"),
@@ -78,6 +78,8 @@ const FLAGS: [(&str, &str); 54] = [
     ("workload.conversation.message_len", "--message-len"),
     ("workload.conversation.think_time_s", "--think-time"),
     ("workload.conversation.max_context", "--max-context"),
+    ("serve.quantization", "--quantization"),
+    ("serve.kv_cache_dtype", "--kv-cache-dtype"),
     // `kvplan capacity`
     ("capacity.host_ram", "--host-ram"),
     ("capacity.runtime_reserve", "--runtime-reserve"),

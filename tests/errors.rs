@@ -655,3 +655,59 @@ fn capacity_workload_flags_need_the_search_and_leave_it_the_rate() {
         expect_input_error(&out, &[rate, "the search chooses the request rate"]);
     }
 }
+
+/// A quantisation the GPU cannot run (vLLM's minimum compute capability) and an unknown KV cache
+/// element type: one line naming the flag and the field, exit 2.
+#[test]
+fn quantisation_the_gpu_cannot_run_and_unknown_kv_cache_dtype() {
+    let dir = TempDir::new("quant");
+    // A pre-Turing GPU (Volta, compute capability 7.0): AWQ needs 7.5.
+    std::fs::write(
+        dir.path().join("v100.toml"),
+        "name = \"v100\"\nbase = \"t4\"\n[gpu]\ncompute_capability = 7.0\n",
+    )
+    .unwrap();
+    let serve = |hw: &'static str, extra: &[&'static str]| {
+        let mut a = vec![
+            "serve",
+            "--model",
+            "llama-2-7b",
+            "--hardware",
+            hw,
+            "--arrivals",
+            "all-at-once",
+            "--lengths",
+            "64",
+            "--requests",
+            "2",
+        ];
+        a.extend_from_slice(extra);
+        run_in(dir.path(), &a)
+    };
+    let err = expect_input_error(
+        &serve("v100.toml", &["--quantization", "awq"]),
+        &["compute capability >= 7.5", "7.0"],
+    );
+    assert!(
+        err.starts_with("error: --quantization (serve.quantization): "),
+        "{err}"
+    );
+    expect_input_error(
+        &serve("t4", &["--quantization", "fp8"]),
+        &["--quantization (serve.quantization)", ">= 8.0", "7.5"],
+    );
+    expect_input_error(
+        &serve("t4", &["--kv-cache-dtype", "fp9"]),
+        &["--kv-cache-dtype"],
+    );
+    std::fs::write(
+        dir.path().join("s.toml"),
+        "model = \"llama-2-7b\"\nhardware = \"t4\"\n[workload]\narrivals = \"all-at-once\"\n\
+         requests = 2\nprompt_lengths = \"64\"\n[serve]\nkv_cache_dtype = \"fp9\"\n",
+    )
+    .unwrap();
+    expect_input_error(
+        &run_in(dir.path(), &["serve", "s.toml"]),
+        &["s.toml", "kv_cache_dtype", "auto, fp8"],
+    );
+}

@@ -637,6 +637,7 @@ mod tests {
             kv_heads: 32,
             head_dim: 128,
             dtype: DType::Fp16,
+            kv: kvplan_vocab::KvCacheDtype::Auto,
         };
         let truth = AttentionFit {
             floor_us: 4.0,

@@ -138,6 +138,7 @@ mod tests {
             head_dim: 128,
             causal,
             dtype: kvplan_vocab::DType::Bf16,
+            kv: kvplan_vocab::KvCacheDtype::Auto,
         };
         let mut ops = Vec::new();
         for b in [8, 64] {

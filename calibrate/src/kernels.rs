@@ -120,6 +120,7 @@ pub fn table_op(t: &KernelTable, tokens: u32) -> OpKind {
             k: t.k,
             batch: 1,
             dtype: t.dtype,
+            weights: kvplan_vocab::WeightFormat::Dense,
         },
         Some(kind) => OpKind::Elementwise {
             kind,

@@ -301,7 +301,9 @@ pub fn build_profile(
                 fp16: b.gpu.peak_flops.fp16 / 1e12,
                 bf16: b.gpu.peak_flops.bf16 / 1e12,
                 fp32: b.gpu.peak_flops.fp32 / 1e12,
+                fp8: b.gpu.peak_flops.fp8.map(|f| f / 1e12),
             },
+            compute_capability: b.gpu.compute_capability,
             price_usd_per_hour: b.gpu.price_usd_per_hour,
         },
         None => {
@@ -319,7 +321,9 @@ pub fn build_profile(
                     fp16: peak(DType::Fp16),
                     bf16: peak(DType::Bf16),
                     fp32: peak(DType::Fp32),
+                    fp8: None,
                 },
+                compute_capability: None,
                 price_usd_per_hour: None,
             }
         }

@@ -151,6 +151,7 @@ pub fn measure_all(
             k,
             batch: 1,
             dtype,
+            weights: kvplan_vocab::WeightFormat::Dense,
         })
         .collect();
     let t = exec.run(&repeated(StreamKind::Compute, &ops, plan.reps))?;
@@ -180,6 +181,7 @@ pub fn measure_all(
             head_dim: m.head_dim as u16,
             causal,
             dtype: m.dtype,
+            kv: kvplan_vocab::KvCacheDtype::Auto,
         };
         for &bs in &plan.attention_batches {
             for &kv in &plan.attention_kv_lens {

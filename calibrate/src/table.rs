@@ -467,6 +467,7 @@ pub fn device_seconds(k: &KernelModel, s: &Sample) -> f64 {
             k: kk,
             batch,
             dtype,
+            ..
         } => k.gemm_device(m, n, kk, batch, dtype),
         OpKind::Elementwise { kind, bytes, .. } => k.mem_device(kind, bytes, Some(s.tokens)),
         _ => unreachable!("table columns are GEMMs and memory-bound kernels"),
@@ -482,6 +483,7 @@ fn model_seconds(k: &KernelModel, s: &Sample) -> f64 {
             k: kk,
             batch,
             dtype,
+            ..
         } => k.gemm_model(m, n, kk, batch, dtype),
         OpKind::Elementwise { kind, bytes, .. } => k.mem_model(kind, bytes as f64),
         _ => unreachable!("table columns are GEMMs and memory-bound kernels"),

@@ -93,6 +93,7 @@ fn calibrated_chunk_costs_reach_the_runahead_planner() {
         head_dim: 128,
         causal,
         dtype: m.dtype,
+        kv: kvplan_vocab::KvCacheDtype::Auto,
     };
     let mut points = Vec::new();
     for b in [8, 64] {

@@ -122,6 +122,7 @@ pub(crate) fn needs(
                 k,
                 batch,
                 dtype,
+                ..
             } => {
                 let (m, cols, k, batch) = (
                     u64::from(m),
@@ -408,6 +409,7 @@ mod tests {
             k,
             batch: 1,
             dtype,
+            weights: kvplan_vocab::WeightFormat::Dense,
         };
         b.push(gemm(2, 3, 4, DType::Fp16), c, l, TAG, &[]);
         b.push(gemm(5, 1, 2, DType::Fp16), c, l, TAG, &[]);
@@ -452,6 +454,7 @@ mod tests {
                 k: u32::MAX,
                 batch: u32::MAX,
                 dtype: DType::Fp16,
+                weights: kvplan_vocab::WeightFormat::Dense,
             },
             c,
             l,
@@ -479,6 +482,7 @@ mod tests {
                 kv_heads: 8,
                 head_dim: 128,
                 dtype: DType::Fp16,
+                kv: kvplan_vocab::KvCacheDtype::Auto,
             },
             c,
             l,

@@ -11,7 +11,7 @@
 //! sequences, synchronous steps, a free-block watermark, swap space).
 
 use kvplan_vocab::memory::{AttentionImpl, PrefillPass, prefill_working_set};
-use kvplan_vocab::{HardwareProfile, ModelSpec};
+use kvplan_vocab::{DType, HardwareProfile, KvCacheDtype, ModelSpec, Quantization};
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
@@ -139,6 +139,16 @@ macro_rules! config_fields {
             /// ([`kvplan_vocab::ModelSpec::sharded_with`]); a dense model ignores the setting, as
             /// vLLM does.
             enable_expert_parallel: bool = false,
+            /// Weight quantisation (`--quantization`: `fp8`, `awq`, `gptq`; default none): the
+            /// decoder layers' linear weights at 1 byte (fp8) or 133/256 bytes (4-bit, group
+            /// 128) per parameter, fp8 GEMMs at the GPU's fp8 rate where it has one
+            /// ([`kvplan_vocab::quant`]). A GPU below vLLM's minimum compute capability for the
+            /// method is refused.
+            quantization: Option<Quantization> = None,
+            /// Element type of the KV cache (`--kv-cache-dtype`: `auto`, the model's dtype, or
+            /// `fp8`, one byte per element): the block count, swap copies and attention's K and
+            /// V reads follow.
+            kv_cache_dtype: KvCacheDtype = KvCacheDtype::Auto,
         }
     };
 }
@@ -222,7 +232,7 @@ fn check(field: &'static str, ok: bool, value: String, expect: &'static str) -> 
         Err(Error::InvalidConfig {
             field,
             value,
-            expect,
+            expect: expect.into(),
         })
     }
 }
@@ -252,10 +262,46 @@ pub fn cudagraph_sizes(max: u32) -> Vec<u32> {
 }
 
 impl Config {
+    /// `model` as this engine serves it: with [`Config::quantization`] and an fp8
+    /// [`Config::kv_cache_dtype`] where they are set (unset, the model's own).
+    pub fn apply(&self, model: &ModelSpec) -> ModelSpec {
+        let mut m = model.clone();
+        if self.quantization.is_some() {
+            m.quantization = self.quantization;
+        }
+        if !self.kv_cache_dtype.is_auto() {
+            m.kv_cache_dtype = self.kv_cache_dtype;
+        }
+        m
+    }
+
     /// Checks every setting and derives the limits and the GPU block count: from memory
     /// accounting, `(usable × utilization − weights − working set of a max_num_batched_tokens
-    /// pass) / (block_size × KV bytes per token of all layers)`, or the override.
+    /// pass) / (block_size × KV bytes per token of all layers)`, or the override. The model is
+    /// taken as [`Config::apply`] gives it (quantised weights, an fp8 KV cache).
     pub fn validate(&self, model: &ModelSpec, hw: &HardwareProfile) -> Result<Resolved, Error> {
+        let model = &self.apply(model);
+        if let Some(q) = model.quantization
+            && let Err(why) = q.check_gpu(&hw.name, hw.gpu.compute_capability)
+        {
+            return Err(Error::InvalidConfig {
+                field: "quantization",
+                value: q.as_str().into(),
+                expect: format!("a method this GPU can run: {why}").into(),
+            });
+        }
+        if model.kv_cache_dtype == KvCacheDtype::Fp8 && model.dtype == DType::Fp32 {
+            return Err(Error::InvalidConfig {
+                field: "kv_cache_dtype",
+                value: "fp8".into(),
+                expect: format!(
+                    "auto for {}, served in fp32 (kvplan models an fp8 cache under a 16-bit \
+                     model only: fp16 or bf16)",
+                    model.name
+                )
+                .into(),
+            });
+        }
         let v1 = self.scheduler == SchedulerKind::VllmV1;
         check(
             "block_size",
@@ -289,7 +335,8 @@ impl Config {
                 field: "preemption",
                 value: self.preemption.as_str().into(),
                 expect: "recompute with the vllm-v1 scheduler (vLLM V1 preempts by recompute; \
-                         swap and hybrid need scheduler vllm-v0, mixed or chunked)",
+                         swap and hybrid need scheduler vllm-v0, mixed or chunked)"
+                    .into(),
             });
         }
         let caching = self.enable_prefix_caching.unwrap_or(v1);
@@ -298,7 +345,8 @@ impl Config {
                 field: "enable_prefix_caching",
                 value: "true".into(),
                 expect: "false with the vLLM 0.4 schedulers (prefix caching is modelled for \
-                         scheduler vllm-v1)",
+                         scheduler vllm-v1)"
+                    .into(),
             });
         }
         if !v1 && self.enable_chunked_prefill.is_some() {
@@ -306,7 +354,8 @@ impl Config {
                 field: "enable_chunked_prefill",
                 value: format!("{}", self.enable_chunked_prefill.unwrap_or_default()),
                 expect: "unset except with scheduler vllm-v1 (choose scheduler chunked or \
-                         vllm-v0 for the 0.4 engine's behaviour)",
+                         vllm-v0 for the 0.4 engine's behaviour)"
+                    .into(),
             });
         }
         let chunked = match self.scheduler {
@@ -342,7 +391,8 @@ impl Config {
                 field: "max_num_batched_tokens",
                 value: tokens.to_string(),
                 expect: "at least max_model_len when chunked prefill is off (vLLM refuses this \
-                         too: a prompt longer than the budget could never run)",
+                         too: a prompt longer than the budget could never run)"
+                    .into(),
             });
         }
         let seqs = if v1 { seqs.min(tokens) } else { seqs };

@@ -57,8 +57,8 @@ pub enum Error {
         field: &'static str,
         /// Its value.
         value: String,
-        /// The accepted range.
-        expect: &'static str,
+        /// The accepted range (or why the value cannot run here).
+        expect: std::borrow::Cow<'static, str>,
     },
     /// Weights and activations leave no room for a single KV block.
     #[error(

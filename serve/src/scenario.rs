@@ -20,7 +20,7 @@
 
 use std::path::PathBuf;
 
-use kvplan_vocab::{HardwareProfile, ModelSpec};
+use kvplan_vocab::{HardwareProfile, KvCacheDtype, ModelSpec, Quantization};
 use kvplan_workloads::{Request, WorkloadConfig, WorkloadSpec, generate};
 use serde::{Deserialize, Serialize};
 
@@ -243,6 +243,7 @@ impl RawServeScenario {
         let workload = w.validate()?;
         let config = self.serve.to_config();
         let resolved = config.validate(&model, &hardware)?;
+        let model = config.apply(&model);
         Ok(ServeScenario {
             model,
             hardware,

@@ -43,6 +43,7 @@ pub fn simulate(
     requests: &[Request],
 ) -> Result<ServeReport, Error> {
     let resolved = config.validate(model, hw)?;
+    let model = &config.apply(model);
     let cost = CostModel::new(hw);
     let timer = IterationTimer::new(
         model,

@@ -2,6 +2,7 @@
 //! one area: `cargo test -p kvplan-serve --test serve <module>::`).
 
 mod capacity;
+mod quant;
 mod real_vllm;
 mod serve;
 mod v1;

@@ -9,14 +9,15 @@
 //! bit.
 //!
 //! ```
-//! use kvplan_vocab::{CostModel, DType, HardwareProfile, ScheduleBuilder};
+//! use kvplan_vocab::{CostModel, DType, HardwareProfile, ScheduleBuilder, WeightFormat};
 //! use kvplan_vocab::schedule::{OpKind, Phase, StreamKind, Tag};
 //!
 //! let cost = CostModel::new(&HardwareProfile::preset("a100-40g-pcie4")?);
 //! let mut b = ScheduleBuilder::new();
 //! let s = b.stream(0, StreamKind::Compute, "compute");
 //! let label = b.label("gemm");
-//! let gemm = OpKind::Gemm { m: 64, n: 4096, k: 4096, batch: 1, dtype: DType::Fp16 };
+//! let weights = WeightFormat::Dense;
+//! let gemm = OpKind::Gemm { m: 64, n: 4096, k: 4096, batch: 1, dtype: DType::Fp16, weights };
 //! let tag = Tag { step: 0, layer: 0, batch: 0, group: Tag::NONE, phase: Phase::Prefill };
 //! b.push(gemm, s, label, tag, &[]);
 //! let timeline = kvplan_sim::simulate(&b.build(), &cost).unwrap();

@@ -47,7 +47,9 @@ back) | hybrid (swap, and on resume recompute the first tokens' KV from stored a
 --max-model-len (longer prompts rejected, generation stops there with finish reason length),
 --num-gpu-blocks-override (a measured block count), --max-num-seqs, --max-num-batched-tokens,
 --gpu-memory-utilization, --block-size, --tensor-parallel-size, --enable-expert-parallel
-(mixture-of-experts models: whole experts per GPU), --enforce-eager.
+(mixture-of-experts models: whole experts per GPU), --enforce-eager, --quantization fp8 | awq |
+gptq (quantised linear weights: fewer bytes to hold and read; fp8 GEMMs at the GPU's fp8 rate),
+--kv-cache-dtype auto | fp8 (one byte per KV element: about twice the KV blocks).
 
 Output: a summary table (--format json: the summary JSON; --format csv: one row per request).
 Files: --requests-csv (per request: arrival, status, finish reason, cached tokens, queue, TTFT,
@@ -102,6 +104,27 @@ pub enum PreemptionArg {
     Swap,
     /// Swap, and on resume recompute the first tokens' KV from stored activations
     Hybrid,
+}
+
+/// Weight quantisation (`--quantization`, vLLM's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum QuantizationArg {
+    /// 8-bit float weights (fp8 tensor cores on compute capability 8.9+, else weight-only)
+    Fp8,
+    /// AWQ 4-bit weights, group 128
+    Awq,
+    /// GPTQ 4-bit weights, group 128
+    Gptq,
+}
+
+/// KV cache element type (`--kv-cache-dtype`, vLLM's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KvCacheDtypeArg {
+    /// The model's dtype
+    Auto,
+    /// One byte per element (e4m3)
+    #[value(alias = "fp8_e4m3")]
+    Fp8,
 }
 
 /// `kvplan serve`.
@@ -184,6 +207,15 @@ pub struct ServeArgs {
     /// whole (vLLM's flag) instead of splitting every expert's width; dense models ignore it
     #[arg(long)]
     pub enable_expert_parallel: bool,
+    /// Quantised weights (vLLM's flag): the decoder layers' linear weights in fp8 (1 byte) or
+    /// 4 bits with group-128 scales (awq, gptq); embeddings, norms and LM head stay 16-bit
+    /// [default: none]
+    #[arg(long, value_enum)]
+    pub quantization: Option<QuantizationArg>,
+    /// KV cache element type (vLLM's flag): fp8 stores one byte per element [default: auto,
+    /// the model's dtype]
+    #[arg(long, value_enum)]
+    pub kv_cache_dtype: Option<KvCacheDtypeArg>,
     /// Replay a measured run and report predicted against measured per metric: a per-request
     /// CSV (arrival_s, prompt_tokens, output_tokens, ttft_s, e2e_s; kvplan's own --requests-csv
     /// reads back) or `vllm bench serve --save-detailed` result JSON; the requests come from FILE
@@ -240,6 +272,15 @@ impl ServeArgs {
                 max_num_batched_tokens: self.max_num_batched_tokens,
                 tensor_parallel_size: self.tensor_parallel_size,
                 enable_expert_parallel: self.enable_expert_parallel.then_some(true),
+                quantization: self.quantization.map(|q| match q {
+                    QuantizationArg::Fp8 => kvplan_vocab::Quantization::Fp8,
+                    QuantizationArg::Awq => kvplan_vocab::Quantization::Awq,
+                    QuantizationArg::Gptq => kvplan_vocab::Quantization::Gptq,
+                }),
+                kv_cache_dtype: self.kv_cache_dtype.map(|k| match k {
+                    KvCacheDtypeArg::Auto => kvplan_vocab::KvCacheDtype::Auto,
+                    KvCacheDtypeArg::Fp8 => kvplan_vocab::KvCacheDtype::Fp8,
+                }),
                 enable_prefix_caching: on_off(
                     self.enable_prefix_caching,
                     self.no_enable_prefix_caching,

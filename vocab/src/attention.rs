@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::dtype::DType;
 use crate::model::ModelSpec;
+use crate::quant::KvCacheDtype;
 
 /// Query rows of one work unit: FlashAttention-2's split-KV kernel (the paged-KV kernel vLLM's
 /// FlashAttention backend runs) tiles queries in blocks of 64 rows (`kBlockM`).
@@ -154,6 +155,23 @@ impl AttentionBatch {
                 + 2.0 * f64::from(kv_heads) * self.kv_tokens as f64)
             * dtype.bytes() as f64
     }
+
+    /// [`AttentionBatch::mem_bytes`] with K and V in the cache's element type `kv`.
+    pub fn mem_bytes_kv(
+        &self,
+        q_heads: u16,
+        kv_heads: u16,
+        head_dim: u16,
+        dtype: DType,
+        kv: KvCacheDtype,
+    ) -> f64 {
+        if kv.is_auto() {
+            return self.mem_bytes(q_heads, kv_heads, head_dim, dtype);
+        }
+        f64::from(head_dim)
+            * (2.0 * f64::from(q_heads) * self.q_tokens as f64 * dtype.bytes() as f64
+                + 2.0 * f64::from(kv_heads) * self.kv_tokens as f64 * kv.bytes(dtype) as f64)
+    }
 }
 
 /// `count` lengths spread evenly over `mean * (1 - spread) ..= mean * (1 + spread)`, with exactly
@@ -221,6 +239,8 @@ pub struct Heads {
     pub head_dim: u16,
     /// Element type.
     pub dtype: DType,
+    /// Element type of the cached K and V (`auto`: `dtype`).
+    pub kv: KvCacheDtype,
 }
 
 impl Heads {
@@ -231,6 +251,7 @@ impl Heads {
             kv_heads: m.num_kv_heads as u16,
             head_dim: m.head_dim as u16,
             dtype: m.dtype,
+            kv: m.kv_cache_dtype,
         }
     }
 }
@@ -265,7 +286,13 @@ impl AttentionWork {
     /// totals only, for the roofline).
     pub fn new(batch: &AttentionBatch, heads: &Heads, sms: Option<u32>) -> Self {
         let flops = batch.flops(heads.q_heads, heads.head_dim);
-        let bytes = batch.mem_bytes(heads.q_heads, heads.kv_heads, heads.head_dim, heads.dtype);
+        let bytes = batch.mem_bytes_kv(
+            heads.q_heads,
+            heads.kv_heads,
+            heads.head_dim,
+            heads.dtype,
+            heads.kv,
+        );
         Self::with_totals(batch, heads, sms, flops, bytes)
     }
 
@@ -283,6 +310,7 @@ impl AttentionWork {
             kv_heads,
             head_dim,
             dtype,
+            kv,
         } = *heads;
         let mut w = AttentionWork {
             flops,
@@ -333,7 +361,7 @@ impl AttentionWork {
         w.unit_flops = padded_flops / units;
         w.unit_bytes = bytes / units;
         w.long_flops = 4.0 * d * long_rows * long_keys;
-        w.long_bytes = 2.0 * d * long_keys * dtype.bytes() as f64;
+        w.long_bytes = 2.0 * d * long_keys * kv.bytes(dtype) as f64;
         w
     }
 }
@@ -415,6 +443,7 @@ mod tests {
         kv_heads: 8,
         head_dim: 128,
         dtype: DType::Bf16,
+        kv: KvCacheDtype::Auto,
     };
 
     #[test]

@@ -20,6 +20,7 @@ use crate::kernel_model::{
     AllReduceFit, AttentionFit, GemmFit, KernelModel, KernelTable, KernelsSection, MemFit,
     TableKind,
 };
+use crate::quant::{KvCacheDtype, WeightFormat};
 use crate::schedule::{ElemKind, HostMemory, OpKind};
 
 /// A copy's cost as an affine function of its size: `latency + bytes * secs_per_byte`.
@@ -218,7 +219,7 @@ impl CostModel {
             duplex: l.duplex,
             copy_curves: None,
             launch_s: section.launch_us * 1e-6,
-            kernels: KernelModel::new(section, peaks, hbm),
+            kernels: KernelModel::new(section, peaks, hbm).with_fp8_peak(hw.gpu.fp8_flops()),
         };
         if let Some(cal) = &hw.calibration {
             let affine = |c: &crate::calibration::Curve| LinkCost {
@@ -298,6 +299,7 @@ impl CostModel {
             k,
             batch: 1,
             dtype,
+            weights: WeightFormat::Dense,
         };
         let affine = self.gemm_cost(dtype).time(op.flops(), op.mem_bytes());
         self.gemm(m, n, k, 1, dtype) / affine
@@ -332,6 +334,7 @@ impl CostModel {
             head_dim,
             causal,
             dtype,
+            kv: KvCacheDtype::Auto,
         })
     }
 
@@ -422,7 +425,10 @@ impl CostModel {
                 k,
                 batch,
                 dtype,
-            } => self.kernels.gemm_device(m, n, k, batch, dtype),
+                weights,
+            } => self
+                .kernels
+                .gemm_device_weights(m, n, k, batch, dtype, weights),
             OpKind::Attention {
                 batch,
                 q_len,

@@ -67,6 +67,9 @@ pub struct PeakFlops {
     pub bf16: f64,
     /// FP32.
     pub fp32: f64,
+    /// FP8 tensor cores (dense), where the GPU has them: fp8-weight GEMMs run at it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fp8: Option<f64>,
 }
 
 impl PeakFlops {
@@ -93,6 +96,10 @@ pub struct Gpu {
     pub mem_bandwidth: f64,
     /// Peak FLOP/s per dtype.
     pub peak_flops: PeakFlops,
+    /// CUDA compute capability as `major.minor` (`8.9`; ROCm GPUs as PyTorch reports them,
+    /// MI300X `9.4`), what vLLM checks a quantisation against; `None`: not recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compute_capability: Option<f64>,
     /// Fixed cost added to every kernel, seconds.
     pub kernel_overhead_s: f64,
     /// What one GPU of this kind costs per hour, US dollars (optional: `kvplan capacity --slo
@@ -104,6 +111,16 @@ impl Gpu {
     /// Memory a plan may use: `memory - reserved`.
     pub fn usable_bytes(&self) -> u64 {
         self.memory_bytes.saturating_sub(self.reserved_bytes)
+    }
+
+    /// The fp8 tensor peak fp8-weight GEMMs run at: the profile's, on compute capability of
+    /// at least 8.9 (or none recorded); `None` below, where vLLM runs fp8 weights through
+    /// Marlin at the 16-bit rate.
+    pub fn fp8_flops(&self) -> Option<f64> {
+        match self.compute_capability {
+            Some(cc) if cc + 1e-9 < 8.9 => None,
+            _ => self.peak_flops.fp8,
+        }
     }
 }
 
@@ -240,6 +257,9 @@ pub struct GpuSection {
     pub kernel_overhead_us: f64,
     /// Peak dense TFLOP/s per dtype.
     pub peak_tflops: PeakSection,
+    /// CUDA compute capability, `major.minor` (optional).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_capability: Option<f64>,
     /// Price of one GPU per hour, US dollars (optional; your contract's or your cloud's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub price_usd_per_hour: Option<f64>,
@@ -255,6 +275,9 @@ pub struct PeakSection {
     pub bf16: f64,
     /// FP32.
     pub fp32: f64,
+    /// FP8 tensor (dense), where the GPU has it (optional).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fp8: Option<f64>,
 }
 
 /// `[efficiency]` of a profile file.
@@ -395,6 +418,20 @@ fn validate(file: ProfileFile, origin: &str) -> Result<HardwareProfile> {
                 fp16: tflops("gpu.peak_tflops.fp16", s.gpu.peak_tflops.fp16)?,
                 bf16: tflops("gpu.peak_tflops.bf16", s.gpu.peak_tflops.bf16)?,
                 fp32: tflops("gpu.peak_tflops.fp32", s.gpu.peak_tflops.fp32)?,
+                fp8: match s.gpu.peak_tflops.fp8 {
+                    Some(v) => Some(tflops("gpu.peak_tflops.fp8", v)?),
+                    None => None,
+                },
+            },
+            compute_capability: match s.gpu.compute_capability {
+                Some(cc) if !(cc.is_finite() && (1.0..=20.0).contains(&cc)) => {
+                    return Err(Error::invalid(
+                        format!("{origin}: gpu.compute_capability"),
+                        limits::show(cc),
+                        "must be a CUDA compute capability major.minor from 1.0 to 20.0 (8.9)",
+                    ));
+                }
+                cc => cc,
             },
             kernel_overhead_s: micros("gpu.kernel_overhead_us", s.gpu.kernel_overhead_us)?,
             price_usd_per_hour: match s.gpu.price_usd_per_hour {

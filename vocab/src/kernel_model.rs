@@ -39,6 +39,7 @@ use crate::attention::{AttentionBatch, AttentionWork, Heads};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::limits::{self, BANDWIDTH, EFFICIENCY, LATENCY};
+use crate::quant::WeightFormat;
 use crate::schedule::ElemKind;
 
 /// Tile shapes `(rows, cols)` the GEMM model chooses from (the CUTLASS/cuBLAS tensor-core
@@ -559,6 +560,8 @@ pub struct KernelModel {
     section: KernelsSection,
     /// Seconds per FLOP at peak, per dtype.
     peak: [f64; DType::COUNT],
+    /// Seconds per FLOP at the fp8 tensor peak, where the GPU has one (fp8-weight GEMMs).
+    fp8_peak: Option<f64>,
     /// HBM bytes per second.
     hbm: f64,
     gemm_tables: Vec<GemmCurve>,
@@ -644,10 +647,41 @@ impl KernelModel {
             tile_efficiency,
             section,
             peak: peak_flops.map(|p| 1.0 / p),
+            fp8_peak: None,
             hbm,
             gemm_tables,
             mem_tables,
         }
+    }
+
+    /// The model with an fp8 tensor peak of `flops` FLOP/s (`None`: fp8-weight GEMMs run at
+    /// the 16-bit rate, as vLLM's weight-only Marlin path does).
+    pub fn with_fp8_peak(mut self, flops: Option<f64>) -> Self {
+        self.fp8_peak = flops.filter(|f| *f > 0.0).map(|f| 1.0 / f);
+        self
+    }
+
+    /// Device seconds of `batch` GEMMs with weights stored as `weights`: dense, what
+    /// [`KernelModel::gemm_device`] gives; quantised, that time (measured tables included)
+    /// scaled by the fitted model's quantised / dense ratio at this shape: the weight bytes at
+    /// their own size, fp8 weights at the fp8 peak where there is one, 4-bit weights at the
+    /// 16-bit rate with the compute term raised by
+    /// [`crate::quant::INT4_DEQUANT_OVERHEAD`].
+    pub fn gemm_device_weights(
+        &self,
+        m: u32,
+        n: u32,
+        k: u32,
+        batch: u32,
+        dtype: DType,
+        weights: WeightFormat,
+    ) -> f64 {
+        let dense = self.gemm_device(m, n, k, batch, dtype);
+        if weights.is_dense() {
+            return dense;
+        }
+        dense * self.gemm_model_with(m, n, k, batch, dtype, weights)
+            / self.gemm_model(m, n, k, batch, dtype)
     }
 
     /// The section this model evaluates.
@@ -663,6 +697,19 @@ impl KernelModel {
 
     /// The fitted GEMM model's device seconds for `batch` GEMMs `[m,k] x [k,n]` (no tables).
     pub fn gemm_model(&self, m: u32, n: u32, k: u32, batch: u32, dtype: DType) -> f64 {
+        self.gemm_model_with(m, n, k, batch, dtype, WeightFormat::Dense)
+    }
+
+    /// [`KernelModel::gemm_model`] with the weights stored as `weights`.
+    pub fn gemm_model_with(
+        &self,
+        m: u32,
+        n: u32,
+        k: u32,
+        batch: u32,
+        dtype: DType,
+        weights: WeightFormat,
+    ) -> f64 {
         let g = &self.section.gemm;
         let (mf, nf, kf, bf) = (
             f64::from(m),
@@ -670,9 +717,19 @@ impl KernelModel {
             f64::from(k),
             f64::from(batch.max(1)),
         );
-        let bytes = (mf * kf + kf * nf + mf * nf) * bf * dtype.bytes() as f64;
+        let bytes = if weights.is_dense() {
+            (mf * kf + kf * nf + mf * nf) * bf * dtype.bytes() as f64
+        } else {
+            crate::schedule::gemm_bytes(m, n, k, batch.max(1), dtype, weights)
+        };
         let mem = g.latency_us * 1e-6 + bytes / (self.hbm * g.memory_efficiency);
-        let spf = self.peak[dtype.index()];
+        let spf = match (weights, self.fp8_peak) {
+            (WeightFormat::Fp8, Some(p)) => p,
+            (WeightFormat::Int4G128, _) => {
+                self.peak[dtype.index()] * crate::quant::INT4_DEQUANT_OVERHEAD
+            }
+            _ => self.peak[dtype.index()],
+        };
         let comp = match g.sms {
             None => 2.0 * mf * nf * kf * bf * spf / g.compute_efficiency,
             Some(sms) => {

@@ -4,6 +4,7 @@
 use crate::attention::AttentionBatch;
 use crate::cost::CostModel;
 use crate::model::{LayerFfn, ModelSpec, Moe};
+use crate::quant::WeightFormat;
 use crate::schedule::{ElemKind, OpKind};
 
 /// The kernels of one decoder layer for `batch` sequences of `q_len` new tokens each,
@@ -98,6 +99,7 @@ pub fn batch_attention_op(m: &ModelSpec, batch: AttentionBatch) -> OpKind {
         kv_heads: m.num_kv_heads as u16,
         head_dim: m.head_dim as u16,
         dtype: m.dtype,
+        kv: m.kv_cache_dtype,
     }
 }
 
@@ -197,6 +199,7 @@ pub fn moe_ffn_ops(m: &ModelSpec, moe: &Moe, rows: u64) -> Vec<(&'static str, Op
     let p = m.dtype_bytes();
     let h = u64::from(m.hidden);
     let dt = m.dtype;
+    let wf = m.weight_format();
     let r32 = u32::try_from(rows).unwrap_or(u32::MAX);
     let gated = if m.gated_ffn { 2 } else { 1 };
     let route = moe.experts > 1;
@@ -210,6 +213,7 @@ pub fn moe_ffn_ops(m: &ModelSpec, moe: &Moe, rows: u64) -> Vec<(&'static str, Op
                 k: m.hidden,
                 batch: 1,
                 dtype: dt,
+                weights: WeightFormat::Dense,
             },
         ));
         // Logits read; top-k weights (fp32) and ids (int32) written.
@@ -244,6 +248,7 @@ pub fn moe_ffn_ops(m: &ModelSpec, moe: &Moe, rows: u64) -> Vec<(&'static str, Op
             k: m.hidden,
             batch: hit,
             dtype: dt,
+            weights: wf,
         },
     ));
     ops.push((
@@ -262,6 +267,7 @@ pub fn moe_ffn_ops(m: &ModelSpec, moe: &Moe, rows: u64) -> Vec<(&'static str, Op
             k: moe.expert_ffn,
             batch: hit,
             dtype: dt,
+            weights: wf,
         },
     ));
     if route && moe.top_k > 1 {
@@ -282,6 +288,7 @@ pub fn moe_ffn_ops(m: &ModelSpec, moe: &Moe, rows: u64) -> Vec<(&'static str, Op
             k,
             batch: 1,
             dtype: dt,
+            weights: wf,
         };
         ops.push(("shared_up", gemm((gated * s) as u32, m.hidden)));
         ops.push((
@@ -316,6 +323,7 @@ pub fn attention_op(m: &ModelSpec, batch: u32, q_len: u32, kv_len: u32) -> OpKin
         head_dim: m.head_dim as u16,
         causal: q_len > 1,
         dtype: m.dtype,
+        kv: m.kv_cache_dtype,
     }
 }
 
@@ -360,12 +368,14 @@ impl DenseKernels {
         let q = m.q_dim() as u32;
         let kv = m.kv_dim() as u32;
         let dt = m.dtype;
+        let wf = m.weight_format();
         let gemm = |n: u32, k: u32| OpKind::Gemm {
             m: r32,
             n,
             k,
             batch: 1,
             dtype: dt,
+            weights: wf,
         };
         DenseKernels {
             norm: elem(ElemKind::Norm),
@@ -406,6 +416,7 @@ pub fn recompute_gemm(m: &ModelSpec, batch: u32, l: u32) -> OpKind {
         k: m.hidden,
         batch: 1,
         dtype: m.dtype,
+        weights: m.weight_format(),
     }
 }
 
@@ -448,6 +459,7 @@ pub fn head_ops(m: &ModelSpec, batch: u32) -> [(&'static str, OpKind); 3] {
                 k: m.hidden,
                 batch: 1,
                 dtype: m.dtype,
+                weights: WeightFormat::Dense,
             },
         ),
         (

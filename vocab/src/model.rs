@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result, one_line};
+use crate::quant::{KvCacheDtype, Quantization, WeightFormat};
 
 /// Model families kvplan models; each fixes the layer layout used for parameter counting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -134,8 +135,15 @@ pub struct ModelSpec {
     pub max_position: u32,
     /// Input embedding and LM head share one matrix.
     pub tied_embeddings: bool,
-    /// Serving dtype of weights, activations and KV cache.
+    /// Serving dtype of weights, activations and (with `kv_cache_dtype = auto`) the KV cache.
     pub dtype: DType,
+    /// Element type of the KV cache (vLLM's `--kv-cache-dtype`; `auto`: [`ModelSpec::dtype`]).
+    #[serde(default, skip_serializing_if = "KvCacheDtype::is_auto")]
+    pub kv_cache_dtype: KvCacheDtype,
+    /// Weight quantisation of the decoder layers' linear weights (vLLM's `--quantization`;
+    /// `None`: every weight in [`ModelSpec::dtype`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantization: Option<Quantization>,
     /// Gated FFN (three matrices: gate, up, down) rather than two.
     pub gated_ffn: bool,
     /// Bias vectors on the Q, K, V projections.
@@ -791,6 +799,38 @@ impl ModelSpec {
         self.dtype.bytes()
     }
 
+    /// Returns a copy with the KV cache in `kv` (vLLM's `--kv-cache-dtype`).
+    pub fn with_kv_cache_dtype(mut self, kv: KvCacheDtype) -> Self {
+        self.kv_cache_dtype = kv;
+        self
+    }
+
+    /// Returns a copy with its linear weights quantised as `q` (vLLM's `--quantization`).
+    pub fn with_quantization(mut self, q: Option<Quantization>) -> Self {
+        self.quantization = q;
+        self
+    }
+
+    /// Bytes of one K or V element in the cache: the serving dtype's, or 1 for an fp8 cache.
+    pub fn kv_bytes_per_element(&self) -> u64 {
+        self.kv_cache_dtype.bytes(self.dtype)
+    }
+
+    /// How the decoder layers' linear weights are stored ([`WeightFormat::Dense`] unquantised).
+    pub fn weight_format(&self) -> WeightFormat {
+        self.quantization
+            .map_or(WeightFormat::Dense, Quantization::weights)
+    }
+
+    /// Bytes of `params` parameters of which `linear` are quantisable linear weights (the
+    /// rest, biases and norms, stay in the serving dtype).
+    fn bytes_of(&self, params: u64, linear: u64) -> u64 {
+        match self.quantization {
+            None => params * self.dtype_bytes(),
+            Some(q) => q.bytes(linear) + (params - linear) * self.dtype_bytes(),
+        }
+    }
+
     /// Width of the query projection output, `H * d`.
     pub fn q_dim(&self) -> u64 {
         u64::from(self.num_heads) * u64::from(self.head_dim)
@@ -806,9 +846,10 @@ impl ModelSpec {
         self.num_heads / self.num_kv_heads
     }
 
-    /// K and V bytes of one token in one layer: `2 * Hkv * d * p`.
+    /// K and V bytes of one token in one layer: `2 * Hkv * d * p_kv`
+    /// ([`ModelSpec::kv_bytes_per_element`]).
     pub fn kv_bytes_per_token_layer(&self) -> u64 {
-        2 * self.kv_dim() * self.dtype_bytes()
+        2 * self.kv_dim() * self.kv_bytes_per_element()
     }
 
     /// K and V bytes of one token across all layers.
@@ -862,6 +903,37 @@ impl ModelSpec {
             _ => mats * h * ffn + if self.proj_bias { ffn + h } else { 0 } + ffn_norms,
         };
         (kv_proj, q_o, ffn_p)
+    }
+
+    /// The linear-layer weights of [`ModelSpec::layer_param_parts_of`] (in elements): the
+    /// matrices a quantisation stores quantised, without biases, norms or a router (vLLM keeps
+    /// MoE gates unquantised).
+    fn layer_linear_parts_of(&self, ffn_kind: LayerFfn) -> (u64, u64, u64) {
+        let h = u64::from(self.hidden);
+        let mats = if self.gated_ffn { 3 } else { 2 };
+        let ffn = match (ffn_kind, &self.moe) {
+            (LayerFfn::Moe, Some(m)) => {
+                mats * h
+                    * (u64::from(m.local_experts()) * u64::from(m.expert_ffn)
+                        + u64::from(m.shared_ffn))
+            }
+            _ => mats * h * u64::from(self.ffn_dim),
+        };
+        (2 * h * self.kv_dim(), 2 * h * self.q_dim(), ffn)
+    }
+
+    /// Parameters of the decoder layers' linear weights, every layer (the part
+    /// `quantization` stores quantised); [`ModelSpec::params`] less it stays in the dtype.
+    pub fn linear_params(&self) -> u64 {
+        let sum = |f| {
+            let (a, b, c) = self.layer_linear_parts_of(f);
+            a + b + c
+        };
+        if self.moe.is_none() {
+            return sum(LayerFfn::Dense) * u64::from(self.num_layers);
+        }
+        let moe = u64::from(self.moe_layers());
+        sum(LayerFfn::Moe) * moe + sum(LayerFfn::Dense) * (u64::from(self.num_layers) - moe)
     }
 
     /// Parameters of one decoder layer (of the main kind, [`ModelSpec::main_ffn`]).
@@ -926,19 +998,27 @@ impl ModelSpec {
             + self.embedding_params()
     }
 
-    /// Bytes of all weights in the serving dtype.
+    /// Bytes of all weights: in the serving dtype, or with the decoder layers' linear weights
+    /// quantised ([`ModelSpec::quantization`]; embeddings, norms, biases and the LM head stay
+    /// in the dtype).
     pub fn weight_bytes(&self) -> u64 {
-        self.params() * self.dtype_bytes()
+        match self.quantization {
+            None => self.params() * self.dtype_bytes(),
+            Some(_) => {
+                let linear = self.linear_params();
+                self.bytes_of(self.params(), linear)
+            }
+        }
     }
 
     /// Bytes of one decoder layer's weights, split for the fine-grained load order.
     pub fn layer_weights(&self) -> LayerWeights {
-        let p = self.dtype_bytes();
         let (a, b, c) = self.layer_param_parts();
+        let (la, lb, lc) = self.layer_linear_parts_of(self.main_ffn());
         LayerWeights {
-            kv_proj: a * p,
-            q_o_proj: b * p,
-            ffn: c * p,
+            kv_proj: self.bytes_of(a, la),
+            q_o_proj: self.bytes_of(b, lb),
+            ffn: self.bytes_of(c, lc),
         }
     }
 
@@ -1133,6 +1213,8 @@ fn opt(c: &Cfg, name: &str) -> Result<ModelSpec> {
         max_position: max_pos,
         tied_embeddings: c.bool_or("tie_word_embeddings", true)?,
         dtype: c.dtype(Family::Opt)?,
+        kv_cache_dtype: KvCacheDtype::Auto,
+        quantization: None,
         gated_ffn: false,
         qkv_bias: bias,
         proj_bias: bias,
@@ -1178,6 +1260,8 @@ fn llama_like(c: &Cfg, name: &str, family: Family) -> Result<ModelSpec> {
         max_position: c.u32(&["max_position_embeddings"], "e.g. 8192")?,
         tied_embeddings: c.bool_or("tie_word_embeddings", family == Family::Gemma2)?,
         dtype: c.dtype(family)?,
+        kv_cache_dtype: KvCacheDtype::Auto,
+        quantization: None,
         gated_ffn: true,
         qkv_bias,
         proj_bias,
@@ -1342,6 +1426,8 @@ fn falcon(c: &Cfg, name: &str) -> Result<ModelSpec> {
         max_position: c.opt_u32(&["max_position_embeddings"])?.unwrap_or(2048),
         tied_embeddings: c.bool_or("tie_word_embeddings", true)?,
         dtype: c.dtype(Family::Falcon)?,
+        kv_cache_dtype: KvCacheDtype::Auto,
+        quantization: None,
         gated_ffn: false,
         qkv_bias: bias,
         proj_bias: bias,

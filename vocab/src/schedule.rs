@@ -14,6 +14,7 @@ pub use crate::attention::attention_pairs;
 use crate::attention::{AttentionBatch, Heads};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::quant::{KvCacheDtype, WeightFormat};
 
 /// Index of an op in its schedule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -191,6 +192,10 @@ pub enum OpKind {
         batch: u32,
         /// Element type.
         dtype: DType,
+        /// How the `[k, n]` weight operand is stored (dense: in `dtype`; quantised weights
+        /// change its bytes and, for fp8, the tensor rate).
+        #[serde(default, skip_serializing_if = "WeightFormat::is_dense")]
+        weights: WeightFormat,
     },
     /// Scaled dot-product attention of `q_len` queries against `kv_len` keys per sequence.
     Attention {
@@ -210,6 +215,9 @@ pub enum OpKind {
         causal: bool,
         /// Element type.
         dtype: DType,
+        /// Element type of the K and V read from the cache (`auto`: `dtype`).
+        #[serde(default, skip_serializing_if = "KvCacheDtype::is_auto")]
+        kv: KvCacheDtype,
     },
     /// One attention kernel over a ragged batch (prefill chunks and decode steps of different
     /// lengths together, as vLLM runs them): the batch's statistics, not its sequences.
@@ -224,6 +232,9 @@ pub enum OpKind {
         head_dim: u16,
         /// Element type.
         dtype: DType,
+        /// Element type of the K and V read from the cache (`auto`: `dtype`).
+        #[serde(default, skip_serializing_if = "KvCacheDtype::is_auto")]
+        kv: KvCacheDtype,
     },
     /// A memory-bound kernel touching `bytes` of device memory (norms, activations, rotary
     /// embedding, residual adds, the embedding gather, copies inside the GPU, sampling).
@@ -253,6 +264,19 @@ pub enum OpKind {
     },
 }
 
+/// Device-memory bytes of `batch` GEMMs `[m,k] x [k,n]` in `dtype` with weights stored as
+/// `weights`: `(mk + kn + mn)` elements each, the `kn` weights at their own bytes.
+#[inline]
+pub fn gemm_bytes(m: u32, n: u32, k: u32, batch: u32, dtype: DType, weights: WeightFormat) -> f64 {
+    let (m, n, k) = (f64::from(m), f64::from(n), f64::from(k));
+    if weights.is_dense() {
+        (m * k + k * n + m * n) * f64::from(batch) * dtype.bytes() as f64
+    } else {
+        ((m * k + m * n) * dtype.bytes() as f64 + k * n * weights.bytes_per_elem(dtype))
+            * f64::from(batch)
+    }
+}
+
 impl OpKind {
     /// Bytes crossing a link (host or peer), zero for kernels.
     pub fn link_bytes(&self) -> u64 {
@@ -272,6 +296,7 @@ impl OpKind {
                 kv_heads,
                 head_dim,
                 dtype,
+                kv,
                 ..
             }
             | OpKind::BatchAttention {
@@ -279,12 +304,14 @@ impl OpKind {
                 kv_heads,
                 head_dim,
                 dtype,
+                kv,
                 ..
             } => Some(Heads {
                 q_heads,
                 kv_heads,
                 head_dim,
                 dtype,
+                kv,
             }),
             _ => None,
         }
@@ -332,10 +359,8 @@ impl OpKind {
                 k,
                 batch,
                 dtype,
-            } => {
-                let (m, n, k) = (f64::from(m), f64::from(n), f64::from(k));
-                (m * k + k * n + m * n) * f64::from(batch) * dtype.bytes() as f64
-            }
+                weights,
+            } => gemm_bytes(m, n, k, batch, dtype, weights),
             OpKind::Attention {
                 batch,
                 q_heads,
@@ -344,13 +369,23 @@ impl OpKind {
                 kv_len,
                 head_dim,
                 dtype,
+                kv,
                 ..
             } => {
-                f64::from(batch)
-                    * f64::from(head_dim)
-                    * (2.0 * f64::from(q_heads) * f64::from(q_len)
-                        + 2.0 * f64::from(kv_heads) * f64::from(kv_len))
-                    * dtype.bytes() as f64
+                let (b, d) = (f64::from(batch), f64::from(head_dim));
+                if kv.is_auto() {
+                    b * d
+                        * (2.0 * f64::from(q_heads) * f64::from(q_len)
+                            + 2.0 * f64::from(kv_heads) * f64::from(kv_len))
+                        * dtype.bytes() as f64
+                } else {
+                    b * d
+                        * (2.0 * f64::from(q_heads) * f64::from(q_len) * dtype.bytes() as f64
+                            + 2.0
+                                * f64::from(kv_heads)
+                                * f64::from(kv_len)
+                                * kv.bytes(dtype) as f64)
+                }
             }
             OpKind::BatchAttention {
                 batch,
@@ -358,7 +393,8 @@ impl OpKind {
                 kv_heads,
                 head_dim,
                 dtype,
-            } => batch.mem_bytes(q_heads, kv_heads, head_dim, dtype),
+                kv,
+            } => batch.mem_bytes_kv(q_heads, kv_heads, head_dim, dtype, kv),
             OpKind::Elementwise { bytes, .. } => bytes as f64,
             _ => 0.0,
         }

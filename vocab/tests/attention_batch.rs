@@ -37,6 +37,7 @@ fn roofline_profiles_keep_the_roofline_bit_for_bit() {
                 head_dim: 128,
                 causal,
                 dtype: DType::Fp16,
+                kv: kvplan_vocab::KvCacheDtype::Auto,
             };
             let want = hw.gpu.kernel_overhead_s
                 + (op.flops() * (1.0 / hw.gpu.peak_flops.get(DType::Fp16))
@@ -229,6 +230,7 @@ fn grouped_query_attention_reads_fewer_bytes_and_takes_less() {
                 head_dim,
                 causal,
                 dtype,
+                kv: kvplan_vocab::KvCacheDtype::Auto,
             },
             _ => unreachable!(),
         };

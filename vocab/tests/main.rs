@@ -4,3 +4,4 @@
 mod attention_batch;
 mod moe;
 mod presets;
+mod quant;

@@ -58,6 +58,7 @@ fn decode_expert_gemms_read_the_distinct_experts_hit() {
                     k: m.hidden,
                     batch,
                     dtype: m.dtype,
+                    weights: kvplan_vocab::WeightFormat::Dense,
                 },
                 "{name} B={b}"
             );
@@ -108,6 +109,7 @@ fn a_batched_gemm_costs_every_gemm_of_the_batch() {
             k: 4096,
             batch,
             dtype: kvplan_vocab::DType::Bf16,
+            weights: kvplan_vocab::WeightFormat::Dense,
         })
     };
     let step = t(2) - t(1);
@@ -125,6 +127,7 @@ fn a_batched_gemm_costs_every_gemm_of_the_batch() {
             k: 4096,
             batch,
             dtype: kvplan_vocab::DType::Bf16,
+            weights: kvplan_vocab::WeightFormat::Dense,
         })
     };
     let per = g(8) - g(7);

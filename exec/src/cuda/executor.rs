@@ -752,12 +752,14 @@ impl CudaWorker<'_> {
                     }
                 }
             }
+            // Quantised weights run as 16-bit GEMMs here (the executor has no quantised kernels).
             OpKind::Gemm {
                 m,
                 n,
                 k,
                 batch,
                 dtype,
+                ..
             } => {
                 let blas = self
                     .blas

@@ -139,6 +139,7 @@ pub fn gemm(m: u32, n: u32, k: u32, dtype: DType) -> OpKind {
         k,
         batch: 1,
         dtype,
+        weights: kvplan_vocab::WeightFormat::Dense,
     }
 }
 
@@ -161,6 +162,7 @@ pub fn every_kind() -> Schedule {
                 k: 47,
                 batch: 3,
                 dtype,
+                weights: kvplan_vocab::WeightFormat::Dense,
             },
             c,
             l,
@@ -178,6 +180,7 @@ pub fn every_kind() -> Schedule {
                     head_dim: 64,
                     causal,
                     dtype,
+                    kv: kvplan_vocab::KvCacheDtype::Auto,
                 },
                 c,
                 l,

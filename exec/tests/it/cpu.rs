@@ -171,6 +171,7 @@ fn unsupported_attention_is_an_error_not_a_panic() {
         head_dim: 8,
         causal: false,
         dtype: DType::Fp16,
+        kv: kvplan_vocab::KvCacheDtype::Auto,
     };
     let s = schedule(&[StreamKind::Compute], &[(op, 0)]);
     let e = open(BackendKind::Cpu, 0).run(&s).unwrap_err();

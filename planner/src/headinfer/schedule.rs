@@ -162,6 +162,7 @@ impl Pass {
                 head_dim: model.head_dim as u16,
                 causal: n > 1,
                 dtype: model.dtype,
+                kv: model.kv_cache_dtype,
             },
             store: OpKind::D2H {
                 bytes: bu * u64::from(n) * group_tok,
@@ -181,6 +182,7 @@ impl Pass {
                     k: model.hidden,
                     batch: 1,
                     dtype: model.dtype,
+                    weights: kvplan_vocab::WeightFormat::Dense,
                 },
                 OpKind::Elementwise {
                     kind: ElemKind::Other,

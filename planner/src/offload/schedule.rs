@@ -297,6 +297,7 @@ pub fn build_schedule(
                     k: m.hidden,
                     batch: 1,
                     dtype: m.dtype,
+                    weights: kvplan_vocab::WeightFormat::Dense,
                 },
                 c,
                 lb.lm_head,
