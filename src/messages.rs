@@ -214,7 +214,9 @@ impl From<kvplan_run::ScenarioError> for CliError {
                         "{k}: the model does not fit this GPU with room for its KV cache; use a GPU with more memory, a smaller model, or a higher --gpu-memory-utilization"
                     ));
                 }
-                S::Serve(f) if !matches!(f, kvplan_serve::Error::InvalidConfig { .. }) => {
+                // A scheduler that stalls is a bug; every other serving error is the input's
+                // (a max_model_len the cache cannot hold, a trace out of order, ...).
+                S::Serve(f @ kvplan_serve::Error::Stalled { .. }) => {
                     return CliError::failure(format!("serving simulation failed: {f}"));
                 }
                 s => E::from(s),

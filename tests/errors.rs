@@ -711,3 +711,30 @@ fn quantisation_the_gpu_cannot_run_and_unknown_kv_cache_dtype() {
         &["s.toml", "kv_cache_dtype", "auto, fp8"],
     );
 }
+
+/// A max_model_len the KV cache cannot hold is the input's fault, as vLLM refuses it at start:
+/// one line, exit 2.
+#[test]
+fn a_max_model_len_the_cache_cannot_hold_is_bad_input() {
+    let dir = TempDir::new("max-model-len");
+    let out = run_in(
+        dir.path(),
+        &[
+            "serve",
+            "--model",
+            "llama-3.1-8b",
+            "--hardware",
+            "l4",
+            "--arrivals",
+            "all-at-once",
+            "--lengths",
+            "10",
+            "--requests",
+            "1",
+        ],
+    );
+    expect_input_error(
+        &out,
+        &["max_model_len: 131072 tokens do not fit the KV cache"],
+    );
+}
