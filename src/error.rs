@@ -62,25 +62,6 @@ impl From<kvplan_calibrate::Error> for CliError {
     }
 }
 
-/// `kvplan capacity`'s input, its field at fault named by its flag; a missing model or hardware
-/// with the other question the command answers.
-impl From<kvplan_planner::headinfer::CapacityInputError> for CliError {
-    fn from(e: kvplan_planner::headinfer::CapacityInputError) -> Self {
-        use kvplan_planner::headinfer::CapacityInputError as E;
-        let field = match e {
-            E::Invalid(v) => return v.into(),
-            E::Missing { field } | E::UnknownChoice { field, .. } => field,
-            _ => return CliError::input(e.to_string()),
-        };
-        let slo = " (or --slo SPEC for the serving capacity under latency objectives)";
-        let hint = matches!(e, E::Missing { .. })
-            .then_some(slo)
-            .unwrap_or_default();
-        let (flag, text) = (crate::messages::label(field), e.to_string());
-        CliError::input(format!("{flag}{}{hint}", &text[field.len()..]))
-    }
-}
-
 impl From<kvplan_planner::run::RunError> for CliError {
     fn from(e: kvplan_planner::run::RunError) -> Self {
         use kvplan_planner::run::RunError;

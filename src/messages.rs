@@ -249,6 +249,25 @@ impl From<kvplan_run::ScenarioError> for CliError {
     }
 }
 
+/// `kvplan capacity`'s input, its field at fault named by its flag; a missing model or hardware
+/// with the other question the command answers.
+impl From<kvplan_planner::headinfer::CapacityInputError> for CliError {
+    fn from(e: kvplan_planner::headinfer::CapacityInputError) -> Self {
+        use kvplan_planner::headinfer::CapacityInputError as E;
+        let field = match e {
+            E::Invalid(v) => return v.into(),
+            E::Missing { field } | E::UnknownChoice { field, .. } => field,
+            _ => return CliError::input(e.to_string()),
+        };
+        let slo = " (or --slo SPEC for the serving capacity under latency objectives)";
+        let hint = matches!(e, E::Missing { .. })
+            .then_some(slo)
+            .unwrap_or_default();
+        let (flag, text) = (label(field), e.to_string());
+        CliError::input(format!("{flag}{}{hint}", &text[field.len()..]))
+    }
+}
+
 /// `model` or `hardware` not given: what to give, with a preset of the command's kind.
 fn missing(field: &str, (model, hardware): (&str, &str)) -> CliError {
     CliError::input(match field {
