@@ -610,3 +610,41 @@ fn vllm_flags_over_a_trace_with_prefixes() {
         assert!(r[e2e].parse::<f64>().unwrap() > r[ttft].parse::<f64>().unwrap());
     }
 }
+
+/// The summary's first line says when weights are quantised or the KV cache is fp8, and the fp8
+/// cache holds about twice the blocks.
+#[test]
+fn the_summary_names_quantised_weights_and_an_fp8_cache() {
+    let d = dir_with_trace("serve-precision");
+    let blocks = |text: &str| -> u64 {
+        let head = text.lines().next().unwrap();
+        let at = head.find(" GPU blocks").unwrap();
+        head[..at].rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let plain = ok(&serve(&d, &["--requests-trace", "t.csv"]));
+    let quant = ok(&serve(
+        &d,
+        &[
+            "--requests-trace",
+            "t.csv",
+            "--quantization",
+            "fp8",
+            "--kv-cache-dtype",
+            "fp8",
+        ],
+    ));
+    assert!(
+        !plain.lines().next().unwrap().contains("weights"),
+        "{plain}"
+    );
+    assert!(
+        quant
+            .lines()
+            .next()
+            .unwrap()
+            .contains("a100-80g-sxm, fp8 weights, fp8 KV cache, trace"),
+        "{quant}"
+    );
+    // fp8 weights free memory too, so the fp8 cache holds at least twice the blocks.
+    assert!(blocks(&quant) >= 2 * blocks(&plain), "{plain}\n{quant}");
+}

@@ -203,6 +203,19 @@ fn three(p: &kvplan_serve::output::Percentiles) -> String {
     format!("{} / {} / {}", secs(p.p50), secs(p.p90), secs(p.p99))
 }
 
+/// `, awq weights, fp8 KV cache` where the model is quantised or its cache is fp8 (nothing for
+/// the model's own dtype throughout).
+fn precision(m: &kvplan_vocab::ModelSpec) -> String {
+    let mut s = String::new();
+    if let Some(q) = m.quantization {
+        let _ = write!(s, ", {q} weights");
+    }
+    if m.kv_cache_dtype != kvplan_vocab::KvCacheDtype::Auto {
+        let _ = write!(s, ", {} KV cache", m.kv_cache_dtype);
+    }
+    s
+}
+
 fn table(sc: &ServeScenario, out: &ServeReport) -> String {
     let s = &out.summary;
     let c = &sc.config;
@@ -214,9 +227,10 @@ fn table(sc: &ServeScenario, out: &ServeReport) -> String {
     let r = &sc.resolved;
     let _ = writeln!(
         text,
-        "serve (simulated): {} on {}, {workload}, {} scheduler, {} preemption, block {} tokens, {} GPU blocks, max_model_len {}, {} seqs / {} tokens per step{}{}",
+        "serve (simulated): {} on {}{}, {workload}, {} scheduler, {} preemption, block {} tokens, {} GPU blocks, max_model_len {}, {} seqs / {} tokens per step{}{}",
         sc.model.name,
         sc.hardware.name,
+        precision(&sc.model),
         kebab(&c.scheduler),
         kebab(&c.preemption),
         c.block_size,
