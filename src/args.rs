@@ -58,6 +58,13 @@ pub struct ScenarioArgs {
     /// Serving dtype, overriding the model's (fp16, bf16, fp32)
     #[arg(long, value_name = "DTYPE")]
     pub dtype: Option<String>,
+    /// Quantised weights, vLLM's names: fp8, awq, gptq (refused on a GPU that cannot run them)
+    #[arg(long, value_name = "METHOD")]
+    pub quantization: Option<String>,
+    /// KV cache element type: auto (the model's dtype) or fp8 (one byte: half the KV bytes
+    /// moved and stored)
+    #[arg(long, value_name = "DTYPE")]
+    pub kv_cache_dtype: Option<String>,
 }
 
 /// The batch being generated.

@@ -6,14 +6,16 @@ use kvplan_planner::scenario::{Field, Note};
 use crate::error::{CliError, EXIT_FAILURE, EXIT_INPUT};
 
 /// The one table of the flag that sets each scenario field: the planner's scenario (the first
-/// 17 rows, [`Field`]'s names), the serving scenario (`workload.*`, `serve.*`) and context
+/// 19 rows, [`Field`]'s names), the serving scenario (`workload.*`, `serve.*`) and context
 /// capacity's own settings. Every library error and note names a field; the binary names its
 /// flag through this table (a test holds every row to an option the command line has).
-const FLAGS: [(&str, &str); 56] = [
+const FLAGS: [(&str, &str); 58] = [
     ("model", "--model"),
     ("hardware", "--hardware"),
     ("strategy", "--strategy"),
     ("dtype", "--dtype"),
+    ("quantization", "--quantization"),
+    ("kv_cache_dtype", "--kv-cache-dtype"),
     ("workload.batch", "--batch"),
     ("workload.gpu_batches", "--gpu-batches"),
     ("workload.prompt", "--prompt"),

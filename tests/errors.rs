@@ -738,3 +738,48 @@ fn a_max_model_len_the_cache_cannot_hold_is_bad_input() {
         &["max_model_len: 131072 tokens do not fit the KV cache"],
     );
 }
+
+/// `simulate` takes `--quantization` and `--kv-cache-dtype`, naming them when refused; the
+/// executor, which runs 16-bit weights and KV only, refuses a quantised plan instead of running
+/// something else.
+#[test]
+fn quantisation_flags_of_the_op_level_commands() {
+    simulate_fails(
+        "quant-unknown",
+        &[],
+        &with(&["--quantization", "int3"]),
+        &["--quantization: unknown quantization 'int3'"],
+    );
+    simulate_fails(
+        "quant-t4",
+        &[],
+        &[
+            "--model",
+            "opt-1.3b",
+            "--hardware",
+            "t4",
+            "--quantization",
+            "fp8",
+        ],
+        &["--quantization: a method this GPU can run", "t4 has 7.5"],
+    );
+    let dir = TempDir::new("quant-exec");
+    let out = run_in(
+        dir.path(),
+        &[
+            "exec",
+            "--model",
+            "opt-125m",
+            "--hardware",
+            "a100-40g-pcie4",
+            "--backend",
+            "cpu",
+            "--kv-cache-dtype",
+            "fp8",
+        ],
+    );
+    expect_input_error(
+        &out,
+        &["the executor runs 16-bit weights and KV cache only"],
+    );
+}

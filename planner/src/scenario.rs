@@ -34,7 +34,7 @@ use crate::plan::{
 use crate::runahead::{LinkOverride, RunaheadOptions, with_link_override};
 use kvplan_vocab::limits;
 use kvplan_vocab::schedule::HostMemory;
-use kvplan_vocab::{CostModel, DType, HardwareProfile, ModelSpec};
+use kvplan_vocab::{CostModel, DType, HardwareProfile, KvCacheDtype, ModelSpec, Quantization};
 
 /// The default workload: the KVPR paper's latency setting (Table 3, first row).
 pub const DEFAULT_BATCH: u32 = 64;
@@ -59,6 +59,10 @@ pub struct RawScenario {
     pub strategy: Option<String>,
     /// Serving dtype override.
     pub dtype: Option<String>,
+    /// Quantised weights (vLLM's `quantization`: `fp8`, `awq`, `gptq`; `none`).
+    pub quantization: Option<String>,
+    /// KV cache element type (vLLM's `kv_cache_dtype`: `auto`, `fp8`).
+    pub kv_cache_dtype: Option<String>,
     /// The batch.
     #[serde(default)]
     pub workload: RawWorkload,
@@ -138,6 +142,10 @@ pub enum Field {
     Strategy,
     /// `dtype`.
     Dtype,
+    /// `quantization`.
+    Quantization,
+    /// `kv_cache_dtype`.
+    KvCacheDtype,
     /// `workload.batch`.
     WorkloadBatch,
     /// `workload.gpu_batches`.
@@ -168,11 +176,13 @@ pub enum Field {
 
 impl Field {
     /// Every field, in file order.
-    pub const ALL: [Field; 17] = [
+    pub const ALL: [Field; 19] = [
         Field::Model,
         Field::Hardware,
         Field::Strategy,
         Field::Dtype,
+        Field::Quantization,
+        Field::KvCacheDtype,
         Field::WorkloadBatch,
         Field::WorkloadGpuBatches,
         Field::WorkloadPrompt,
@@ -195,6 +205,8 @@ impl Field {
             Field::Hardware => "hardware",
             Field::Strategy => "strategy",
             Field::Dtype => "dtype",
+            Field::Quantization => "quantization",
+            Field::KvCacheDtype => "kv_cache_dtype",
             Field::WorkloadBatch => "workload.batch",
             Field::WorkloadGpuBatches => "workload.gpu_batches",
             Field::WorkloadPrompt => "workload.prompt",
@@ -426,6 +438,8 @@ impl RawScenario {
         pick(&mut self.hardware, other.hardware);
         pick(&mut self.strategy, other.strategy);
         pick(&mut self.dtype, other.dtype);
+        pick(&mut self.quantization, other.quantization);
+        pick(&mut self.kv_cache_dtype, other.kv_cache_dtype);
         pick(&mut self.workload.batch, other.workload.batch);
         pick(&mut self.workload.gpu_batches, other.workload.gpu_batches);
         pick(&mut self.workload.prompt, other.workload.prompt);
@@ -468,6 +482,43 @@ impl RawScenario {
             model = model.with_dtype(dt);
         }
         let hardware = HardwareProfile::resolve(&hw_name)?;
+        if let Some(q) = &self.quantization {
+            let quantization =
+                Quantization::parse(q).ok_or_else(|| ScenarioError::UnknownChoice {
+                    field: Field::Quantization,
+                    what: "quantization",
+                    value: q.clone(),
+                    accepted: format!("{} or none", Quantization::NAMES),
+                })?;
+            if let Some(method) = quantization {
+                let cc = hardware.gpu.compute_capability;
+                method
+                    .check_gpu(&hardware.name, cc)
+                    .map_err(|why| ScenarioError::OutOfRange {
+                        field: Field::Quantization,
+                        value: format!("\"{q}\""),
+                        expected: format!("a method this GPU can run: {why}"),
+                    })?;
+            }
+            model = model.with_quantization(quantization);
+        }
+        if let Some(k) = &self.kv_cache_dtype {
+            let kv = KvCacheDtype::parse_checked(k).map_err(|why| ScenarioError::OutOfRange {
+                field: Field::KvCacheDtype,
+                value: format!("\"{k}\""),
+                expected: why,
+            })?;
+            if kv == KvCacheDtype::Fp8 && model.dtype == DType::Fp32 {
+                return Err(ScenarioError::OutOfRange {
+                    field: Field::KvCacheDtype,
+                    value: format!("\"{k}\""),
+                    expected: "auto for an fp32 model (kvplan models an fp8 cache under fp16 or \
+                               bf16 only)"
+                        .into(),
+                });
+            }
+            model = model.with_kv_cache_dtype(kv);
+        }
         let strategy = match self.strategy.as_deref() {
             None => Strategy::Kvpr,
             Some(s) => Strategy::parse(s).ok_or_else(|| ScenarioError::UnknownChoice {

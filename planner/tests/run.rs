@@ -75,3 +75,73 @@ fn compare_with_nothing_that_fits_is_an_input_error() {
         "{e}"
     );
 }
+
+/// The op-level scenario takes vLLM's `quantization` and `kv_cache_dtype`: an fp8 cache halves
+/// the KV bytes every step moves, so plain offload decodes faster; quantised weights shrink
+/// what a resident model holds; a method the GPU cannot run, or an unknown one, names its field.
+#[test]
+fn quantised_weights_and_an_fp8_cache_in_the_op_level_scenario() {
+    use kvplan_planner::scenario::{Field, RawScenario, RawWorkload, ScenarioError};
+    let raw = |hardware: &str, q: Option<&str>, kv: Option<&str>, strategy: &str| RawScenario {
+        model: Some("opt-1.3b".into()),
+        hardware: Some(hardware.into()),
+        strategy: Some(strategy.into()),
+        quantization: q.map(str::to_string),
+        kv_cache_dtype: kv.map(str::to_string),
+        workload: RawWorkload {
+            batch: Some(16),
+            prompt: Some(512),
+            gen_len: Some(8),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let run = |r: RawScenario| {
+        let sc = r.resolve().unwrap();
+        kvplan_planner::run::simulate_scenario(&sc).unwrap().report
+    };
+    let a100 = "a100-40g-pcie4";
+    let kv16 = raw(a100, None, None, "full-transfer").resolve().unwrap();
+    let kv8 = raw(a100, None, Some("fp8"), "full-transfer")
+        .resolve()
+        .unwrap();
+    assert_eq!(
+        2 * kv8.model.kv_bytes_per_token_layer(),
+        kv16.model.kv_bytes_per_token_layer()
+    );
+    let (t16, t8) = (
+        run(raw(a100, None, None, "full-transfer")),
+        run(raw(a100, None, Some("fp8"), "full-transfer")),
+    );
+    assert!(
+        t8.h2d_bytes < t16.h2d_bytes,
+        "{} {}",
+        t8.h2d_bytes,
+        t16.h2d_bytes
+    );
+    assert!(t8.decode_latency_s < t16.decode_latency_s);
+    let (w16, w4) = (
+        run(raw(a100, None, None, "gpu-only")),
+        run(raw(a100, Some("awq"), None, "gpu-only")),
+    );
+    assert!(w4.peak_gpu_bytes < w16.peak_gpu_bytes);
+    // t4 (compute capability 7.5) cannot run fp8; `int3` is no method.
+    for (hw, q) in [("t4", "fp8"), (a100, "int3")] {
+        let e = raw(hw, Some(q), None, "gpu-only").resolve().unwrap_err();
+        assert_eq!(e.field(), Some(Field::Quantization), "{e}");
+        assert!(e.to_string().starts_with("quantization: "), "{e}");
+    }
+    let e = raw(a100, None, Some("fp8_e5m2"), "gpu-only")
+        .resolve()
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ScenarioError::OutOfRange {
+                field: Field::KvCacheDtype,
+                ..
+            }
+        ),
+        "{e}"
+    );
+}

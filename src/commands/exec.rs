@@ -60,7 +60,7 @@ pub(crate) fn open_backend(b: &BackendArgs) -> Result<Box<dyn Executor>, CliErro
 
 /// `kvplan exec`.
 pub fn exec(args: &ExecArgs) -> Result<String, CliError> {
-    let sc = args.run.run.resolve(args.run.strategy.clone())?;
+    let sc = args.run.run.resolve_executed(args.run.strategy.clone())?;
     let p = sc.plan()?;
     let timeline = open_backend(&args.backend)?.run(&p.schedule)?;
     if let Some(path) = &args.trace {

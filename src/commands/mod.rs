@@ -116,6 +116,8 @@ impl RunArgs {
             hardware: sc.target.hardware.clone(),
             strategy,
             dtype: sc.dtype.clone(),
+            quantization: sc.quantization.clone(),
+            kv_cache_dtype: sc.kv_cache_dtype.clone(),
             workload: RawWorkload {
                 batch: workload.batch,
                 gpu_batches: workload.gpu_batches,
@@ -144,6 +146,21 @@ impl RunArgs {
     /// go to stderr.
     pub fn resolve(&self, strategy: Option<String>) -> Result<Scenario, crate::error::CliError> {
         self.resolve_running(strategy, &[])
+    }
+
+    /// [`resolve`](Self::resolve) for the executor (`exec`, `validate`), which runs 16-bit
+    /// weights and KV cache only: a quantised plan is refused, not run as something else.
+    pub fn resolve_executed(
+        &self,
+        strategy: Option<String>,
+    ) -> Result<Scenario, crate::error::CliError> {
+        let sc = self.resolve(strategy)?;
+        if sc.model.quantization.is_some() || !sc.model.kv_cache_dtype.is_auto() {
+            return Err(crate::error::CliError::input(
+                "--quantization, --kv-cache-dtype: the executor runs 16-bit weights and KV cache only; simulate such a plan with `kvplan simulate`",
+            ));
+        }
+        Ok(sc)
     }
 
     /// [`resolve`](Self::resolve) for a command that also runs `also_run` (`--compare`): a

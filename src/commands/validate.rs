@@ -48,7 +48,7 @@ pub fn validate(args: &ValidateArgs) -> Result<String, CliError> {
             args.max_error
         )));
     }
-    let sc = args.run.run.resolve(args.run.strategy.clone())?;
+    let sc = args.run.run.resolve_executed(args.run.strategy.clone())?;
     let s = simulate_scenario(&sc)?;
     let (p, schedule) = (&s.plan, &s.plan.schedule);
     let measured = open_backend(&args.backend)?.run(schedule)?;
