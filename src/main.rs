@@ -31,9 +31,15 @@ fn main() -> ExitCode {
                 _ => {
                     // clap's first line names the flag and the problem; the usage block after it
                     // is noise for a one-line error.
+                    // A list under the first line (the required arguments not given) belongs to it.
                     let text = e.render().to_string();
-                    let first = text.lines().next().unwrap_or("error: invalid arguments");
-                    eprintln!("{first} (see --help)");
+                    let mut lines = text.lines();
+                    let first = lines.next().unwrap_or("error: invalid arguments");
+                    let listed: Vec<&str> = (lines.map_while(|l| l.strip_prefix("  ")))
+                        .map(str::trim)
+                        .collect();
+                    let sep = if listed.is_empty() { "" } else { " " };
+                    eprintln!("{first}{sep}{} (see --help)", listed.join(", "));
                     ExitCode::from(EXIT_INPUT as u8)
                 }
             };

@@ -783,3 +783,19 @@ fn quantisation_flags_of_the_op_level_commands() {
         &["the executor runs 16-bit weights and KV cache only"],
     );
 }
+
+/// clap's own errors stay one line and keep what clap listed under its first line: the
+/// required arguments not given, the accepted values.
+#[test]
+fn flag_errors_name_what_is_missing_or_accepted() {
+    let dir = TempDir::new("clap-errors");
+    let sweep = crate::common::root().join("scenarios/sweep-kvpr-batch.toml");
+    let sweep = sweep.to_str().unwrap();
+    let out = run_in(dir.path(), &["sweep", sweep, "--plot", "p.svg"]);
+    expect_input_error(
+        &out,
+        &["required arguments were not provided: --out <FILE>"],
+    );
+    let out = run_in(dir.path(), &["serve", "--scheduler", "fifo"]);
+    expect_input_error(&out, &["'fifo'", "possible values: vllm-v1"]);
+}
