@@ -65,6 +65,18 @@ pub enum Error {
         /// The point's y.
         y: f64,
     },
+    /// Values spread wider than a floating-point axis can hold (its span overflows).
+    #[error(
+        "the {axis} values run from {lo:e} to {hi:e}, a span too wide to draw; plot a narrower range"
+    )]
+    SpanTooWide {
+        /// `x` or `y`.
+        axis: &'static str,
+        /// The smallest value.
+        lo: f64,
+        /// The largest value.
+        hi: f64,
+    },
     /// A column named that the table does not have.
     #[error("no column '{name}' (columns: {columns})")]
     UnknownColumn {
@@ -337,6 +349,19 @@ fn check(series: &[Series], title: &str) -> Result<(), Error> {
             });
         }
     }
+    // An axis spans its values plus margins: a span that overflows has no ticks to draw (the
+    // tick search would not end).
+    let points = || series.iter().flat_map(|s| s.points.iter());
+    for (axis, values) in [
+        ("x", points().map(|p| p.0).collect::<Vec<_>>()),
+        ("y", points().map(|p| p.1).collect()),
+    ] {
+        let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        if !((hi - lo) * 1.25).is_finite() || !(hi.abs().max(lo.abs()) * 1.25).is_finite() {
+            return Err(Error::SpanTooWide { axis, lo, hi });
+        }
+    }
     Ok(())
 }
 
@@ -444,6 +469,29 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_span_too_wide_for_an_axis_is_refused_not_drawn_forever() {
+        let chart = |points: Vec<(f64, f64)>| {
+            let s = [Series {
+                name: "s".into(),
+                points,
+            }];
+            line_chart(&s, "x", "y", "t")
+        };
+        for (points, axis) in [
+            (vec![(4.0, 1e308), (5.0, -1e308)], "y"),
+            (vec![(1e308, 1.0), (-1e308, 2.0)], "x"),
+        ] {
+            let e = chart(points).unwrap_err();
+            assert!(
+                matches!(e, Error::SpanTooWide { axis: a, .. } if a == axis),
+                "{e}"
+            );
+        }
+        // Wide but finite spans still draw.
+        assert!(chart(vec![(1.0, 1e300), (2.0, -1e300)]).is_ok());
+    }
 
     fn two() -> Vec<Series> {
         vec![
