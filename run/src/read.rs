@@ -72,6 +72,16 @@ impl RawScenario {
     /// Reads a scenario file; its `kind` key says which kind it is, `default` where it has
     /// none. Relative paths in it become relative to the file ([`rebase`]).
     pub fn read(path: &Path, default: RunKind) -> Result<Self, ScenarioError> {
+        Self::read_checked(path, default, None)
+    }
+
+    /// [`read`](Self::read), refusing a file whose kind is not `expected` (where given) before
+    /// its fields are read.
+    fn read_checked(
+        path: &Path,
+        default: RunKind,
+        expected: Option<RunKind>,
+    ) -> Result<Self, ScenarioError> {
         let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
             path: path.to_path_buf(),
             source,
@@ -88,6 +98,13 @@ impl RawScenario {
                 message,
             })?
             .unwrap_or(default);
+        if let Some(expected) = expected.filter(|&e| e != kind) {
+            return Err(ScenarioError::WrongKind {
+                path: Some(path.to_path_buf()),
+                expected,
+                found: kind,
+            });
+        }
         let dir = path.parent().unwrap_or(Path::new(""));
         for (k, v) in table.iter_mut() {
             rebase(kind, k, v, dir);
@@ -114,15 +131,7 @@ impl RawScenario {
     /// Reads a scenario file for a command that runs `kind`: a file that says it is of the
     /// other kind is refused by name, before its fields are read.
     pub fn read_as(path: &Path, kind: RunKind) -> Result<Self, ScenarioError> {
-        let raw = Self::read(path, kind)?;
-        if raw.kind() != kind {
-            return Err(ScenarioError::WrongKind {
-                path: Some(path.to_path_buf()),
-                expected: kind,
-                found: raw.kind(),
-            });
-        }
-        Ok(raw)
+        Self::read_checked(path, kind, Some(kind))
     }
 
     /// [`read_as`](Self::read_as) for the op-level commands (`simulate`, `exec`, `validate`,

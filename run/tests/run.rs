@@ -217,3 +217,17 @@ fn given_requests_replace_the_workload() {
     };
     assert_eq!(out.summary.requests, 3);
 }
+
+#[test]
+fn the_other_kind_is_refused_before_its_fields_are_read() {
+    let d = dir("kind-first");
+    // A serving file with a misspelt field: a command running op-level scenarios names the
+    // kind, not the serving table's typo.
+    let f = write(
+        &d,
+        "s.toml",
+        "kind = \"serve\"\nmodel = \"llama-2-7b\"\n[workload]\nqpss = 1.0\n",
+    );
+    let e = RawScenario::read_as(&f, RunKind::Simulate).unwrap_err();
+    assert!(matches!(e, ScenarioError::WrongKind { .. }), "{e:?}");
+}

@@ -95,14 +95,15 @@ pub enum Measured {
 impl Measured {
     /// Reads `path`, telling a stage table by its header from a single run's file.
     pub fn open(path: &Path) -> Result<Measured, RunsError> {
+        let name = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| RunsError::Io {
-            path: path.display().to_string(),
+            path: name.clone(),
             source,
         })?;
         if is_stage_table(text.lines().next().unwrap_or("")) {
-            Ok(Measured::Stages(StageRun::read(path)?))
+            Ok(Measured::Stages(StageRun::parse(&text, &name)?))
         } else {
-            Ok(Measured::Run(MeasuredRun::from_path(path)?))
+            Ok(Measured::Run(MeasuredRun::from_text(&text, &name)?))
         }
     }
 }
@@ -115,10 +116,15 @@ impl MeasuredRun {
             path: name.clone(),
             source,
         })?;
+        MeasuredRun::from_text(&text, &name)
+    }
+
+    /// [`MeasuredRun::from_path`] from text; `name` stands for the file in errors.
+    pub fn from_text(text: &str, name: &str) -> Result<MeasuredRun, RunsError> {
         if text.trim_start().starts_with('{') {
-            MeasuredRun::from_vllm_json(&text, &name)
+            MeasuredRun::from_vllm_json(text, name)
         } else {
-            MeasuredRun::from_csv(&text, &name)
+            MeasuredRun::from_csv(text, name)
         }
     }
 
