@@ -52,9 +52,13 @@ and reason: a point that cannot run (it does not fit, an invalid combination) is
 status error and why, not a failure.
 
 Large and distributed sweeps:
-  --out FILE --resume   continue a killed run: whole rows already in FILE are kept (a cut-off
-                        last line is recomputed), the rest appended; the result is the same
-                        bytes as an uninterrupted run
+  --out FILE            rows go to a temporary file that replaces FILE when the run is
+                        complete: an interrupted run leaves the old FILE as it was
+  --out FILE --resume   rows are appended to FILE in place (start long runs this way): whole
+                        rows already in FILE are kept (a cut-off last line is recomputed), the
+                        rest appended; the result is the same bytes as an uninterrupted run.
+                        FILE.fingerprint names the sweep that wrote FILE; another sweep's file
+                        is refused
   --shard I/N           run only points with index % N == I (0-based); then
                         `kvplan merge OUT SHARD...` gives the unsharded file byte for byte
   --yes                 needed above --max-points (default 100000) points

@@ -750,13 +750,24 @@ mod tests {
 
     #[test]
     fn relative_paths_follow_the_file_that_writes_them() {
-        let s = sweep(
+        // A real profile at p/h.toml beside the sweep file: axis values are resolved at load.
+        let dir = std::env::temp_dir().join(format!("kvplan-sweep-rel-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("p")).unwrap();
+        let profile = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../vocab/profiles/h100-sxm.toml"
+        );
+        std::fs::copy(profile, dir.join("p/h.toml")).unwrap();
+        let s = Sweep::parse(
             "kind = \"serve\"\n[base]\nmodel = \"llama-2-7b\"\nhardware = \"a100-80g-sxm\"\n[axes]\n\"workload.trace\" = [\"t.csv\"]\nhardware = [\"p/h.toml\", \"h100-sxm\"]\n",
+            &dir.join("s.toml"),
         )
         .unwrap();
         let t = s.scenario(0).unwrap();
-        assert_eq!(t["workload"]["trace"].as_str(), Some("dir/t.csv"));
-        assert_eq!(t["hardware"].as_str(), Some("dir/p/h.toml"));
+        let at = |f: &str| dir.join(f).display().to_string();
+        assert_eq!(t["workload"]["trace"].as_str(), Some(at("t.csv").as_str()));
+        assert_eq!(t["hardware"].as_str(), Some(at("p/h.toml").as_str()));
+        std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(
             s.scenario(1).unwrap()["hardware"].as_str(),
             Some("h100-sxm")
