@@ -13,6 +13,7 @@ mod output;
 mod plot;
 mod readme;
 mod regress;
+mod safety;
 mod scenarios;
 mod serve;
 mod sweep;

@@ -143,6 +143,15 @@ pub enum Error {
         /// The TOML parser's message.
         message: String,
     },
+    /// A golden file that is not what its case writes (bad JSON or CSV, keys missing, another
+    /// kind of output).
+    #[error("{path}: malformed golden: {message}")]
+    Golden {
+        /// The golden file.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
     /// A case whose scenario cannot be read, resolved or run.
     #[error("case {case}: {source}")]
     Scenario {

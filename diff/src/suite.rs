@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use kvplan_run::RawScenario;
 use kvplan_vocab::RunKind;
 
-use crate::compare::{Comparison, Input, compare};
+use crate::compare::{Comparison, Input, Status, compare};
 use crate::{Error, Result};
 
 /// Which command a case runs: its file's `kind` ([`RunKind`]; `simulate` where it has none):
@@ -141,14 +141,45 @@ pub struct CaseCheck {
     pub comparisons: Vec<Comparison>,
 }
 
+/// A metric of a golden that the fresh output no longer has (or has as null).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Vanished<'a> {
+    /// The golden file's comparison (A's name: its path).
+    pub golden: &'a str,
+    /// The row key (empty for JSON documents).
+    pub row: &'a str,
+    /// The metric.
+    pub metric: &'a str,
+}
+
 impl CaseCheck {
-    /// True when nothing regressed and no golden is missing.
+    /// True when nothing regressed, no golden is missing and no metric of a golden vanished
+    /// from the output.
     pub fn passed(&self) -> bool {
         self.missing.is_empty()
+            && self.vanished().is_empty()
             && self
                 .comparisons
                 .iter()
                 .all(|c| c.regressions().next().is_none())
+    }
+
+    /// The metrics of the goldens that the fresh outputs lack: a regression, whatever the
+    /// tolerance (a metric that disappears cannot be checked).
+    pub fn vanished(&self) -> Vec<Vanished<'_>> {
+        self.comparisons
+            .iter()
+            .flat_map(|c| {
+                c.metrics
+                    .iter()
+                    .filter(|m| m.status == Status::Removed)
+                    .map(move |m| Vanished {
+                        golden: &c.a,
+                        row: &m.row,
+                        metric: &m.metric,
+                    })
+            })
+            .collect()
     }
 }
 
@@ -166,11 +197,51 @@ pub fn check(dir: &Path, case: &Case, tolerance: f64) -> Result<CaseCheck> {
             result.missing.push(g.path);
             continue;
         }
-        let golden = Input::read(&g.path)?;
+        let malformed = |message: String| Error::Golden {
+            path: g.path.display().to_string(),
+            message,
+        };
+        let golden = Input::read(&g.path).map_err(|e| match e {
+            Error::Json { line, message, .. } => malformed(format!("line {line}: {message}")),
+            Error::Csv { message, .. } | Error::Toml { message, .. } => malformed(message),
+            Error::UnknownKind { .. } => {
+                malformed("not a kvplan output (expected report JSON or a timeline CSV)".into())
+            }
+            other => other,
+        })?;
         let fresh = Input::parse(&format!("{} (this build)", case.name), &g.text)?;
+        if golden.kind != fresh.kind {
+            return Err(malformed(format!(
+                "it reads as {}, but this case writes {}{}",
+                golden.kind,
+                fresh.kind,
+                missing_keys(&g.path, &g.text)
+            )));
+        }
         result
             .comparisons
             .push(compare(&golden, &fresh, tolerance)?);
     }
     Ok(result)
+}
+
+/// `; missing key(s) K, ...`: the top-level keys of the fresh JSON `fresh` that the golden at
+/// `path` does not have (nothing where either is not a JSON object).
+fn missing_keys(path: &Path, fresh: &str) -> String {
+    let keys = |text: &str| -> Option<Vec<String>> {
+        match serde_json::from_str::<serde_json::Value>(text).ok()? {
+            serde_json::Value::Object(m) => Some(m.keys().cloned().collect()),
+            _ => None,
+        }
+    };
+    let golden = std::fs::read_to_string(path).ok();
+    let (Some(g), Some(f)) = (golden.as_deref().and_then(keys), keys(fresh)) else {
+        return String::new();
+    };
+    let gone: Vec<String> = f.into_iter().filter(|k| !g.contains(k)).collect();
+    match gone.len() {
+        0 => String::new(),
+        1 => format!("; missing key {}", gone[0]),
+        _ => format!("; missing keys {}", gone.join(", ")),
+    }
 }

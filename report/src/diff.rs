@@ -267,6 +267,8 @@ pub fn regress_check(
                     worst(ch).map_or("-".into(), short),
                     if !ch.missing.is_empty() {
                         "NO GOLDEN".to_string()
+                    } else if !ch.vanished().is_empty() {
+                        "METRIC GONE".to_string()
                     } else if regressed > 0 {
                         "REGRESSED".to_string()
                     } else {
@@ -282,6 +284,19 @@ pub fn regress_check(
                         "{}: golden {} missing (`{update}` writes it)",
                         ch.case,
                         p.display()
+                    );
+                }
+                for v in ch.vanished() {
+                    let _ = writeln!(
+                        out,
+                        "{}: {} is in golden {} but not in this build's output",
+                        ch.case,
+                        if v.row.is_empty() {
+                            v.metric.to_string()
+                        } else {
+                            format!("{} {}", v.row, v.metric)
+                        },
+                        v.golden
                     );
                 }
                 for c in &ch.comparisons {
@@ -313,8 +328,21 @@ pub fn regress_failures(checks: &[CaseCheck], update: &str) -> Option<String> {
         .iter()
         .filter(|c| !c.passed())
         .map(|c| {
+            let vanished = c.vanished();
             if !c.missing.is_empty() {
                 format!("{} (golden missing)", c.case)
+            } else if !vanished.is_empty() {
+                let names: Vec<&str> = vanished.iter().map(|v| v.metric).collect();
+                format!(
+                    "{} ({} gone from the output: {})",
+                    c.case,
+                    if names.len() == 1 {
+                        "metric"
+                    } else {
+                        "metrics"
+                    },
+                    names.join(", ")
+                )
             } else {
                 let n: usize = c
                     .comparisons

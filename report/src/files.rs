@@ -9,6 +9,8 @@
 //! - Anything else that exists (a FIFO, a character or block device, a socket) is opened and
 //!   written directly: never replaced, never renamed over.
 //! - A directory is an error.
+//! - A temporary file is removed if the process gets SIGINT, SIGTERM or SIGHUP before it is
+//!   renamed into place ([`crate::outputs`]); the old file stays as it was.
 
 use std::fs::{self, File, Metadata, OpenOptions};
 use std::io::{self, BufWriter, Write};
@@ -17,6 +19,7 @@ use std::path::{Path, PathBuf};
 use kvplan_vocab::timeline::{Run, write_chrome_trace, write_csv};
 
 use crate::Error;
+use crate::outputs::{register_cleanup, settle};
 
 /// Symlink hops followed to the target of a dangling link (Linux's own limit; loops are reported
 /// by the OS before that).
@@ -32,6 +35,19 @@ pub fn write_output(
     what: &str,
     fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
 ) -> Result<(), Error> {
+    write_output_with(path, what, fill, |shown, e| {
+        format!("{what}: cannot write {shown}: {e}")
+    })
+}
+
+/// [`write_output`] with what `fill` returns, and `failed(shown path, error)` the message of a
+/// failure.
+fn write_output_with<T>(
+    path: &Path,
+    what: &str,
+    fill: impl FnOnce(&mut dyn Write) -> io::Result<T>,
+    failed: impl Fn(&str, &io::Error) -> String,
+) -> Result<T, Error> {
     let shown = |p: &Path| {
         if p == path {
             format!("'{}'", path.display())
@@ -51,10 +67,9 @@ pub fn write_output(
             shown(&p)
         ))),
         Target::Special(m) => write_direct(path, fill).map_err(|e| {
-            Error::Failure(format!(
-                "{what}: cannot write '{}' ({}): {e}",
-                path.display(),
-                kind_name(&m)
+            Error::Failure(failed(
+                &format!("'{}' ({})", path.display(), kind_name(&m)),
+                &e,
             ))
         }),
         Target::Replace(p, old) => {
@@ -73,14 +88,14 @@ pub fn write_output(
                 )));
             }
             write_replacing(dir, &name.to_string_lossy(), &p, old.as_ref(), fill)
-                .map_err(|e| Error::Failure(format!("{what}: cannot write {}: {e}", shown(&p))))
+                .map_err(|e| Error::Failure(failed(&shown(&p), &e)))
         }
     }
 }
 
-/// Opens the output file `path` for the option `what` to be written row by row, where a run that
-/// is killed must leave what it wrote (`kvplan sweep --out`): no temporary file. `keep` is how
-/// many bytes of an existing regular file to keep (`--resume`); without it the file is
+/// Opens the output file `path` for the option `what` to be written row by row in place, where a
+/// run that is killed must leave what it wrote (`kvplan sweep --out --resume`): no temporary
+/// file. `keep` is how many bytes of an existing regular file to keep; without it the file is
 /// truncated. The same checks and messages as [`write_output`]: a directory or a missing parent
 /// directory is an input error; a FIFO or device is opened in place.
 pub fn open_stream(path: &Path, what: &str, keep: Option<u64>) -> Result<File, Error> {
@@ -122,27 +137,36 @@ pub fn open_stream(path: &Path, what: &str, keep: Option<u64>) -> Result<File, E
     }
 }
 
-/// Streams to the output file `path` (opened by [`open_stream`] for the option `what`, `keep`
-/// bytes of it kept) or, without one, to stdout: `write` writes, and what it returns is returned
-/// once the file is closed. A write that fails is a failure naming the file (or stdout).
+/// Streams to the output file `path` (for the option `what`) or, without one, to stdout:
+/// `write` writes, and what it returns is returned once the file is complete. With `keep`
+/// (resuming), the first `keep` bytes of the file are kept and the rest appended in place
+/// ([`open_stream`]); without it, the rows go to a temporary file renamed over `path` once
+/// `write` succeeds, so the old file stays whole until the new one is (and stays, if the run
+/// fails or is interrupted). A write that fails is a failure naming the file (or stdout).
 pub fn stream_to<T>(
     path: Option<&Path>,
     what: &str,
     keep: Option<u64>,
     write: impl FnOnce(&mut dyn Write) -> io::Result<T>,
 ) -> Result<T, Error> {
-    let (result, shown) = match path {
-        Some(p) => {
+    let failed = |shown: &str, e: &io::Error| format!("cannot write {shown}: {e}");
+    let (result, shown) = match (path, keep) {
+        (Some(p), None) => {
+            return write_output_with(p, what, write, |_, e| {
+                failed(&format!("'{}'", p.display()), e)
+            });
+        }
+        (Some(p), Some(_)) => {
             let mut file = open_stream(p, what, keep)?;
             (write(&mut file), format!("'{}'", p.display()))
         }
-        None => (write(&mut io::stdout().lock()), "stdout".to_string()),
+        (None, _) => (write(&mut io::stdout().lock()), "stdout".to_string()),
     };
-    result.map_err(|e| Error::Failure(format!("cannot write {shown}: {e}")))
+    result.map_err(|e| Error::Failure(failed(&shown, &e)))
 }
 
 /// Where an output path leads, symlinks followed.
-enum Target {
+pub(crate) enum Target {
     /// A directory (an error).
     Directory(PathBuf),
     /// An existing FIFO, device or socket: opened through the given path and written in place.
@@ -152,7 +176,7 @@ enum Target {
     Replace(PathBuf, Option<Metadata>),
 }
 
-fn resolve(path: &Path) -> io::Result<Target> {
+pub(crate) fn resolve(path: &Path) -> io::Result<Target> {
     match fs::metadata(path) {
         Ok(m) => {
             let linked = fs::symlink_metadata(path)?.file_type().is_symlink();
@@ -210,39 +234,41 @@ fn dangling(path: &Path) -> io::Result<PathBuf> {
 }
 
 /// Writes a FIFO, device or socket in place: no temporary file, no rename, no truncation.
-fn write_direct(
+fn write_direct<T>(
     target: &Path,
-    fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
-) -> io::Result<()> {
+    fill: impl FnOnce(&mut dyn Write) -> io::Result<T>,
+) -> io::Result<T> {
     let f = OpenOptions::new().write(true).open(target)?;
     let mut w = BufWriter::new(f);
-    fill(&mut w)?;
-    w.flush()
+    let out = fill(&mut w)?;
+    w.flush()?;
+    Ok(out)
 }
 
 /// Writes a temporary file next to `target` and renames it over `target`; on any failure the
 /// temporary file is removed and `target` is untouched.
-fn write_replacing(
+fn write_replacing<T>(
     dir: &Path,
     name: &str,
     target: &Path,
     old: Option<&Metadata>,
-    fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
-) -> io::Result<()> {
+    fill: impl FnOnce(&mut dyn Write) -> io::Result<T>,
+) -> io::Result<T> {
     let (tmp, f) = create_temp(dir, name)?;
-    let result = (|| -> io::Result<()> {
+    let result = (|| -> io::Result<T> {
         if let Some(m) = old {
             // Keep the mode of the file being replaced.
             f.set_permissions(m.permissions())?;
         }
         let mut w = BufWriter::new(f);
-        fill(&mut w)?;
+        let out = fill(&mut w)?;
         w.flush()?;
         w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-        fs::rename(&tmp, target)
+        settle(&tmp, || fs::rename(&tmp, target))?;
+        Ok(out)
     })();
     if result.is_err() {
-        let _ = fs::remove_file(&tmp);
+        settle(&tmp, || fs::remove_file(&tmp).ok());
     }
     result
 }
@@ -255,7 +281,10 @@ fn create_temp(dir: &Path, name: &str) -> io::Result<(PathBuf, File)> {
     loop {
         let tmp = dir.join(format!(".{name}.{pid}.{n}.tmp"));
         match OpenOptions::new().write(true).create_new(true).open(&tmp) {
-            Ok(f) => return Ok((tmp, f)),
+            Ok(f) => {
+                register_cleanup(&tmp);
+                return Ok((tmp, f));
+            }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n < 100 => n += 1,
             Err(e) => return Err(e),
         }

@@ -9,6 +9,7 @@ pub mod calibrate;
 pub mod diff;
 pub mod files;
 pub mod listings;
+pub mod outputs;
 pub mod planner;
 pub mod plots;
 pub mod render;

@@ -13,6 +13,7 @@ use crate::error::CliError;
 
 pub mod calibrate;
 pub mod capacity;
+pub mod claims;
 pub mod diff;
 pub mod exec;
 pub mod hardware;
@@ -199,6 +200,8 @@ impl From<kvplan_report::Error> for CliError {
 
 /// Runs the command line's command; the text for stdout.
 pub fn run(cli: &Cli) -> Result<String, CliError> {
+    // Every output checked against the inputs and locked before anything runs.
+    let _outputs = claims::claim_outputs(&cli.command)?;
     match &cli.command {
         Command::Models(a) => models::models(a),
         Command::Hardware(a) => hardware::hardware(a),

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use kvplan_report::files::{stream_to, write_text};
-use kvplan_sweep::{Format, PlotLabels, Shard, Sweep, SweepError};
+use kvplan_sweep::{Fingerprint, Format, PlotLabels, Shard, Sweep, SweepError};
 
 use super::plot::noted;
 use crate::error::CliError;
@@ -52,9 +52,13 @@ and reason: a point that cannot run (it does not fit, an invalid combination) is
 status error and why, not a failure.
 
 Large and distributed sweeps:
-  --out FILE --resume   continue a killed run: whole rows already in FILE are kept (a cut-off
-                        last line is recomputed), the rest appended; the result is the same
-                        bytes as an uninterrupted run
+  --out FILE            rows go to a temporary file that replaces FILE when the run is
+                        complete: an interrupted run leaves the old FILE as it was
+  --out FILE --resume   rows are appended to FILE in place (start long runs this way): whole
+                        rows already in FILE are kept (a cut-off last line is recomputed), the
+                        rest appended; the result is the same bytes as an uninterrupted run.
+                        FILE.fingerprint names the sweep that wrote FILE; another sweep's file
+                        is refused
   --shard I/N           run only points with index % N == I (0-based); then
                         `kvplan merge OUT SHARD...` gives the unsharded file byte for byte
   --yes                 needed above --max-points (default 100000) points
@@ -186,12 +190,24 @@ pub fn sweep(args: &SweepArgs) -> Result<String, CliError> {
     let template = "{bar:40} {pos}/{len} points, {elapsed} elapsed, about {eta} left";
     let style = ProgressStyle::with_template(template).expect("valid template");
     let bar = ProgressBar::new(ran as u64).with_style(style);
+    // Which sweep wrote the rows, beside them: before rows are appended in place (--resume),
+    // after the new file is complete otherwise.
+    let stamp = |out: &Path| {
+        let text = sweep.fingerprint().to_text();
+        write_text(&Fingerprint::path(out), "--out", &text)
+    };
+    if let Some(out) = resume {
+        stamp(out)?;
+    }
     let result = stream_to(args.out.as_deref(), "--out", points.keep(), |sink| {
         sweep.stream(&points.indices, format, points.header(), sink, || {
             bar.inc(1)
         })
     });
     bar.finish_and_clear();
+    if let (Some(out), None, Ok(Some(_))) = (&args.out, resume, &result) {
+        stamp(out)?;
+    }
     let Some(errors) = result? else {
         return Ok(String::new());
     };
@@ -234,8 +250,14 @@ pub fn merge(args: &MergeArgs) -> Result<String, CliError> {
     }
     let texts = kvplan_sweep::rows::read_inputs(inputs).map_err(CliError::input)?;
     let points = args.sweep.as_deref().map(Sweep::from_file).transpose()?;
+    let sweep = args.sweep.as_deref().zip(points.as_ref());
+    let stamp = kvplan_sweep::fingerprint::check_shards(inputs, sweep)
+        .map_err(|e| CliError::input(format!("merge: {e}")))?;
     let merged = kvplan_sweep::rows::merge(&texts, points.map(|s| s.len()))
         .map_err(|e| CliError::input(format!("merge: {e}")))?;
     write_text(out, "merge output", &merged)?;
+    if let Some(f) = stamp {
+        write_text(&Fingerprint::path(out), "merge output", &f.to_text())?;
+    }
     Ok(format!("{}: merged {} files\n", out.display(), texts.len()))
 }

@@ -129,6 +129,8 @@ pub struct Sweep {
     points: Vec<Vec<(usize, Value)>>,
     /// Points of the grid (0 without axes), saturating.
     grid_len: u64,
+    /// The resolved sweep's hash ([`crate::Fingerprint`]).
+    pub(crate) hash: String,
 }
 
 fn one_line(s: &str) -> String {
@@ -253,12 +255,70 @@ fn has_newline(v: &Value) -> bool {
     }
 }
 
+/// The first value in `v` that is a NaN or an infinity, as written.
+fn non_finite(v: &Value) -> Option<String> {
+    match v {
+        Value::Float(x) if !x.is_finite() => Some(v.to_string()),
+        Value::Array(a) => a.iter().find_map(non_finite),
+        Value::Table(t) => t.values().find_map(non_finite),
+        _ => None,
+    }
+}
+
+/// Why the scenario `table` of `kind` is refused for its field `field` (its dotted path), if
+/// it is: the scenario resolved as a single run resolves it, and its error kept only where it
+/// names that field (or a field below it).
+///
+/// A model or GPU that cannot be loaded is named by its value, not its field ("unknown
+/// hardware 'x'"): such an error counts where it quotes the value the field holds.
+fn refused_value(kind: Kind, table: Table, field: &str) -> Option<String> {
+    let value = lookup(&table, field).and_then(|v| v.as_str().map(str::to_string));
+    let e = match RawScenario::from_table(table, kind).and_then(RawScenario::resolve) {
+        Ok(_) => return None,
+        Err(e) => e,
+    };
+    let message = one_line(&e.to_string());
+    let named = match e.field() {
+        Some(f) => f == field || f.starts_with(&format!("{field}.")),
+        None => {
+            message.starts_with(&format!("{field}:"))
+                || value.is_some_and(|v| !v.is_empty() && message.contains(&v))
+        }
+    };
+    named.then_some(message)
+}
+
+/// The value at the dotted `path` of `table`.
+fn lookup<'t>(table: &'t Table, path: &str) -> Option<&'t Value> {
+    let mut parts = path.split('.');
+    let mut v = table.get(parts.next()?)?;
+    for p in parts {
+        v = v.as_table()?.get(p)?;
+    }
+    Some(v)
+}
+
 /// Deserialises `table` as the raw scenario of `kind` (unknown fields and wrong types are
 /// errors, named by serde).
 pub(crate) fn check(kind: Kind, table: &Table) -> Result<(), String> {
     RawScenario::from_table(table.clone(), kind)
         .map(drop)
         .map_err(|e| e.to_string())
+}
+
+/// The files the sweep file at `path` reads: itself and its `base_file`, if it names one (and
+/// it can be read; a sweep file that cannot be is reported when it is read for the run).
+pub fn input_files(path: &Path) -> Vec<PathBuf> {
+    let mut files = vec![path.to_path_buf()];
+    let base = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| toml::from_str::<Table>(&t).ok())
+        .and_then(|t| t.get("base_file")?.as_str().map(PathBuf::from));
+    if let Some(f) = base {
+        let dir = path.parent().unwrap_or(Path::new(""));
+        files.push(if f.is_relative() { dir.join(f) } else { f });
+    }
+    files
 }
 
 impl Sweep {
@@ -326,6 +386,13 @@ impl Sweep {
             (Some(k), _) | (None, Some(k)) => k,
             (None, None) => return Err(kind_error("missing".into())),
         };
+        // What the fingerprint hashes: the sweep as resolved, paths as written (so the same
+        // sweep run from another directory is the same sweep).
+        let mut resolved = format!(
+            "kind = {:?}\n[base]\n{}",
+            kind.as_str(),
+            toml::to_string(&base).unwrap_or_default()
+        );
         let mut base_value = Value::Table(base);
         rebase(kind, "", &mut base_value, &base_dir);
         let Value::Table(base) = base_value else {
@@ -369,6 +436,11 @@ impl Sweep {
                 if has_newline(v) {
                     return Err(axis_error(format!("value {j} holds a line break")));
                 }
+                if let Some(bad) = non_finite(v) {
+                    return Err(axis_error(format!(
+                        "value {j} ({bad}): not a finite number"
+                    )));
+                }
                 let mut t = base.clone();
                 let mut v = v.clone();
                 rebase(kind, &name, &mut v, &dir);
@@ -376,8 +448,38 @@ impl Sweep {
                     .and_then(|()| check(kind, &t))
                     .map_err(|m| axis_error(format!("value {j}: {m}")))?;
             }
+            resolved.push_str(&format!(
+                "axis {name:?} = {}\n",
+                Value::Array(values.clone())
+            ));
             columns.push(name);
             axes.push(Axis { values });
+        }
+        // Each axis value as a flag would be checked (a known model and GPU, sizes in range):
+        // set with the other axes at their first values and resolved; an error that names the
+        // axis's own field is the value's fault and stops the sweep before it starts. Errors
+        // of a combination (another field, or a plan that does not fit) stay error rows.
+        for (a, axis) in axes.iter().enumerate() {
+            let name = &columns[a];
+            for (j, v) in axis.values.iter().enumerate() {
+                let mut t = base.clone();
+                for (b, other) in axes.iter().enumerate() {
+                    let mut v = if a == b { v } else { &other.values[0] }.clone();
+                    rebase(kind, &columns[b], &mut v, &dir);
+                    set_path(&mut t, &columns[b], v).map_err(|m| SweepError::Axis {
+                        path: path.to_path_buf(),
+                        axis: name.clone(),
+                        message: m,
+                    })?;
+                }
+                if let Some(m) = refused_value(kind, t, name) {
+                    return Err(SweepError::Axis {
+                        path: path.to_path_buf(),
+                        axis: name.clone(),
+                        message: format!("value {j} ({v}): {m}"),
+                    });
+                }
+            }
         }
 
         // Explicit points.
@@ -430,6 +532,9 @@ impl Sweep {
                 if has_newline(&v) {
                     return Err(point_error(format!("{name} holds a line break")));
                 }
+                if let Some(bad) = non_finite(&v) {
+                    return Err(point_error(format!("{name} ({bad}): not a finite number")));
+                }
                 let col = match columns.iter().position(|c| *c == name) {
                     Some(c) => c,
                     None => {
@@ -440,9 +545,15 @@ impl Sweep {
                 let mut r = v.clone();
                 rebase(kind, &name, &mut r, &dir);
                 set_path(&mut t, &name, r).map_err(point_error)?;
+                resolved.push_str(&format!("point {index} {name:?} = {v}\n"));
                 assigned.push((col, v));
             }
             check(kind, &t).map_err(point_error)?;
+            for (col, v) in &assigned {
+                if let Some(m) = refused_value(kind, t.clone(), &columns[*col]) {
+                    return Err(point_error(format!("{} ({v}): {m}", columns[*col])));
+                }
+            }
             points.push(assigned);
         }
         if axes.is_empty() && points.is_empty() {
@@ -464,6 +575,7 @@ impl Sweep {
             axes,
             points,
             grid_len,
+            hash: crate::fingerprint::fnv1a(&resolved),
         })
     }
 
@@ -509,6 +621,16 @@ impl Sweep {
             }
         }
         out
+    }
+
+    /// Every value the column `col` takes: its axis's values, then what explicit points set.
+    pub(crate) fn column_values(&self, col: usize) -> impl Iterator<Item = &Value> {
+        let axis = self.axes.get(col).map(|a| a.values.iter());
+        axis.into_iter().flatten().chain(
+            self.points
+                .iter()
+                .flat_map(move |p| p.iter().filter(move |(c, _)| *c == col).map(|(_, v)| v)),
+        )
     }
 
     /// The scenario table of point `index`: the base with the point's values overlaid.
@@ -628,13 +750,24 @@ mod tests {
 
     #[test]
     fn relative_paths_follow_the_file_that_writes_them() {
-        let s = sweep(
+        // A real profile at p/h.toml beside the sweep file: axis values are resolved at load.
+        let dir = std::env::temp_dir().join(format!("kvplan-sweep-rel-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("p")).unwrap();
+        let profile = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../vocab/profiles/h100-sxm.toml"
+        );
+        std::fs::copy(profile, dir.join("p/h.toml")).unwrap();
+        let s = Sweep::parse(
             "kind = \"serve\"\n[base]\nmodel = \"llama-2-7b\"\nhardware = \"a100-80g-sxm\"\n[axes]\n\"workload.trace\" = [\"t.csv\"]\nhardware = [\"p/h.toml\", \"h100-sxm\"]\n",
+            &dir.join("s.toml"),
         )
         .unwrap();
         let t = s.scenario(0).unwrap();
-        assert_eq!(t["workload"]["trace"].as_str(), Some("dir/t.csv"));
-        assert_eq!(t["hardware"].as_str(), Some("dir/p/h.toml"));
+        let at = |f: &str| dir.join(f).display().to_string();
+        assert_eq!(t["workload"]["trace"].as_str(), Some(at("t.csv").as_str()));
+        assert_eq!(t["hardware"].as_str(), Some(at("p/h.toml").as_str()));
+        std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(
             s.scenario(1).unwrap()["hardware"].as_str(),
             Some("h100-sxm")

@@ -10,6 +10,8 @@
 //!   [`Sweep::run_ordered`]: points in parallel (rayon), rows handed over in point order.
 //! - [`rows`]: the CSV / JSONL text of a row, the header, what `--resume` keeps of a file
 //!   ([`rows::resume_point`]), and [`rows::merge`] of shard outputs.
+//! - [`fingerprint`]: which sweep (and kvplan version) wrote a file of rows, kept beside it, so
+//!   that `--resume` and merge refuse another sweep's rows.
 //!
 //! ```
 //! use kvplan_sweep::{Format, Sweep};
@@ -39,11 +41,13 @@
 #![forbid(unsafe_code)]
 
 pub mod file;
+pub mod fingerprint;
 pub mod rows;
 pub mod run;
 pub mod stream;
 
 pub use file::{Kind, Sweep, SweepError};
+pub use fingerprint::Fingerprint;
 pub use kvplan_run::Metric;
 pub use rows::{Format, MergeError, ResumeError};
 pub use run::Row;

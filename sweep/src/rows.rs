@@ -476,7 +476,7 @@ mod tests {
 
     fn sweep() -> Sweep {
         Sweep::parse(
-            "kind = \"simulate\"\n[base]\nmodel = \"opt-1.3b\"\nhardware = \"a100-40g-pcie4\"\nworkload = { prompt = 32, gen = 2 }\n[axes]\n\"workload.batch\" = [1, 2, 3]\nstrategy = [\"kvpr\", \"nope\"]\n",
+            "kind = \"simulate\"\n[base]\nmodel = \"opt-30b\"\nhardware = \"a100-40g-pcie4\"\nworkload = { prompt = 32, gen = 2 }\n[axes]\n\"workload.batch\" = [1, 2, 3]\nstrategy = [\"kvpr\", \"gpu-only\"]\n",
             Path::new("s.toml"),
         )
         .unwrap()
@@ -516,18 +516,19 @@ mod tests {
         let lines: Vec<&str> = csv.lines().collect();
         assert!(lines[0].starts_with("point,workload.batch,strategy,prefill_latency_s,"));
         assert!(lines[0].ends_with(",status,reason"));
-        assert!(lines[1].starts_with("0,1,kvpr,0.") && lines[1].ends_with(",ok,"));
-        assert!(lines[2].starts_with("1,1,nope,,,"), "{}", lines[2]);
+        assert!(lines[1].starts_with("0,1,kvpr,2.") && lines[1].ends_with(",ok,"));
+        assert!(lines[2].starts_with("1,1,gpu-only,,,"), "{}", lines[2]);
         assert!(
-            lines[2].contains(",error,\"strategy: unknown strategy 'nope'"),
+            lines[2].contains(",error,\"gpu-only plan for opt-30b on a100-40g-pcie4 does not fit"),
             "{}",
             lines[2]
         );
         let json = output(&s, Format::Jsonl, &[1]);
         assert!(json.starts_with(
-            "{\"point\":1,\"workload.batch\":1,\"strategy\":\"nope\",\"prefill_latency_s\":null,"
+            "{\"point\":1,\"workload.batch\":1,\"strategy\":\"gpu-only\",\"prefill_latency_s\":null,"
         ));
-        assert!(json.ends_with("\"status\":\"error\",\"reason\":\"strategy: unknown strategy 'nope'; use one of kvpr, full-transfer, gpu-only, headinfer, runahead\"}\n"), "{json}");
+        assert!(json.contains("\"status\":\"error\",\"reason\":\"gpu-only plan for opt-30b on a100-40g-pcie4 does not fit: "), "{json}");
+        assert!(json.ends_with("`workload.gen`\"}\n"), "{json}");
     }
 
     #[test]

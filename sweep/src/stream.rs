@@ -66,6 +66,10 @@ impl Sweep {
         }
         let existing = std::fs::read(out)
             .map_err(|e| format!("{label}: cannot read '{}': {e}", out.display()))?;
+        if !existing.is_empty() {
+            self.check_fingerprint(out)
+                .map_err(|e| format!("{label}: {e}"))?;
+        }
         let (bytes, kept) = self
             .resume_point(&existing, format, indices)
             .map_err(|e| format!("{label}: {}: {e}", out.display()))?;
@@ -270,12 +274,42 @@ impl Sweep {
                 ));
             }
         }
+        // The axes are drawn on numbers: a column of text (an axis of names, status, reason)
+        // is refused now, not after the run.
+        for (label, c) in [(l.x, &x), (l.y, &y)] {
+            if let Some(text) = self.text_value(c) {
+                let numeric: Vec<&str> = header
+                    .iter()
+                    .filter(|h| self.text_value(h).is_none() && *h != "point")
+                    .map(String::as_str)
+                    .take(4)
+                    .collect();
+                return Err(format!(
+                    "{label}: column '{c}' holds text ({text}), not numbers; name a numeric column with {label}, e.g. {}",
+                    numeric.join(", ")
+                ));
+            }
+        }
         Ok(PlotSpec {
             file: file.to_path_buf(),
             x,
             y,
             series,
         })
+    }
+}
+
+impl Sweep {
+    /// A value of the column `c` that is not a number (`None` for a numeric column): the
+    /// `status` and `reason` columns, and an axis or point column with a value that is text.
+    fn text_value(&self, c: &str) -> Option<String> {
+        if c == "status" || c == "reason" {
+            return Some(format!("e.g. '{}'", if c == "status" { "ok" } else { "" }));
+        }
+        let col = self.columns().iter().position(|x| x == c)?;
+        self.column_values(col)
+            .find(|v| !matches!(v, toml::Value::Integer(_) | toml::Value::Float(_)))
+            .map(|v| format!("e.g. {v}"))
     }
 }
 

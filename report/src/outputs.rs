@@ -1,0 +1,386 @@
+//! A run's output files, checked and claimed before the run starts ([`claim`]), and the files
+//! removed if the process is interrupted ([`register_cleanup`]).
+//!
+//! Before anything runs, every output is checked: not a directory, its directory exists and can
+//! be written, not one of the run's inputs (the same file however it is named: `./x` and `x`,
+//! a symlink, a hard link), and not named twice. Each regular output is then locked for the
+//! length of the run: an advisory lock (`flock`) on a lock file beside it, `.NAME.lock`, which
+//! holds the locking process's id. A second kvplan writing the same file is refused, naming
+//! that process. The lock files are removed when the run ends, including on SIGINT, SIGTERM or
+//! SIGHUP; a run killed outright (SIGKILL) leaves its lock file, which the next run takes over
+//! (the kernel releases the lock of a dead process).
+//!
+//! Labels (`what`) are the caller's: the command line passes its flags.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, Once};
+
+use crate::Error;
+use crate::files::{Target, resolve};
+
+/// Files to remove if the process is interrupted: temporary files not yet renamed into place
+/// and the lock files of [`claim`].
+static PENDING: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+static HANDLER: Once = Once::new();
+
+fn pending() -> MutexGuard<'static, Vec<PathBuf>> {
+    PENDING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Removes `path` if the process gets SIGINT, SIGTERM or SIGHUP before
+/// [`unregister_cleanup`]; the first call installs the handler, which removes every such file
+/// and exits with 128 + the signal's number.
+pub fn register_cleanup(path: &Path) {
+    install_handler();
+    pending().push(path.to_path_buf());
+}
+
+/// Forgets `path` (renamed into place, or removed).
+pub fn unregister_cleanup(path: &Path) {
+    pending().retain(|p| p != path);
+}
+
+/// Runs `f` (a rename into place, a removal) where no interrupt can remove files halfway
+/// through it, then forgets `path`.
+pub(crate) fn settle<T>(path: &Path, f: impl FnOnce() -> T) -> T {
+    let mut guard = pending();
+    let out = f();
+    guard.retain(|p| p != path);
+    out
+}
+
+fn install_handler() {
+    HANDLER.call_once(|| {
+        #[cfg(unix)]
+        {
+            use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+            let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+            else {
+                return;
+            };
+            let _ = std::thread::Builder::new()
+                .name("kvplan-signals".into())
+                .spawn(move || {
+                    if let Some(signal) = signals.forever().next() {
+                        // Held until the process is gone: nothing is renamed into place after
+                        // its temporary file is removed.
+                        let files = pending();
+                        for p in files.iter() {
+                            let _ = fs::remove_file(p);
+                        }
+                        eprintln!("kvplan: interrupted; no output file was replaced");
+                        std::process::exit(128 + signal);
+                    }
+                });
+        }
+    });
+}
+
+/// The outputs of a run, locked until this is dropped.
+#[derive(Debug, Default)]
+pub struct Claim {
+    locks: Vec<(PathBuf, File)>,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        for (path, file) in self.locks.drain(..) {
+            // Removed while still locked, so that no other process finds it unlocked and
+            // then sees it vanish; closing the file releases the lock.
+            settle(&path, || fs::remove_file(&path).ok());
+            drop(file);
+        }
+    }
+}
+
+/// An output as checked: where it leads and what it is.
+struct Checked<'a> {
+    what: &'a str,
+    path: &'a Path,
+    /// The final file (symlinks followed, its directory canonical), for regular files and paths
+    /// that do not exist yet; `None` for FIFOs and devices, which are written in place and not
+    /// locked.
+    target: Option<PathBuf>,
+}
+
+fn shown(p: &Path) -> String {
+    format!("'{}'", p.display())
+}
+
+/// The directory and file name of a path to be written (`.` for a bare name).
+fn split(p: &Path) -> Option<(&Path, &std::ffi::OsStr)> {
+    let name = p.file_name()?;
+    let dir = match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    Some((dir, name))
+}
+
+/// Whether two paths lead to the same existing file.
+fn same_file(a: &Path, b: &Path) -> bool {
+    let (Ok(ma), Ok(mb)) = (fs::metadata(a), fs::metadata(b)) else {
+        return false;
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        ma.dev() == mb.dev() && ma.ino() == mb.ino()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (ma, mb);
+        matches!((fs::canonicalize(a), fs::canonicalize(b)), (Ok(x), Ok(y)) if x == y)
+    }
+}
+
+/// Checks the `outputs` of a run (each `(what, path)`, `what` its label in messages) against
+/// each other and against its `inputs` (the files it reads, labelled the same way; inputs
+/// that do not exist are skipped), then locks every regular output until the returned
+/// [`Claim`] is dropped. Call it before the run starts: an error means nothing was written.
+///
+/// Every problem is an input error (exit code 2) naming the option: an output that is a
+/// directory, whose directory does not exist or cannot be written, that is one of the inputs,
+/// that another output names too, or that another process is writing.
+pub fn claim(inputs: &[(&str, &Path)], outputs: &[(&str, &Path)]) -> Result<Claim, Error> {
+    let mut checked = Vec::new();
+    for &(what, path) in outputs {
+        let target = resolve(path)
+            .map_err(|e| Error::Input(format!("{what}: cannot use {}: {e}", shown(path))))?;
+        let target = match target {
+            Target::Directory(p) => {
+                return Err(Error::Input(format!(
+                    "{what}: {} is a directory; give a file path",
+                    shown(&p)
+                )));
+            }
+            Target::Special(_) => None,
+            Target::Replace(p, _) => {
+                let (dir, name) = split(&p).ok_or_else(|| {
+                    Error::Input(format!("{what}: {} is not a file path", shown(path)))
+                })?;
+                if !dir.is_dir() {
+                    return Err(Error::Input(format!(
+                        "{what}: cannot write {}: directory '{}' does not exist",
+                        shown(path),
+                        dir.display()
+                    )));
+                }
+                let dir = fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+                Some(dir.join(name))
+            }
+        };
+        checked.push(Checked { what, path, target });
+    }
+    for (i, out) in checked.iter().enumerate() {
+        for &(input, ipath) in inputs {
+            let same = same_file(out.path, ipath)
+                || out.target.as_ref().is_some_and(|t| {
+                    fs::canonicalize(ipath).is_ok_and(|c| c == *t) || same_file(t, ipath)
+                });
+            if same {
+                return Err(Error::Input(format!(
+                    "{} {} is also the input {input} ({}); writing it would destroy the input: write the output elsewhere",
+                    out.what,
+                    shown(out.path),
+                    shown(ipath)
+                )));
+            }
+        }
+        for other in &checked[..i] {
+            let same = match (&out.target, &other.target) {
+                (Some(a), Some(b)) => a == b,
+                _ => false,
+            } || same_file(out.path, other.path);
+            if same {
+                return Err(Error::Input(format!(
+                    "{} and {} both name {}; give each output its own file",
+                    other.what,
+                    out.what,
+                    shown(out.path)
+                )));
+            }
+        }
+    }
+    let mut claim = Claim::default();
+    for out in &checked {
+        if let Some(target) = &out.target {
+            claim.locks.push(lock(out.what, out.path, target)?);
+        }
+    }
+    Ok(claim)
+}
+
+/// The lock file of the output `target`: `.NAME.lock` beside it.
+pub fn lock_path(target: &Path) -> PathBuf {
+    let (dir, name) = split(target).unwrap_or((Path::new("."), target.as_os_str()));
+    dir.join(format!(".{}.lock", name.to_string_lossy()))
+}
+
+/// Locks the output `target` (named `path` by the option `what`): its lock file created or
+/// taken over, locked, and holding this process's id.
+fn lock(what: &str, path: &Path, target: &Path) -> Result<(PathBuf, File), Error> {
+    let lp = lock_path(target);
+    let cannot = |e: io::Error| {
+        let dir = lp.parent().unwrap_or(Path::new("."));
+        Error::Input(format!(
+            "{what}: cannot write in directory '{}': {e}",
+            dir.display()
+        ))
+    };
+    // A lock file removed by its holder between our open and our lock is retried: the lock
+    // must be on the file the path names.
+    for _ in 0..100 {
+        let mut f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lp)
+            .map_err(cannot)?;
+        match fs4::FileExt::try_lock(&f) {
+            Ok(()) => {}
+            Err(fs4::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = f.read_to_string(&mut holder);
+                let holder = match holder.trim().parse::<u32>() {
+                    Ok(pid) => format!("another kvplan (process {pid})"),
+                    Err(_) => "another kvplan".to_string(),
+                };
+                return Err(Error::Input(format!(
+                    "{what}: {} is being written by {holder}; wait for it to finish or write elsewhere (lock file {})",
+                    shown(path),
+                    lp.display()
+                )));
+            }
+            Err(fs4::TryLockError::Error(e)) => return Err(cannot(e)),
+        }
+        if !same_open_file(&f, &lp) {
+            continue;
+        }
+        register_cleanup(&lp);
+        let written = f
+            .set_len(0)
+            .and_then(|()| writeln!(f, "{}", std::process::id()))
+            .and_then(|()| f.flush());
+        if let Err(e) = written {
+            settle(&lp, || fs::remove_file(&lp).ok());
+            return Err(cannot(e));
+        }
+        return Ok((lp, f));
+    }
+    Err(Error::Failure(format!(
+        "{what}: cannot lock {}: its lock file {} keeps changing",
+        shown(path),
+        lp.display()
+    )))
+}
+
+/// Whether the open file `f` is the file `path` names now.
+fn same_open_file(f: &File, path: &Path) -> bool {
+    let (Ok(a), Ok(b)) = (f.metadata(), fs::metadata(path)) else {
+        return false;
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        a.dev() == b.dev() && a.ino() == b.ino()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (a, b);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Dir(PathBuf);
+
+    impl Dir {
+        fn new(name: &str) -> Self {
+            let d =
+                std::env::temp_dir().join(format!("kvplan-claim-{}-{name}", std::process::id()));
+            let _ = fs::remove_dir_all(&d);
+            fs::create_dir_all(&d).unwrap();
+            Dir(d)
+        }
+        fn names(&self) -> Vec<String> {
+            let mut v: Vec<String> = fs::read_dir(&self.0)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn an_output_that_is_an_input_is_refused_however_it_is_named() {
+        let d = Dir::new("input");
+        let input = d.0.join("my.toml");
+        fs::write(&input, "model = 1\n").unwrap();
+        let dotted = d.0.join(".").join("my.toml");
+        let e = claim(&[("SCENARIO", &input)], &[("--trace", &dotted)]).unwrap_err();
+        assert!(e.is_input());
+        let m = e.message();
+        assert!(m.contains("--trace") && m.contains("SCENARIO"), "{m}");
+        #[cfg(unix)]
+        {
+            let link = d.0.join("link.toml");
+            std::os::unix::fs::symlink("my.toml", &link).unwrap();
+            assert!(claim(&[("SCENARIO", &input)], &[("--trace", &link)]).is_err());
+            let hard = d.0.join("hard.toml");
+            fs::hard_link(&input, &hard).unwrap();
+            assert!(claim(&[("SCENARIO", &hard)], &[("--trace", &input)]).is_err());
+        }
+        assert_eq!(fs::read_to_string(&input).unwrap(), "model = 1\n");
+        // Another file is fine, and its lock file goes when the claim does.
+        let out = d.0.join("t.json");
+        let c = claim(&[("SCENARIO", &input)], &[("--trace", &out)]).unwrap();
+        assert!(d.names().contains(&".t.json.lock".to_string()));
+        drop(c);
+        assert!(
+            !d.names().iter().any(|n| n.ends_with(".lock")),
+            "{:?}",
+            d.names()
+        );
+    }
+
+    #[test]
+    fn a_second_claim_names_the_holder() {
+        let d = Dir::new("lock");
+        let out = d.0.join("rows.csv");
+        let first = claim(&[], &[("--out", &out)]).unwrap();
+        let e = claim(&[], &[("--out", &out)]).unwrap_err();
+        assert!(e.is_input());
+        let pid = std::process::id().to_string();
+        assert!(e.message().contains(&pid), "{e}");
+        assert!(e.message().starts_with("--out: "), "{e}");
+        drop(first);
+        claim(&[], &[("--out", &out)]).unwrap();
+    }
+
+    #[test]
+    fn outputs_are_checked_before_anything_is_written() {
+        let d = Dir::new("check");
+        let ok = d.0.join("ok.csv");
+        let e = claim(&[], &[("--requests-csv", &ok), ("--plot", &d.0)]).unwrap_err();
+        assert!(e.message().starts_with("--plot: ") && e.message().contains("directory"));
+        let e = claim(&[], &[("--a", &ok), ("--b", &d.0.join("no/x.svg"))]).unwrap_err();
+        assert!(e.message().contains("does not exist"), "{e}");
+        let e = claim(&[], &[("--a", &ok), ("--b", &d.0.join("./ok.csv"))]).unwrap_err();
+        assert!(e.message().contains("--a and --b"), "{e}");
+        assert!(d.names().is_empty(), "{:?}", d.names());
+    }
+}
