@@ -129,7 +129,7 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<String, CliError> {
     let (base, out, format) = (
         args.base.as_deref(),
         args.out.as_deref(),
-        args.output.format.into(),
+        args.output.format,
     );
     if let Some(runs) = &args.from_runs {
         let name = args.name.as_deref();

@@ -98,7 +98,7 @@ pub fn capacity(args: &CapacityArgs) -> Result<String, CliError> {
         runtime_reserve_gib: args.runtime_reserve,
     }
     .resolve()?;
-    let (r, format) = (input.report()?, args.output.format.into());
+    let (r, format) = (input.report()?, args.output.format);
     Ok(report::planner::capacity(
         &r,
         input.options.config.batch,

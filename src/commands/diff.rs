@@ -91,8 +91,7 @@ fn diff_error(e: DiffError) -> CliError {
         DiffError::Tolerance { value, message } => {
             CliError::input(format!("--tolerance: {message} (got '{value}')"))
         }
-        other if other.is_input_error() => CliError::input(other.to_string()),
-        other => CliError::failure(other.to_string()),
+        other => CliError::new(other.is_input_error(), other.to_string()),
     }
 }
 
@@ -115,7 +114,7 @@ pub fn diff(args: &DiffArgs) -> Result<String, CliError> {
     let a = Input::read(&args.a).map_err(diff_error)?;
     let b = Input::read(&args.b).map_err(diff_error)?;
     let c = compare(&a, &b, tolerance).map_err(diff_error)?;
-    let out = report::diff::comparison(&c, args.changed_only, args.output.format.into())?;
+    let out = report::diff::comparison(&c, args.changed_only, args.output.format)?;
     verdict(out, report::diff::regressions(&c, tolerance))
 }
 
@@ -136,7 +135,7 @@ pub fn regress(action: &RegressCommand) -> Result<String, CliError> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(diff_error)?;
     let update = format!("kvplan regress update {}", args.dir.display());
-    let format = args.output.format.into();
+    let format = args.output.format;
     let out = report::diff::regress_check(&args.dir, tolerance, &checks, &update, format)?;
     verdict(out, report::diff::regress_failures(&checks, &update))
 }

@@ -72,6 +72,6 @@ pub fn exec(args: &ExecArgs) -> Result<String, CliError> {
         write_trace(path, "--trace", &[run])?;
     }
     let r = RunReport::new(&p, &timeline);
-    let format = args.output.format.into();
+    let format = args.output.format;
     Ok(report::planner::measured_run(&p, &r, format)?)
 }

@@ -142,19 +142,13 @@ impl RunArgs {
         }
     }
 
-    /// The scenario file (if any) overlaid with these flags, resolved by the planner; its notes
-    /// go to stderr.
-    pub fn resolve(&self, strategy: Option<String>) -> Result<Scenario, crate::error::CliError> {
-        self.resolve_running(strategy, &[])
-    }
-
     /// [`resolve`](Self::resolve) for the executor (`exec`, `validate`), which runs 16-bit
     /// weights and KV cache only: a quantised plan is refused, not run as something else.
     pub fn resolve_executed(
         &self,
         strategy: Option<String>,
     ) -> Result<Scenario, crate::error::CliError> {
-        let sc = self.resolve(strategy)?;
+        let sc = self.resolve(strategy, &[])?;
         if sc.model.quantization.is_some() || !sc.model.kv_cache_dtype.is_auto() {
             return Err(crate::error::CliError::input(
                 "--quantization, --kv-cache-dtype: the executor runs 16-bit weights and KV cache only; simulate such a plan with `kvplan simulate`",
@@ -163,18 +157,18 @@ impl RunArgs {
         Ok(sc)
     }
 
-    /// [`resolve`](Self::resolve) for a command that also runs `also_run` (`--compare`): a
-    /// setting one of them reads is not noted as ignored.
-    pub fn resolve_running(
+    /// The scenario file (if any) overlaid with these flags, resolved by the planner; its notes
+    /// go to stderr, but for a setting that `also_run` (`--compare`'s strategies) reads.
+    pub fn resolve(
         &self,
         strategy: Option<String>,
         also_run: &[Strategy],
     ) -> Result<Scenario, crate::error::CliError> {
-        let base = match &self.scenario.scenario {
-            Some(p) => kvplan_run::RawScenario::read_simulate(p)?,
-            None => RawScenario::default(),
-        };
-        let scenario = base.overlay(self.to_raw(strategy)).resolve()?;
+        let file = self.scenario.scenario.as_deref();
+        let base = file
+            .map(kvplan_run::RawScenario::read_simulate)
+            .transpose()?;
+        let scenario = (base.unwrap_or_default().overlay(self.to_raw(strategy))).resolve()?;
         // Clamped or ignored settings are not errors: say so on stderr, leave stdout alone.
         for note in &scenario.notes {
             if let Note::Ignored { read_by, .. } = note
@@ -190,10 +184,7 @@ impl RunArgs {
 
 impl From<kvplan_report::Error> for CliError {
     fn from(e: kvplan_report::Error) -> Self {
-        match e {
-            kvplan_report::Error::Input(m) => CliError::input(m),
-            kvplan_report::Error::Failure(m) => CliError::failure(m),
-        }
+        CliError::new(e.is_input(), e.message())
     }
 }
 

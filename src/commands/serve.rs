@@ -3,13 +3,15 @@
 
 use std::path::{Path, PathBuf};
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 
 use crate::args::*;
 use crate::error::CliError;
 use crate::messages::serve_error;
 use kvplan_report as report;
-use kvplan_serve::scenario::RawServeScenario;
+use kvplan_serve::scenario::{RawConfig, RawServeScenario};
+use kvplan_serve::{Preemption, SchedulerKind};
+use kvplan_vocab::{KvCacheDtype, Quantization};
 use std::io::IsTerminal;
 use std::time::Duration;
 
@@ -79,54 +81,6 @@ the file):
   max_model_len = 4096
   num_gpu_blocks_override = 7463";
 
-/// Serving scheduler (`--scheduler`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum SchedulerArg {
-    /// vLLM V1 (0.15): one token budget, running requests first, then waiting ones; prefix
-    /// caching, chunked prefill, recompute preemption, asynchronous scheduling
-    #[value(name = "vllm-v1")]
-    VllmV1,
-    /// vLLM 0.4's default: whole prompts first, then decode every running sequence
-    #[value(name = "vllm-v0", alias = "prefill-first")]
-    PrefillFirst,
-    /// Decode the running sequences and admit whole prompts in the same iteration
-    Mixed,
-    /// Sarathi chunked prefill: decodes, then prompt chunks filling the token budget
-    Chunked,
-}
-
-/// Preemption mode (`--preemption`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum PreemptionArg {
-    /// Drop the KV; re-prefill prompt and generated tokens on resume
-    Recompute,
-    /// Copy the KV blocks to host memory and back
-    Swap,
-    /// Swap, and on resume recompute the first tokens' KV from stored activations
-    Hybrid,
-}
-
-/// Weight quantisation (`--quantization`, vLLM's names).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum QuantizationArg {
-    /// 8-bit float weights (fp8 tensor cores on compute capability 8.9+, else weight-only)
-    Fp8,
-    /// AWQ 4-bit weights, group 128
-    Awq,
-    /// GPTQ 4-bit weights, group 128
-    Gptq,
-}
-
-/// KV cache element type (`--kv-cache-dtype`, vLLM's names).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum KvCacheDtypeArg {
-    /// The model's dtype
-    Auto,
-    /// One byte per element (e4m3)
-    #[value(alias = "fp8_e4m3")]
-    Fp8,
-}
-
 /// `kvplan serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -141,10 +95,10 @@ pub struct ServeArgs {
     pub requests: RequestsArgs,
     /// Scheduler [default: vllm-v1]
     #[arg(long, value_enum)]
-    pub scheduler: Option<SchedulerArg>,
+    pub scheduler: Option<SchedulerKind>,
     /// What happens to a preempted sequence's KV (vllm-v1: recompute only) [default: recompute]
     #[arg(long, value_enum)]
-    pub preemption: Option<PreemptionArg>,
+    pub preemption: Option<Preemption>,
     /// Automatic prefix caching: reuse cached full KV blocks of a shared prompt prefix
     /// [default: on for vllm-v1, off for the vLLM 0.4 schedulers]
     #[arg(long, overrides_with = "no_enable_prefix_caching")]
@@ -211,11 +165,11 @@ pub struct ServeArgs {
     /// 4 bits with group-128 scales (awq, gptq); embeddings, norms and LM head stay 16-bit
     /// [default: none]
     #[arg(long, value_enum)]
-    pub quantization: Option<QuantizationArg>,
+    pub quantization: Option<Quantization>,
     /// KV cache element type (vLLM's flag): fp8 stores one byte per element [default: auto,
     /// the model's dtype]
     #[arg(long, value_enum)]
-    pub kv_cache_dtype: Option<KvCacheDtypeArg>,
+    pub kv_cache_dtype: Option<KvCacheDtype>,
     /// Replay a measured run and report predicted against measured per metric: a per-request
     /// CSV (arrival_s, prompt_tokens, output_tokens, ttft_s, e2e_s; kvplan's own --requests-csv
     /// reads back) or `vllm bench serve --save-detailed` result JSON; the requests come from FILE
@@ -246,9 +200,7 @@ pub struct ServeArgs {
 
 impl ServeArgs {
     /// These flags as a raw serving scenario, to overlay on a scenario file's.
-    pub fn to_raw(&self) -> kvplan_serve::scenario::RawServeScenario {
-        use kvplan_serve::scenario::{RawConfig, RawServeScenario};
-        use kvplan_serve::{Preemption, SchedulerKind};
+    pub fn to_raw(&self) -> RawServeScenario {
         RawServeScenario {
             model: self.target.model.clone(),
             hardware: self.target.hardware.clone(),
@@ -257,30 +209,14 @@ impl ServeArgs {
                 block_size: self.block_size,
                 gpu_memory_utilization: self.gpu_memory_utilization,
                 swap_space_gib: self.swap_space_gib,
-                scheduler: self.scheduler.map(|s| match s {
-                    SchedulerArg::VllmV1 => SchedulerKind::VllmV1,
-                    SchedulerArg::PrefillFirst => SchedulerKind::PrefillFirst,
-                    SchedulerArg::Mixed => SchedulerKind::Mixed,
-                    SchedulerArg::Chunked => SchedulerKind::Chunked,
-                }),
-                preemption: self.preemption.map(|p| match p {
-                    PreemptionArg::Recompute => Preemption::Recompute,
-                    PreemptionArg::Swap => Preemption::Swap,
-                    PreemptionArg::Hybrid => Preemption::Hybrid,
-                }),
+                scheduler: self.scheduler,
+                preemption: self.preemption,
                 max_num_seqs: self.max_num_seqs,
                 max_num_batched_tokens: self.max_num_batched_tokens,
                 tensor_parallel_size: self.tensor_parallel_size,
                 enable_expert_parallel: self.enable_expert_parallel.then_some(true),
-                quantization: self.quantization.map(|q| match q {
-                    QuantizationArg::Fp8 => kvplan_vocab::Quantization::Fp8,
-                    QuantizationArg::Awq => kvplan_vocab::Quantization::Awq,
-                    QuantizationArg::Gptq => kvplan_vocab::Quantization::Gptq,
-                }),
-                kv_cache_dtype: self.kv_cache_dtype.map(|k| match k {
-                    KvCacheDtypeArg::Auto => kvplan_vocab::KvCacheDtype::Auto,
-                    KvCacheDtypeArg::Fp8 => kvplan_vocab::KvCacheDtype::Fp8,
-                }),
+                quantization: self.quantization,
+                kv_cache_dtype: self.kv_cache_dtype,
                 enable_prefix_caching: on_off(
                     self.enable_prefix_caching,
                     self.no_enable_prefix_caching,
@@ -326,28 +262,18 @@ pub(crate) fn read_scenario(path: &Path) -> Result<RawServeScenario, CliError> {
 
 /// `kvplan serve`.
 pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
-    use kvplan_serve::runs::{Measured, placeholder_workload};
-    let base = match &args.scenario {
-        Some(p) => read_scenario(p)?,
-        None => RawServeScenario::default(),
-    };
-    let mut raw = base.overlay(args.to_raw());
+    use kvplan_serve::runs::Measured;
+    let base = args.scenario.as_deref().map(read_scenario).transpose()?;
+    let mut raw = base.unwrap_or_default().overlay(args.to_raw());
     let measured = match args.compare_to.as_deref().map(Measured::open).transpose() {
         Err(e) => return Err(CliError::input(format!("--compare-to: {e}"))),
         Ok(Some(Measured::Stages(stages))) => {
             let path = args.compare_to.as_deref().expect("a stage table was read");
-            return compare_stages(&raw, path, &stages, args.output.format.into());
+            return compare_stages(&raw, path, &stages, args.output.format);
         }
         Ok(Some(Measured::Run(run))) => {
-            let w = &raw.workload;
-            if w.trace.is_some() || w.arrivals.is_some() || w.prompt_lengths.is_some() {
-                return Err(CliError::input(format!(
-                    "--compare-to: {} gives the requests; drop the workload (--requests-trace, \
-                     --arrivals, --lengths, or the scenario's [workload])",
-                    run.name
-                )));
-            }
-            raw.workload = placeholder_workload(); // the requests come from the run
+            raw.workload = (run.replay_workload(&raw.workload))
+                .map_err(|e| CliError::input(format!("--compare-to: {e}")))?;
             Some(run)
         }
         Ok(None) => None,
@@ -381,7 +307,7 @@ pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
     .collect();
     let title = format!("{} on {}", sc.model.name, sc.hardware.name);
     let written = report::serve::write_files(&out, &title, &files)?;
-    let format = args.output.format.into();
+    let format = args.output.format;
     Ok(match &measured {
         Some(run) => {
             let cmp = kvplan_serve::runs::compare(run, &out);

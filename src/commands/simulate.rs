@@ -70,11 +70,8 @@ pub struct SimulateArgs {
 /// `kvplan simulate`.
 pub fn simulate(args: &SimulateArgs) -> Result<String, CliError> {
     let compared: &[Strategy] = if args.compare { &COMPARED } else { &[] };
-    let sc = args
-        .run
-        .run
-        .resolve_running(args.run.strategy.clone(), compared)?;
-    let (trace, format) = (args.trace.as_deref(), args.output.format.into());
+    let sc = args.run.run.resolve(args.run.strategy.clone(), compared)?;
+    let (trace, format) = (args.trace.as_deref(), args.output.format);
     if !args.compare {
         let s = simulate_scenario(&sc)?;
         if let Some(path) = trace {

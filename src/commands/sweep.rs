@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use kvplan_report::files::{stream_to, write_text};
 use kvplan_sweep::{Format, PlotLabels, Shard, Sweep, SweepError};
@@ -70,15 +70,6 @@ after it too.
   kvplan merge all.csv shard-0.csv shard-1.csv shard-2.csv
   kvplan merge --out all.csv --sweep sweep.toml shard-*.csv";
 
-/// Row format of `kvplan sweep`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum SweepFormat {
-    /// CSV with a header row
-    Csv,
-    /// One JSON object per line
-    Jsonl,
-}
-
 /// `kvplan sweep`.
 #[derive(Debug, Args)]
 pub struct SweepArgs {
@@ -89,8 +80,8 @@ pub struct SweepArgs {
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
     /// Row format
-    #[arg(long, value_enum, default_value_t = SweepFormat::Csv)]
-    pub format: SweepFormat,
+    #[arg(long, value_enum, default_value_t = Format::Csv)]
+    pub format: Format,
     /// Keep the rows already in --out and run only the rest
     #[arg(long, requires = "out")]
     pub resume: bool,
@@ -161,10 +152,7 @@ pub fn sweep(args: &SweepArgs) -> Result<String, CliError> {
             args.max_points
         )));
     }
-    let format = match args.format {
-        SweepFormat::Csv => Format::Csv,
-        SweepFormat::Jsonl => Format::Jsonl,
-    };
+    let format = args.format;
     let (x, y, series) = (
         args.plot_x.as_deref(),
         args.plot_y.as_deref(),

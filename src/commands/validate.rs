@@ -63,7 +63,7 @@ pub fn validate(args: &ValidateArgs) -> Result<String, CliError> {
     }
     let c = kvplan_calibrate::compare(schedule, &s.timeline, &measured);
     let rm = RunReport::new(p, &measured);
-    let format = args.output.format.into();
+    let format = args.output.format;
     let out = report::planner::validation(p, &s.report, &rm, &c, args.max_error, format)?;
     let failed = (c.end_to_end_error > args.max_error).then(|| {
         format!(
