@@ -12,22 +12,8 @@ use kvplan_diff::compare::{Input, compare, parse_tolerance};
 use kvplan_diff::suite;
 use kvplan_report as report;
 
-pub const DIFF_LONG: &str = "\
-Compare two outputs of kvplan of the same kind, detected from content:
-  report JSON   simulate --format json (one strategy or --compare), serve --format json /
-                --summary-json, or any JSON (numeric leaves by dotted path: ttft_s.p99)
-  CSV table     --format csv outputs and sweep tables; rows matched by key: the `point`
-                column when it comes first, else the leading columns before the first
-                metric column (strategy,model,...,gen), else every non-numeric column
-  timeline CSV  --trace FILE.csv: per run, the makespan, the op count, and duration_s summed
-                by label and by category (and bytes by category)
-For each metric: A, B, B-A, (B-A)/|A| and a verdict. Which way is worse comes from the metric's
-name (kvplan_diff::direction::RULES): latencies, times (*_s), bytes, idle time, preemptions:
-higher is worse; throughputs (*throughput*, *tok_s*, *_per_s), speed-ups: lower is worse;
-anything else (counts, fractions) is reported as `changed` and never fails.
-Exit 0 when nothing regressed past --tolerance, 1 when something did, 2 on bad input
-(different kinds, rows in one file only, malformed JSON or CSV).
-  kvplan diff before.json after.json --tolerance 2%";
+/// `--help`'s long text (`src/help/diff.txt`).
+pub const DIFF_LONG: &str = include_str!("../help/diff.txt").trim_ascii_end();
 
 /// `kvplan diff`.
 #[derive(Debug, Args)]

@@ -27,16 +27,8 @@ pub mod validate;
 
 const ABOUT: &str = "Plan and simulate KV-cache offload and recomputation for LLM inference";
 
-const LONG_ABOUT: &str = "\
-kvplan answers, before you spend GPU-hours, how to move and recompute the KV cache of a model
-whose cache does not fit GPU memory: it plans KVPR (recompute part of the cache from activations
-while the rest crosses PCIe), plain KV offload and all-on-GPU, runs the plans on a calibrated
-discrete-event simulator, and reports latency, throughput, utilisation and traffic.
-
-Start with:
-  kvplan simulate --model opt-6.7b --hardware a100-40g-pcie4 --compare
-  kvplan plan kvpr --model opt-6.7b --hardware a100-40g-pcie4 --batch 64 --prompt 128 --gen 32
-  kvplan models        (model presets)      kvplan hardware      (GPU profiles)";
+/// `--help`'s long text (`src/help/kvplan.txt`).
+const LONG_ABOUT: &str = include_str!("../help/kvplan.txt").trim_ascii_end();
 
 /// The command line.
 #[derive(Debug, Parser)]

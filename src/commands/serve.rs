@@ -15,71 +15,8 @@ use kvplan_vocab::{KvCacheDtype, Quantization};
 use std::io::IsTerminal;
 use std::time::Duration;
 
-pub const SERVE_LONG: &str = "\
-Simulate an LLM server step by step as vLLM runs it: requests arrive over time (a trace replayed,
-or generated), the engine batches them continuously over a paged KV cache with prefix caching,
-preempts when blocks run out, and a client sees TTFT, TPOT and E2E.
-
-Workload (one of):
-  --requests-trace FILE
-                      replay a CSV `arrived_at,num_prefill_tokens,num_decode_tokens` (optional
-                      columns prefix, output_id, follows, think_s; --time-scale F or --qps Q
-                      rescale time, --start S skips to S seconds, --requests N caps the count)
-  --arrivals KIND     all-at-once | poisson | gamma:CV, with --qps Q (not for all-at-once),
-                      --lengths SPEC (prompts), --output-lengths SPEC [default: 128],
-                      --requests N and --seed N
-  --prefix-groups G   shared prefixes (inference-perf's load): G system prompts of
-                      --system-prompt-len SPEC, each shared by --users-per-group U users with one
-                      fixed question of --question-len SPEC; users take turns (a whole prompt
-                      repeats every G x U requests); with --arrivals, --qps, --output-lengths
-  --conversations N   multi-turn chats: each turn's prompt is the conversation so far plus a new
-                      message (--turns, --first-message-len, --message-len SPEC), the next turn
-                      sent --think-time after the answer; --qps starts conversations
-  --compare-to FILE   a measured run: its requests replayed and the prediction compared with the
-                      measurement metric by metric (per-request CSV, `vllm bench serve
-                      --save-detailed` JSON, or a stage table of shared-prefix runs)
-  Length specs: N, uniform:LO:HI, zipf:LO:HI[:THETA], lognormal:MEDIAN:SIGMA[:MAX], trace:FILE
-
-Engine (vLLM's flags and defaults): --scheduler vllm-v1 (vLLM 0.15's V1 engine, the default:
-one token budget, running requests first, chunked prefill, preemption by recompute of the
-latest request, automatic prefix caching, asynchronous scheduling, CUDA graphs up to 512
-tokens); vllm-v0 (alias prefill-first: vLLM 0.4's whole-prompt scheduler), mixed, chunked
-(Sarathi) keep the 0.4 engine, with --preemption recompute | swap (blocks to host memory and
-back) | hybrid (swap, and on resume recompute the first tokens' KV from stored activations).
---max-model-len (longer prompts rejected, generation stops there with finish reason length),
---num-gpu-blocks-override (a measured block count), --max-num-seqs, --max-num-batched-tokens,
---gpu-memory-utilization, --block-size, --tensor-parallel-size, --enable-expert-parallel
-(mixture-of-experts models: whole experts per GPU), --enforce-eager, --quantization fp8 | awq |
-gptq (quantised linear weights: fewer bytes to hold and read; fp8 GEMMs at the GPU's fp8 rate),
---kv-cache-dtype auto | fp8 (one byte per KV element: about twice the KV blocks).
-
-Output: a summary table (--format json: the summary JSON; --format csv: one row per request).
-Files: --requests-csv (per request: arrival, status, finish reason, cached tokens, queue, TTFT,
-TPOT, E2E, preemptions), --timeseries-csv (per step: KV blocks, running / waiting / swapped,
-batch tokens, KV bytes read and written), --summary-json, --trace-json (one slice per step; open
-in https://ui.perfetto.dev), --plot (SVG of KV blocks and queues against time), --plot-cdf (SVG:
-TTFT, TPOT and E2E CDFs).
-
-A scenario TOML file can replace the flags (flags override it; relative paths are relative to
-the file):
-  model = \"llama-2-7b\"
-  hardware = \"h100-sxm\"
-  [workload]
-  arrivals = \"poisson\"
-  qps = 5.0
-  output_lengths = \"247\"
-  requests = 3000
-  [workload.shared_prefix]
-  groups = 11
-  users_per_group = 4
-  system_prompt_len = \"105\"
-  question_len = \"487\"
-  [serve]
-  scheduler = \"vllm-v1\"      # vllm-v1 | vllm-v0 | mixed | chunked
-  max_num_seqs = 128
-  max_num_batched_tokens = 2048
-  max_model_len = 4096
-  num_gpu_blocks_override = 7463";
+/// `--help`'s long text (`src/help/serve.txt`).
+pub const SERVE_LONG: &str = include_str!("../help/serve.txt").trim_ascii_end();
 
 /// `kvplan serve`.
 #[derive(Debug, Args)]

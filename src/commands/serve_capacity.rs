@@ -14,21 +14,8 @@ use crate::args::{Format, OutputArgs, RequestsArgs};
 use crate::error::CliError;
 use crate::messages::{flag_of, serve_error};
 
-pub const SERVE_CAPACITY_LONG: &str = "\
-For each serving configuration (--hardware list x
---tensor-parallel-size list) the highest request rate whose latencies meet every objective,
-found on the serving simulator (the workload served at a rate: halve from 1 req/s until one
-passes, double until one fails, bisect to --qps-tolerance; each rate serves the same seeded
-requests, so the answer is deterministic). With --target-qps, each configuration is sized
-(replicas = ceil(target / max rate), GPUs = replicas x TP) and the cheapest that meets the
-target is named: by price when every profile gives gpu.price_usd_per_hour (add it in a profile
-file: base = \"h100-sxm\" then [gpu] price_usd_per_hour = 4.0), else by GPU count.
-The workload takes `kvplan serve`'s flags (a trace, synthetic arrivals, shared prefixes,
-conversations; 1000 Poisson requests by default) but not --qps or --time-scale: the search
-chooses the rates.
-  kvplan serve-capacity --slo ttft_p99=2s,tpot_p99=100ms --model llama-2-7b --hardware a100-80g-sxm,h100-sxm --lengths 512 --output-lengths 128 --target-qps 20
-  kvplan serve-capacity --slo ttft_p99=2s scenarios/llama-2-7b-a100-serve.toml --tensor-parallel-size 1,2
-`kvplan capacity --slo ...` (the older spelling) runs the same search.";
+/// `--help`'s long text (`src/help/serve-capacity.txt`).
+pub const SERVE_CAPACITY_LONG: &str = include_str!("../help/serve-capacity.txt").trim_ascii_end();
 
 /// `--model` and `--hardware` of the capacity commands.
 #[derive(Debug, Args)]
