@@ -3,28 +3,8 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, ValueEnum};
-
-/// Output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// Aligned text for people.
-    Table,
-    /// One JSON document for programs and notebooks.
-    Json,
-    /// CSV with a header row.
-    Csv,
-}
-
-impl From<Format> for kvplan_report::Format {
-    fn from(f: Format) -> Self {
-        match f {
-            Format::Table => kvplan_report::Format::Table,
-            Format::Json => kvplan_report::Format::Json,
-            Format::Csv => kvplan_report::Format::Csv,
-        }
-    }
-}
+use clap::Args;
+pub use kvplan_report::Format;
 
 /// `--format`.
 #[derive(Debug, Args)]

@@ -18,22 +18,24 @@ pub struct CliError {
 }
 
 impl CliError {
-    /// Bad input (exit code 2).
-    pub fn input(message: impl Into<String>) -> Self {
+    /// Bad input (exit code 2) where `input` (a library error's `is_input_error()`), else a
+    /// failure (exit code 1).
+    pub fn new(input: bool, message: impl Into<String>) -> Self {
         CliError {
-            code: EXIT_INPUT,
+            code: if input { EXIT_INPUT } else { EXIT_FAILURE },
             message: message.into(),
             stdout: None,
         }
     }
 
+    /// Bad input (exit code 2).
+    pub fn input(message: impl Into<String>) -> Self {
+        Self::new(true, message)
+    }
+
     /// A failure (exit code 1).
     pub fn failure(message: impl Into<String>) -> Self {
-        CliError {
-            code: EXIT_FAILURE,
-            message: message.into(),
-            stdout: None,
-        }
+        Self::new(false, message)
     }
 }
 
@@ -68,15 +70,7 @@ impl From<kvplan_planner::run::RunError> for CliError {
         match e {
             RunError::Plan(p) => p.into(),
             RunError::Simulate(s) => s.into(),
-            other => CliError {
-                code: if other.is_input_error() {
-                    EXIT_INPUT
-                } else {
-                    EXIT_FAILURE
-                },
-                message: other.to_string(),
-                stdout: None,
-            },
+            other => CliError::new(other.is_input_error(), other.to_string()),
         }
     }
 }

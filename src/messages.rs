@@ -3,13 +3,13 @@
 
 use kvplan_planner::scenario::{Field, Note};
 
-use crate::error::{CliError, EXIT_FAILURE, EXIT_INPUT};
+use crate::error::CliError;
 
 /// The one table of the flag that sets each scenario field: the planner's scenario (the first
-/// 19 rows, [`Field`]'s names), the serving scenario (`workload.*`, `serve.*`) and context
-/// capacity's own settings. Every library error and note names a field; the binary names its
+/// 19 rows, [`Field`]'s names), the serving scenario (`workload.*`, `serve.*`) and the capacity
+/// commands' own settings. Every library error and note names a field; the binary names its
 /// flag through this table (a test holds every row to an option the command line has).
-const FLAGS: [(&str, &str); 58] = [
+const FLAGS: [(&str, &str); 60] = [
     ("model", "--model"),
     ("hardware", "--hardware"),
     ("strategy", "--strategy"),
@@ -82,13 +82,15 @@ const FLAGS: [(&str, &str); 58] = [
     ("workload.conversation.max_context", "--max-context"),
     ("serve.quantization", "--quantization"),
     ("serve.kv_cache_dtype", "--kv-cache-dtype"),
-    // `kvplan capacity`
+    // `kvplan capacity`, `kvplan serve-capacity`
     ("capacity.host_ram", "--host-ram"),
     ("capacity.runtime_reserve", "--runtime-reserve"),
+    ("capacity.rel_tol", "--qps-tolerance"),
+    ("capacity.target_qps", "--target-qps"),
 ];
 
 /// The flag that sets the field named `name` (`workload.batch` → `--batch`).
-fn flag_of(name: &str) -> Option<&'static str> {
+pub fn flag_of(name: &str) -> Option<&'static str> {
     FLAGS.iter().find(|(f, _)| *f == name).map(|(_, s)| *s)
 }
 
@@ -121,11 +123,6 @@ pub fn flags_in_text(text: &str) -> String {
     out
 }
 
-/// The flag of `field`.
-pub fn flag(field: Field) -> Option<&'static str> {
-    flag_of(field.as_str())
-}
-
 /// How a library error names a field in the CLI: a planner field by its flag alone (`--batch`;
 /// `workload.batch x workload.prompt` → `--batch x --prompt`), a serving field by flag and field
 /// (`--tensor-parallel-size (serve.tensor_parallel_size)`), any other (a profile's
@@ -147,11 +144,6 @@ fn error_label(field: &str) -> String {
 /// A library error on its way to the user, its field named by its flag.
 impl From<kvplan_vocab::Error> for CliError {
     fn from(e: kvplan_vocab::Error) -> Self {
-        let code = if e.is_input_error() {
-            EXIT_INPUT
-        } else {
-            EXIT_FAILURE
-        };
         let e = match e {
             kvplan_vocab::Error::InvalidValue {
                 field,
@@ -164,11 +156,7 @@ impl From<kvplan_vocab::Error> for CliError {
             },
             other => other,
         };
-        CliError {
-            code,
-            message: e.to_string(),
-            stdout: None,
-        }
+        CliError::new(e.is_input_error(), e.to_string())
     }
 }
 
@@ -180,14 +168,6 @@ pub fn label(path: &str) -> String {
         Some(f) if !path.contains('.') => f.to_string(),
         Some(f) => format!("{f} ({path})"),
         None => path.to_string(),
-    }
-}
-
-/// `--split 130 (offload.split)`: a flag with its value, then the field.
-fn with_value(field: Field, value: impl std::fmt::Display) -> String {
-    match flag(field) {
-        Some(f) => format!("{f} {value} ({field})"),
-        None => format!("{field} = {value}"),
     }
 }
 
@@ -239,15 +219,7 @@ impl From<kvplan_run::ScenarioError> for CliError {
                 _ => text,
             },
         };
-        CliError {
-            code: if e.is_input_error() {
-                EXIT_INPUT
-            } else {
-                EXIT_FAILURE
-            },
-            message,
-            stdout: None,
-        }
+        CliError::new(e.is_input_error(), message)
     }
 }
 
@@ -295,47 +267,15 @@ pub fn serve_error(e: kvplan_serve::scenario::ScenarioError) -> CliError {
     kvplan_run::ScenarioError::from(e).into()
 }
 
-/// The one-line message of a note (printed after `note: `).
+/// The one-line message of a note (printed after `note: `): a field with its value by flag,
+/// value and path (`--split 130 (offload.split)`, `--strategy kvpr`), a field alone by [`label`].
 pub fn note(n: &Note) -> String {
-    let split = Field::OffloadSplit;
-    match *n {
-        Note::SplitClamped {
-            tokens,
-            first_len,
-            last_len,
-            ..
-        } if n.clamped_everywhere() => format!(
-            "{} is more than the cached length at every decode step ({first_len}..{last_len} tokens): it is clamped to the cached length at each step, so every step recomputes its whole cache",
-            with_value(split, tokens)
-        ),
-        Note::SplitClamped {
-            tokens,
-            first_len,
-            clamped_steps,
-            ..
-        } => format!(
-            "{} is more than the cached length at decode steps 1..{clamped_steps} ({first_len}..{} tokens): it is clamped to the cached length at those steps",
-            with_value(split, tokens),
-            first_len + clamped_steps - 1
-        ),
-        Note::SplitWithoutDecode { tokens } => format!(
-            "{} has no effect with {} 1: there is no decode step to split",
-            with_value(split, tokens),
-            flag(Field::WorkloadGen).unwrap_or_default()
-        ),
-        Note::Ignored {
-            setting,
-            strategy,
-            read_by,
-        } => format!(
-            "{} is ignored with {} {}: only {} reads it",
-            label(setting.as_str()),
-            flag(Field::Strategy).unwrap_or_default(),
-            strategy.as_str(),
-            read_by.as_str()
-        ),
-        _ => n.to_string(),
-    }
+    n.render(|path, value| match (flag_of(path), value) {
+        (Some(f), Some(v)) if path.contains('.') => format!("{f} {v} ({path})"),
+        (Some(f), Some(v)) => format!("{f} {v}"),
+        (None, Some(v)) => format!("{path} = {v}"),
+        (_, None) => label(path),
+    })
 }
 
 #[cfg(test)]
@@ -359,7 +299,7 @@ mod tests {
     #[test]
     fn every_field_has_a_flag() {
         for f in Field::ALL {
-            assert!(flag(f).is_some(), "{f}");
+            assert!(flag_of(f.as_str()).is_some(), "{f}");
         }
         assert_eq!(
             label(Field::WorkloadBatch.as_str()),

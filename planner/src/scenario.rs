@@ -336,49 +336,58 @@ impl Note {
     pub fn clamped_everywhere(&self) -> bool {
         matches!(self, Note::SplitClamped { clamped_steps, steps, .. } if clamped_steps == steps)
     }
-}
 
-impl fmt::Display for Note {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
+    /// The note in one line, each field named by `name(path, value)`: the field at `path`
+    /// (`offload.split`, `strategy`) with the value it has, where the note gives one. A front
+    /// end names fields in its own words this way (the command line by their flags); the
+    /// [`Display`](fmt::Display) of a note names them `path = value`.
+    pub fn render(&self, name: impl Fn(&str, Option<&dyn fmt::Display>) -> String) -> String {
+        let split = |tokens: &u32| name(Field::OffloadSplit.as_str(), Some(tokens));
+        match self {
             Note::SplitClamped {
                 tokens,
                 first_len,
                 last_len,
                 ..
-            } if self.clamped_everywhere() => write!(
-                f,
-                "{} = {tokens} is more than the cached length at every decode step ({first_len}..{last_len} tokens): it is clamped to the cached length at each step, so every step recomputes its whole cache",
-                Field::OffloadSplit
+            } if self.clamped_everywhere() => format!(
+                "{} is more than the cached length at every decode step ({first_len}..{last_len} tokens): it is clamped to the cached length at each step, so every step recomputes its whole cache",
+                split(tokens)
             ),
             Note::SplitClamped {
                 tokens,
                 first_len,
                 clamped_steps,
                 ..
-            } => write!(
-                f,
-                "{} = {tokens} is more than the cached length at decode steps 1..{clamped_steps} ({first_len}..{} tokens): it is clamped to the cached length at those steps",
-                Field::OffloadSplit,
+            } => format!(
+                "{} is more than the cached length at decode steps 1..{clamped_steps} ({first_len}..{} tokens): it is clamped to the cached length at those steps",
+                split(tokens),
                 first_len + clamped_steps - 1
             ),
-            Note::SplitWithoutDecode { tokens } => write!(
-                f,
-                "{} = {tokens} has no effect with {} = 1: there is no decode step to split",
-                Field::OffloadSplit,
-                Field::WorkloadGen
+            Note::SplitWithoutDecode { tokens } => format!(
+                "{} has no effect with {}: there is no decode step to split",
+                split(tokens),
+                name(Field::WorkloadGen.as_str(), Some(&1))
             ),
             Note::Ignored {
                 setting,
                 strategy,
                 read_by,
-            } => write!(
-                f,
-                "{setting} is ignored with strategy {}: only {} reads it",
-                strategy.as_str(),
+            } => format!(
+                "{} is ignored with {}: only {} reads it",
+                name(setting.as_str(), None),
+                name(Field::Strategy.as_str(), Some(&strategy.as_str())),
                 read_by.as_str()
             ),
         }
+    }
+}
+
+impl fmt::Display for Note {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.render(|path, value| match value {
+            Some(v) => format!("{path} = {v}"),
+            None => path.to_string(),
+        }))
     }
 }
 

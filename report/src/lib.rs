@@ -17,8 +17,9 @@ pub mod serve;
 
 pub use render::*;
 
-/// Output format.
+/// Output format (with the `clap` feature, a `clap::ValueEnum`: `table`, `json`, `csv`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Format {
     /// Aligned text for people.
     Table,

@@ -151,7 +151,9 @@ pub enum CapacityError {
     /// A search setting out of range.
     #[error("{field}: {why}")]
     Setting {
-        /// The [`SearchOptions`] field, `target_qps` or `tensor_parallel_size`.
+        /// The setting by its dotted path: a [`SearchOptions`] field (`capacity.rel_tol`), the
+        /// target rate (`capacity.target_qps`) or the tensor-parallel sizes
+        /// (`serve.tensor_parallel_size`).
         field: &'static str,
         /// What is wrong.
         why: String,
@@ -707,13 +709,13 @@ fn check(base: &RawServeScenario, opts: SearchOptions) -> Result<(), CapacityErr
     }
     if !(opts.rel_tol.is_finite() && opts.rel_tol > 0.0 && opts.rel_tol < 1.0) {
         return Err(CapacityError::Setting {
-            field: "rel_tol",
+            field: "capacity.rel_tol",
             why: format!("{} must be a fraction above 0 and below 1", opts.rel_tol),
         });
     }
     if !(opts.start_qps.is_finite() && opts.start_qps > 0.0 && opts.start_qps <= opts.max_qps) {
         return Err(CapacityError::Setting {
-            field: "start_qps",
+            field: "capacity.start_qps",
             why: format!(
                 "{} must be more than 0 and at most {}",
                 opts.start_qps, opts.max_qps
@@ -870,7 +872,7 @@ pub fn configurations(
                 .ok()
                 .filter(|&n| n >= 1)
                 .ok_or_else(|| CapacityError::Setting {
-                    field: "tensor_parallel_size",
+                    field: "serve.tensor_parallel_size",
                     why: format!("'{t}' is not a GPU count; give counts such as 1,2,4"),
                 })
         })
@@ -894,7 +896,7 @@ pub fn compare_configurations(
         && !(q.is_finite() && q > 0.0)
     {
         return Err(CapacityError::Setting {
-            field: "target_qps",
+            field: "capacity.target_qps",
             why: format!("{q} must be a rate above 0 requests/s"),
         });
     }

@@ -17,21 +17,48 @@ use serde::{Deserialize, Serialize};
 use crate::Error;
 
 /// Which sequences an iteration runs.
+///
+/// With the `clap` feature, a `clap::ValueEnum` whose values are the file's names, each with a
+/// one-line description for a command line's help.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
 pub enum SchedulerKind {
     /// vLLM's V1 scheduler (v0.15.1, the default): one token budget, running requests first
     /// (decodes and unfinished prefill chunks), then waiting ones; preemption by recompute of
     /// the most recently scheduled request; prefix caching; asynchronous scheduling.
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "vLLM V1 (0.15): one token budget, running \
+        requests first, then waiting ones; prefix caching, chunked prefill, recompute \
+        preemption, asynchronous scheduling")
+    )]
     VllmV1,
     /// vLLM 0.4's default scheduler: admit waiting prompts whole when they fit; prefill-only
     /// iterations take priority; otherwise decode every running sequence.
     #[serde(rename = "vllm-v0", alias = "prefill-first")]
+    #[cfg_attr(
+        feature = "clap",
+        value(
+            name = "vllm-v0",
+            alias = "prefill-first",
+            help = "vLLM 0.4's default: whole prompts first, then decode every running sequence"
+        )
+    )]
     PrefillFirst,
     /// Decode every running sequence and admit whole waiting prompts into the same iteration.
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "Decode the running sequences and admit whole prompts in the same iteration")
+    )]
     Mixed,
     /// Sarathi-style chunked prefill: decodes first, then prefill chunks filling the token
     /// budget (`max_num_batched_tokens`).
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "Sarathi chunked prefill: decodes, then prompt \
+        chunks filling the token budget")
+    )]
     Chunked,
 }
 
@@ -47,21 +74,35 @@ impl SchedulerKind {
     }
 }
 
-/// What happens to a preempted sequence's KV.
+/// What happens to a preempted sequence's KV (with the `clap` feature, a `clap::ValueEnum` as
+/// [`SchedulerKind`] is).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
 pub enum Preemption {
     /// Drop its blocks; on resume re-prefill prompt + generated tokens (with prefix caching, the
     /// dropped blocks stay cached until reused, so a resume can hit its own blocks).
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "Drop the KV; re-prefill prompt and generated tokens on resume")
+    )]
     Recompute,
     /// Copy its blocks to host memory; copy them back on resume. Falls back to recompute when
     /// the host swap space is full. vLLM 0.4 schedulers only.
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "Copy the KV blocks to host memory and back")
+    )]
     Swap,
     /// Swap out the layer inputs `X` of its first `l` tokens (half their K,V bytes on MHA) and
     /// the K,V of the rest; on resume recompute K,V[0:l] from `X` while the rest is swapped in
     /// (KVPR's split balance applied to a resume, at block granularity; see
     /// [`crate::IterationTimer::hybrid_split`]). Where `X` costs no less than K,V on the link
     /// (GQA with equal copy counts) `l = 0` and this is swap. vLLM 0.4 schedulers only.
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "Swap, and on resume recompute the first tokens' KV from stored activations")
+    )]
     Hybrid,
 }
 

@@ -561,15 +561,29 @@ pub fn replay_stages(
     Ok(replay)
 }
 
-/// The placeholder workload of a scenario that replays a measured run (the requests come from
-/// the run): one request, all at once.
-pub fn placeholder_workload() -> kvplan_workloads::WorkloadConfig {
-    kvplan_workloads::WorkloadConfig {
-        arrivals: Some("all-at-once".into()),
-        prompt_lengths: Some("1".into()),
-        output_lengths: Some("1".into()),
-        requests: Some(1),
-        ..Default::default()
+impl MeasuredRun {
+    /// The workload of a scenario that replays this run, in place of the scenario's `given` one:
+    /// the requests come from the run, so a workload of its own (a trace, arrivals, prompt
+    /// lengths) is refused, naming those fields in backquotes; else a placeholder (one request,
+    /// all at once) that the run's requests replace.
+    pub fn replay_workload(
+        &self,
+        given: &kvplan_workloads::WorkloadConfig,
+    ) -> Result<kvplan_workloads::WorkloadConfig, String> {
+        if given.trace.is_some() || given.arrivals.is_some() || given.prompt_lengths.is_some() {
+            return Err(format!(
+                "{} gives the requests; drop the workload (`workload.trace`, `workload.arrivals`, \
+                 `workload.prompt_lengths`, or the scenario's [workload])",
+                self.name
+            ));
+        }
+        Ok(kvplan_workloads::WorkloadConfig {
+            arrivals: Some("all-at-once".into()),
+            prompt_lengths: Some("1".into()),
+            output_lengths: Some("1".into()),
+            requests: Some(1),
+            ..Default::default()
+        })
     }
 }
 

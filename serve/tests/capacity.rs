@@ -63,7 +63,7 @@ fn configurations_come_from_comma_separated_lists() {
         let Err(CapacityError::Setting { field, why }) = configurations(None, Some(bad)) else {
             panic!("{bad} is not a list of GPU counts");
         };
-        assert_eq!(field, "tensor_parallel_size");
+        assert_eq!(field, "serve.tensor_parallel_size");
         assert!(
             why.ends_with("is not a GPU count; give counts such as 1,2,4"),
             "{why}"

@@ -13,52 +13,8 @@ use super::exec::open_backend;
 use crate::args::*;
 use crate::error::CliError;
 
-pub const CALIBRATE_LONG: &str = "\
-Measure the machine through the executor and write a hardware profile whose [calibration] and
-[kernels] sections the simulator then uses instead of datasheet figures:
-  copies        time vs size, 4 KiB to 1 GiB (--quick: less), host->device and device->host,
-                pinned and pageable, and both directions at once (full or half duplex)
-  GEMMs         the layer shapes of the model presets (or --model ...), decode and prefill rows
-  attention     decode over batch x context, causal prefill over length (fitted roofline)
-  kernels       memory-bound kernels over size, and the per-op launch overhead
-  [kernels]     tables over the cost model's token grid (30 counts, 1..4096; on a CPU up to
-                1024, --quick 64) of each GEMM of the models' layers (qkv_proj, out_proj, ffn_up,
-                ffn_down) and each memory-bound kind (norm, activation, rope, add, embedding),
-                with the GEMM and per-kind models fitted to them. Budget on an H100: the full
-                plan's 45 tables x 30 points x 10 repetitions = 13,500 kernels, about 0.13 s of
-                device time per pass, about 3 s in all with warm-up and launches (--quick: 5
-                repetitions, two models)
-Provenance (device, driver, date, backend) is recorded in the file, which is a valid --hardware
-file for every other command. A full GPU run takes a few minutes (the [kernels] sweep adds
-seconds of that); --quick is for CI and CPUs.
-
---from-table FILE fits the kernel model from measurements someone else took, without a GPU:
-a CSV in Vidur's profiling format, one row per model shape x token count x tensor-parallel
-degree with the median device time of each op in milliseconds (emb, input_layernorm,
-attn_pre_proj, attn_rope, attn_post_proj, post_attention_layernorm, mlp_up_proj, mlp_act,
-mlp_down_proj, add). Each column is costed as the kernel kvplan emits for that op (the same
-GEMM shapes and bytes), then
-  models   the GEMM model (tile/wave quantisation with --sms, memory/compute blend, floors)
-           and each memory-bound kind's floor and bandwidth, fitted to minimise the median
-           plus half the p90 of |log(predicted/measured)| per op and token bucket
-  tables   one per GEMM shape and memory-bound kind x row width on the 30-point token grid,
-           each point the median of the measurements within half a grid step
-The --base profile (preset or file) is written with the fitted [kernels] section; attention
-and all-reduce figures (not in the table) come from the base's [kernels], else its roofline.
-The per-op x token-bucket error (median, p90) of the result is printed on stdout.
-  kvplan calibrate --from-table a100_Llama-2-7b-hf.csv --base a100-80g-sxm --out a100.toml
-
-An attention table (detected by its header phase,batch_size,query_tokens_per_seq,
-kv_tokens_per_seq,median_ms_per_layer: one row per decode batch or prefill chunk of one layer,
-Vidur's attention profiling) fits [kernels.attention] instead: the work-unit model of one
-attention kernel per batch (--sms fixed; floor, per-unit cost, HBM and tensor efficiency per SM,
-tail, per-row and split-combine costs), with the heads of --model [default: the preset the file
-name contains, e.g. llama-2-7b]. The measured calls appended the new tokens' K,V to the cache
-inside the kernel (flash_attn_with_kvcache with k, v: every query block copies the keys it
-attends); the fit models that copy and leaves it out of the profile (vLLM writes the cache in a
-separate kernel). The base must have a [kernels] section; the decode and prefill errors (median,
-p90) by batch x context and chunk x cached-token bucket are printed on stdout.
-  kvplan calibrate --from-table a100_Llama-2-7b-hf_attention.csv --base a100-80g-sxm";
+/// `--help`'s long text (`src/help/calibrate.txt`).
+pub const CALIBRATE_LONG: &str = include_str!("../help/calibrate.txt").trim_ascii_end();
 
 /// `kvplan calibrate`.
 #[derive(Debug, Args)]
@@ -129,7 +85,7 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<String, CliError> {
     let (base, out, format) = (
         args.base.as_deref(),
         args.out.as_deref(),
-        args.output.format.into(),
+        args.output.format,
     );
     if let Some(runs) = &args.from_runs {
         let name = args.name.as_deref();

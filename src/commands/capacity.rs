@@ -9,20 +9,8 @@ use kvplan_report as report;
 
 use super::serve_capacity::{CapacityTargetArgs, SloArgs, slo_capacity};
 
-pub const CAPACITY_LONG: &str = "\
-The longest context (tokens per sequence) each strategy fits, by binary search on the memory
-model, with the limit that binds (GPU memory or host RAM):
-  standard         everything on the GPU, the prompt in one forward pass
-  chunked-prefill  everything on the GPU, the prompt in chunks
-  kv-quant-4bit    the KV cache quantised to 4 bits on the GPU
-  layer-offload    the KV cache on the host, two layers of it on the GPU
-  headinfer        the KV cache on the host, ping-pong buffers of one head group on the GPU
-The GPU side counts weights, stored KV, the prefill pass's working set and a runtime reserve
-(--runtime-reserve, default 2.65 GiB: fitted to the HeadInfer paper's measured maxima on an RTX
-4090; 0 for the bare model). E.g. the HeadInfer paper's Table 11:
-  kvplan capacity --model llama-3-8b --hardware rtx-4090 --host-ram 512
-
-With --slo, the serving capacity instead: the same as `kvplan serve-capacity` (see its --help).";
+/// `--help`'s long text (`src/help/capacity.txt`).
+pub const CAPACITY_LONG: &str = include_str!("../help/capacity.txt").trim_ascii_end();
 
 /// `kvplan capacity`.
 #[derive(Debug, Args)]
@@ -98,7 +86,7 @@ pub fn capacity(args: &CapacityArgs) -> Result<String, CliError> {
         runtime_reserve_gib: args.runtime_reserve,
     }
     .resolve()?;
-    let (r, format) = (input.report()?, args.output.format.into());
+    let (r, format) = (input.report()?, args.output.format);
     Ok(report::planner::capacity(
         &r,
         input.options.config.batch,

@@ -12,22 +12,8 @@ use kvplan_diff::compare::{Input, compare, parse_tolerance};
 use kvplan_diff::suite;
 use kvplan_report as report;
 
-pub const DIFF_LONG: &str = "\
-Compare two outputs of kvplan of the same kind, detected from content:
-  report JSON   simulate --format json (one strategy or --compare), serve --format json /
-                --summary-json, or any JSON (numeric leaves by dotted path: ttft_s.p99)
-  CSV table     --format csv outputs and sweep tables; rows matched by key: the `point`
-                column when it comes first, else the leading columns before the first
-                metric column (strategy,model,...,gen), else every non-numeric column
-  timeline CSV  --trace FILE.csv: per run, the makespan, the op count, and duration_s summed
-                by label and by category (and bytes by category)
-For each metric: A, B, B-A, (B-A)/|A| and a verdict. Which way is worse comes from the metric's
-name (kvplan_diff::direction::RULES): latencies, times (*_s), bytes, idle time, preemptions:
-higher is worse; throughputs (*throughput*, *tok_s*, *_per_s), speed-ups: lower is worse;
-anything else (counts, fractions) is reported as `changed` and never fails.
-Exit 0 when nothing regressed past --tolerance, 1 when something did, 2 on bad input
-(different kinds, rows in one file only, malformed JSON or CSV).
-  kvplan diff before.json after.json --tolerance 2%";
+/// `--help`'s long text (`src/help/diff.txt`).
+pub const DIFF_LONG: &str = include_str!("../help/diff.txt").trim_ascii_end();
 
 /// `kvplan diff`.
 #[derive(Debug, Args)]
@@ -91,8 +77,7 @@ fn diff_error(e: DiffError) -> CliError {
         DiffError::Tolerance { value, message } => {
             CliError::input(format!("--tolerance: {message} (got '{value}')"))
         }
-        other if other.is_input_error() => CliError::input(other.to_string()),
-        other => CliError::failure(other.to_string()),
+        other => CliError::new(other.is_input_error(), other.to_string()),
     }
 }
 
@@ -115,7 +100,7 @@ pub fn diff(args: &DiffArgs) -> Result<String, CliError> {
     let a = Input::read(&args.a).map_err(diff_error)?;
     let b = Input::read(&args.b).map_err(diff_error)?;
     let c = compare(&a, &b, tolerance).map_err(diff_error)?;
-    let out = report::diff::comparison(&c, args.changed_only, args.output.format.into())?;
+    let out = report::diff::comparison(&c, args.changed_only, args.output.format)?;
     verdict(out, report::diff::regressions(&c, tolerance))
 }
 
@@ -136,7 +121,7 @@ pub fn regress(action: &RegressCommand) -> Result<String, CliError> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(diff_error)?;
     let update = format!("kvplan regress update {}", args.dir.display());
-    let format = args.output.format.into();
+    let format = args.output.format;
     let out = report::diff::regress_check(&args.dir, tolerance, &checks, &update, format)?;
     verdict(out, report::diff::regress_failures(&checks, &update))
 }

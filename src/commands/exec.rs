@@ -12,19 +12,8 @@ use kvplan_report as report;
 use kvplan_report::files::write_trace;
 use kvplan_vocab::timeline::Run;
 
-pub const EXEC_LONG: &str = "\
-Plan a scenario exactly as `simulate` does, then run the schedule for real and report the
-measured timeline with the same fields (and --trace) as `simulate`.
-
-  --backend cuda  NVIDIA GPU through cudarc (driver, cuBLAS and NVRTC loaded at run time): copy
-                  engines on their own streams, cuBLAS GEMMs, NVRTC attention kernels, events
-                  for dependencies and timing. Fails with one line where there is no GPU.
-  --backend cpu   one thread per stream on host memory with real f32 arithmetic; runs anywhere.
-
-Weights, activations and the KV cache are synthetic (seeded random) at the model's real shapes:
-timing does not depend on values, and nothing is downloaded. The --hardware profile still
-decides the plan (memory checks, KVPR split); pass a calibrated profile of the machine you run
-on for a plan that fits it.";
+/// `--help`'s long text (`src/help/exec.txt`).
+pub const EXEC_LONG: &str = include_str!("../help/exec.txt").trim_ascii_end();
 
 /// `kvplan exec`.
 #[derive(Debug, Args)]
@@ -72,6 +61,6 @@ pub fn exec(args: &ExecArgs) -> Result<String, CliError> {
         write_trace(path, "--trace", &[run])?;
     }
     let r = RunReport::new(&p, &timeline);
-    let format = args.output.format.into();
+    let format = args.output.format;
     Ok(report::planner::measured_run(&p, &r, format)?)
 }

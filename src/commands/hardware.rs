@@ -25,7 +25,7 @@ pub fn hardware(args: &HardwareArgs) -> Result<String, CliError> {
         None => HardwareProfile::presets()?,
     };
     let footer = "\n`kvplan hardware NAME` prints a preset with the source of every number. To adapt one,\nwrite a TOML file with `base = \"NAME\"` (a preset, or a profile file relative to this\none) and only the fields you change, e.g.\n  base = \"a100-40g-pcie4\"\n  [link]\n  h2d_pinned_gbps = 20.0\nand pass its path to --hardware.\n";
-    let format = args.output.format.into();
+    let format = args.output.format;
     Ok(report::listings::hardware(
         &profiles, asked, format, footer,
     )?)

@@ -28,16 +28,8 @@ pub mod validate;
 
 const ABOUT: &str = "Plan and simulate KV-cache offload and recomputation for LLM inference";
 
-const LONG_ABOUT: &str = "\
-kvplan answers, before you spend GPU-hours, how to move and recompute the KV cache of a model
-whose cache does not fit GPU memory: it plans KVPR (recompute part of the cache from activations
-while the rest crosses PCIe), plain KV offload and all-on-GPU, runs the plans on a calibrated
-discrete-event simulator, and reports latency, throughput, utilisation and traffic.
-
-Start with:
-  kvplan simulate --model opt-6.7b --hardware a100-40g-pcie4 --compare
-  kvplan plan kvpr --model opt-6.7b --hardware a100-40g-pcie4 --batch 64 --prompt 128 --gen 32
-  kvplan models        (model presets)      kvplan hardware      (GPU profiles)";
+/// `--help`'s long text (`src/help/kvplan.txt`).
+const LONG_ABOUT: &str = include_str!("../help/kvplan.txt").trim_ascii_end();
 
 /// The command line.
 #[derive(Debug, Parser)]
@@ -143,19 +135,13 @@ impl RunArgs {
         }
     }
 
-    /// The scenario file (if any) overlaid with these flags, resolved by the planner; its notes
-    /// go to stderr.
-    pub fn resolve(&self, strategy: Option<String>) -> Result<Scenario, crate::error::CliError> {
-        self.resolve_running(strategy, &[])
-    }
-
     /// [`resolve`](Self::resolve) for the executor (`exec`, `validate`), which runs 16-bit
     /// weights and KV cache only: a quantised plan is refused, not run as something else.
     pub fn resolve_executed(
         &self,
         strategy: Option<String>,
     ) -> Result<Scenario, crate::error::CliError> {
-        let sc = self.resolve(strategy)?;
+        let sc = self.resolve(strategy, &[])?;
         if sc.model.quantization.is_some() || !sc.model.kv_cache_dtype.is_auto() {
             return Err(crate::error::CliError::input(
                 "--quantization, --kv-cache-dtype: the executor runs 16-bit weights and KV cache only; simulate such a plan with `kvplan simulate`",
@@ -164,18 +150,18 @@ impl RunArgs {
         Ok(sc)
     }
 
-    /// [`resolve`](Self::resolve) for a command that also runs `also_run` (`--compare`): a
-    /// setting one of them reads is not noted as ignored.
-    pub fn resolve_running(
+    /// The scenario file (if any) overlaid with these flags, resolved by the planner; its notes
+    /// go to stderr, but for a setting that `also_run` (`--compare`'s strategies) reads.
+    pub fn resolve(
         &self,
         strategy: Option<String>,
         also_run: &[Strategy],
     ) -> Result<Scenario, crate::error::CliError> {
-        let base = match &self.scenario.scenario {
-            Some(p) => kvplan_run::RawScenario::read_simulate(p)?,
-            None => RawScenario::default(),
-        };
-        let scenario = base.overlay(self.to_raw(strategy)).resolve()?;
+        let file = self.scenario.scenario.as_deref();
+        let base = file
+            .map(kvplan_run::RawScenario::read_simulate)
+            .transpose()?;
+        let scenario = (base.unwrap_or_default().overlay(self.to_raw(strategy))).resolve()?;
         // Clamped or ignored settings are not errors: say so on stderr, leave stdout alone.
         for note in &scenario.notes {
             if let Note::Ignored { read_by, .. } = note
@@ -191,10 +177,7 @@ impl RunArgs {
 
 impl From<kvplan_report::Error> for CliError {
     fn from(e: kvplan_report::Error) -> Self {
-        match e {
-            kvplan_report::Error::Input(m) => CliError::input(m),
-            kvplan_report::Error::Failure(m) => CliError::failure(m),
-        }
+        CliError::new(e.is_input(), e.message())
     }
 }
 

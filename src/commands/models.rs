@@ -25,6 +25,6 @@ pub fn models(args: &ModelsArgs) -> Result<String, CliError> {
         None => ModelSpec::presets()?,
     };
     let footer = "\nAny Hugging Face config.json of the llama, mistral, qwen2, qwen3, gemma2, opt or falcon\nfamilies, or of the mixtral, qwen2_moe, qwen3_moe or llama4 mixtures of experts, works too:\n--model path/to/config.json (or the directory holding it)\n";
-    let format = args.output.format.into();
+    let format = args.output.format;
     Ok(report::listings::models(&specs, asked, format, footer)?)
 }

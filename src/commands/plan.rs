@@ -36,8 +36,8 @@ pub fn plan(planner: &PlanCommand) -> Result<String, CliError> {
         PlanCommand::Headinfer(a) => (a, Strategy::HeadInfer),
         PlanCommand::Runahead(a) => (a, Strategy::Runahead),
     };
-    let sc = args.run.resolve(Some(strategy.as_str().into()))?;
-    let (p, format) = (sc.plan()?, args.output.format.into());
+    let sc = args.run.resolve(Some(strategy.as_str().into()), &[])?;
+    let (p, format) = (sc.plan()?, args.output.format);
     Ok(match strategy {
         Strategy::Kvpr => report::planner::kvpr_plan(&sc, &p, format),
         Strategy::Runahead => report::planner::runahead_plan(&sc, &p, format),

@@ -9,17 +9,8 @@ use crate::error::CliError;
 use kvplan_report::files::write_text;
 use kvplan_report::plots::{TablePlot, draw_table};
 
-pub const PLOT_LONG: &str = "\
-Plot column --y against column --x of a CSV table that kvplan wrote (a sweep's output: axis
-columns first, then metrics; serve --format csv or --requests-csv; --timeseries-csv), one line
-per distinct value of the --series columns, as an SVG file. Rows whose x or y is not a number
-(error rows, empty cells) are skipped and counted in a note on stderr. Axis labels are the
-column names with the unit their suffix implies (_s seconds, _bytes bytes, _tok_s tokens/s,
-_fraction fraction). Exit 2, writing nothing, on an unknown column, an empty table or a column
-with no number.
-  kvplan serve --model llama-2-7b --hardware a100-80g-sxm --arrivals poisson --qps 4 \\
-      --lengths 512 --output-lengths 64 --requests 200 --format csv > requests.csv
-  kvplan plot requests.csv --x arrival_s --y e2e_s --out e2e.svg";
+/// `--help`'s long text (`src/help/plot.txt`).
+pub const PLOT_LONG: &str = include_str!("../help/plot.txt").trim_ascii_end();
 
 /// `kvplan plot`.
 #[derive(Debug, Args)]

@@ -3,129 +3,20 @@
 
 use std::path::{Path, PathBuf};
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 
 use crate::args::*;
 use crate::error::CliError;
 use crate::messages::serve_error;
 use kvplan_report as report;
-use kvplan_serve::scenario::RawServeScenario;
+use kvplan_serve::scenario::{RawConfig, RawServeScenario};
+use kvplan_serve::{Preemption, SchedulerKind};
+use kvplan_vocab::{KvCacheDtype, Quantization};
 use std::io::IsTerminal;
 use std::time::Duration;
 
-pub const SERVE_LONG: &str = "\
-Simulate an LLM server step by step as vLLM runs it: requests arrive over time (a trace replayed,
-or generated), the engine batches them continuously over a paged KV cache with prefix caching,
-preempts when blocks run out, and a client sees TTFT, TPOT and E2E.
-
-Workload (one of):
-  --requests-trace FILE
-                      replay a CSV `arrived_at,num_prefill_tokens,num_decode_tokens` (optional
-                      columns prefix, output_id, follows, think_s; --time-scale F or --qps Q
-                      rescale time, --start S skips to S seconds, --requests N caps the count)
-  --arrivals KIND     all-at-once | poisson | gamma:CV, with --qps Q (not for all-at-once),
-                      --lengths SPEC (prompts), --output-lengths SPEC [default: 128],
-                      --requests N and --seed N
-  --prefix-groups G   shared prefixes (inference-perf's load): G system prompts of
-                      --system-prompt-len SPEC, each shared by --users-per-group U users with one
-                      fixed question of --question-len SPEC; users take turns (a whole prompt
-                      repeats every G x U requests); with --arrivals, --qps, --output-lengths
-  --conversations N   multi-turn chats: each turn's prompt is the conversation so far plus a new
-                      message (--turns, --first-message-len, --message-len SPEC), the next turn
-                      sent --think-time after the answer; --qps starts conversations
-  --compare-to FILE   a measured run: its requests replayed and the prediction compared with the
-                      measurement metric by metric (per-request CSV, `vllm bench serve
-                      --save-detailed` JSON, or a stage table of shared-prefix runs)
-  Length specs: N, uniform:LO:HI, zipf:LO:HI[:THETA], lognormal:MEDIAN:SIGMA[:MAX], trace:FILE
-
-Engine (vLLM's flags and defaults): --scheduler vllm-v1 (vLLM 0.15's V1 engine, the default:
-one token budget, running requests first, chunked prefill, preemption by recompute of the
-latest request, automatic prefix caching, asynchronous scheduling, CUDA graphs up to 512
-tokens); vllm-v0 (alias prefill-first: vLLM 0.4's whole-prompt scheduler), mixed, chunked
-(Sarathi) keep the 0.4 engine, with --preemption recompute | swap (blocks to host memory and
-back) | hybrid (swap, and on resume recompute the first tokens' KV from stored activations).
---max-model-len (longer prompts rejected, generation stops there with finish reason length),
---num-gpu-blocks-override (a measured block count), --max-num-seqs, --max-num-batched-tokens,
---gpu-memory-utilization, --block-size, --tensor-parallel-size, --enable-expert-parallel
-(mixture-of-experts models: whole experts per GPU), --enforce-eager, --quantization fp8 | awq |
-gptq (quantised linear weights: fewer bytes to hold and read; fp8 GEMMs at the GPU's fp8 rate),
---kv-cache-dtype auto | fp8 (one byte per KV element: about twice the KV blocks).
-
-Output: a summary table (--format json: the summary JSON; --format csv: one row per request).
-Files: --requests-csv (per request: arrival, status, finish reason, cached tokens, queue, TTFT,
-TPOT, E2E, preemptions), --timeseries-csv (per step: KV blocks, running / waiting / swapped,
-batch tokens, KV bytes read and written), --summary-json, --trace-json (one slice per step; open
-in https://ui.perfetto.dev), --plot (SVG of KV blocks and queues against time), --plot-cdf (SVG:
-TTFT, TPOT and E2E CDFs).
-
-A scenario TOML file can replace the flags (flags override it; relative paths are relative to
-the file):
-  model = \"llama-2-7b\"
-  hardware = \"h100-sxm\"
-  [workload]
-  arrivals = \"poisson\"
-  qps = 5.0
-  output_lengths = \"247\"
-  requests = 3000
-  [workload.shared_prefix]
-  groups = 11
-  users_per_group = 4
-  system_prompt_len = \"105\"
-  question_len = \"487\"
-  [serve]
-  scheduler = \"vllm-v1\"      # vllm-v1 | vllm-v0 | mixed | chunked
-  max_num_seqs = 128
-  max_num_batched_tokens = 2048
-  max_model_len = 4096
-  num_gpu_blocks_override = 7463";
-
-/// Serving scheduler (`--scheduler`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum SchedulerArg {
-    /// vLLM V1 (0.15): one token budget, running requests first, then waiting ones; prefix
-    /// caching, chunked prefill, recompute preemption, asynchronous scheduling
-    #[value(name = "vllm-v1")]
-    VllmV1,
-    /// vLLM 0.4's default: whole prompts first, then decode every running sequence
-    #[value(name = "vllm-v0", alias = "prefill-first")]
-    PrefillFirst,
-    /// Decode the running sequences and admit whole prompts in the same iteration
-    Mixed,
-    /// Sarathi chunked prefill: decodes, then prompt chunks filling the token budget
-    Chunked,
-}
-
-/// Preemption mode (`--preemption`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum PreemptionArg {
-    /// Drop the KV; re-prefill prompt and generated tokens on resume
-    Recompute,
-    /// Copy the KV blocks to host memory and back
-    Swap,
-    /// Swap, and on resume recompute the first tokens' KV from stored activations
-    Hybrid,
-}
-
-/// Weight quantisation (`--quantization`, vLLM's names).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum QuantizationArg {
-    /// 8-bit float weights (fp8 tensor cores on compute capability 8.9+, else weight-only)
-    Fp8,
-    /// AWQ 4-bit weights, group 128
-    Awq,
-    /// GPTQ 4-bit weights, group 128
-    Gptq,
-}
-
-/// KV cache element type (`--kv-cache-dtype`, vLLM's names).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum KvCacheDtypeArg {
-    /// The model's dtype
-    Auto,
-    /// One byte per element (e4m3)
-    #[value(alias = "fp8_e4m3")]
-    Fp8,
-}
+/// `--help`'s long text (`src/help/serve.txt`).
+pub const SERVE_LONG: &str = include_str!("../help/serve.txt").trim_ascii_end();
 
 /// `kvplan serve`.
 #[derive(Debug, Args)]
@@ -141,10 +32,10 @@ pub struct ServeArgs {
     pub requests: RequestsArgs,
     /// Scheduler [default: vllm-v1]
     #[arg(long, value_enum)]
-    pub scheduler: Option<SchedulerArg>,
+    pub scheduler: Option<SchedulerKind>,
     /// What happens to a preempted sequence's KV (vllm-v1: recompute only) [default: recompute]
     #[arg(long, value_enum)]
-    pub preemption: Option<PreemptionArg>,
+    pub preemption: Option<Preemption>,
     /// Automatic prefix caching: reuse cached full KV blocks of a shared prompt prefix
     /// [default: on for vllm-v1, off for the vLLM 0.4 schedulers]
     #[arg(long, overrides_with = "no_enable_prefix_caching")]
@@ -211,11 +102,11 @@ pub struct ServeArgs {
     /// 4 bits with group-128 scales (awq, gptq); embeddings, norms and LM head stay 16-bit
     /// [default: none]
     #[arg(long, value_enum)]
-    pub quantization: Option<QuantizationArg>,
+    pub quantization: Option<Quantization>,
     /// KV cache element type (vLLM's flag): fp8 stores one byte per element [default: auto,
     /// the model's dtype]
     #[arg(long, value_enum)]
-    pub kv_cache_dtype: Option<KvCacheDtypeArg>,
+    pub kv_cache_dtype: Option<KvCacheDtype>,
     /// Replay a measured run and report predicted against measured per metric: a per-request
     /// CSV (arrival_s, prompt_tokens, output_tokens, ttft_s, e2e_s; kvplan's own --requests-csv
     /// reads back) or `vllm bench serve --save-detailed` result JSON; the requests come from FILE
@@ -246,9 +137,7 @@ pub struct ServeArgs {
 
 impl ServeArgs {
     /// These flags as a raw serving scenario, to overlay on a scenario file's.
-    pub fn to_raw(&self) -> kvplan_serve::scenario::RawServeScenario {
-        use kvplan_serve::scenario::{RawConfig, RawServeScenario};
-        use kvplan_serve::{Preemption, SchedulerKind};
+    pub fn to_raw(&self) -> RawServeScenario {
         RawServeScenario {
             model: self.target.model.clone(),
             hardware: self.target.hardware.clone(),
@@ -257,30 +146,14 @@ impl ServeArgs {
                 block_size: self.block_size,
                 gpu_memory_utilization: self.gpu_memory_utilization,
                 swap_space_gib: self.swap_space_gib,
-                scheduler: self.scheduler.map(|s| match s {
-                    SchedulerArg::VllmV1 => SchedulerKind::VllmV1,
-                    SchedulerArg::PrefillFirst => SchedulerKind::PrefillFirst,
-                    SchedulerArg::Mixed => SchedulerKind::Mixed,
-                    SchedulerArg::Chunked => SchedulerKind::Chunked,
-                }),
-                preemption: self.preemption.map(|p| match p {
-                    PreemptionArg::Recompute => Preemption::Recompute,
-                    PreemptionArg::Swap => Preemption::Swap,
-                    PreemptionArg::Hybrid => Preemption::Hybrid,
-                }),
+                scheduler: self.scheduler,
+                preemption: self.preemption,
                 max_num_seqs: self.max_num_seqs,
                 max_num_batched_tokens: self.max_num_batched_tokens,
                 tensor_parallel_size: self.tensor_parallel_size,
                 enable_expert_parallel: self.enable_expert_parallel.then_some(true),
-                quantization: self.quantization.map(|q| match q {
-                    QuantizationArg::Fp8 => kvplan_vocab::Quantization::Fp8,
-                    QuantizationArg::Awq => kvplan_vocab::Quantization::Awq,
-                    QuantizationArg::Gptq => kvplan_vocab::Quantization::Gptq,
-                }),
-                kv_cache_dtype: self.kv_cache_dtype.map(|k| match k {
-                    KvCacheDtypeArg::Auto => kvplan_vocab::KvCacheDtype::Auto,
-                    KvCacheDtypeArg::Fp8 => kvplan_vocab::KvCacheDtype::Fp8,
-                }),
+                quantization: self.quantization,
+                kv_cache_dtype: self.kv_cache_dtype,
                 enable_prefix_caching: on_off(
                     self.enable_prefix_caching,
                     self.no_enable_prefix_caching,
@@ -326,28 +199,18 @@ pub(crate) fn read_scenario(path: &Path) -> Result<RawServeScenario, CliError> {
 
 /// `kvplan serve`.
 pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
-    use kvplan_serve::runs::{Measured, placeholder_workload};
-    let base = match &args.scenario {
-        Some(p) => read_scenario(p)?,
-        None => RawServeScenario::default(),
-    };
-    let mut raw = base.overlay(args.to_raw());
+    use kvplan_serve::runs::Measured;
+    let base = args.scenario.as_deref().map(read_scenario).transpose()?;
+    let mut raw = base.unwrap_or_default().overlay(args.to_raw());
     let measured = match args.compare_to.as_deref().map(Measured::open).transpose() {
         Err(e) => return Err(CliError::input(format!("--compare-to: {e}"))),
         Ok(Some(Measured::Stages(stages))) => {
             let path = args.compare_to.as_deref().expect("a stage table was read");
-            return compare_stages(&raw, path, &stages, args.output.format.into());
+            return compare_stages(&raw, path, &stages, args.output.format);
         }
         Ok(Some(Measured::Run(run))) => {
-            let w = &raw.workload;
-            if w.trace.is_some() || w.arrivals.is_some() || w.prompt_lengths.is_some() {
-                return Err(CliError::input(format!(
-                    "--compare-to: {} gives the requests; drop the workload (--requests-trace, \
-                     --arrivals, --lengths, or the scenario's [workload])",
-                    run.name
-                )));
-            }
-            raw.workload = placeholder_workload(); // the requests come from the run
+            raw.workload = (run.replay_workload(&raw.workload))
+                .map_err(|e| CliError::input(format!("--compare-to: {e}")))?;
             Some(run)
         }
         Ok(None) => None,
@@ -381,7 +244,7 @@ pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
     .collect();
     let title = format!("{} on {}", sc.model.name, sc.hardware.name);
     let written = report::serve::write_files(&out, &title, &files)?;
-    let format = args.output.format.into();
+    let format = args.output.format;
     Ok(match &measured {
         Some(run) => {
             let cmp = kvplan_serve::runs::compare(run, &out);

@@ -12,23 +12,10 @@ use kvplan_serve::scenario::RawServeScenario;
 
 use crate::args::{Format, OutputArgs, RequestsArgs};
 use crate::error::CliError;
-use crate::messages::serve_error;
+use crate::messages::{flag_of, serve_error};
 
-pub const SERVE_CAPACITY_LONG: &str = "\
-For each serving configuration (--hardware list x
---tensor-parallel-size list) the highest request rate whose latencies meet every objective,
-found on the serving simulator (the workload served at a rate: halve from 1 req/s until one
-passes, double until one fails, bisect to --qps-tolerance; each rate serves the same seeded
-requests, so the answer is deterministic). With --target-qps, each configuration is sized
-(replicas = ceil(target / max rate), GPUs = replicas x TP) and the cheapest that meets the
-target is named: by price when every profile gives gpu.price_usd_per_hour (add it in a profile
-file: base = \"h100-sxm\" then [gpu] price_usd_per_hour = 4.0), else by GPU count.
-The workload takes `kvplan serve`'s flags (a trace, synthetic arrivals, shared prefixes,
-conversations; 1000 Poisson requests by default) but not --qps or --time-scale: the search
-chooses the rates.
-  kvplan serve-capacity --slo ttft_p99=2s,tpot_p99=100ms --model llama-2-7b --hardware a100-80g-sxm,h100-sxm --lengths 512 --output-lengths 128 --target-qps 20
-  kvplan serve-capacity --slo ttft_p99=2s scenarios/llama-2-7b-a100-serve.toml --tensor-parallel-size 1,2
-`kvplan capacity --slo ...` (the older spelling) runs the same search.";
+/// `--help`'s long text (`src/help/serve-capacity.txt`).
+pub const SERVE_CAPACITY_LONG: &str = include_str!("../help/serve-capacity.txt").trim_ascii_end();
 
 /// `--model` and `--hardware` of the capacity commands.
 #[derive(Debug, Args)]
@@ -105,7 +92,7 @@ impl SloArgs {
     }
 }
 
-/// A capacity error with the flag it concerns.
+/// A capacity error with the flag it concerns (a setting's through the one table).
 fn capacity_error(e: CapacityError) -> CliError {
     match e {
         CapacityError::Scenario(s) => serve_error(*s),
@@ -115,13 +102,7 @@ fn capacity_error(e: CapacityError) -> CliError {
             "--hardware: give one or more presets or profile files, comma-separated (e.g. a100-80g-sxm,h100-sxm)",
         ),
         CapacityError::Setting { field, ref why } => {
-            let flag = match field {
-                "rel_tol" => "--qps-tolerance",
-                "target_qps" => "--target-qps",
-                "tensor_parallel_size" => "--tensor-parallel-size",
-                other => other,
-            };
-            CliError::input(format!("{flag}: {why}"))
+            CliError::input(format!("{}: {why}", flag_of(field).unwrap_or(field)))
         }
         other => CliError::input(other.to_string()),
     }
@@ -149,16 +130,19 @@ pub fn slo_capacity(
             "{flag}: the search chooses the request rate; give --target-qps to size for a rate"
         )));
     }
-    let base = match &slo_args.scenario {
-        Some(p) => super::serve::read_scenario(p)?,
-        None => RawServeScenario::default(),
-    };
+    let base = slo_args
+        .scenario
+        .as_deref()
+        .map(super::serve::read_scenario);
     // Flags given override the scenario's fields, by `kvplan serve`'s rules.
-    let base = base.overlay(RawServeScenario {
-        model: target.model.clone(),
-        workload: slo_args.requests.to_config(),
-        ..Default::default()
-    });
+    let base = base
+        .transpose()?
+        .unwrap_or_default()
+        .overlay(RawServeScenario {
+            model: target.model.clone(),
+            workload: slo_args.requests.to_config(),
+            ..Default::default()
+        });
     let tps = slo_args.tensor_parallel_size.as_deref();
     let (hardware, tps) =
         configurations(target.hardware.as_deref(), tps).map_err(capacity_error)?;
@@ -170,7 +154,7 @@ pub fn slo_capacity(
     let cmp = compare_configurations(&base, &hardware, &tps, &slo, opts, slo_args.target_qps)
         .map_err(capacity_error)?;
     let requests = base.workload.requests.unwrap_or(0);
-    let (target, format) = (slo_args.target_qps, format.into());
+    let target = slo_args.target_qps;
     Ok(kvplan_report::serve::capacity(
         &slo, &cmp, &opts, requests, target, format,
     )?)

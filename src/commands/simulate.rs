@@ -11,43 +11,8 @@ use kvplan_planner::run::{COMPARED, SimulatedRun, compare, simulate_scenario};
 use kvplan_report as report;
 use kvplan_report::files::write_trace;
 
-pub const SIMULATE_LONG: &str = "\
-Simulate one batch generation (prefill, then gen-1 decode steps) with a strategy:
-  kvpr           KV cache on the host; each step recomputes a prefix of it on the GPU from
-                 activations while the rest is transferred (split from a linear program)
-  full-transfer  KV cache on the host, all of it transferred every step (FlexGen, HF Accelerate)
-  gpu-only       everything resident on the GPU (fails if it does not fit)
-  headinfer      long context: KV offloaded per head group, chunked prefill, ping-pong
-                 prefetch and write-back (--heads-per-group, --chunk; batch defaults to 1)
-  runahead       time to first token: the prompt split over --devices with a point-to-point
-                 KV chain (--link-gbps, --link-latency-us; batch and gen default to 1)
-
---gpu-batches k > 1 gives FlexGen's column-by-column order (k GPU batches share one weight load
-per layer; the effective batch is batch x k). --compare runs every strategy side by side.
-
-The JSON object (--format json) has at least: strategy, decode_latency_s,
-decode_throughput_tok_s (= batch*gpu_batches*(gen-1)/decode_latency_s, as the KVPR paper reports
-it), gpu_busy_fraction (decode phase), h2d_bytes, d2h_bytes, peak_gpu_bytes, peak_host_bytes.
-
-A scenario TOML file can replace the flags (flags override it):
-  model = \"opt-6.7b\"
-  hardware = \"a100-40g-pcie4\"
-  strategy = \"kvpr\"
-  [workload]
-  batch = 64
-  prompt = 128
-  gen = 32
-  [offload]
-  weights = \"auto\"       # auto | gpu | offload
-  host_memory = \"pinned\" # pinned | pageable
-  split = \"auto\"         # auto | recomputed tokens per step
-  [headinfer]
-  heads_per_group = 2    # else the fastest simulated
-  chunk = 10240          # else the fastest simulated
-  [runahead]
-  devices = 4
-  link_gbps = 10.0       # else the profile's [peer] link
-  link_latency_us = 5.0";
+/// `--help`'s long text (`src/help/simulate.txt`).
+pub const SIMULATE_LONG: &str = include_str!("../help/simulate.txt").trim_ascii_end();
 
 /// `kvplan simulate`.
 #[derive(Debug, Args)]
@@ -70,11 +35,8 @@ pub struct SimulateArgs {
 /// `kvplan simulate`.
 pub fn simulate(args: &SimulateArgs) -> Result<String, CliError> {
     let compared: &[Strategy] = if args.compare { &COMPARED } else { &[] };
-    let sc = args
-        .run
-        .run
-        .resolve_running(args.run.strategy.clone(), compared)?;
-    let (trace, format) = (args.trace.as_deref(), args.output.format.into());
+    let sc = args.run.run.resolve(args.run.strategy.clone(), compared)?;
+    let (trace, format) = (args.trace.as_deref(), args.output.format);
     if !args.compare {
         let s = simulate_scenario(&sc)?;
         if let Some(path) = trace {

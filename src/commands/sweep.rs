@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use kvplan_report::files::{stream_to, write_text};
 use kvplan_sweep::{Fingerprint, Format, PlotLabels, Shard, Sweep, SweepError};
@@ -14,74 +14,11 @@ use super::plot::noted;
 use crate::error::CliError;
 use kvplan_report::plots::draw_table;
 
-pub const SWEEP_LONG: &str = "\
-Run every point of a sweep file through the same path as `kvplan simulate FILE` (kind =
-\"simulate\": planner and discrete-event simulator) or `kvplan serve FILE` (kind = \"serve\":
-the serving simulator), in parallel (RAYON_NUM_THREADS threads; a progress bar on a terminal),
-and write one row per point in point order, whatever the thread count.
+/// `--help`'s long text (`src/help/sweep.txt`).
+pub const SWEEP_LONG: &str = include_str!("../help/sweep.txt").trim_ascii_end();
 
-  kind = \"simulate\"               # or \"serve\"
-  [base]                          # a scenario exactly as `kvplan simulate FILE` reads it
-  model = \"opt-6.7b\"              #   (or, instead of [base]: base_file = \"scenarios/x.toml\",
-  hardware = \"a100-40g-pcie4\"     #   relative to the sweep file)
-  [base.workload]
-  prompt = 128
-  gen = 32
-  [axes]                          # cartesian product; first axis outermost, last fastest
-  hardware = [\"a100-40g-pcie4\", \"h100-pcie\"]
-  \"workload.batch\" = [8, 16, 32]   # any scenario field by its dotted path
-  strategy = [\"kvpr\", \"full-transfer\"]
-  [[points]]                      # optional explicit points, after the grid
-  \"workload.batch\" = 64
-  \"offload.split\" = 100
-
-Any field works (model, hardware, strategy, dtype, workload.*, offload.*, headinfer.*,
-runahead.*; for serve: workload.qps / arrivals / prompt_lengths / output_lengths / trace /
-requests / seed, serve.scheduler / preemption / block_size / tensor_parallel_size, ...): each
-point's values are set at their paths in the base and read as the scenario, so an unknown field
-or a value of the wrong type stops the sweep before it starts, naming the axis. Relative paths
-are relative to the file that writes them.
-
-Columns: point, the axes' paths (then fields only [[points]] set), the metrics
-(simulate: prefill_latency_s, decode_latency_s, total_latency_s, decode_throughput_tok_s,
-gpu_busy_fraction, gpu_idle_s, peak_gpu_bytes, peak_host_bytes, h2d_bytes, d2h_bytes,
-mean_recompute_fraction, ops; serve: requests, finished, rejected, output_tok_s, total_tok_s,
-requests_per_s, ttft/tpot/e2e/queue p50/p90/p99 in seconds, preemptions, swap_out_bytes,
-swap_in_bytes, gpu_busy_fraction, makespan_s, iterations, gpu_blocks), then status (ok or error)
-and reason: a point that cannot run (it does not fit, an invalid combination) is a row with
-status error and why, not a failure.
-
-Large and distributed sweeps:
-  --out FILE            rows go to a temporary file that replaces FILE when the run is
-                        complete: an interrupted run leaves the old FILE as it was
-  --out FILE --resume   rows are appended to FILE in place (start long runs this way): whole
-                        rows already in FILE are kept (a cut-off last line is recomputed), the
-                        rest appended; the result is the same bytes as an uninterrupted run.
-                        FILE.fingerprint names the sweep that wrote FILE; another sweep's file
-                        is refused
-  --shard I/N           run only points with index % N == I (0-based); then
-                        `kvplan merge OUT SHARD...` gives the unsharded file byte for byte
-  --yes                 needed above --max-points (default 100000) points
-  --plot FILE.svg       after the run, --plot-y against --plot-x, one line per value of the
-                        other axes (--plot-series to choose); needs --out in CSV";
-
-pub const MERGE_LONG: &str = "\
-Join the outputs of `kvplan sweep FILE --shard I/N` (CSV or JSONL) into the file the unsharded
-run writes, byte for byte: one header, rows in point order. Fails, naming the file or point, on
-different columns (outputs of different sweeps), a point in two inputs, a missing point, or a cut-off
-last line. Gaps below the largest point are always found; give --sweep FILE to check the points
-after it too.
-  kvplan merge all.csv shard-0.csv shard-1.csv shard-2.csv
-  kvplan merge --out all.csv --sweep sweep.toml shard-*.csv";
-
-/// Row format of `kvplan sweep`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum SweepFormat {
-    /// CSV with a header row
-    Csv,
-    /// One JSON object per line
-    Jsonl,
-}
+/// `--help`'s long text (`src/help/merge.txt`).
+pub const MERGE_LONG: &str = include_str!("../help/merge.txt").trim_ascii_end();
 
 /// `kvplan sweep`.
 #[derive(Debug, Args)]
@@ -93,8 +30,8 @@ pub struct SweepArgs {
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
     /// Row format
-    #[arg(long, value_enum, default_value_t = SweepFormat::Csv)]
-    pub format: SweepFormat,
+    #[arg(long, value_enum, default_value_t = Format::Csv)]
+    pub format: Format,
     /// Keep the rows already in --out and run only the rest
     #[arg(long, requires = "out")]
     pub resume: bool,
@@ -165,10 +102,7 @@ pub fn sweep(args: &SweepArgs) -> Result<String, CliError> {
             args.max_points
         )));
     }
-    let format = match args.format {
-        SweepFormat::Csv => Format::Csv,
-        SweepFormat::Jsonl => Format::Jsonl,
-    };
+    let format = args.format;
     let (x, y, series) = (
         args.plot_x.as_deref(),
         args.plot_y.as_deref(),

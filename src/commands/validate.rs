@@ -15,10 +15,8 @@ use super::exec::open_backend;
 use crate::args::*;
 use crate::error::CliError;
 
-pub const VALIDATE_LONG: &str = "\
-Simulate a scenario with a (calibrated) profile and execute the same schedule on a backend, then
-report the end-to-end error of the makespan, the error per decode step (median, p90), per op
-kind and per category. Exits with code 1 when the end-to-end error exceeds --max-error.";
+/// `--help`'s long text (`src/help/validate.txt`).
+pub const VALIDATE_LONG: &str = include_str!("../help/validate.txt").trim_ascii_end();
 
 /// `kvplan validate`.
 #[derive(Debug, Args)]
@@ -63,7 +61,7 @@ pub fn validate(args: &ValidateArgs) -> Result<String, CliError> {
     }
     let c = kvplan_calibrate::compare(schedule, &s.timeline, &measured);
     let rm = RunReport::new(p, &measured);
-    let format = args.output.format.into();
+    let format = args.output.format;
     let out = report::planner::validation(p, &s.report, &rm, &c, args.max_error, format)?;
     let failed = (c.end_to_end_error > args.max_error).then(|| {
         format!(

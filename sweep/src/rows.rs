@@ -15,8 +15,9 @@ use crate::file::Sweep;
 use crate::run::Row;
 use kvplan_run::{Metric, columns};
 
-/// The output format.
+/// The output format (with the `clap` feature, a `clap::ValueEnum`: `csv`, `jsonl`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[non_exhaustive]
 pub enum Format {
     /// CSV with a header row.

@@ -27,12 +27,14 @@ use crate::dtype::DType;
 
 /// Element type of the KV cache (vLLM's `--kv-cache-dtype`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum KvCacheDtype {
     /// The model's dtype.
     #[default]
     Auto,
-    /// One byte per element (fp8 e4m3).
+    /// One byte per element (e4m3).
+    #[cfg_attr(feature = "clap", value(alias = "fp8_e4m3"))]
     Fp8,
 }
 
@@ -91,13 +93,14 @@ impl std::fmt::Display for KvCacheDtype {
 
 /// Weight quantisation (vLLM's `--quantization`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Quantization {
-    /// 8-bit float weights (per-tensor scales).
+    /// 8-bit float weights (fp8 tensor cores on compute capability 8.9+, else weight-only).
     Fp8,
-    /// AWQ: 4-bit weights, group 128.
+    /// AWQ 4-bit weights, group 128.
     Awq,
-    /// GPTQ: 4-bit weights, group 128.
+    /// GPTQ 4-bit weights, group 128.
     Gptq,
 }
 
