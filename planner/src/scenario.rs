@@ -418,7 +418,7 @@ impl Scenario {
     pub fn cost_model(&self) -> CostModel {
         let cost = CostModel::new(&self.hardware);
         match self.implementation {
-            Some(i) => cost.with_host(i.profile()),
+            Some(i) => cost.with_host(i.profile_on(&self.hardware)),
             None => cost,
         }
     }

@@ -45,7 +45,7 @@ pub fn simulate(
     let resolved = config.validate(model, hw)?;
     let model = &config.apply(model);
     let cost = match config.implementation {
-        Some(i) => CostModel::new(hw).with_host(i.profile()),
+        Some(i) => CostModel::new(hw).with_host(i.profile_on(hw)),
         None => CostModel::new(hw),
     };
     let timer = IterationTimer::new(

@@ -74,6 +74,23 @@ impl Implementation {
         Self::ALL.map(Implementation::as_str).join(", ")
     }
 
+    /// Its host profile on `hw`: [`Implementation::profile`], except that kvplan's executor on a
+    /// profile calibrated through it (`[calibration]` with a measured `[kernels] launch_us`)
+    /// launches at the measured cost.
+    pub fn profile_on(self, hw: &crate::HardwareProfile) -> HostProfile {
+        let mut p = self.profile();
+        if self == Implementation::KvplanExec
+            && hw.calibration.is_some()
+            && let Some(k) = hw.kernels.as_ref().filter(|k| k.launch_us > 0.0)
+        {
+            p.launch_us = k.launch_us;
+            p.source = "kvplan's CUDA executor: the launch its calibration measured (the \
+                        profile's [kernels] launch_us), a raw cudaMemcpyAsync 3.4 us \
+                        (calibrate/data/host_costs), pinned buffers";
+        }
+        p
+    }
+
     /// Its host profile.
     pub fn profile(self) -> HostProfile {
         // Measured on the H100 host (calibrate/data/host_costs/host_costs_h100.csv).
@@ -322,6 +339,25 @@ mod tests {
             assert_eq!(i.profile().implementation, i);
         }
         assert_eq!(Implementation::from_name("eager"), None);
+    }
+
+    #[test]
+    fn kvplan_exec_takes_its_calibrated_launch() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../calibrate/profiles/h100-sxm-kvplan-exec.toml"
+        );
+        let hw = crate::HardwareProfile::resolve(path).unwrap();
+        let launch = hw.kernels.as_ref().unwrap().launch_us;
+        assert!(launch > 1.0);
+        assert_eq!(Implementation::KvplanExec.profile_on(&hw).launch_us, launch);
+        // Other implementations, and an uncalibrated preset, keep their own figures.
+        assert_eq!(Implementation::EagerHf.profile_on(&hw).launch_us, 21.2);
+        let preset = crate::HardwareProfile::preset("h100-sxm").unwrap();
+        assert_eq!(
+            Implementation::KvplanExec.profile_on(&preset).launch_us,
+            5.6
+        );
     }
 
     #[test]
