@@ -45,6 +45,11 @@ pub struct ScenarioArgs {
     /// moved and stored)
     #[arg(long, value_name = "DTYPE")]
     pub kv_cache_dtype: Option<String>,
+    /// The software stack whose host thread (launch, copy-issue and synchronisation costs) and
+    /// memory kinds are modelled: eager-hf, flexgen, vllm-v0, vllm-v1-cudagraph, kvplan-exec
+    /// [default: none: no host thread, --host-memory for every tensor]
+    #[arg(long, value_name = "NAME")]
+    pub implementation: Option<String>,
 }
 
 /// The batch being generated.

@@ -9,13 +9,14 @@ use crate::error::CliError;
 /// 19 rows, [`Field`]'s names), the serving scenario (`workload.*`, `serve.*`) and the capacity
 /// commands' own settings. Every library error and note names a field; the binary names its
 /// flag through this table (a test holds every row to an option the command line has).
-const FLAGS: [(&str, &str); 60] = [
+const FLAGS: [(&str, &str); 61] = [
     ("model", "--model"),
     ("hardware", "--hardware"),
     ("strategy", "--strategy"),
     ("dtype", "--dtype"),
     ("quantization", "--quantization"),
     ("kv_cache_dtype", "--kv-cache-dtype"),
+    ("implementation", "--implementation"),
     ("workload.batch", "--batch"),
     ("workload.gpu_batches", "--gpu-batches"),
     ("workload.prompt", "--prompt"),

@@ -188,6 +188,7 @@ mod tests {
                     end: s.end * 1.25,
                 })
                 .collect(),
+            host: Vec::new(),
         };
         let c = compare(&p.schedule, &sim, &slow);
         assert!((c.end_to_end_error - 0.2).abs() < 1e-12);

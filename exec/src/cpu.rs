@@ -505,6 +505,7 @@ impl Executor for CpuExecutor {
                 device: self.info.name.clone(),
             },
             spans,
+            host: Vec::new(),
         })
     }
 }

@@ -35,7 +35,7 @@ fn split_decision(c: &mut Criterion) {
             &model,
             &shape,
             true,
-            HostMemory::Pinned,
+            kvplan_vocab::host::MemoryKinds::uniform(HostMemory::Pinned),
             1,
             SplitModel::Schedule,
         );
@@ -81,7 +81,7 @@ fn split_search(c: &mut Criterion) {
                         &model,
                         black_box(&shape),
                         weights_on_gpu,
-                        HostMemory::Pinned,
+                        kvplan_vocab::host::MemoryKinds::uniform(HostMemory::Pinned),
                         SplitPolicy::Auto,
                         SplitModel::Schedule,
                     )

@@ -32,6 +32,7 @@ use crate::plan::{
     Options, Plan, Shape, SplitModel, SplitPolicy, Strategy, WeightsPlacement, plan,
 };
 use crate::runahead::{LinkOverride, RunaheadOptions, with_link_override};
+use kvplan_vocab::host::Implementation;
 use kvplan_vocab::limits;
 use kvplan_vocab::schedule::HostMemory;
 use kvplan_vocab::{CostModel, DType, HardwareProfile, KvCacheDtype, ModelSpec, Quantization};
@@ -63,6 +64,10 @@ pub struct RawScenario {
     pub quantization: Option<String>,
     /// KV cache element type (vLLM's `kv_cache_dtype`: `auto`, `fp8`).
     pub kv_cache_dtype: Option<String>,
+    /// The software stack whose host thread and memory kinds are modelled (`eager-hf`,
+    /// `flexgen`, `vllm-v0`, `vllm-v1-cudagraph`, `kvplan-exec`); absent: no host thread, one
+    /// memory kind (`offload.host_memory`) for every tensor.
+    pub implementation: Option<String>,
     /// The batch.
     #[serde(default)]
     pub workload: RawWorkload,
@@ -146,6 +151,8 @@ pub enum Field {
     Quantization,
     /// `kv_cache_dtype`.
     KvCacheDtype,
+    /// `implementation`.
+    Implementation,
     /// `workload.batch`.
     WorkloadBatch,
     /// `workload.gpu_batches`.
@@ -176,13 +183,14 @@ pub enum Field {
 
 impl Field {
     /// Every field, in file order.
-    pub const ALL: [Field; 19] = [
+    pub const ALL: [Field; 20] = [
         Field::Model,
         Field::Hardware,
         Field::Strategy,
         Field::Dtype,
         Field::Quantization,
         Field::KvCacheDtype,
+        Field::Implementation,
         Field::WorkloadBatch,
         Field::WorkloadGpuBatches,
         Field::WorkloadPrompt,
@@ -207,6 +215,7 @@ impl Field {
             Field::Dtype => "dtype",
             Field::Quantization => "quantization",
             Field::KvCacheDtype => "kv_cache_dtype",
+            Field::Implementation => "implementation",
             Field::WorkloadBatch => "workload.batch",
             Field::WorkloadGpuBatches => "workload.gpu_batches",
             Field::WorkloadPrompt => "workload.prompt",
@@ -409,12 +418,18 @@ pub struct Scenario {
     pub options: Options,
     /// What resolution clamped or ignored (not errors); a front end shows each.
     pub notes: Vec<Note>,
+    /// The implementation whose host thread is modelled (`None`: no host thread).
+    pub implementation: Option<Implementation>,
 }
 
 impl Scenario {
     /// The cost model of the scenario's hardware.
     pub fn cost_model(&self) -> CostModel {
-        CostModel::new(&self.hardware)
+        let cost = CostModel::new(&self.hardware);
+        match self.implementation {
+            Some(i) => cost.with_host(i.profile_on(&self.hardware)),
+            None => cost,
+        }
     }
 
     /// Plans the scenario with its own strategy.
@@ -449,6 +464,7 @@ impl RawScenario {
         pick(&mut self.dtype, other.dtype);
         pick(&mut self.quantization, other.quantization);
         pick(&mut self.kv_cache_dtype, other.kv_cache_dtype);
+        pick(&mut self.implementation, other.implementation);
         pick(&mut self.workload.batch, other.workload.batch);
         pick(&mut self.workload.gpu_batches, other.workload.gpu_batches);
         pick(&mut self.workload.prompt, other.workload.prompt);
@@ -577,6 +593,17 @@ impl RawScenario {
                 ));
             }
         };
+        let implementation = match self.implementation.as_deref() {
+            None => None,
+            Some(name) => Some(Implementation::from_name(name).ok_or_else(|| {
+                unknown(
+                    Field::Implementation,
+                    "implementation",
+                    name,
+                    &Implementation::names(),
+                )
+            })?),
+        };
         let host_memory = match o.host_memory.as_deref() {
             None | Some("pinned") => HostMemory::Pinned,
             Some("pageable") => HostMemory::Pageable,
@@ -647,9 +674,16 @@ impl RawScenario {
         } else {
             hardware
         };
+        // An implementation keeps each tensor class where it keeps it, unless
+        // `offload.host_memory` puts every class in one kind; the reported kind is the KV's.
+        let memory = implementation
+            .filter(|_| o.host_memory.is_none())
+            .map(|i| i.profile().memory);
+        let host_memory = memory.map_or(host_memory, |m| m.kv);
         let options = Options {
             weights,
             host_memory,
+            memory,
             split,
             split_model,
             headinfer,
@@ -662,6 +696,7 @@ impl RawScenario {
             strategy,
             shape,
             options,
+            implementation,
         })
     }
 }

@@ -6,6 +6,7 @@ use crate::headinfer::details::{HeadInferDetails, HeadInferOptions};
 use crate::offload::kvpr::Split;
 use crate::runahead::details::{RunaheadDetails, RunaheadOptions};
 use kvplan_vocab::error::{Error, Result};
+use kvplan_vocab::host::MemoryKinds;
 use kvplan_vocab::memory::MemoryPlan;
 use kvplan_vocab::schedule::{HostMemory, Schedule};
 
@@ -216,6 +217,10 @@ pub struct Options {
     pub weights: WeightsPlacement,
     /// Host memory kind of the offloaded KV cache, activations and weights.
     pub host_memory: HostMemory,
+    /// Host memory kind per tensor class (an implementation profile's), replacing
+    /// `host_memory` for the offload plans' copies when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryKinds>,
     /// KVPR split policy.
     pub split: SplitPolicy,
     /// What the automatic KVPR split minimises.
@@ -231,11 +236,20 @@ impl Default for Options {
         Options {
             weights: WeightsPlacement::Auto,
             host_memory: HostMemory::Pinned,
+            memory: None,
             split: SplitPolicy::Auto,
             split_model: SplitModel::Schedule,
             headinfer: Default::default(),
             runahead: Default::default(),
         }
+    }
+}
+
+impl Options {
+    /// The memory kind of each tensor class: `memory`, or `host_memory` for every class.
+    pub fn memory_kinds(&self) -> MemoryKinds {
+        self.memory
+            .unwrap_or_else(|| MemoryKinds::uniform(self.host_memory))
     }
 }
 

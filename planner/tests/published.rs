@@ -112,62 +112,130 @@ fn kvpr_table3_cache_size() {
     }
 }
 
-/// KVPR Table 3: the simulated KVPR / full-transfer decode-latency ratio on a100-40g-pcie4 for
-/// the six settings, printed next to the published one. Table 3 is a sanity band, not a target:
-/// the published latencies are single end-to-end runs of a Python system (HF Accelerate) whose
-/// split follows the paper's Eq. 10, while kvplan's split is chosen on its own simulated schedule
-/// (within 1% of the best fixed split, `planner/tests/kvpr_vs_simulator.rs`), so per-row
-/// agreement is not expected. The band, from the issue: the simulated mean within [0.50, 0.85]
-/// (the published mean is 0.748); every row a gain (ratio below 1).
+/// KVPR Table 3's decode latencies of `method` (`kvpr`, `accelerate`) by (prompt, gen), in
+/// file order; every row has batch 64.
+fn table3(method: &str) -> Vec<(u32, u32, f64)> {
+    table("kvpr_table3_opt6.7b_a100.csv")
+        .iter()
+        .filter(|r| &r[0] == method)
+        .map(|r| {
+            assert_eq!(num(r, 1), 64.0);
+            (num(r, 2) as u32, num(r, 3) as u32, num(r, 6))
+        })
+        .collect()
+}
+
+/// Simulated decode latency of `strategy` for a Table 3 row, on a100-40g-pcie4 with
+/// `implementation` (a scenario's field; `None`: no host thread, everything pinned).
+fn table3_latency(implementation: Option<&str>, strategy: &str, prompt: u32, gen_len: u32) -> f64 {
+    let mut raw = RawScenario {
+        model: Some("opt-6.7b".into()),
+        hardware: Some("a100-40g-pcie4".into()),
+        strategy: Some(strategy.into()),
+        implementation: implementation.map(str::to_string),
+        ..RawScenario::default()
+    };
+    raw.workload.batch = Some(64);
+    raw.workload.prompt = Some(i64::from(prompt));
+    raw.workload.gen_len = Some(i64::from(gen_len));
+    let scenario = raw.resolve().unwrap();
+    let cost = scenario.cost_model();
+    let pl = scenario.plan_with(&cost, scenario.strategy).unwrap();
+    assert!(pl.weights_on_gpu, "Table 3 keeps weights on the GPU");
+    let tl = kvplan_sim::simulate(&pl.schedule, &cost).unwrap();
+    RunReport::new(&pl, &tl).decode_latency_s
+}
+
+/// KVPR Table 3: the KVPR / Accelerate (full transfer) decode-latency ratio on a100-40g-pcie4,
+/// simulated with the implementation profile of the paper's stack (`eager-hf`: Hugging Face
+/// Transformers 4.46.1 in eager PyTorch, the KV cache in pageable memory, the recomputed
+/// activations and the weights pinned; its host costs measured, nothing fitted to this table).
+///
+/// The mechanism: a pageable KV copy stages through the driver's bounce buffer and holds the host
+/// thread until it ends, so the kernels after it are launched only then; the transfer no longer
+/// hides behind the recomputation, and KVPR gains less than on an ideal pinned pipeline. Without
+/// the host thread (no implementation, everything pinned) the ratio is ~0.53 on every row; with
+/// the host costs but everything pinned (`flexgen`) still ~0.54: the memory kind, not the launch
+/// cost, is what the published runs show.
+///
+/// Tolerances, and why:
+/// - the mean within 0.10 of the published 0.748 (seen: 0.772);
+/// - each row within 0.15 of its published ratio: the rows are single end-to-end runs, and their
+///   Accelerate baselines scatter (prompt 256 / gen 32 ran slower than prompt 512 / gen 32), so a
+///   row is ~0.1 off the table's own trend (seen: 0.03-0.13);
+/// - the longer-context rows keep their order: within each generation length the ratio rises
+///   with the prompt, as the published gen-128 rows do (and the published gen-32 rows' largest
+///   prompt has the largest ratio; their 128 / 256 pair swaps by 0.03, within that scatter);
+/// - every row a gain (ratio below 1);
+/// - the same profile does not move the Accelerate rows away from the table: their mean
+///   |log(simulated / published)| is no larger than without it (seen: 0.28 against 0.44; the
+///   prompt-512 rows go from 8-9% fast to 17-20% slow, the others come closer).
 #[test]
 fn kvpr_table3_latency_ratio() {
-    let m = ModelSpec::preset("opt-6.7b").unwrap();
-    let hw = HardwareProfile::preset("a100-40g-pcie4").unwrap();
-    let cost = CostModel::new(&hw);
-    let rows = table("kvpr_table3_opt6.7b_a100.csv");
-    let get = |method: &str, b: f64, p: f64, g: f64| {
-        rows.iter()
-            .find(|r| &r[0] == method && num(r, 1) == b && num(r, 2) == p && num(r, 3) == g)
-            .map(|r| num(r, 6))
-            .unwrap()
-    };
+    let kvpr = table3("kvpr");
+    let acc = table3("accelerate");
+    assert_eq!((kvpr.len(), acc.len()), (6, 6));
     let mut published = Vec::new();
     let mut simulated = Vec::new();
-    for r in rows.iter().filter(|r| &r[0] == "kvpr") {
-        let (b, p, g) = (num(r, 1), num(r, 2), num(r, 3));
-        published.push(get("kvpr", b, p, g) / get("accelerate", b, p, g));
-        let shape = Shape {
-            batch: b as u32,
-            gpu_batches: 1,
-            prompt: p as u32,
-            gen_len: g as u32,
-        };
-        let lat = |s: Strategy| {
-            let pl = plan(&m, &hw, &cost, &shape, s, &Options::default()).unwrap();
-            assert!(pl.weights_on_gpu, "Table 3 keeps weights on the GPU");
-            let tl = kvplan_sim::simulate(&pl.schedule, &cost).unwrap();
-            RunReport::new(&pl, &tl).decode_latency_s
-        };
-        let ratio = lat(Strategy::Kvpr) / lat(Strategy::FullTransfer);
-        let published_ratio = published.last().copied().unwrap();
+    let (mut acc_err_hf, mut acc_err_none) = (0.0, 0.0);
+    for (&(p, g, k), &(pa, ga, a)) in kvpr.iter().zip(&acc) {
+        assert_eq!((p, g), (pa, ga), "the methods' rows pair up");
+        let full = table3_latency(Some("eager-hf"), "full-transfer", p, g);
+        let ratio = table3_latency(Some("eager-hf"), "kvpr", p, g) / full;
+        let full_none = table3_latency(None, "full-transfer", p, g);
+        acc_err_hf += (full / a).ln().abs() / 6.0;
+        acc_err_none += (full_none / a).ln().abs() / 6.0;
+        let published_ratio = k / a;
         println!(
-            "table 3 b={b} prompt={p} gen={g}: kvpr/full-transfer simulated {ratio:.3}, published {published_ratio:.3}"
+            "table 3 prompt={p} gen={g}: kvpr/accelerate simulated {ratio:.3}, published \
+             {published_ratio:.3}; accelerate simulated {full:.2} s (without the host {full_none:.2} \
+             s), published {a:.2} s"
         );
+        assert!(ratio > 0.0 && ratio < 1.0, "p={p} g={g}: ratio {ratio}");
         assert!(
-            ratio > 0.0 && ratio < 1.0,
-            "b={b} p={p} g={g}: ratio {ratio}"
+            (ratio - published_ratio).abs() <= 0.15,
+            "p={p} g={g}: simulated {ratio:.3} vs published {published_ratio:.3}"
         );
+        published.push(published_ratio);
         simulated.push(ratio);
     }
-    assert_eq!(simulated.len(), 6);
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let (pm, sm) = (mean(&published), mean(&simulated));
     assert!((pm - 0.748).abs() < 0.001, "published mean {pm}");
-    println!("table 3 mean: simulated {sm:.3}, published {pm:.3}");
-    assert!(
-        (0.50..=0.85).contains(&sm),
-        "simulated mean {sm} outside [0.50, 0.85] (published {pm}; rows {simulated:?})"
+    println!(
+        "table 3 mean: simulated {sm:.3}, published {pm:.3}; accelerate mean |log error| \
+         {acc_err_hf:.3} (without the host {acc_err_none:.3})"
     );
+    assert!(
+        (sm - pm).abs() <= 0.10,
+        "simulated mean {sm} vs published {pm} (rows {simulated:?})"
+    );
+    // Rows in file order: prompts 128, 256, 512 at gen 32 and at gen 128.
+    for gen_rows in [[0, 2, 4], [1, 3, 5]] {
+        let r = gen_rows.map(|i| simulated[i]);
+        assert!(
+            r[0] < r[1] && r[1] < r[2],
+            "ratios rise with the prompt: {r:?}"
+        );
+    }
+    assert!(
+        acc_err_hf <= acc_err_none,
+        "accelerate rows moved away: {acc_err_hf} vs {acc_err_none}"
+    );
+}
+
+/// Without an implementation (no host thread, every tensor pinned) Table 3 stays what it was
+/// (~0.53 on every row): an ideal pipeline, faster than the paper's stack. A sanity band only.
+#[test]
+fn kvpr_table3_ratio_without_the_host_thread() {
+    let mut simulated = Vec::new();
+    for (p, g, _) in table3("kvpr") {
+        let r = table3_latency(None, "kvpr", p, g) / table3_latency(None, "full-transfer", p, g);
+        assert!(r > 0.0 && r < 1.0, "p={p} g={g}: ratio {r}");
+        simulated.push(r);
+    }
+    let mean = simulated.iter().sum::<f64>() / simulated.len() as f64;
+    assert!((0.50..=0.60).contains(&mean), "mean {mean}: {simulated:?}");
 }
 
 /// The simulator against the CUDA executor on a real GPU: `scripts/gpu-check.sh` calibrated a
@@ -180,6 +248,15 @@ fn kvpr_table3_latency_ratio() {
 /// the cost model, the planners or the engine that loses the agreement with the hardware fails
 /// here, without a GPU. Returns each case's signed error.
 fn executor_agreement(profile: &str, measured: &str) -> Vec<f64> {
+    executor_agreement_with(profile, measured, None)
+}
+
+/// [`executor_agreement`] with the host thread of `implementation` modelled.
+fn executor_agreement_with(
+    profile: &str,
+    measured: &str,
+    implementation: Option<&str>,
+) -> Vec<f64> {
     let profile = root().join(profile);
     let mut r = csv::ReaderBuilder::new()
         .comment(Some(b'#'))
@@ -195,6 +272,7 @@ fn executor_agreement(profile: &str, measured: &str) -> Vec<f64> {
             model: Some(row[2].to_string()),
             hardware: Some(profile.display().to_string()),
             strategy: Some(row[1].to_string()),
+            implementation: implementation.map(str::to_string),
             ..RawScenario::default()
         };
         raw.workload.batch = field(&row, 3);
@@ -250,6 +328,24 @@ fn calibrated_h200_profile_matches_the_executor_measured_on_the_gpu() {
             a.signum(),
             b.signum(),
             "case {i}: H200 {a:+.3} vs H100 {b:+.3}"
+        );
+    }
+}
+
+/// The executor's own host thread (`kvplan-exec`: its calibrated launch, raw copy issues, pinned
+/// buffers) on the nine measured H100 cases: the bands hold and each case moves by under 0.5%
+/// (seen: 0.1% at most): the executor's kernels are long next to its 5.6 us launch, so its host
+/// hides, as the measurements say.
+#[test]
+fn the_executors_host_thread_hides_behind_its_kernels() {
+    let profile = "calibrate/profiles/h100-sxm-kvplan-exec.toml";
+    let measured = "data/validation/h100_kvplan_exec_measured.csv";
+    let plain = executor_agreement(profile, measured);
+    let hosted = executor_agreement_with(profile, measured, Some("kvplan-exec"));
+    for (i, (a, b)) in plain.iter().zip(&hosted).enumerate() {
+        assert!(
+            ((1.0 + b) / (1.0 + a) - 1.0).abs() < 0.005,
+            "case {i}: {a} vs {b}"
         );
     }
 }

@@ -216,7 +216,7 @@ fn preset_problem(
         &m,
         &shape,
         weights_on_gpu,
-        host,
+        kvplan_vocab::host::MemoryKinds::uniform(host),
         step,
         SplitModel::Schedule,
     )
@@ -281,7 +281,17 @@ fn mha_opt_presets_get_an_interior_split() {
                 prompt,
                 gen_len: 2,
             };
-            let problem = |sm| split_problem(&cost, &m, &shape, true, HostMemory::Pinned, 1, sm);
+            let problem = |sm| {
+                split_problem(
+                    &cost,
+                    &m,
+                    &shape,
+                    true,
+                    kvplan_vocab::host::MemoryKinds::uniform(HostMemory::Pinned),
+                    1,
+                    sm,
+                )
+            };
             let p = problem(SplitModel::Paper);
             let s = p.solve().unwrap();
             let l = s.recompute_tokens;

@@ -50,8 +50,20 @@ pub fn describe(p: &Plan) -> String {
 /// problem on the scenario's cost model, explained by the planner's reason).
 pub fn kvpr_plan(sc: &Scenario, p: &Plan, format: Format) -> Result<String, Error> {
     let why = p.decisions.splits().first().map(|s| {
-        let (gpu, host, model) = (p.weights_on_gpu, p.host_memory, sc.options.split_model);
-        let problem = split_problem(&sc.cost_model(), &sc.model, &sc.shape, gpu, host, 1, model);
+        let (gpu, memory, model) = (
+            p.weights_on_gpu,
+            sc.options.memory_kinds(),
+            sc.options.split_model,
+        );
+        let problem = split_problem(
+            &sc.cost_model(),
+            &sc.model,
+            &sc.shape,
+            gpu,
+            memory,
+            1,
+            model,
+        );
         s.split.reason.explain(&problem, &s.split)
     });
     let steps: Vec<serde_json::Value> = p

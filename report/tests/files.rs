@@ -31,6 +31,7 @@ fn a_trace_is_csv_when_the_file_name_says_so_else_a_chrome_trace() {
             hardware: "test".into(),
         },
         spans: Vec::new(),
+        host: Vec::new(),
     };
     let runs = [Run {
         name: "simulated",

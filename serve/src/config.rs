@@ -190,6 +190,12 @@ macro_rules! config_fields {
             /// `fp8`, one byte per element): the block count, swap copies and attention's K and
             /// V reads follow.
             kv_cache_dtype: KvCacheDtype = KvCacheDtype::Auto,
+            /// The implementation whose host thread is modelled (`vllm-v0`,
+            /// `vllm-v1-cudagraph`, ...; [`kvplan_vocab::host`]): the launches of each step and
+            /// the swap copies' issues come from its profile, each kernel takes its device time.
+            /// Unset: the `[serving]` section's launch figures and copies without a host thread.
+            /// The swap space's memory kind stays `pinned`'s.
+            implementation: Option<kvplan_vocab::host::Implementation> = None,
         }
     };
 }

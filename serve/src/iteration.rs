@@ -15,7 +15,16 @@
 //!   Larger steps run eagerly. LM head and sampling run outside the graphs.
 //! - **Host time** from the profile's `[serving]` section: scheduling and input preparation
 //!   before the GPU can start (per step, request and token), launching (one graph, a launch per
-//!   layer for piecewise steps, every kernel when eager), output processing after.
+//!   layer for piecewise steps, every kernel when eager), output processing after. When the cost
+//!   model carries a host thread (`CostModel::with_host`, an implementation profile), launching
+//!   is that one model's instead: every eager kernel at its launch cost, every replayed one at
+//!   its graph cost, and the swap copies are issued from it (below).
+//! - **Swap copies through the host thread.** With a host profile, `n` copies of `c` seconds
+//!   issued at `i` each take `n max(i, c) + min(i, c)` from pinned memory (host and copy engine
+//!   pipeline: the issue rate binds at small blocks, the link at large ones) and `n (i + c)`
+//!   from pageable memory (each copy holds the host); the D2H copies are issued before the H2D
+//!   ones, so the H2D run starts when the host has issued them. The engine running
+//!   [`IterationTimer::schedule`] with the same host agrees on swaps (`serve/tests/host.rs`).
 //! - **Swap and hybrid copies** (vLLM 0.4 schedulers) before the forward pass, as below.
 //!
 //! [`IterationTimer::new`] gives the plain model: everything eager, no host costs; its time is
@@ -182,6 +191,14 @@ pub struct IterationTimer {
     kv_in_block_s: f64,
     act_out_block_s: f64,
     act_in_block_s: f64,
+    /// With the cost model's host thread: the one-off part of a run of copies, per direction
+    /// (the first issue before the engine starts, or the last copy after the host is done).
+    out_fill_s: f64,
+    in_fill_s: f64,
+    /// Host seconds to issue one KV / activation copy out and in (0 without a host thread; a
+    /// blocking, pageable copy holds the host for its whole transfer).
+    kv_out_host_s: f64,
+    act_out_host_s: f64,
     block_size: u32,
 }
 
@@ -206,7 +223,25 @@ impl IterationTimer {
         let kv_copy_bytes = kv_block.div_ceil(u64::from(kv_copies));
         let act_copies = model.num_layers;
         let act_copy_bytes = u64::from(block_size) * model.act_bytes_per_token_layer();
-        let dur = |k: OpKind| cost.duration(&k);
+        // A run of `n` copies of `c` seconds each on one stream, issued by the host at `i`
+        // each (the cost model's host thread): from pinned memory the host and the copy
+        // engine pipeline, `n max(i, c) + min(i, c)`; a pageable copy holds the host to its
+        // end, `n (i + c)`. Without a host thread: `n c`. Per copy: (period, fill, host time).
+        let per_copy = |kind: OpKind| -> (f64, f64, f64) {
+            let c = cost.duration(&kind);
+            match cost.host() {
+                None => (c, 0.0, 0.0),
+                Some(h) => {
+                    let issue = h.issue(&kind, true, false);
+                    let i = issue.issue_s;
+                    if issue.blocking {
+                        (i + c, 0.0, i + c)
+                    } else {
+                        (i.max(c), i.min(c), i)
+                    }
+                }
+            }
+        };
         let t = |bytes, copies, out: bool| {
             let kind = if out {
                 OpKind::D2H {
@@ -221,8 +256,13 @@ impl IterationTimer {
                     host,
                 }
             };
-            f64::from(copies) * dur(kind)
+            let (period, fill, host) = per_copy(kind);
+            (f64::from(copies) * period, fill, f64::from(copies) * host)
         };
+        let (kv_out_block_s, out_fill_s, kv_out_host_s) = t(kv_copy_bytes, kv_copies, true);
+        let (kv_in_block_s, in_fill_s, _) = t(kv_copy_bytes, kv_copies, false);
+        let (act_out_block_s, _, act_out_host_s) = t(act_copy_bytes, act_copies, true);
+        let (act_in_block_s, _, _) = t(act_copy_bytes, act_copies, false);
         let kernels_per_layer = match &model.moe {
             None => forward_ops(model, &[(1, 1)], 1).len() as f64,
             // The mean over the layers of a model mixing dense and MoE layers.
@@ -248,10 +288,14 @@ impl IterationTimer {
             kv_copies,
             act_copy_bytes,
             act_copies,
-            kv_out_block_s: t(kv_copy_bytes, kv_copies, true),
-            kv_in_block_s: t(kv_copy_bytes, kv_copies, false),
-            act_out_block_s: t(act_copy_bytes, act_copies, true),
-            act_in_block_s: t(act_copy_bytes, act_copies, false),
+            kv_out_block_s,
+            kv_in_block_s,
+            act_out_block_s,
+            act_in_block_s,
+            out_fill_s,
+            in_fill_s,
+            kv_out_host_s,
+            act_out_host_s,
             block_size: block_size.max(1),
         }
     }
@@ -470,23 +514,34 @@ impl IterationTimer {
     }
 
     /// Host seconds around a step: before the GPU may start, issuing launches, and after.
+    /// Launches come from the cost model's host thread when it has one (the engine's model:
+    /// eager kernels at the profile's launch cost, replayed ones at its graph cost; the LM head
+    /// and sampling, and a piecewise step's attention, launched eagerly), else from the
+    /// `[serving]` section; scheduling and output processing from `[serving]`.
     fn host_s(&self, shape: &IterationShape, launch: Launch) -> (f64, f64, f64) {
+        let kernels = self.layers * self.kernels_per_layer + 4.0;
+        let hosted = self.cost.host().map(|h| {
+            let (eager, graphed) = match launch {
+                Launch::Eager => (kernels, 0.0),
+                Launch::Full { .. } => (2.0, kernels - 2.0),
+                Launch::Piecewise { .. } => (self.layers + 2.0, kernels - self.layers - 2.0),
+            };
+            eager * h.launch_us + graphed * h.graph_kernel_us
+        });
         let Some(e) = &self.engine else {
-            return (0.0, 0.0, 0.0);
+            return (0.0, hosted.unwrap_or(0.0) * 1e-6, 0.0);
         };
         let s = &e.serving;
         let n = shape.seqs.len() as f64;
         let tokens = shape.tokens() as f64;
         let before = s.schedule_us + s.schedule_per_seq_us * n + s.schedule_per_token_us * tokens;
-        let launching = match launch {
+        let launching = hosted.unwrap_or(match launch {
             Launch::Full { .. } => s.graph_launch_us,
             Launch::Piecewise { .. } => s.graph_launch_us + self.layers * s.piecewise_layer_us,
             // Eager launches already bound the GPU's kernels (`max(launch, device)`); the host
             // is busy issuing them meanwhile.
-            Launch::Eager => {
-                (self.layers * self.kernels_per_layer + 4.0) * self.cost.kernels().launch_s() * 1e6
-            }
-        };
+            Launch::Eager => kernels * self.cost.kernels().launch_s() * 1e6,
+        });
         let after = s.update_us + s.update_per_seq_us * n;
         (before * 1e-6, launching * 1e-6, after * 1e-6)
     }
@@ -619,16 +674,27 @@ impl IterationModel for IterationTimer {
     /// The step's time. Without engine costs (eager, no host time) `total_s` is the closed form
     /// of [`IterationTimer::schedule`] on the engine.
     fn time(&mut self, it: &IterationShape) -> IterationTime {
+        let out_blocks = it.swap_out_blocks + it.act_out_blocks;
         let d = f64::from(it.swap_out_blocks) * self.kv_out_block_s
-            + f64::from(it.act_out_blocks) * self.act_out_block_s;
+            + f64::from(it.act_out_blocks) * self.act_out_block_s
+            + if out_blocks > 0 { self.out_fill_s } else { 0.0 };
+        // One host thread issues the D2H copies before the H2D ones (0 without a host thread).
+        let host_out = f64::from(it.swap_out_blocks) * self.kv_out_host_s
+            + f64::from(it.act_out_blocks) * self.act_out_host_s;
         let mut x = 0.0;
         let mut r = 0.0;
         for h in &it.hybrid {
             x += f64::from(h.act_blocks) * self.act_in_block_s;
             r += self.recompute_s(h.recompute_tokens);
         }
-        let kv_in = f64::from(it.swap_in_blocks) * self.kv_in_block_s;
-        let h2d_start = if self.duplex == Duplex::Half { d } else { 0.0 };
+        let in_blocks = it.swap_in_blocks + it.hybrid.iter().map(|h| h.act_blocks).sum::<u32>();
+        let kv_in = f64::from(it.swap_in_blocks) * self.kv_in_block_s
+            + if in_blocks > 0 { self.in_fill_s } else { 0.0 };
+        let h2d_start = if self.duplex == Duplex::Half {
+            d
+        } else {
+            host_out
+        };
         let x_done = h2d_start + x;
         let h_done = x_done + kv_in;
         // Recomputation waits for the last activation copy (none: it starts at once).

@@ -44,7 +44,10 @@ pub fn simulate(
 ) -> Result<ServeReport, Error> {
     let resolved = config.validate(model, hw)?;
     let model = &config.apply(model);
-    let cost = CostModel::new(hw);
+    let cost = match config.implementation {
+        Some(i) => CostModel::new(hw).with_host(i.profile_on(hw)),
+        None => CostModel::new(hw),
+    };
     let timer = IterationTimer::new(
         model,
         &cost,

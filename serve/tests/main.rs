@@ -2,6 +2,7 @@
 //! one area: `cargo test -p kvplan-serve --test serve <module>::`).
 
 mod capacity;
+mod host;
 mod quant;
 mod real_vllm;
 mod serve;

@@ -10,12 +10,20 @@
 //! its stream, all its dependencies have finished, and its engine is free; its duration comes
 //! from the [`CostModel`].
 //!
+//! The host thread (when the cost model has a [`HostProfile`]): one more resource, which issues
+//! the ops in submission order, each for its [`HostIssue`] cost. An op starts only after the host
+//! has issued it; a blocking op (a pageable copy) holds the host until it ends, and a
+//! synchronisation waits for every op issued so far. Without a host profile every op counts as
+//! issued at time 0 and the engine is exactly the one above.
+//!
 //! Determinism: events are ordered by (time, insertion sequence); all completions at one instant
 //! are applied before any engine picks its next op; an engine with several ready streams takes
 //! the op submitted first. Same schedule and cost model give the same timeline, bit for bit.
 
 use kvplan_vocab::CostModel;
 use kvplan_vocab::hardware::Duplex;
+use kvplan_vocab::host::{HostIssue, HostProfile};
+use kvplan_vocab::schedule::Phase;
 use kvplan_vocab::schedule::{OpId, Schedule, StreamId, StreamKind};
 use kvplan_vocab::timeline::{Source, Span, Timeline};
 
@@ -75,25 +83,41 @@ impl EngineMap {
     }
 }
 
-/// Simulates `schedule` with op durations from `cost` and engines from the profile's duplex.
+/// Simulates `schedule` with op durations from `cost` and engines from the profile's duplex;
+/// with a host profile on `cost`, the host thread issues the ops ([`run_hosted`]) and the
+/// timeline carries its track.
 pub fn simulate(schedule: &Schedule, cost: &CostModel) -> Result<Timeline, Error> {
     let ops = schedule.ops();
     let engines = EngineMap::for_link(schedule, cost.duplex());
-    let spans = run_with(schedule, &engines, |i| cost.duration(&ops[i].kind))?;
+    let duration = |i: usize| cost.duration(&ops[i].kind);
+    let (spans, host) = match cost.host() {
+        None => (run_with(schedule, &engines, duration)?, Vec::new()),
+        Some(h) => run_hosted(schedule, &engines, duration, host_issue(schedule, h))?,
+    };
     Ok(Timeline {
         source: Source::Simulated {
             hardware: cost.hardware().to_string(),
         },
         spans,
+        host,
     })
 }
 
 /// The simulated makespan of `schedule` on `cost` (what planners compare candidates by).
 pub fn makespan(schedule: &Schedule, cost: &CostModel) -> Result<f64, Error> {
-    let ops = schedule.ops();
-    let engines = EngineMap::for_link(schedule, cost.duplex());
-    let spans = run_with(schedule, &engines, |i| cost.duration(&ops[i].kind))?;
+    let spans = simulate(schedule, cost)?.spans;
     Ok(spans.iter().map(|s| s.end).fold(0.0, f64::max))
+}
+
+/// Each op's host cost under `profile`: a step's first op after another step's ops is a step
+/// boundary (the profile may synchronise there).
+pub fn host_issue(schedule: &Schedule, profile: &HostProfile) -> impl FnMut(usize) -> HostIssue {
+    let ops = schedule.ops();
+    move |i| {
+        let op = &ops[i];
+        let new_step = i > 0 && ops[i - 1].tag.step != op.tag.step;
+        profile.issue(&op.kind, op.tag.phase == Phase::Decode, new_step)
+    }
 }
 
 const NONE: u32 = u32::MAX;
@@ -129,8 +153,66 @@ pub fn run(
 pub fn run_with(
     schedule: &Schedule,
     engines: &EngineMap,
-    mut duration: impl FnMut(usize) -> f64,
+    duration: impl FnMut(usize) -> f64,
 ) -> Result<Vec<Span>, Error> {
+    run_core(schedule, engines, duration, None::<fn(usize) -> HostIssue>).map(|(s, _)| s)
+}
+
+/// [`run_with`] with the host thread: `host(op index)` gives what issuing each op costs it
+/// (see the module docs). Returns the ops' spans and the host's span on each op.
+pub fn run_hosted(
+    schedule: &Schedule,
+    engines: &EngineMap,
+    duration: impl FnMut(usize) -> f64,
+    host: impl FnMut(usize) -> HostIssue,
+) -> Result<(Vec<Span>, Vec<Span>), Error> {
+    run_core(schedule, engines, duration, Some(host))
+}
+
+/// What the host thread is doing.
+#[derive(Clone, Copy, PartialEq)]
+enum HostState {
+    /// Issuing `op` (its event is pending); whether the op blocks the host until it ends.
+    Issuing(u32, bool),
+    /// Waiting for `op` (a blocking op it issued) to end.
+    WaitingOp(u32),
+    /// Waiting for every issued op to end before synchronising and issuing `op`.
+    WaitingAll(u32),
+    /// Every op issued.
+    Done,
+}
+
+/// Starts issuing op `k` at `t` (`outstanding` ops issued and unfinished): the host's state and
+/// its pending event. An op after a synchronisation point waits for every issued op first.
+fn begin_issue<H: FnMut(usize) -> HostIssue>(
+    host: &mut H,
+    n: usize,
+    k: usize,
+    t: f64,
+    outstanding: usize,
+    seq: &mut u64,
+    host_spans: &mut [Span],
+) -> (HostState, (f64, u64)) {
+    if k >= n {
+        return (HostState::Done, (f64::INFINITY, u64::MAX));
+    }
+    let issue = host(k);
+    if issue.sync_before_s.is_some() && outstanding > 0 {
+        return (HostState::WaitingAll(k as u32), (f64::INFINITY, u64::MAX));
+    }
+    let end = t + issue.sync_before_s.unwrap_or(0.0) + issue.issue_s;
+    host_spans[k] = Span { start: t, end };
+    let ev = (end, *seq);
+    *seq += 1;
+    (HostState::Issuing(k as u32, issue.blocking), ev)
+}
+
+fn run_core<H: FnMut(usize) -> HostIssue>(
+    schedule: &Schedule,
+    engines: &EngineMap,
+    mut duration: impl FnMut(usize) -> f64,
+    mut host: Option<H>,
+) -> Result<(Vec<Span>, Vec<Span>), Error> {
     let ops = schedule.ops();
     let n = ops.len();
     let n_streams = schedule.streams().len();
@@ -185,6 +267,23 @@ pub fn run_with(
     let mut started = 0usize;
     let mut touched: Vec<u32> = (0..n_engines as u32).collect();
     let mut now = 0.0f64;
+    // The host thread: issued[i] once op i has been issued (all at once without a host model).
+    let hosted = host.is_some();
+    let mut issued = vec![!hosted; if hosted { n } else { 0 }];
+    let mut host_spans = vec![
+        Span {
+            start: f64::INFINITY,
+            end: f64::INFINITY,
+        };
+        if hosted { n } else { 0 }
+    ];
+    let mut host_state = HostState::Done;
+    let mut host_event = (f64::INFINITY, u64::MAX);
+    // Ops issued and not yet finished (what a synchronisation waits for).
+    let mut outstanding = 0usize;
+    if let Some(h) = host.as_mut() {
+        (host_state, host_event) = begin_issue(h, n, 0, 0.0, 0, &mut seq, &mut host_spans);
+    }
     loop {
         // Let every touched engine pick its next op at `now`.
         if touched.len() > 1 {
@@ -201,6 +300,10 @@ pub fn run_with(
                 let s = s as usize;
                 let h = head[s];
                 if h == NONE || blocked_on[s] != NONE {
+                    continue;
+                }
+                // Not issued yet: the host touches this engine when it issues the op.
+                if hosted && !issued[h as usize] {
                     continue;
                 }
                 // Ready when every dependency has finished by `now` (unstarted ops end at +inf).
@@ -236,6 +339,25 @@ pub fn run_with(
                 pick = e;
             }
         }
+        // The host's issue ends first: the op is issued, its engine may take it.
+        if host_event.0 < best.0 || (host_event.0 == best.0 && host_event.1 < best.1) {
+            now = host_event.0;
+            let HostState::Issuing(k, blocking) = host_state else {
+                unreachable!("a host event while issuing")
+            };
+            let k = k as usize;
+            issued[k] = true;
+            outstanding += 1;
+            touched.push(engines.engine_of[ops[k].stream.index()]);
+            if blocking {
+                host_state = HostState::WaitingOp(k as u32);
+                host_event = (f64::INFINITY, u64::MAX);
+            } else if let Some(h) = host.as_mut() {
+                (host_state, host_event) =
+                    begin_issue(h, n, k + 1, now, outstanding, &mut seq, &mut host_spans);
+            }
+            continue;
+        }
         if pick == usize::MAX {
             break;
         }
@@ -252,6 +374,22 @@ pub fn run_with(
                 if *b == op {
                     *b = NONE;
                     touched.push(engines.engine_of[t]);
+                }
+            }
+            if let Some(h) = host.as_mut() {
+                outstanding -= 1;
+                let next = match host_state {
+                    HostState::WaitingOp(k) if k == op => {
+                        host_spans[k as usize].end = now;
+                        Some(k as usize + 1)
+                    }
+                    // The synchronisation's wait is over: it is paid now, then `k` is issued.
+                    HostState::WaitingAll(k) if outstanding == 0 => Some(k as usize),
+                    _ => None,
+                };
+                if let Some(k) = next {
+                    (host_state, host_event) =
+                        begin_issue(h, n, k, now, outstanding, &mut seq, &mut host_spans);
                 }
             }
             // Another op ending at the same instant (rare: zero-length ops, exact ties)?
@@ -273,7 +411,7 @@ pub fn run_with(
             remaining: n - started,
         });
     }
-    Ok(spans)
+    Ok((spans, host_spans))
 }
 
 /// Closed-form start times when every stream has its own engine: in submission order,

@@ -2,3 +2,4 @@
 //! one area: `cargo test -p kvplan-sim --test sim <module>::`).
 
 mod engine_props;
+mod host;

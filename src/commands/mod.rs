@@ -111,6 +111,7 @@ impl RunArgs {
             dtype: sc.dtype.clone(),
             quantization: sc.quantization.clone(),
             kv_cache_dtype: sc.kv_cache_dtype.clone(),
+            implementation: sc.implementation.clone(),
             workload: RawWorkload {
                 batch: workload.batch,
                 gpu_batches: workload.gpu_batches,

@@ -16,6 +16,7 @@ use crate::attention::{AttentionBatch, AttentionWork, Heads};
 use crate::calibration::CopyTables;
 use crate::dtype::DType;
 use crate::hardware::{Duplex, HardwareProfile};
+use crate::host::HostProfile;
 use crate::kernel_model::{
     AllReduceFit, AttentionFit, GemmFit, KernelModel, KernelTable, KernelsSection, MemFit,
     TableKind,
@@ -77,6 +78,7 @@ pub struct CostModel {
     copy_curves: Option<Box<CopyTables>>,
     kernels: KernelModel,
     launch_s: f64,
+    host: Option<Box<HostProfile>>,
 }
 
 fn host_index(h: HostMemory) -> usize {
@@ -220,6 +222,7 @@ impl CostModel {
             copy_curves: None,
             launch_s: section.launch_us * 1e-6,
             kernels: KernelModel::new(section, peaks, hbm).with_fp8_peak(hw.gpu.fp8_flops()),
+            host: None,
         };
         if let Some(cal) = &hw.calibration {
             let affine = |c: &crate::calibration::Curve| LinkCost {
@@ -232,6 +235,19 @@ impl CostModel {
             model.copy_curves = Some(Box::new(cal.copy.clone()));
         }
         model
+    }
+
+    /// The model with the host thread of `profile`: the engine charges each op's issue on the
+    /// host ([`HostProfile::issue`]) and a kernel takes its device time on its stream (the
+    /// host's launch replaces the launch interval).
+    pub fn with_host(mut self, profile: HostProfile) -> Self {
+        self.host = Some(Box::new(profile));
+        self
+    }
+
+    /// The host profile, when the host thread is modelled.
+    pub fn host(&self) -> Option<&HostProfile> {
+        self.host.as_deref()
     }
 
     /// Name of the hardware profile this model was built from.
@@ -283,10 +299,14 @@ impl CostModel {
     }
 
     /// A kernel of `device_s` seconds on the GPU occupies its stream at least the launch
-    /// interval.
+    /// interval (with a host profile, its device time: the host's launch bounds it instead).
     #[inline]
     fn kernel(&self, device_s: f64) -> f64 {
-        device_s.max(self.launch_s)
+        if self.host.is_some() {
+            device_s
+        } else {
+            device_s.max(self.launch_s)
+        }
     }
 
     /// GEMM time / its affine view ([`CostModel::gemm_cost`]) at this shape: how far tiles,

@@ -29,6 +29,7 @@ pub mod cost;
 pub mod dtype;
 pub mod error;
 pub mod hardware;
+pub mod host;
 pub mod kernel_model;
 pub mod kind;
 pub mod layers;

@@ -49,6 +49,11 @@ pub struct Timeline {
     pub source: Source,
     /// One span per op, indexed by [`OpId`].
     pub spans: Vec<Span>,
+    /// The host thread's time on each op (from when it began issuing the op, a synchronisation
+    /// before it included, until it was free again: a blocking copy holds it to the copy's
+    /// end), indexed by [`OpId`]; empty when the host is not modelled.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host: Vec<Span>,
 }
 
 impl Timeline {
@@ -293,7 +298,9 @@ fn tag_value(v: u16) -> serde_json::Value {
 }
 
 /// Writes runs as Chrome trace-event JSON (opens in Perfetto and chrome://tracing): one process
-/// per run, one thread (track) per stream, one complete event per op, times in microseconds.
+/// per run, one thread (track) per stream, one complete event per op, times in microseconds; a
+/// run whose timeline models the host thread has a `host` track after the streams, one event
+/// per op issued (`launch`, `issue` or `sync + ...` and the op's label).
 pub fn write_chrome_trace(runs: &[Run], out: &mut dyn Write) -> std::io::Result<()> {
     out.write_all(b"{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n")?;
     let mut first = true;
@@ -324,7 +331,38 @@ pub fn write_chrome_trace(runs: &[Run], out: &mut dyn Write) -> std::io::Result<
                 json!({"ph":"M","pid":pid,"tid":tid,"name":"thread_sort_index","args":{"sort_index":tid}}),
             )?;
         }
+        let host_tid = run.schedule.streams().len();
+        if !run.timeline.host.is_empty() {
+            emit(
+                out,
+                json!({"ph":"M","pid":pid,"tid":host_tid,"name":"thread_name","args":{"name":"host"}}),
+            )?;
+            emit(
+                out,
+                json!({"ph":"M","pid":pid,"tid":host_tid,"name":"thread_sort_index","args":{"sort_index":host_tid}}),
+            )?;
+        }
         for (i, (op, span)) in run.ops().enumerate() {
+            if let Some(h) = run.timeline.host.get(i) {
+                let what = if op.kind.category() == Category::Compute {
+                    "launch"
+                } else {
+                    "issue"
+                };
+                emit(
+                    out,
+                    json!({
+                        "ph": "X",
+                        "pid": pid,
+                        "tid": host_tid,
+                        "name": format!("{what} {}", run.schedule.label(op)),
+                        "cat": "host",
+                        "ts": h.start * 1e6,
+                        "dur": h.duration() * 1e6,
+                        "args": {"op": i},
+                    }),
+                )?;
+            }
             let mut args = json!({
                 "op": i,
                 "phase": op.tag.phase,

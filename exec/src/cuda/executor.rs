@@ -528,6 +528,7 @@ impl CudaExecutor {
                 device: self.info.name.clone(),
             },
             spans,
+            host: Vec::new(),
         })
     }
 }

@@ -127,7 +127,7 @@ pub(crate) fn plan(
                 model,
                 shape,
                 weights_on_gpu,
-                options.host_memory,
+                options.memory_kinds(),
                 options.split,
                 options.split_model,
             )?
@@ -188,7 +188,7 @@ pub(crate) fn plan(
         strategy,
         weights_on_gpu,
         keeps_x,
-        host: options.host_memory,
+        memory: options.memory_kinds(),
     };
     let schedule = build_schedule(&layout, 0..=shape.gen_len - 1, &|step| {
         splits[(step - 1) as usize].split.recompute_tokens

@@ -11,10 +11,11 @@
 //! Offloaded weights are double-buffered per layer the same way, loaded `W_K,W_V` first so KVPR
 //! recomputation starts while `W_Q, W_O` and the FFN still arrive (the fine-grained MHA pipeline).
 
+use kvplan_vocab::host::MemoryKinds;
 use kvplan_vocab::model::ModelSpec;
 use kvplan_vocab::schedule::{
-    ElemKind, HostMemory, LabelId, OpId, OpKind, Payload, Phase, Ring, Schedule, ScheduleBuilder,
-    StreamId, StreamKind, Tag,
+    ElemKind, LabelId, OpId, OpKind, Payload, Phase, Ring, Schedule, ScheduleBuilder, StreamId,
+    StreamKind, Tag,
 };
 
 use crate::types::{Shape, Strategy};
@@ -52,8 +53,8 @@ pub struct Layout<'a> {
     pub weights_on_gpu: bool,
     /// KVPR stores every layer's input `X` for later recomputation.
     pub keeps_x: bool,
-    /// Host memory kind of the offloaded data.
-    pub host: HostMemory,
+    /// Host memory kind of each class of offloaded data.
+    pub memory: MemoryKinds,
 }
 
 /// The schedule of `steps` (0 is prefill) of `layout`, recomputing `split_of(step)` tokens at
@@ -69,7 +70,7 @@ pub fn build_schedule(
         strategy,
         weights_on_gpu,
         keeps_x,
-        host,
+        memory,
     } = *layout;
     let layers = m.num_layers as usize;
     let k = shape.gpu_batches as usize;
@@ -118,12 +119,12 @@ pub fn build_schedule(
     let h2d_op = |bytes: u64, payload| OpKind::H2D {
         bytes,
         payload,
-        host,
+        host: memory.of(payload),
     };
     let d2h_op = |bytes: u64, payload| OpKind::D2H {
         bytes,
         payload,
-        host,
+        host: memory.of(payload),
     };
 
     for step in steps {

@@ -4,8 +4,9 @@
 use super::kvpr::{Split, SplitProblem};
 use kvplan_vocab::cost::CostModel;
 use kvplan_vocab::error::{Error, Result};
+use kvplan_vocab::host::MemoryKinds;
 use kvplan_vocab::model::ModelSpec;
-use kvplan_vocab::schedule::{HostMemory, OpKind};
+use kvplan_vocab::schedule::OpKind;
 use kvplan_vocab::timeline::last_kernel_end;
 
 use super::schedule::{Layout, build_schedule};
@@ -18,13 +19,16 @@ pub fn split_problem(
     m: &ModelSpec,
     shape: &Shape,
     weights_on_gpu: bool,
-    host: HostMemory,
+    memory: MemoryKinds,
     step: u32,
     model: SplitModel,
 ) -> SplitProblem {
     let b = shape.batch;
     let s = shape.cached_at(step);
-    let link = cost.h2d(host);
+    // Each class's copies at its memory kind's link cost (the weights', activations' and KV's).
+    let link = cost.h2d(memory.weights);
+    let act_link = cost.h2d(memory.activations);
+    let kv_link = cost.h2d(memory.kv);
     let p = m.dtype_bytes() as f64;
     let w = m.layer_weights();
     let paper = model == SplitModel::Paper;
@@ -63,9 +67,9 @@ pub fn split_problem(
         gpu_batches: shape.gpu_batches,
         weights_s,
         weights_kv_s,
-        copy_latency_s: link.latency_s,
-        act_s_per_token: bf * m.act_bytes_per_token_layer() as f64 * link.secs_per_byte,
-        kv_s_per_token: bf * m.kv_bytes_per_token_layer() as f64 * link.secs_per_byte,
+        copy_latency_s: kv_link.latency_s,
+        act_s_per_token: bf * m.act_bytes_per_token_layer() as f64 * act_link.secs_per_byte,
+        kv_s_per_token: bf * m.kv_bytes_per_token_layer() as f64 * kv_link.secs_per_byte,
         recompute_overhead_s: g.overhead_s + e.overhead_s,
         recompute_flop_s_per_token: 2.0 * bf * 2.0 * kvd * h * g.secs_per_flop,
         recompute_mem_fixed_s: h * 2.0 * kvd * p * g.secs_per_byte,
@@ -92,13 +96,13 @@ pub fn kvpr_splits(
     m: &ModelSpec,
     shape: &Shape,
     weights_on_gpu: bool,
-    host: HostMemory,
+    memory: MemoryKinds,
     policy: SplitPolicy,
     model: SplitModel,
 ) -> Result<Vec<StepSplit>> {
     let steps = shape.decode_steps();
     let problems: Vec<SplitProblem> = (1..=steps)
-        .map(|step| split_problem(cost, m, shape, weights_on_gpu, host, step, model))
+        .map(|step| split_problem(cost, m, shape, weights_on_gpu, memory, step, model))
         .collect();
     let chosen: Vec<Split> = match (policy, model) {
         (SplitPolicy::Tokens(l), _) => problems.iter().map(|p| p.fixed(l)).collect(),
@@ -111,7 +115,7 @@ pub fn kvpr_splits(
                 m,
                 shape,
                 weights_on_gpu,
-                host,
+                memory,
             };
             let anchors = anchor_steps(steps);
             let mut at_anchor = Vec::with_capacity(anchors.len());
@@ -186,7 +190,7 @@ struct Probe<'a> {
     m: &'a ModelSpec,
     shape: &'a Shape,
     weights_on_gpu: bool,
-    host: HostMemory,
+    memory: MemoryKinds,
 }
 
 /// Largest cached length searched exhaustively; longer ones start from a 17-point grid.
@@ -259,17 +263,16 @@ fn probe_step_s(probe: &Probe, step: u32, l: u32, keeps_x: bool) -> Result<f64> 
         strategy: Strategy::Kvpr,
         weights_on_gpu: probe.weights_on_gpu,
         keeps_x,
-        host: probe.host,
+        memory: probe.memory,
     };
     let schedule = build_schedule(&layout, a..=b, &l_at);
-    let ops = schedule.ops();
-    let engines = kvplan_sim::engine::EngineMap::for_link(&schedule, probe.cost.duplex());
-    let spans =
-        kvplan_sim::engine::run_with(&schedule, &engines, |i| probe.cost.duration(&ops[i].kind))
-            .map_err(|e| Error::Solver {
-                what: format!("the KVPR split probe at step {step}"),
-                message: e.to_string(),
-            })?;
+    // On the engine the plan is simulated on: with the cost model's host thread, if it has one.
+    let spans = kvplan_sim::simulate(&schedule, probe.cost)
+        .map_err(|e| Error::Solver {
+            what: format!("the KVPR split probe at step {step}"),
+            message: e.to_string(),
+        })?
+        .spans;
     // Each step ends with its last kernel; stores may still drain into the next step. The last
     // step has no next one: the run ends when its stores have drained, and the report charges
     // them to decode.
