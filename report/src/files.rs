@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use kvplan_vocab::timeline::{Run, write_chrome_trace, write_csv};
 
 use crate::Error;
-use crate::outputs::{register_cleanup, settle};
+use crate::cleanup::{register_cleanup, settle};
 
 /// Symlink hops followed to the target of a dangling link (Linux's own limit; loops are reported
 /// by the OS before that).

@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod calibrate;
+pub mod cleanup;
 pub mod diff;
 pub mod files;
 pub mod listings;

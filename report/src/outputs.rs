@@ -1,5 +1,5 @@
 //! A run's output files, checked and claimed before the run starts ([`claim`]), and the files
-//! removed if the process is interrupted ([`register_cleanup`]).
+//! removed if the process is interrupted ([`register_cleanup`](crate::cleanup::register_cleanup)).
 //!
 //! Before anything runs, every output is checked: not a directory, its directory exists and can
 //! be written, not one of the run's inputs (the same file however it is named: `./x` and `x`,
@@ -15,68 +15,10 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, Once};
 
 use crate::Error;
+use crate::cleanup::{register_cleanup, settle};
 use crate::files::{Target, resolve};
-
-/// Files to remove if the process is interrupted: temporary files not yet renamed into place
-/// and the lock files of [`claim`].
-static PENDING: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
-static HANDLER: Once = Once::new();
-
-fn pending() -> MutexGuard<'static, Vec<PathBuf>> {
-    PENDING.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Removes `path` if the process gets SIGINT, SIGTERM or SIGHUP before
-/// [`unregister_cleanup`]; the first call installs the handler, which removes every such file
-/// and exits with 128 + the signal's number.
-pub fn register_cleanup(path: &Path) {
-    install_handler();
-    pending().push(path.to_path_buf());
-}
-
-/// Forgets `path` (renamed into place, or removed).
-pub fn unregister_cleanup(path: &Path) {
-    pending().retain(|p| p != path);
-}
-
-/// Runs `f` (a rename into place, a removal) where no interrupt can remove files halfway
-/// through it, then forgets `path`.
-pub(crate) fn settle<T>(path: &Path, f: impl FnOnce() -> T) -> T {
-    let mut guard = pending();
-    let out = f();
-    guard.retain(|p| p != path);
-    out
-}
-
-fn install_handler() {
-    HANDLER.call_once(|| {
-        #[cfg(unix)]
-        {
-            use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-            let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
-            else {
-                return;
-            };
-            let _ = std::thread::Builder::new()
-                .name("kvplan-signals".into())
-                .spawn(move || {
-                    if let Some(signal) = signals.forever().next() {
-                        // Held until the process is gone: nothing is renamed into place after
-                        // its temporary file is removed.
-                        let files = pending();
-                        for p in files.iter() {
-                            let _ = fs::remove_file(p);
-                        }
-                        eprintln!("kvplan: interrupted; no output file was replaced");
-                        std::process::exit(128 + signal);
-                    }
-                });
-        }
-    });
-}
 
 /// The outputs of a run, locked until this is dropped.
 #[derive(Debug, Default)]
