@@ -132,6 +132,10 @@ macro_rules! config_fields {
             swap_copies_per_block: Option<u32> = None,
             /// Keep the per-iteration time series (default true).
             record_timeseries: bool = true,
+            /// Keep one [`crate::RequestRecord`] per request in the report (default true; at
+            /// most [`crate::MAX_RECORDED_REQUESTS`]). Off, the report's `requests` is empty
+            /// and the summary is built as requests finish: memory follows what is in flight.
+            record_requests: bool = true,
             /// Expert parallelism for a mixture of experts (`--enable-expert-parallel`, default
             /// off): each tensor-parallel rank holds `experts / tensor_parallel_size` whole
             /// experts rather than every expert at `1 / tensor_parallel_size` of its width. The

@@ -20,8 +20,9 @@
 
 use std::path::PathBuf;
 
+use kvplan_vocab::Progress;
 use kvplan_vocab::{HardwareProfile, KvCacheDtype, ModelSpec, Quantization};
-use kvplan_workloads::{Request, WorkloadConfig, WorkloadSpec, generate};
+use kvplan_workloads::{Request, RequestStream, WorkloadConfig, WorkloadSpec, generate};
 use serde::{Deserialize, Serialize};
 
 use crate::{Config, Preemption, Resolved, SchedulerKind, ServeReport};
@@ -288,9 +289,29 @@ impl ServeScenario {
         generate(&self.workload, self.seed)
     }
 
+    /// The requests as a stream drawn while they are served (the same requests as
+    /// [`requests`](Self::requests)).
+    pub fn request_stream(&self) -> Result<RequestStream, kvplan_workloads::Error> {
+        kvplan_workloads::stream_requests(&self.workload, self.seed)
+    }
+
     /// Serves `requests` (from [`requests`](Self::requests)).
     pub fn run(&self, requests: &[Request]) -> Result<ServeReport, crate::Error> {
         crate::simulate(&self.model, &self.hardware, &self.config, requests)
+    }
+
+    /// Serves a stream of requests (from [`request_stream`](Self::request_stream), or a
+    /// measured run's held in memory), telling `progress` how many have been served. The same
+    /// report as [`run`](Self::run) on the same requests; without
+    /// [`Config::record_requests`] memory follows the requests in flight.
+    pub fn run_stream(
+        &self,
+        requests: RequestStream,
+        progress: &dyn Progress,
+    ) -> Result<ServeReport, crate::Error> {
+        let (timer, resolved) = crate::server::prepare(&self.model, &self.hardware, &self.config)?;
+        let frontend_s = self.hardware.serving.frontend_us * 1e-6;
+        crate::simulate_stream(timer, resolved, frontend_s, requests, progress)
     }
 }
 

@@ -5,4 +5,5 @@ mod capacity;
 mod quant;
 mod real_vllm;
 mod serve;
+mod stream;
 mod v1;

@@ -302,6 +302,14 @@ impl ServeArgs {
                         || self.trace_json.is_some()
                         || self.plot.is_some(),
                 ),
+                // So do the per-request records: without an output that lists every request,
+                // memory follows the requests in flight.
+                record_requests: Some(
+                    self.requests_csv.is_some()
+                        || self.plot_cdf.is_some()
+                        || self.compare_to.is_some()
+                        || matches!(self.output.format, Format::Csv),
+                ),
                 ..RawConfig::default()
             },
         }
