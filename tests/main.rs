@@ -9,6 +9,7 @@ mod errors;
 mod inputs;
 mod library;
 mod measure;
+mod memory;
 mod output;
 mod plot;
 mod readme;

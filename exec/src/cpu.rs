@@ -198,6 +198,16 @@ pub(crate) fn copy<T: Copy>(dst: &mut [T], src: &[T], host: HostMemory, staging:
     }
 }
 
+/// `len` copies of `x`, or [`Error::AllocFailed`] where the memory cannot be had.
+fn alloc<T: Clone>(len: usize, x: T) -> Result<Vec<T>, Error> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| Error::AllocFailed {
+        bytes: (len as u64).saturating_mul(std::mem::size_of::<T>() as u64),
+    })?;
+    v.resize(len, x);
+    Ok(v)
+}
+
 /// Scratch buffers of one stream.
 #[derive(Default)]
 struct Bufs {
@@ -294,33 +304,37 @@ impl Bufs {
 
     /// Grows every buffer to `s`, writing every page now rather than inside a timed op: copy
     /// buffers get a constant byte (their contents do not matter), compute buffers seeded values.
-    fn grow(&mut self, s: &Sizes, seed: u64) {
+    /// A buffer that cannot be allocated is an error (a memory limit), not an abort.
+    fn grow(&mut self, s: &Sizes, seed: u64) -> Result<(), Error> {
         let bytes = |v: &mut Vec<u8>, len: usize| {
             if v.len() < len {
                 *v = Vec::new();
-                *v = vec![0xA5; len];
+                *v = alloc(len, 0xA5u8)?;
             }
+            Ok::<(), Error>(())
         };
-        bytes(&mut self.host, s.host);
-        bytes(&mut self.dev, s.dev);
-        bytes(&mut self.staging, s.staging);
+        bytes(&mut self.host, s.host)?;
+        bytes(&mut self.dev, s.dev)?;
+        bytes(&mut self.staging, s.staging)?;
         let floats = |v: &mut Vec<f32>, len: usize, tag: u64, scale: f32| {
             if v.len() < len {
                 *v = Vec::new();
-                let mut n = vec![0.0; len];
+                let mut n = alloc(len, 0.0f32)?;
                 data::fill_f32_tiled(&mut n, data::derive(seed, tag), scale);
                 *v = n;
             }
+            Ok::<(), Error>(())
         };
-        floats(&mut self.a, s.a, 4, 1.0);
-        floats(&mut self.b, s.b, 5, s.b_scale);
-        floats(&mut self.c, s.c, 6, 1.0);
-        floats(&mut self.q, s.q, 7, 1.0);
-        floats(&mut self.o, s.q, 8, 1.0);
-        floats(&mut self.kv, s.kv, 9, 1.0);
-        floats(&mut self.scores, s.scores, 10, 1.0);
-        floats(&mut self.src, s.elem, 11, 1.0);
-        floats(&mut self.dst, s.elem, 12, 1.0);
+        floats(&mut self.a, s.a, 4, 1.0)?;
+        floats(&mut self.b, s.b, 5, s.b_scale)?;
+        floats(&mut self.c, s.c, 6, 1.0)?;
+        floats(&mut self.q, s.q, 7, 1.0)?;
+        floats(&mut self.o, s.q, 8, 1.0)?;
+        floats(&mut self.kv, s.kv, 9, 1.0)?;
+        floats(&mut self.scores, s.scores, 10, 1.0)?;
+        floats(&mut self.src, s.elem, 11, 1.0)?;
+        floats(&mut self.dst, s.elem, 12, 1.0)?;
+        Ok(())
     }
 
     /// Runs one op on these buffers.
@@ -438,7 +452,7 @@ impl CpuExecutor {
             });
         }
         for (i, (b, s)) in self.cache.iter_mut().zip(sizes).enumerate() {
-            b.grow(s, data::derive(self.options.seed, 100 + i as u64));
+            b.grow(s, data::derive(self.options.seed, 100 + i as u64))?;
         }
         Ok(())
     }

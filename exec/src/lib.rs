@@ -166,6 +166,18 @@ pub enum Error {
         /// Bytes available.
         have: u64,
     },
+    /// Host memory that could not be allocated (a memory limit such as `ulimit -v`, or not
+    /// enough memory), found when allocating rather than by the check before it.
+    #[error(
+        "cannot allocate {bytes} bytes of host memory for the schedule's buffers (a memory limit, or not enough memory)"
+    )]
+    AllocFailed {
+        /// Bytes asked for.
+        bytes: u64,
+    },
+    /// A worker thread could not be started (a thread or memory limit).
+    #[error("cannot start a stream worker thread: {0}")]
+    Spawn(std::io::Error),
     /// Something this backend cannot run (e.g. more devices than present).
     #[error("unsupported: {0}")]
     Unsupported(String),
