@@ -16,4 +16,5 @@ mod readme;
 mod regress;
 mod scenarios;
 mod serve;
+mod settings;
 mod sweep;

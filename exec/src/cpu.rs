@@ -12,6 +12,7 @@
 //! [`crate::sched::needs`]) for its largest op of each role, and every op reads and writes the
 //! first elements of them. Buffers are kept across runs and grown when a schedule needs more.
 
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::time::Instant;
 
 use kvplan_vocab::schedule::{HostMemory, OpId, OpKind, Schedule, StreamId};
@@ -392,7 +393,13 @@ struct CpuWorker<'a> {
     bufs: &'a mut Bufs,
     /// (op, start, end) of every op run, in stream order.
     times: Vec<(u32, Instant, Instant)>,
+    /// Ops run by every worker, this run and the warm-up runs before it.
+    ran: &'a AtomicU64,
+    report: &'a dyn kvplan_vocab::Progress,
 }
+
+/// Ops run between two progress reports.
+const REPORT_EVERY: u64 = 64;
 
 impl Worker for CpuWorker<'_> {
     fn stream(&self) -> StreamId {
@@ -405,6 +412,10 @@ impl Worker for CpuWorker<'_> {
         self.bufs.run(kind);
         let end = Instant::now();
         self.times.push((op.0, start, end));
+        let n = self.ran.fetch_add(1, AtomicOrdering::Relaxed) + 1;
+        if n.is_multiple_of(REPORT_EVERY) {
+            self.report.set(n);
+        }
         Ok(())
     }
 }
@@ -464,6 +475,14 @@ impl Executor for CpuExecutor {
     }
 
     fn run(&mut self, schedule: &Schedule) -> Result<Timeline, Error> {
+        self.run_with(schedule, &kvplan_vocab::Silent)
+    }
+
+    fn run_with(
+        &mut self,
+        schedule: &Schedule,
+        report: &dyn kvplan_vocab::Progress,
+    ) -> Result<Timeline, Error> {
         schedule.validate()?;
         let needs = sched::needs(schedule, |_, _| 0)?;
         let sizes: Vec<Sizes> = needs.iter().map(Sizes::of).collect();
@@ -480,6 +499,9 @@ impl Executor for CpuExecutor {
             };
             schedule.len()
         ];
+        let ran = AtomicU64::new(0);
+        let runs = u64::from(self.options.warmup_runs) + 1;
+        report.start(runs * schedule.len() as u64, "ops run (warm-up runs first)");
         for run in 0..=self.options.warmup_runs {
             progress.reset();
             let mut workers: Vec<CpuWorker> = self
@@ -493,6 +515,8 @@ impl Executor for CpuExecutor {
                     schedule,
                     bufs,
                     times: Vec::with_capacity(per_stream[s]),
+                    ran: &ran,
+                    report,
                 })
                 .collect();
             sched::drive(schedule, &progress, &mut workers)?;
@@ -513,6 +537,7 @@ impl Executor for CpuExecutor {
                 }
             }
         }
+        report.set(ran.load(AtomicOrdering::Relaxed));
         Ok(Timeline {
             source: Source::Measured {
                 backend: BackendKind::Cpu.as_str().to_string(),

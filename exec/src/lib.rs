@@ -200,6 +200,17 @@ pub trait Executor {
     /// Executes every op of `schedule` (after the configured warm-up runs) and returns the
     /// measured span of each op, in seconds from the start of the measured run.
     fn run(&mut self, schedule: &Schedule) -> Result<Timeline, Error>;
+
+    /// [`run`](Self::run), telling `progress` how many ops have run (warm-up runs included).
+    /// Backends that cannot say run as [`run`](Self::run) and report nothing.
+    fn run_with(
+        &mut self,
+        schedule: &Schedule,
+        progress: &dyn kvplan_vocab::Progress,
+    ) -> Result<Timeline, Error> {
+        let _ = progress;
+        self.run(schedule)
+    }
 }
 
 /// Opens a backend. `cuda` fails with [`Error::NoCudaDriver`] / [`Error::NoCudaDevice`] where

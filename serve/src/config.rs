@@ -317,21 +317,21 @@ impl Config {
         check(
             "gpu_memory_utilization",
             u > 0.0 && u <= 1.0,
-            u.to_string(),
+            kvplan_vocab::limits::show(u),
             "in (0, 1]",
         )?;
         let w = self.watermark;
         check(
             "watermark",
             (0.0..1.0).contains(&w),
-            w.to_string(),
+            kvplan_vocab::limits::show(w),
             "in [0, 1)",
         )?;
         let s = self.swap_space_gib;
         check(
             "swap_space_gib",
             s.is_finite() && s >= 0.0,
-            s.to_string(),
+            kvplan_vocab::limits::show(s),
             "a non-negative number",
         )?;
         if v1 && self.preemption != Preemption::Recompute {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use kvplan_serve::capacity::{
-    CapacityError, SearchOptions, Slo, compare_configurations, configurations, search_base,
+    CapacityError, SearchOptions, Slo, compare_configurations_with, configurations, search_base,
 };
 use kvplan_serve::scenario::RawServeScenario;
 
@@ -115,12 +115,7 @@ fn capacity_error(e: CapacityError) -> CliError {
             "--hardware: give one or more presets or profile files, comma-separated (e.g. a100-80g-sxm,h100-sxm)",
         ),
         CapacityError::Setting { field, ref why } => {
-            let flag = match field {
-                "rel_tol" => "--qps-tolerance",
-                "target_qps" => "--target-qps",
-                "tensor_parallel_size" => "--tensor-parallel-size",
-                other => other,
-            };
+            let flag = crate::messages::capacity_flag(field);
             CliError::input(format!("{flag}: {why}"))
         }
         other => CliError::input(other.to_string()),
@@ -167,8 +162,18 @@ pub fn slo_capacity(
         ..SearchOptions::default()
     };
     let base = search_base(base);
-    let cmp = compare_configurations(&base, &hardware, &tps, &slo, opts, slo_args.target_qps)
-        .map_err(capacity_error)?;
+    let bar = crate::progress::bar();
+    let cmp = compare_configurations_with(
+        &base,
+        &hardware,
+        &tps,
+        &slo,
+        opts,
+        slo_args.target_qps,
+        bar.as_ref(),
+    )
+    .map_err(capacity_error)?;
+    drop(bar);
     let requests = base.workload.requests.unwrap_or(0);
     let (target, format) = (slo_args.target_qps, format.into());
     Ok(kvplan_report::serve::capacity(
