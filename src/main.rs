@@ -5,6 +5,7 @@ mod args;
 mod commands;
 mod error;
 mod messages;
+mod progress;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -45,7 +46,18 @@ fn main() -> ExitCode {
             };
         }
     };
-    match run(&cli) {
+    let result = run(&cli);
+    // Notes about the settings go out once the run has succeeded (or has its output, as a
+    // regression check that fails does), never before an error of the same run.
+    if result
+        .as_ref()
+        .map_or_else(|e| e.stdout.is_some(), |_| true)
+    {
+        for note in messages::take_notes() {
+            eprintln!("note: {note}");
+        }
+    }
+    match result {
         Ok(out) => {
             let mut stdout = std::io::stdout().lock();
             match stdout

@@ -90,9 +90,46 @@ const FLAGS: [(&str, &str); 61] = [
     ("capacity.target_qps", "--target-qps"),
 ];
 
+/// Flags typed under another name (clap aliases): messages name the one the user typed.
+const ALIASES: [(&str, &str); 2] = [("--prompt", "--context"), ("--hardware", "--profile")];
+
+/// `flag`, or its alias where the command line used the alias (`--context 0` is reported as
+/// `--context`, not `--prompt`).
+fn as_typed(flag: &'static str) -> &'static str {
+    match ALIASES.iter().find(|(f, _)| *f == flag) {
+        Some(&(_, alias)) if typed(alias) && !typed(flag) => alias,
+        _ => flag,
+    }
+}
+
+/// Whether the command line names the option `name` (`--batch`, `--batch=2`).
+pub fn typed(name: &str) -> bool {
+    std::env::args_os().skip(1).any(|a| {
+        a.to_str()
+            .is_some_and(|a| a == name || a.strip_prefix(name).is_some_and(|r| r.starts_with('=')))
+    })
+}
+
+/// Holds one note naming the options of `flags` the command line gave, which `with` ignores,
+/// and why (nothing when none was given).
+pub fn note_ignored(flags: &[&str], with: &str, why: &str) {
+    let given: Vec<&str> = flags.iter().copied().filter(|f| typed(f)).collect();
+    if given.is_empty() {
+        return;
+    }
+    let verb = if given.len() == 1 { "is" } else { "are" };
+    hold_note(format!(
+        "{} {verb} ignored with {with}: {why}",
+        given.join(", ")
+    ));
+}
+
 /// The flag that sets the field named `name` (`workload.batch` → `--batch`).
 pub fn flag_of(name: &str) -> Option<&'static str> {
-    FLAGS.iter().find(|(f, _)| *f == name).map(|(_, s)| *s)
+    FLAGS
+        .iter()
+        .find(|(f, _)| *f == name)
+        .map(|(_, s)| as_typed(s))
 }
 
 /// A library message with the fields it names in backquotes (`` `workload.batch` ``) written as
@@ -103,6 +140,7 @@ pub fn flag_of(name: &str) -> Option<&'static str> {
 pub fn flags_in_text(text: &str) -> String {
     let mut out = text.to_string();
     for &(field, flag) in FLAGS.iter() {
+        let flag = as_typed(flag);
         let quoted = format!("`{field}`");
         if field.contains('.') {
             out = out.replace(&quoted, flag);
@@ -266,6 +304,29 @@ impl From<kvplan_planner::scenario::ScenarioError> for CliError {
 /// A serving scenario error, as [`kvplan_run::ScenarioError`]s go.
 pub fn serve_error(e: kvplan_serve::scenario::ScenarioError) -> CliError {
     kvplan_run::ScenarioError::from(e).into()
+}
+
+/// Notes of the run, held until it succeeds: a run that ends in an error prints the error
+/// alone, not advice about settings of a run that did not happen.
+static NOTES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Holds a note for stderr (`note: TEXT`), printed once the command has succeeded.
+pub fn hold_note(text: String) {
+    let mut n = NOTES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !n.contains(&text) {
+        n.push(text);
+    }
+}
+
+/// The notes held, in the order given.
+pub fn take_notes() -> Vec<String> {
+    std::mem::take(
+        &mut *NOTES
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    )
 }
 
 /// The one-line message of a note (printed after `note: `): a field with its value by flag,

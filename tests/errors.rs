@@ -499,7 +499,7 @@ fn runahead_impossible_requests() {
         "ra-zero-ctx",
         &[],
         &with(&["--context", "0"]),
-        &["--prompt", "got 0"],
+        &["--context (workload.prompt)", "got 0"],
     );
     // A context whose KV fits no device (memory per device).
     simulate_fails(

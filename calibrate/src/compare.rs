@@ -60,6 +60,12 @@ pub struct Comparison {
 }
 
 impl Comparison {
+    /// Signed relative error of the makespan, `simulated / measured - 1`, as every row's
+    /// `error` ([`end_to_end_error`](Self::end_to_end_error) is its magnitude).
+    pub fn end_to_end_signed_error(&self) -> f64 {
+        row(String::new(), self.simulated_s, self.measured_s).error
+    }
+
     /// Signed relative error of the decode time, `(simulated - measured) / measured`.
     pub fn decode_error(&self) -> f64 {
         (self.simulated_decode_s - self.measured_decode_s) / self.measured_decode_s

@@ -12,6 +12,7 @@
 //! [`crate::sched::needs`]) for its largest op of each role, and every op reads and writes the
 //! first elements of them. Buffers are kept across runs and grown when a schedule needs more.
 
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::time::Instant;
 
 use kvplan_vocab::schedule::{HostMemory, OpId, OpKind, Schedule, StreamId};
@@ -198,6 +199,16 @@ pub(crate) fn copy<T: Copy>(dst: &mut [T], src: &[T], host: HostMemory, staging:
     }
 }
 
+/// `len` copies of `x`, or [`Error::AllocFailed`] where the memory cannot be had.
+fn alloc<T: Clone>(len: usize, x: T) -> Result<Vec<T>, Error> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| Error::AllocFailed {
+        bytes: (len as u64).saturating_mul(std::mem::size_of::<T>() as u64),
+    })?;
+    v.resize(len, x);
+    Ok(v)
+}
+
 /// Scratch buffers of one stream.
 #[derive(Default)]
 struct Bufs {
@@ -294,33 +305,37 @@ impl Bufs {
 
     /// Grows every buffer to `s`, writing every page now rather than inside a timed op: copy
     /// buffers get a constant byte (their contents do not matter), compute buffers seeded values.
-    fn grow(&mut self, s: &Sizes, seed: u64) {
+    /// A buffer that cannot be allocated is an error (a memory limit), not an abort.
+    fn grow(&mut self, s: &Sizes, seed: u64) -> Result<(), Error> {
         let bytes = |v: &mut Vec<u8>, len: usize| {
             if v.len() < len {
                 *v = Vec::new();
-                *v = vec![0xA5; len];
+                *v = alloc(len, 0xA5u8)?;
             }
+            Ok::<(), Error>(())
         };
-        bytes(&mut self.host, s.host);
-        bytes(&mut self.dev, s.dev);
-        bytes(&mut self.staging, s.staging);
+        bytes(&mut self.host, s.host)?;
+        bytes(&mut self.dev, s.dev)?;
+        bytes(&mut self.staging, s.staging)?;
         let floats = |v: &mut Vec<f32>, len: usize, tag: u64, scale: f32| {
             if v.len() < len {
                 *v = Vec::new();
-                let mut n = vec![0.0; len];
+                let mut n = alloc(len, 0.0f32)?;
                 data::fill_f32_tiled(&mut n, data::derive(seed, tag), scale);
                 *v = n;
             }
+            Ok::<(), Error>(())
         };
-        floats(&mut self.a, s.a, 4, 1.0);
-        floats(&mut self.b, s.b, 5, s.b_scale);
-        floats(&mut self.c, s.c, 6, 1.0);
-        floats(&mut self.q, s.q, 7, 1.0);
-        floats(&mut self.o, s.q, 8, 1.0);
-        floats(&mut self.kv, s.kv, 9, 1.0);
-        floats(&mut self.scores, s.scores, 10, 1.0);
-        floats(&mut self.src, s.elem, 11, 1.0);
-        floats(&mut self.dst, s.elem, 12, 1.0);
+        floats(&mut self.a, s.a, 4, 1.0)?;
+        floats(&mut self.b, s.b, 5, s.b_scale)?;
+        floats(&mut self.c, s.c, 6, 1.0)?;
+        floats(&mut self.q, s.q, 7, 1.0)?;
+        floats(&mut self.o, s.q, 8, 1.0)?;
+        floats(&mut self.kv, s.kv, 9, 1.0)?;
+        floats(&mut self.scores, s.scores, 10, 1.0)?;
+        floats(&mut self.src, s.elem, 11, 1.0)?;
+        floats(&mut self.dst, s.elem, 12, 1.0)?;
+        Ok(())
     }
 
     /// Runs one op on these buffers.
@@ -378,7 +393,13 @@ struct CpuWorker<'a> {
     bufs: &'a mut Bufs,
     /// (op, start, end) of every op run, in stream order.
     times: Vec<(u32, Instant, Instant)>,
+    /// Ops run by every worker, this run and the warm-up runs before it.
+    ran: &'a AtomicU64,
+    report: &'a dyn kvplan_vocab::Progress,
 }
+
+/// Ops run between two progress reports.
+const REPORT_EVERY: u64 = 64;
 
 impl Worker for CpuWorker<'_> {
     fn stream(&self) -> StreamId {
@@ -391,6 +412,10 @@ impl Worker for CpuWorker<'_> {
         self.bufs.run(kind);
         let end = Instant::now();
         self.times.push((op.0, start, end));
+        let n = self.ran.fetch_add(1, AtomicOrdering::Relaxed) + 1;
+        if n.is_multiple_of(REPORT_EVERY) {
+            self.report.set(n);
+        }
         Ok(())
     }
 }
@@ -438,7 +463,7 @@ impl CpuExecutor {
             });
         }
         for (i, (b, s)) in self.cache.iter_mut().zip(sizes).enumerate() {
-            b.grow(s, data::derive(self.options.seed, 100 + i as u64));
+            b.grow(s, data::derive(self.options.seed, 100 + i as u64))?;
         }
         Ok(())
     }
@@ -450,6 +475,14 @@ impl Executor for CpuExecutor {
     }
 
     fn run(&mut self, schedule: &Schedule) -> Result<Timeline, Error> {
+        self.run_with(schedule, &kvplan_vocab::Silent)
+    }
+
+    fn run_with(
+        &mut self,
+        schedule: &Schedule,
+        report: &dyn kvplan_vocab::Progress,
+    ) -> Result<Timeline, Error> {
         schedule.validate()?;
         let needs = sched::needs(schedule, |_, _| 0)?;
         let sizes: Vec<Sizes> = needs.iter().map(Sizes::of).collect();
@@ -466,6 +499,9 @@ impl Executor for CpuExecutor {
             };
             schedule.len()
         ];
+        let ran = AtomicU64::new(0);
+        let runs = u64::from(self.options.warmup_runs) + 1;
+        report.start(runs * schedule.len() as u64, "ops run (warm-up runs first)");
         for run in 0..=self.options.warmup_runs {
             progress.reset();
             let mut workers: Vec<CpuWorker> = self
@@ -479,6 +515,8 @@ impl Executor for CpuExecutor {
                     schedule,
                     bufs,
                     times: Vec::with_capacity(per_stream[s]),
+                    ran: &ran,
+                    report,
                 })
                 .collect();
             sched::drive(schedule, &progress, &mut workers)?;
@@ -499,6 +537,7 @@ impl Executor for CpuExecutor {
                 }
             }
         }
+        report.set(ran.load(AtomicOrdering::Relaxed));
         Ok(Timeline {
             source: Source::Measured {
                 backend: BackendKind::Cpu.as_str().to_string(),

@@ -166,6 +166,18 @@ pub enum Error {
         /// Bytes available.
         have: u64,
     },
+    /// Host memory that could not be allocated (a memory limit such as `ulimit -v`, or not
+    /// enough memory), found when allocating rather than by the check before it.
+    #[error(
+        "cannot allocate {bytes} bytes of host memory for the schedule's buffers (a memory limit, or not enough memory)"
+    )]
+    AllocFailed {
+        /// Bytes asked for.
+        bytes: u64,
+    },
+    /// A worker thread could not be started (a thread or memory limit).
+    #[error("cannot start a stream worker thread: {0}")]
+    Spawn(std::io::Error),
     /// Something this backend cannot run (e.g. more devices than present).
     #[error("unsupported: {0}")]
     Unsupported(String),
@@ -188,6 +200,17 @@ pub trait Executor {
     /// Executes every op of `schedule` (after the configured warm-up runs) and returns the
     /// measured span of each op, in seconds from the start of the measured run.
     fn run(&mut self, schedule: &Schedule) -> Result<Timeline, Error>;
+
+    /// [`run`](Self::run), telling `progress` how many ops have run (warm-up runs included).
+    /// Backends that cannot say run as [`run`](Self::run) and report nothing.
+    fn run_with(
+        &mut self,
+        schedule: &Schedule,
+        progress: &dyn kvplan_vocab::Progress,
+    ) -> Result<Timeline, Error> {
+        let _ = progress;
+        self.run(schedule)
+    }
 }
 
 /// Opens a backend. `cuda` fails with [`Error::NoCudaDriver`] / [`Error::NoCudaDevice`] where

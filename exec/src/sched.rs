@@ -10,7 +10,7 @@
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Barrier, Condvar, Mutex, PoisonError};
+use std::sync::{Condvar, Mutex, PoisonError};
 
 use kvplan_vocab::DType;
 use kvplan_vocab::schedule::{HostMemory, OpId, OpKind, Schedule, StreamId};
@@ -309,13 +309,14 @@ pub(crate) fn drive<W: Worker>(
     if workers.is_empty() {
         return Ok(());
     }
-    let barrier = Barrier::new(workers.len());
+    let barrier = Gate::new(workers.len());
     std::thread::scope(|scope| {
+        let mut spawn_failed = None;
         let handles: Vec<_> = workers
             .iter_mut()
-            .map(|w| {
+            .map_while(|w| {
                 let barrier = &barrier;
-                scope.spawn(move || {
+                let spawned = std::thread::Builder::new().spawn_scoped(scope, move || {
                     let _guard = AbortOnPanic(progress);
                     // Every thread reaches the barrier, even when `begin` fails or panics.
                     let began = catch_unwind(AssertUnwindSafe(|| w.begin())).unwrap_or_else(|p| {
@@ -346,10 +347,23 @@ pub(crate) fn drive<W: Worker>(
                         progress.abort();
                     }
                     result
-                })
+                });
+                match spawned {
+                    Ok(h) => Some(h),
+                    Err(e) => {
+                        // The threads started return at once: the gate opens, the run aborts.
+                        spawn_failed = Some(e);
+                        progress.abort();
+                        barrier.open();
+                        None
+                    }
+                }
             })
             .collect();
-        let mut first: Result<(), Error> = Ok(());
+        let mut first: Result<(), Error> = match spawn_failed {
+            Some(e) => Err(Error::Spawn(e)),
+            None => Ok(()),
+        };
         for h in handles {
             let r = h.join().unwrap_or_else(|p| {
                 Err(Error::Internal(format!(
@@ -363,6 +377,42 @@ pub(crate) fn drive<W: Worker>(
         }
         first
     })
+}
+
+/// A barrier that can also be opened early (a worker thread that could not be started).
+struct Gate {
+    state: Mutex<(usize, bool)>,
+    cv: Condvar,
+    n: usize,
+}
+
+impl Gate {
+    fn new(n: usize) -> Self {
+        Gate {
+            state: Mutex::new((0, false)),
+            cv: Condvar::new(),
+            n,
+        }
+    }
+
+    /// Waits until `n` threads wait, or the gate is opened.
+    fn wait(&self) {
+        let mut g = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        g.0 += 1;
+        if g.0 >= self.n {
+            g.1 = true;
+            self.cv.notify_all();
+        }
+        while !g.1 {
+            g = self.cv.wait(g).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// Lets every waiter through.
+    fn open(&self) {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).1 = true;
+        self.cv.notify_all();
+    }
 }
 
 /// Bytes of host memory the kernel reports as available (`MemAvailable`), if readable.

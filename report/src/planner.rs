@@ -749,7 +749,8 @@ pub fn validation(
                 "end_to_end".into(),
                 csv_number(c.simulated_s),
                 csv_number(c.measured_s),
-                csv_number(c.end_to_end_error),
+                // Signed, as every row below: simulated / measured - 1.
+                csv_number(c.end_to_end_signed_error()),
             ]];
             for (prefix, list) in [
                 ("category", &c.per_category),

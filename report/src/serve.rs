@@ -5,10 +5,10 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use kvplan_serve::ServeReport;
 use kvplan_serve::capacity::{CapacityComparison, ConfigCapacity, RankedBy, SearchOptions, Slo};
 use kvplan_serve::runs::{Comparison, MeasuredRun, StageComparison};
 use kvplan_serve::scenario::ServeScenario;
-use kvplan_serve::{ServeReport, Status};
 
 use crate::render::*;
 use crate::{Error, Format};
@@ -295,16 +295,9 @@ fn table(sc: &ServeScenario, out: &ServeReport) -> String {
     t.row(&["makespan".to_string(), secs(s.makespan_s)]);
     t.row(&["iterations".to_string(), s.iterations.to_string()]);
     text.push_str(&t.render());
-    let mut reasons: Vec<(&str, u64)> = Vec::new();
-    for r in &out.requests {
-        if let Status::Rejected(why) = r.status {
-            match reasons.iter_mut().find(|(w, _)| *w == why.as_str()) {
-                Some((_, n)) => *n += 1,
-                None => reasons.push((why.as_str(), 1)),
-            }
-        }
-    }
-    for (why, n) in reasons {
+    // In the order the first request of each reason was given.
+    for why in &s.rejected_order {
+        let n = s.rejected_by_reason.get(why).copied().unwrap_or(0);
         let _ = writeln!(text, "rejected: {n} ({why})");
     }
     text

@@ -89,6 +89,9 @@ fn serve_field(e: &kvplan_serve::scenario::ScenarioError) -> Option<(&'static st
             | W::Missing { field, .. }
             | W::Conflict { field, .. },
         ) => Some(("workload", field)),
+        S::Workload(W::TooMany { .. }) | S::Serve(kvplan_serve::Error::TooManyRecords { .. }) => {
+            Some(("workload", "requests"))
+        }
         S::Serve(kvplan_serve::Error::InvalidConfig { field, .. }) => Some(("serve", field)),
         _ => None,
     }
@@ -142,7 +145,13 @@ impl ScenarioError {
             ScenarioError::Run(e) => e.is_input_error(),
             ScenarioError::Serve(e) => match e.as_ref() {
                 S::Planner(e) => e.is_input_error(),
-                S::Serve(e) => !matches!(e, kvplan_serve::Error::Stalled { .. }),
+                S::Serve(e) => !matches!(
+                    e,
+                    kvplan_serve::Error::Stalled { .. }
+                        | kvplan_serve::Error::OutOfMemory { .. }
+                        | kvplan_serve::Error::Spill { .. }
+                ),
+                S::Workload(kvplan_workloads::Error::TooMany { .. }) => false,
                 _ => true,
             },
             _ => true,

@@ -43,7 +43,8 @@ pub use report::{Metric, Report, SERVE_METRICS, SIMULATE_METRICS, columns};
 
 use kvplan_planner::scenario::Scenario as SimulateScenario;
 use kvplan_serve::scenario::ServeScenario;
-use kvplan_workloads::Request;
+use kvplan_vocab::Progress;
+use kvplan_workloads::{Request, RequestStream};
 
 /// A checked scenario of either kind, ready to run.
 #[derive(Debug, Clone)]
@@ -67,10 +68,13 @@ impl Scenario {
     /// so a front end can size a progress display before [`Prepared::run`]. `requests` replaces
     /// a serving scenario's own workload (a measured run replayed); an op-level scenario has
     /// none and ignores it.
+    ///
+    /// A generated workload is drawn while it is served (its requests are not held: memory
+    /// follows the requests in flight); a trace, a conversation workload or `requests` are held.
     pub fn prepare(&self, requests: Option<Vec<Request>>) -> Result<Prepared<'_>, ScenarioError> {
         let requests = match (self, requests) {
-            (Scenario::Serve(sc), None) => sc.requests().map_err(ScenarioError::workload)?,
-            (_, given) => given.unwrap_or_default(),
+            (Scenario::Serve(sc), None) => sc.request_stream().map_err(ScenarioError::workload)?,
+            (_, given) => RequestStream::held(given.unwrap_or_default()),
         };
         Ok(Prepared {
             scenario: self,
@@ -79,27 +83,42 @@ impl Scenario {
     }
 }
 
-/// A scenario with its requests drawn ([`Scenario::prepare`]).
-#[derive(Debug)]
+/// A scenario with its requests ready to draw ([`Scenario::prepare`]).
 pub struct Prepared<'a> {
     scenario: &'a Scenario,
-    requests: Vec<Request>,
+    requests: RequestStream,
+}
+
+impl std::fmt::Debug for Prepared<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("scenario", self.scenario)
+            .field("requests", &self.requests.len())
+            .finish()
+    }
 }
 
 impl Prepared<'_> {
     /// The requests a serving run will serve (0 for an op-level run).
     pub fn requests(&self) -> usize {
-        self.requests.len()
+        self.requests.len() as usize
     }
 
     /// Runs it: the planner's plan on the discrete-event simulator, or the serving simulator.
     pub fn run(self) -> Result<Report, ScenarioError> {
+        self.run_with(&kvplan_vocab::Silent)
+    }
+
+    /// [`run`](Self::run), telling `progress` how far a serving run has come (requests
+    /// served).
+    pub fn run_with(self, progress: &dyn Progress) -> Result<Report, ScenarioError> {
         match self.scenario {
             Scenario::Simulate(sc) => Ok(Report::Simulate(Box::new(
                 kvplan_planner::run::simulate_scenario(sc)?,
             ))),
             Scenario::Serve(sc) => Ok(Report::Serve(Box::new(
-                sc.run(&self.requests).map_err(ScenarioError::serve)?,
+                sc.run_stream(self.requests, progress)
+                    .map_err(ScenarioError::serve)?,
             ))),
         }
     }

@@ -27,6 +27,7 @@
 
 use std::fmt;
 
+use kvplan_vocab::{Progress, Silent};
 use serde::Serialize;
 
 use crate::output::{FinishReason, Percentiles, RequestRecord, ServeReport, Status, Summary};
@@ -489,6 +490,15 @@ pub fn judge(
 /// least `min_requests` requests and eight times `max_num_seqs`), completions per second
 /// between the 20% and 80% marks of the completion order.
 pub fn service_rate(base: &RawServeScenario, steady: &SteadyState) -> Result<f64, CapacityError> {
+    service_rate_with(base, steady, &Silent)
+}
+
+/// [`service_rate`], telling `progress` how far the run has come.
+fn service_rate_with(
+    base: &RawServeScenario,
+    steady: &SteadyState,
+    progress: &dyn Progress,
+) -> Result<f64, CapacityError> {
     let mut raw = base.clone();
     if raw.workload.trace.is_some() {
         raw.workload.qps = None;
@@ -510,7 +520,11 @@ pub fn service_rate(base: &RawServeScenario, steady: &SteadyState) -> Result<f64
             .max(base.workload.requests.unwrap_or(0));
         raw.workload.requests = Some(n);
     }
-    let out = run_quiet(raw)?;
+    let stage = Stage {
+        inner: progress,
+        label: "arriving all at once (the service rate)".into(),
+    };
+    let out = run_quiet(raw, &stage)?;
     let mut done: Vec<f64> = out
         .requests
         .iter()
@@ -593,11 +607,26 @@ pub fn max_qps(
     slo: &Slo,
     opts: SearchOptions,
 ) -> Result<Capacity, CapacityError> {
+    max_qps_with(base, slo, opts, &Silent)
+}
+
+/// [`max_qps`], telling `progress` how far each rate's run has come.
+pub fn max_qps_with(
+    base: &RawServeScenario,
+    slo: &Slo,
+    opts: SearchOptions,
+    progress: &dyn Progress,
+) -> Result<Capacity, CapacityError> {
     check(base, opts)?;
-    let service_rps = service_rate(base, &opts.steady)?;
+    let service_rps = service_rate_with(base, &opts.steady, progress)?;
     let mut probes: Vec<Probe> = Vec::new();
     let mut serve = |qps: f64| -> Result<(bool, Window), CapacityError> {
-        let (window, summary, requests) = serve_at(base, slo, &opts.steady, qps, service_rps)?;
+        let stage = Stage {
+            inner: progress,
+            label: format!("at {} req/s", round(qps)),
+        };
+        let (window, summary, requests) =
+            serve_at_with(base, slo, &opts.steady, qps, service_rps, &stage)?;
         let met = slo.met(&window);
         probes.push(Probe {
             qps,
@@ -673,6 +702,17 @@ pub fn serve_at(
     qps: f64,
     service_rps: f64,
 ) -> Result<(Window, Summary, u64), CapacityError> {
+    serve_at_with(base, slo, steady, qps, service_rps, &Silent)
+}
+
+fn serve_at_with(
+    base: &RawServeScenario,
+    slo: &Slo,
+    steady: &SteadyState,
+    qps: f64,
+    service_rps: f64,
+    progress: &dyn Progress,
+) -> Result<(Window, Summary, u64), CapacityError> {
     let mut raw = base.clone();
     raw.workload.qps = Some(qps);
     if raw.workload.trace.is_none() {
@@ -681,20 +721,36 @@ pub fn serve_at(
             .max(raw.workload.requests.unwrap_or(0));
         raw.workload.requests = Some(n);
     }
-    let out = run_quiet(raw)?;
+    let out = run_quiet(raw, progress)?;
     let n = out.requests.len() as u64;
     Ok((judge(&out, slo, steady, qps, service_rps), out.summary, n))
 }
 
-/// Resolves and serves `raw` without the per-step series.
-fn run_quiet(raw: RawServeScenario) -> Result<ServeReport, CapacityError> {
+/// Resolves and serves `raw` without the per-step series (the per-request records are judged:
+/// at most [`MAX_STEADY_REQUESTS`] of them).
+fn run_quiet(raw: RawServeScenario, progress: &dyn Progress) -> Result<ServeReport, CapacityError> {
     let mut sc = raw.resolve().map_err(Box::new)?;
     sc.config.record_timeseries = false;
     let requests = sc
-        .requests()
+        .request_stream()
         .map_err(|e| Box::new(ScenarioError::from(e)))?;
-    sc.run(&requests)
+    sc.run_stream(requests, progress)
         .map_err(|e| CapacityError::Scenario(Box::new(ScenarioError::from(e))))
+}
+
+/// A run of the search, named in the progress it reports.
+struct Stage<'a> {
+    inner: &'a dyn Progress,
+    label: String,
+}
+
+impl Progress for Stage<'_> {
+    fn start(&self, total: u64, what: &str) {
+        self.inner.start(total, &format!("{what} {}", self.label));
+    }
+    fn set(&self, done: u64) {
+        self.inner.set(done);
+    }
 }
 
 fn check(base: &RawServeScenario, opts: SearchOptions) -> Result<(), CapacityError> {
@@ -742,6 +798,10 @@ pub struct Sizing {
 pub fn usd_per_million_tokens(usd_per_gpu_hour: f64, gpus: u32, tokens_per_s: f64) -> Option<f64> {
     (tokens_per_s > 0.0).then(|| usd_per_gpu_hour * f64::from(gpus) / 3600.0 / tokens_per_s * 1e6)
 }
+
+/// The highest target rate sized (requests/s): a billion, beyond any deployment, so replica
+/// and GPU counts stay whole numbers a report can print.
+pub const MAX_TARGET_QPS: f64 = 1e9;
 
 /// Replicas and GPUs to serve `target_qps` with configurations of `max_qps` each.
 pub fn size_for(
@@ -892,12 +952,37 @@ pub fn compare_configurations(
     opts: SearchOptions,
     target_qps: Option<f64>,
 ) -> Result<CapacityComparison, CapacityError> {
+    compare_configurations_with(
+        base,
+        hardware,
+        tensor_parallel,
+        slo,
+        opts,
+        target_qps,
+        &Silent,
+    )
+}
+
+/// [`compare_configurations`], telling `progress` how far each run of each search has come.
+pub fn compare_configurations_with(
+    base: &RawServeScenario,
+    hardware: &[String],
+    tensor_parallel: &[u32],
+    slo: &Slo,
+    opts: SearchOptions,
+    target_qps: Option<f64>,
+    progress: &dyn Progress,
+) -> Result<CapacityComparison, CapacityError> {
     if let Some(q) = target_qps
-        && !(q.is_finite() && q > 0.0)
+        && !(q.is_finite() && q > 0.0 && q <= MAX_TARGET_QPS)
     {
         return Err(CapacityError::Setting {
             field: "capacity.target_qps",
-            why: format!("{q} must be a rate above 0 requests/s"),
+            why: format!(
+                "{} must be a rate above 0 and at most {} requests/s",
+                kvplan_vocab::limits::show(q),
+                kvplan_vocab::limits::show(MAX_TARGET_QPS)
+            ),
         });
     }
     let hardware: Vec<String> = match (hardware, &base.hardware) {
@@ -918,7 +1003,11 @@ pub fn compare_configurations(
             let mut raw = base.clone();
             raw.hardware = Some(h.clone());
             raw.serve.tensor_parallel_size = Some(tp);
-            let c = max_qps(&raw, slo, opts)?;
+            let stage = Stage {
+                inner: progress,
+                label: format!("on {} TP {tp}", profile.name),
+            };
+            let c = max_qps_with(&raw, slo, opts, &stage)?;
             let limited_by = c
                 .probes
                 .iter()

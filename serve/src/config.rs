@@ -173,6 +173,10 @@ macro_rules! config_fields {
             swap_copies_per_block: Option<u32> = None,
             /// Keep the per-iteration time series (default true).
             record_timeseries: bool = true,
+            /// Keep one [`crate::RequestRecord`] per request in the report (default true; at
+            /// most [`crate::MAX_RECORDED_REQUESTS`]). Off, the report's `requests` is empty
+            /// and the summary is built as requests finish: memory follows what is in flight.
+            record_requests: bool = true,
             /// Expert parallelism for a mixture of experts (`--enable-expert-parallel`, default
             /// off): each tensor-parallel rank holds `experts / tensor_parallel_size` whole
             /// experts rather than every expert at `1 / tensor_parallel_size` of its width. The
@@ -360,21 +364,21 @@ impl Config {
         check(
             "gpu_memory_utilization",
             u > 0.0 && u <= 1.0,
-            u.to_string(),
+            kvplan_vocab::limits::show(u),
             "in (0, 1]",
         )?;
         let w = self.watermark;
         check(
             "watermark",
             (0.0..1.0).contains(&w),
-            w.to_string(),
+            kvplan_vocab::limits::show(w),
             "in [0, 1)",
         )?;
         let s = self.swap_space_gib;
         check(
             "swap_space_gib",
             s.is_finite() && s >= 0.0,
-            s.to_string(),
+            kvplan_vocab::limits::show(s),
             "a non-negative number",
         )?;
         if v1 && self.preemption != Preemption::Recompute {

@@ -44,7 +44,13 @@ pub mod server;
 pub use config::{Config, Preemption, Resolved, SchedulerKind};
 pub use iteration::{IterationModel, IterationShape, IterationTimer};
 pub use output::{FinishReason, RejectReason, RequestRecord, ServeReport, Status, Summary};
-pub use server::{simulate, simulate_with};
+pub use server::{simulate, simulate_stream, simulate_with};
+
+/// Most requests a run keeps a [`RequestRecord`] of each for ([`Config::record_requests`]): the
+/// outputs that list every request (a per-request CSV, latency CDFs, a measured comparison)
+/// hold them all until the run ends. Without them a run's memory does not grow with its
+/// request count.
+pub const MAX_RECORDED_REQUESTS: u64 = 10_000_000;
 
 /// Serving simulator errors.
 #[derive(Debug, thiserror::Error)]
@@ -93,6 +99,35 @@ pub enum Error {
     BadArrival {
         /// Index of the request.
         index: usize,
+    },
+    /// An allocation the run needs could not be made (a memory limit, or not enough memory).
+    #[error(
+        "out of memory: cannot hold {what} ({bytes} bytes could not be allocated); ask for fewer requests or fewer outputs"
+    )]
+    OutOfMemory {
+        /// What was being held.
+        what: &'static str,
+        /// Bytes asked for.
+        bytes: u64,
+    },
+    /// The latency values of a long run could not be written to or read from their temporary
+    /// file.
+    #[error("cannot keep the latency values in a temporary file: {source}")]
+    Spill {
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// More requests than per-request records may be held for (the outputs that list every
+    /// request need them all at the end).
+    #[error(
+        "requests: {requests} is more than the {max} requests whose records can be kept for per-request outputs (about {gib} GiB); ask for fewer requests or drop the per-request outputs",
+        gib = (*max as f64 * std::mem::size_of::<RequestRecord>() as f64 / (1u64 << 30) as f64).round()
+    )]
+    TooManyRecords {
+        /// Requests in the run.
+        requests: u64,
+        /// The ceiling ([`MAX_RECORDED_REQUESTS`]).
+        max: u64,
     },
     /// The scheduler could make no progress (an engine bug, reported instead of looping).
     #[error("scheduler stalled at {time_s} s with {waiting} waiting and {swapped} swapped")]

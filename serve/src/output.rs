@@ -6,6 +6,7 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
+use crate::Error;
 use crate::config::Resolved;
 use crate::kv_cache::CacheStats;
 
@@ -162,6 +163,10 @@ pub struct Summary {
     pub rejected: u64,
     /// Rejected requests by reason (kebab-case names).
     pub rejected_by_reason: BTreeMap<&'static str, u64>,
+    /// The reasons of [`rejected_by_reason`](Self::rejected_by_reason) in the order the first
+    /// request of each was given (not in the JSON).
+    #[serde(skip)]
+    pub rejected_order: Vec<&'static str>,
     /// Served requests whose generation stopped at `max_model_len` (finish reason `length`).
     pub truncated: u64,
     /// Time of the last event (seconds from 0).
@@ -201,26 +206,172 @@ pub struct Summary {
     pub host_bytes: u64,
 }
 
-impl Summary {
-    pub(crate) fn new(
-        records: &[RequestRecord],
+/// Values of one latency metric, kept for its percentiles: in memory up to [`SPILL_VALUES`],
+/// beyond that written to an unnamed temporary file and read back once, whole, for sorting.
+struct Column {
+    mem: Vec<f64>,
+    file: Option<std::io::BufWriter<std::fs::File>>,
+    spilled: u64,
+    /// Values held in memory before they go to the file.
+    spill_at: usize,
+}
+
+impl Default for Column {
+    fn default() -> Self {
+        Column {
+            mem: Vec::new(),
+            file: None,
+            spilled: 0,
+            spill_at: SPILL_VALUES,
+        }
+    }
+}
+
+/// Values of one metric held in memory before they go to a temporary file (8 MiB).
+pub const SPILL_VALUES: usize = 1 << 20;
+
+fn oom(what: &'static str, values: u64) -> Error {
+    Error::OutOfMemory {
+        what,
+        bytes: values.saturating_mul(8),
+    }
+}
+
+impl Column {
+    fn push(&mut self, x: f64) -> Result<(), Error> {
+        if self.mem.len() == self.spill_at {
+            let f = match &mut self.file {
+                Some(f) => f,
+                None => self.file.insert(std::io::BufWriter::new(
+                    spill_file().map_err(|source| Error::Spill { source })?,
+                )),
+            };
+            for v in &self.mem {
+                f.write_all(&v.to_le_bytes())
+                    .map_err(|source| Error::Spill { source })?;
+            }
+            self.spilled += self.mem.len() as u64;
+            self.mem.clear();
+        }
+        self.mem
+            .try_reserve(1)
+            .map_err(|_| oom("latency values", self.mem.len() as u64 + 1))?;
+        self.mem.push(x);
+        Ok(())
+    }
+
+    /// All values, in the order pushed.
+    fn into_values(self) -> Result<Vec<f64>, Error> {
+        let Some(f) = self.file else {
+            return Ok(self.mem);
+        };
+        let total = self.spilled + self.mem.len() as u64;
+        let mut v: Vec<f64> = Vec::new();
+        usize::try_from(total)
+            .ok()
+            .and_then(|n| v.try_reserve_exact(n).ok())
+            .ok_or_else(|| oom("latency values for percentiles", total))?;
+        let spill = |source| Error::Spill { source };
+        let mut f = f.into_inner().map_err(|e| spill(e.into_error()))?;
+        use std::io::{Read, Seek};
+        f.seek(std::io::SeekFrom::Start(0)).map_err(spill)?;
+        let mut r = std::io::BufReader::new(f);
+        let mut b = [0u8; 8];
+        for _ in 0..self.spilled {
+            r.read_exact(&mut b).map_err(spill)?;
+            v.push(f64::from_le_bytes(b));
+        }
+        v.extend_from_slice(&self.mem);
+        Ok(v)
+    }
+}
+
+/// A new temporary file, already unlinked where the system allows (nothing is left behind when
+/// the process ends, however it ends).
+fn spill_file() -> io::Result<std::fs::File> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir();
+    loop {
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let path = dir.join(format!("kvplan-serve-{}-{n}.tmp", std::process::id()));
+        match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(f) => {
+                let _ = std::fs::remove_file(&path);
+                return Ok(f);
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n < 1 << 20 => continue,
+            Err(e) => {
+                return Err(io::Error::new(e.kind(), format!("{}: {e}", dir.display())));
+            }
+        }
+    }
+}
+
+/// The summary built one request at a time, as requests retire: counts and sums as they come,
+/// the latency values kept for exact percentiles (the same [`Percentiles::of`] over the same
+/// values as a summary of the whole list, so the same bytes).
+#[derive(Default)]
+pub(crate) struct SummaryAcc {
+    requests: u64,
+    finished: u64,
+    rejected_by_reason: BTreeMap<&'static str, u64>,
+    rejected_order: Vec<&'static str>,
+    truncated: u64,
+    out: u64,
+    inp: u64,
+    cached: u64,
+    /// TTFT, TPOT, E2E, queue.
+    cols: [Column; 4],
+}
+
+impl SummaryAcc {
+    /// Counts one request.
+    pub(crate) fn add(&mut self, q: &RequestRecord) -> Result<(), Error> {
+        self.requests += 1;
+        match q.status {
+            Status::Finished => {
+                self.finished += 1;
+                if q.finish_reason == Some(FinishReason::Length) {
+                    self.truncated += 1;
+                }
+                self.out += u64::from(q.output_tokens);
+                self.inp += u64::from(q.prompt_tokens);
+                self.cached += u64::from(q.cached_tokens);
+                for (c, x) in self
+                    .cols
+                    .iter_mut()
+                    .zip([q.ttft_s, q.tpot_s, q.e2e_s, q.queue_s])
+                {
+                    c.push(x)?;
+                }
+            }
+            Status::Rejected(why) => {
+                let n = self.rejected_by_reason.entry(why.as_str()).or_insert(0);
+                if *n == 0 {
+                    self.rejected_order.push(why.as_str());
+                }
+                *n += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// The summary.
+    pub(crate) fn finish(
+        self,
         makespan_s: f64,
         compute_s: f64,
         iterations: u64,
         counters: &Counters,
         cache: CacheStats,
         r: &Resolved,
-    ) -> Self {
-        let done: Vec<&RequestRecord> = records
-            .iter()
-            .filter(|q| q.status == Status::Finished)
-            .collect();
-        let col = |f: fn(&RequestRecord) -> f64| {
-            let mut v: Vec<f64> = done.iter().map(|q| f(q)).collect();
-            Percentiles::of(&mut v)
-        };
-        let out: u64 = done.iter().map(|q| u64::from(q.output_tokens)).sum();
-        let inp: u64 = done.iter().map(|q| u64::from(q.prompt_tokens)).sum();
+    ) -> Result<Summary, Error> {
         let per_s = |x: f64| {
             if makespan_s > 0.0 {
                 x / makespan_s
@@ -228,33 +379,32 @@ impl Summary {
                 0.0
             }
         };
-        let mut rejected_by_reason = BTreeMap::new();
-        for q in records {
-            if let Status::Rejected(why) = q.status {
-                *rejected_by_reason.entry(why.as_str()).or_insert(0) += 1;
-            }
+        let mut p = [Percentiles::default(); 4];
+        for (p, c) in p.iter_mut().zip(self.cols) {
+            // One metric's values at a time.
+            *p = Percentiles::of(&mut c.into_values()?);
         }
-        Summary {
-            requests: records.len() as u64,
-            finished: done.len() as u64,
-            rejected: (records.len() - done.len()) as u64,
-            rejected_by_reason,
-            truncated: done
-                .iter()
-                .filter(|q| q.finish_reason == Some(FinishReason::Length))
-                .count() as u64,
+        let [ttft_s, tpot_s, e2e_s, queue_s] = p;
+        let done = self.finished;
+        Ok(Summary {
+            requests: self.requests,
+            finished: done,
+            rejected: self.requests - done,
+            rejected_by_reason: self.rejected_by_reason,
+            rejected_order: self.rejected_order,
+            truncated: self.truncated,
             makespan_s,
-            output_tokens_per_s: per_s(out as f64),
-            total_tokens_per_s: per_s((out + inp) as f64),
-            requests_per_s: per_s(done.len() as f64),
-            ttft_s: col(|q| q.ttft_s),
-            tpot_s: col(|q| q.tpot_s),
-            e2e_s: col(|q| q.e2e_s),
-            queue_s: col(|q| q.queue_s),
+            output_tokens_per_s: per_s(self.out as f64),
+            total_tokens_per_s: per_s((self.out + self.inp) as f64),
+            requests_per_s: per_s(done as f64),
+            ttft_s,
+            tpot_s,
+            e2e_s,
+            queue_s,
             preemptions: counters.preemptions,
             swap_out_bytes: counters.swap_out_bytes,
             swap_in_bytes: counters.swap_in_bytes,
-            cached_prompt_tokens: done.iter().map(|q| u64::from(q.cached_tokens)).sum(),
+            cached_prompt_tokens: self.cached,
             prefix_cache_hit_rate: if cache.queried_tokens > 0 {
                 cache.hit_tokens as f64 / cache.queried_tokens as f64
             } else {
@@ -264,7 +414,7 @@ impl Summary {
             iterations,
             gpu_blocks: r.gpu_blocks,
             host_bytes: r.host_bytes,
-        }
+        })
     }
 }
 
@@ -397,5 +547,32 @@ impl ServeReport {
             )?;
         }
         writeln!(w, "]}}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Values through a column that spills every 1000 come back in order: the percentiles (and
+    /// their mean, summed in sorted order) are those of the values held in memory.
+    #[test]
+    fn a_spilled_column_gives_the_same_percentiles() {
+        let values: Vec<f64> = (0..10_500u64)
+            .map(|i| ((i * 7919) % 10_007) as f64 * 1e-3 + 1.0 / (i + 1) as f64)
+            .collect();
+        let mut c = Column {
+            spill_at: 1000,
+            ..Column::default()
+        };
+        for &x in &values {
+            c.push(x).unwrap();
+        }
+        assert_eq!(c.spilled, 10_000);
+        let back = c.into_values().unwrap();
+        assert_eq!(back, values);
+        let mut a = back;
+        let mut b = values;
+        assert_eq!(Percentiles::of(&mut a), Percentiles::of(&mut b));
     }
 }

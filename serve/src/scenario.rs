@@ -20,8 +20,9 @@
 
 use std::path::PathBuf;
 
+use kvplan_vocab::Progress;
 use kvplan_vocab::{HardwareProfile, KvCacheDtype, ModelSpec, Quantization};
-use kvplan_workloads::{Request, WorkloadConfig, WorkloadSpec, generate};
+use kvplan_workloads::{Request, RequestStream, WorkloadConfig, WorkloadSpec, generate};
 use serde::{Deserialize, Serialize};
 
 use crate::{Config, Preemption, Resolved, SchedulerKind, ServeReport};
@@ -243,6 +244,16 @@ impl RawServeScenario {
         let workload = w.validate()?;
         let config = self.serve.to_config();
         let resolved = config.validate(&model, &hardware)?;
+        let tp = self.serve.tensor_parallel_size.unwrap_or(1);
+        let mut notes = swap_space_notes(&config, &hardware, tp)?;
+        if config.preemption != Preemption::Recompute && resolved.host_bytes < resolved.block_bytes
+        {
+            notes.push(Note::NoSwapSpace {
+                preemption: config.preemption,
+                host_bytes: resolved.host_bytes,
+                block_bytes: resolved.block_bytes,
+            });
+        }
         let model = config.apply(&model);
         Ok(ServeScenario {
             model,
@@ -251,6 +262,7 @@ impl RawServeScenario {
             seed: w.seed(),
             config,
             resolved,
+            notes,
         })
     }
 }
@@ -270,6 +282,86 @@ pub struct ServeScenario {
     pub config: Config,
     /// The settings checked, with the block budget.
     pub resolved: Resolved,
+    /// Settings that have no effect or are close to a limit, for the front end to show.
+    pub notes: Vec<Note>,
+}
+
+/// Fraction of host RAM (all tensor-parallel GPUs' swap space together) above which vLLM
+/// refuses the swap space: `CacheConfig.verify_with_parallel_config` raises "Too large swap
+/// space" (`vllm/config.py` in the 0.4 series, `vllm/config/cache.py` since; the same rule).
+pub const SWAP_SPACE_MAX_FRACTION: f64 = 0.7;
+
+/// Fraction of host RAM above which vLLM warns "Possibly too large swap space".
+pub const SWAP_SPACE_WARN_FRACTION: f64 = 0.4;
+
+/// A setting that has no effect, or is near a limit: not an error, said beside the result.
+/// Each names its scenario field in backquotes (`` `serve.swap_space_gib` ``), so a front end
+/// can name its own option instead.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Note {
+    /// Swap or hybrid preemption with less swap space than one KV block: nothing can be
+    /// swapped, so every preemption recomputes.
+    #[error(
+        "`serve.swap_space_gib` leaves {host_bytes} bytes of swap space, less than one KV block ({block_bytes} bytes): `serve.preemption` {} cannot swap, so every preemption recomputes",
+        preemption.as_str()
+    )]
+    NoSwapSpace {
+        /// The preemption mode asked for.
+        preemption: Preemption,
+        /// Swap space, bytes.
+        host_bytes: u64,
+        /// One KV block, bytes.
+        block_bytes: u64,
+    },
+    /// A swap space above [`SWAP_SPACE_WARN_FRACTION`] of host RAM (vLLM's warning).
+    #[error(
+        "`serve.swap_space_gib` {gib} GiB per GPU on {tp} tensor-parallel GPU(s) is {:.0}% of the host's {ram_gib} GiB of RAM (vLLM warns above 40% and refuses above 70%)",
+        100.0 * gib * f64::from(*tp) / ram_gib
+    )]
+    LargeSwapSpace {
+        /// Swap space per GPU, GiB.
+        gib: f64,
+        /// Tensor-parallel GPUs.
+        tp: u32,
+        /// Host RAM, GiB.
+        ram_gib: f64,
+    },
+}
+
+/// vLLM's check of the swap space against host RAM: an error above
+/// [`SWAP_SPACE_MAX_FRACTION`], a note above [`SWAP_SPACE_WARN_FRACTION`].
+fn swap_space_notes(
+    config: &Config,
+    hardware: &HardwareProfile,
+    tp: u32,
+) -> Result<Vec<Note>, crate::Error> {
+    let gib = (1u64 << 30) as f64;
+    let ram = hardware.host.ram_bytes as f64;
+    let usage = config.swap_space_gib * gib * f64::from(tp);
+    let show = kvplan_vocab::limits::show;
+    if usage > SWAP_SPACE_MAX_FRACTION * ram {
+        return Err(crate::Error::InvalidConfig {
+            field: "swap_space_gib",
+            value: show(config.swap_space_gib),
+            expect: format!(
+                "at most {} GiB per GPU: vLLM refuses a swap space above 70% of host RAM ({} GiB on {}, {tp} tensor-parallel GPU(s))",
+                show((SWAP_SPACE_MAX_FRACTION * ram / f64::from(tp) / gib * 100.0).floor() / 100.0),
+                show(ram / gib),
+                hardware.name,
+            )
+            .into(),
+        });
+    }
+    Ok(if usage > SWAP_SPACE_WARN_FRACTION * ram {
+        vec![Note::LargeSwapSpace {
+            gib: config.swap_space_gib,
+            tp,
+            ram_gib: ram / gib,
+        }]
+    } else {
+        Vec::new()
+    })
 }
 
 impl ServeScenario {
@@ -288,9 +380,29 @@ impl ServeScenario {
         generate(&self.workload, self.seed)
     }
 
+    /// The requests as a stream drawn while they are served (the same requests as
+    /// [`requests`](Self::requests)).
+    pub fn request_stream(&self) -> Result<RequestStream, kvplan_workloads::Error> {
+        kvplan_workloads::stream_requests(&self.workload, self.seed)
+    }
+
     /// Serves `requests` (from [`requests`](Self::requests)).
     pub fn run(&self, requests: &[Request]) -> Result<ServeReport, crate::Error> {
         crate::simulate(&self.model, &self.hardware, &self.config, requests)
+    }
+
+    /// Serves a stream of requests (from [`request_stream`](Self::request_stream), or a
+    /// measured run's held in memory), telling `progress` how many have been served. The same
+    /// report as [`run`](Self::run) on the same requests; without
+    /// [`Config::record_requests`] memory follows the requests in flight.
+    pub fn run_stream(
+        &self,
+        requests: RequestStream,
+        progress: &dyn Progress,
+    ) -> Result<ServeReport, crate::Error> {
+        let (timer, resolved) = crate::server::prepare(&self.model, &self.hardware, &self.config)?;
+        let frontend_s = self.hardware.serving.frontend_us * 1e-6;
+        crate::simulate_stream(timer, resolved, frontend_s, requests, progress)
     }
 }
 

@@ -16,14 +16,14 @@
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 
-use kvplan_vocab::{CostModel, HardwareProfile, ModelSpec};
-use kvplan_workloads::Request;
+use kvplan_vocab::{CostModel, HardwareProfile, ModelSpec, Progress, Silent};
+use kvplan_workloads::{Request, RequestStream};
 
 use crate::Error;
 use crate::config::{Config, Preemption, Resolved};
 use crate::iteration::{EngineCosts, IterationTimer};
-use crate::output::{IterationRecord, RequestRecord, ServeReport, Status, Summary};
-use crate::sched::{Place, Policy, State, Step, v0, v1};
+use crate::output::{IterationRecord, RequestRecord, ServeReport, Status, SummaryAcc};
+use crate::sched::{Place, Policy, State, Step, Window, v0, v1};
 
 /// The policy of a scheduler kind.
 fn policy(kind: crate::SchedulerKind) -> Box<dyn Policy> {
@@ -42,6 +42,16 @@ pub fn simulate(
     config: &Config,
     requests: &[Request],
 ) -> Result<ServeReport, Error> {
+    let (timer, resolved) = prepare(model, hw, config)?;
+    simulate_with(timer, resolved, hw.serving.frontend_us * 1e-6, requests)
+}
+
+/// The iteration timer and resolved settings of `config` for `model` on `hw`.
+pub(crate) fn prepare(
+    model: &ModelSpec,
+    hw: &HardwareProfile,
+    config: &Config,
+) -> Result<(IterationTimer, Resolved), Error> {
     let resolved = config.validate(model, hw)?;
     let model = &config.apply(model);
     let cost = match config.implementation {
@@ -60,7 +70,7 @@ pub fn simulate(
         full_graph_max_seqs: resolved.max_num_seqs,
         serving: hw.serving.clone(),
     });
-    simulate_with(timer, resolved, hw.serving.frontend_us * 1e-6, requests)
+    Ok((timer, resolved))
 }
 
 /// [`simulate`] with a prepared timer, resolved settings and the frontend latency (seconds
@@ -71,6 +81,59 @@ pub fn simulate_with(
     frontend_s: f64,
     requests: &[Request],
 ) -> Result<ServeReport, Error> {
+    check_arrivals(requests)?;
+    let closed = ClosedLoop::of(requests);
+    run_engine(
+        timer,
+        resolved,
+        frontend_s,
+        requests.iter().cloned(),
+        requests.len() as u64,
+        closed,
+        &Silent,
+    )
+}
+
+/// [`simulate_with`] on a stream of requests drawn as the engine takes them: memory follows
+/// the requests in flight (and the records [`Config::record_requests`] keeps), not the
+/// request count. `progress` hears how many requests have been served. A closed-loop stream
+/// (some request follows another) holds its requests already and runs as [`simulate_with`].
+pub fn simulate_stream(
+    timer: IterationTimer,
+    resolved: Resolved,
+    frontend_s: f64,
+    requests: RequestStream,
+    progress: &dyn Progress,
+) -> Result<ServeReport, Error> {
+    let n = requests.len();
+    if resolved.config.record_requests && n > crate::MAX_RECORDED_REQUESTS {
+        return Err(Error::TooManyRecords {
+            requests: n,
+            max: crate::MAX_RECORDED_REQUESTS,
+        });
+    }
+    if requests.closed_loop() {
+        let held = match requests.into_held() {
+            Ok(v) => v,
+            Err(_) => unreachable!("a closed-loop stream holds its requests"),
+        };
+        check_arrivals(&held)?;
+        let closed = ClosedLoop::of(&held);
+        return run_engine(
+            timer,
+            resolved,
+            frontend_s,
+            held.into_iter(),
+            n,
+            closed,
+            progress,
+        );
+    }
+    run_engine(timer, resolved, frontend_s, requests, n, None, progress)
+}
+
+/// Requests sorted by arrival, arrivals finite and non-negative.
+fn check_arrivals(requests: &[Request]) -> Result<(), Error> {
     for (i, w) in requests.windows(2).enumerate() {
         if w[1].arrival_s.total_cmp(&w[0].arrival_s) == Ordering::Less {
             return Err(Error::UnsortedRequests { index: i + 1 });
@@ -82,22 +145,73 @@ pub fn simulate_with(
     {
         return Err(Error::BadArrival { index: i });
     }
-    let mut st = State::new(&resolved, requests);
+    Ok(())
+}
+
+/// Closed-loop bookkeeping, for inputs where some request follows another.
+struct ClosedLoop {
+    /// Request id to index.
+    index_of: std::collections::HashMap<u64, usize>,
+    /// Requests waiting for each request to end.
+    followers: Vec<Vec<usize>>,
+    /// When each request ended: finished or rejected (NaN: not yet).
+    ended: Vec<f64>,
+}
+
+impl ClosedLoop {
+    fn of(requests: &[Request]) -> Option<ClosedLoop> {
+        requests
+            .iter()
+            .any(|r| r.follows.is_some())
+            .then(|| ClosedLoop {
+                index_of: requests
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| (r.id, i))
+                    .collect(),
+                followers: vec![Vec::new(); requests.len()],
+                ended: vec![f64::NAN; requests.len()],
+            })
+    }
+}
+
+/// Requests served between two progress reports.
+const PROGRESS_EVERY: u64 = 4096;
+
+fn run_engine<I: Iterator<Item = Request>>(
+    timer: IterationTimer,
+    resolved: Resolved,
+    frontend_s: f64,
+    input: I,
+    total: u64,
+    closed: Option<ClosedLoop>,
+    progress: &dyn Progress,
+) -> Result<ServeReport, Error> {
+    let mut st = State::new(&resolved);
     if resolved.config.preemption == Preemption::Hybrid {
         st.hybrid = Some(timer.clone());
         st.act_block_bytes = u64::from(resolved.config.block_size)
             * timer.model().act_bytes_per_token_layer()
             * u64::from(timer.model().num_layers);
     }
-    let closed_loop = requests.iter().any(|r| r.follows.is_some());
-    let index_of: std::collections::HashMap<u64, usize> = if closed_loop {
-        requests
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (r.id, i))
-            .collect()
+    let records = if resolved.config.record_requests {
+        let mut v = Vec::new();
+        // Held to the end: reserved whole, so the run fails now rather than after hours.
+        usize::try_from(total)
+            .ok()
+            .and_then(|n| v.try_reserve_exact(n).ok())
+            .ok_or(Error::OutOfMemory {
+                what: "one record per request",
+                bytes: total.saturating_mul(std::mem::size_of::<RequestRecord>() as u64),
+            })?;
+        Some(v)
     } else {
-        Default::default()
+        None
+    };
+    progress.start(total, "requests served");
+    let (index_of, followers, ended) = match closed {
+        Some(c) => (c.index_of, c.followers, c.ended),
+        None => Default::default(),
     };
     let mut e = Server {
         timer,
@@ -107,16 +221,23 @@ pub fn simulate_with(
         series: Vec::new(),
         compute_s: 0.0,
         iterations: 0,
-        next_arrival: 0,
+        input,
+        peeked: None,
+        last_arrival: 0.0,
         now: 0.0,
-        sent: requests.iter().map(|r| r.arrival_s).collect(),
+        sent: Window::default(),
         index_of,
-        followers: vec![Vec::new(); if closed_loop { requests.len() } else { 0 }],
+        followers,
         released: BinaryHeap::new(),
-        ended: vec![f64::NAN; if closed_loop { requests.len() } else { 0 }],
+        ended,
+        acc: SummaryAcc::default(),
+        records,
+        retired: 0,
+        progress,
     };
+    e.pull()?;
     e.run()?;
-    Ok(e.finish())
+    e.finish()
 }
 
 struct InFlight {
@@ -148,7 +269,7 @@ impl Ord for Release {
     }
 }
 
-struct Server<'a> {
+struct Server<'a, I> {
     timer: IterationTimer,
     policy: Box<dyn Policy>,
     st: State<'a>,
@@ -156,11 +277,17 @@ struct Server<'a> {
     series: Vec<IterationRecord>,
     compute_s: f64,
     iterations: u64,
-    next_arrival: usize,
+    /// The requests not yet taken.
+    input: I,
+    /// The next request of the input, drawn ahead to know when it arrives.
+    peeked: Option<Request>,
+    /// The latest arrival drawn.
+    last_arrival: f64,
     /// The host thread's clock.
     now: f64,
-    /// When each request was sent (its arrival, or a closed-loop follower's release).
-    sent: Vec<f64>,
+    /// When each request in the engine's window was sent (its arrival, or a closed-loop
+    /// follower's release).
+    sent: Window<f64>,
     /// Request id to index (closed loop only).
     index_of: std::collections::HashMap<u64, usize>,
     /// Requests waiting for each request to end (closed loop only).
@@ -169,18 +296,40 @@ struct Server<'a> {
     released: BinaryHeap<Release>,
     /// When each request ended: finished or rejected (closed loop only; NaN: not yet).
     ended: Vec<f64>,
+    /// The summary, built as requests retire.
+    acc: SummaryAcc,
+    /// One record per request, in input order (when kept).
+    records: Option<Vec<RequestRecord>>,
+    /// Requests retired.
+    retired: u64,
+    progress: &'a dyn Progress,
 }
 
-impl Server<'_> {
-    /// When request `i` (not a waiting follower) reaches the engine.
-    fn engine_arrival(&self, i: usize) -> f64 {
-        self.st.reqs[i].arrival_s + self.frontend_s
+impl<I: Iterator<Item = Request>> Server<'_, I> {
+    /// Draws the next request of the input into `peeked`, checking its arrival time.
+    fn pull(&mut self) -> Result<(), Error> {
+        self.peeked = self.input.next();
+        if let Some(q) = &self.peeked {
+            let index = self.st.reqs.end();
+            if !q.arrival_s.is_finite() || q.arrival_s < 0.0 {
+                return Err(Error::BadArrival { index });
+            }
+            if index > 0 && q.arrival_s.total_cmp(&self.last_arrival) == Ordering::Less {
+                return Err(Error::UnsortedRequests { index });
+            }
+            self.last_arrival = q.arrival_s;
+        }
+        Ok(())
+    }
+
+    /// When the next request of the input (not a waiting follower) reaches the engine.
+    fn engine_arrival(&self) -> Option<f64> {
+        self.peeked.as_ref().map(|q| q.arrival_s + self.frontend_s)
     }
 
     /// The next time something reaches the engine, if anything will.
     fn next_event(&self) -> Option<f64> {
-        let stream = (self.next_arrival < self.st.reqs.len())
-            .then(|| self.engine_arrival(self.next_arrival));
+        let stream = self.engine_arrival();
         let released = self.released.peek().map(|r| r.time);
         match (stream, released) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -190,11 +339,9 @@ impl Server<'_> {
 
     /// Moves every request that has reached the engine by now into the waiting queue (or
     /// rejects it). A closed-loop follower whose predecessor has not ended waits for it.
-    fn take_arrivals(&mut self) {
+    fn take_arrivals(&mut self) -> Result<(), Error> {
         loop {
-            let stream = (self.next_arrival < self.st.reqs.len())
-                .then(|| self.engine_arrival(self.next_arrival))
-                .filter(|&t| t <= self.now);
+            let stream = self.engine_arrival().filter(|&t| t <= self.now);
             let released = self
                 .released
                 .peek()
@@ -204,9 +351,10 @@ impl Server<'_> {
                 (None, None) => break,
                 (Some(a), Some(b)) if b < a => self.admit_released(),
                 (None, Some(_)) => self.admit_released(),
-                (Some(_), _) => self.take_from_stream(),
+                (Some(_), _) => self.take_from_stream()?,
             }
         }
+        Ok(())
     }
 
     /// Admits the earliest released follower.
@@ -216,16 +364,23 @@ impl Server<'_> {
     }
 
     /// The next request of the arrival stream: admitted, or (a follower) released later.
-    fn take_from_stream(&mut self) {
-        let i = self.next_arrival;
-        self.next_arrival += 1;
+    fn take_from_stream(&mut self) -> Result<(), Error> {
+        let q = self.peeked.take().expect("a request drawn");
+        let i = self.st.reqs.end();
+        let oom = |_| Error::OutOfMemory {
+            what: "the requests in flight",
+            bytes: std::mem::size_of::<Request>() as u64,
+        };
+        self.sent.push(q.arrival_s).map_err(oom)?;
+        self.st.push(q).map_err(oom)?;
+        self.pull()?;
         if let Some(f) = self.st.reqs[i].follows
             && let Some(&p) = self.index_of.get(&f.request)
             && p != i
         {
             if self.ended[p].is_nan() {
                 self.followers[p].push(i);
-                return;
+                return Ok(());
             }
             let t = (self.ended[p] + f.think_s).max(self.st.reqs[i].arrival_s);
             self.sent[i] = t;
@@ -234,10 +389,11 @@ impl Server<'_> {
                     time: t + self.frontend_s,
                     index: i,
                 });
-                return;
+                return Ok(());
             }
         }
         self.admit(i);
+        Ok(())
     }
 
     fn admit(&mut self, i: usize) {
@@ -271,7 +427,8 @@ impl Server<'_> {
         let mut spare: Vec<Step> = Vec::new();
         let mut gpu_free = 0.0f64;
         loop {
-            self.take_arrivals();
+            self.take_arrivals()?;
+            self.retire()?;
             if self.st.has_work() {
                 let mut step = spare.pop().unwrap_or_default();
                 step.clear();
@@ -288,7 +445,7 @@ impl Server<'_> {
                     self.compute_s += t.compute_s;
                     self.iterations += 1;
                     if self.st.r.config.record_timeseries {
-                        self.record(&step, start, end - start);
+                        self.record(&step, start, end - start)?;
                     }
                     inflight.push_back(InFlight {
                         step,
@@ -316,6 +473,7 @@ impl Server<'_> {
                         }
                     }
                     spare.push(f.step);
+                    self.retire()?;
                 }
                 None if self.st.has_work() => {
                     return Err(Error::Stalled {
@@ -333,7 +491,11 @@ impl Server<'_> {
         Ok(())
     }
 
-    fn record(&mut self, step: &Step, start: f64, duration: f64) {
+    fn record(&mut self, step: &Step, start: f64, duration: f64) -> Result<(), Error> {
+        self.series.try_reserve(1).map_err(|_| Error::OutOfMemory {
+            what: "the per-step time series",
+            bytes: ((self.series.len() + 1) * std::mem::size_of::<IterationRecord>()) as u64,
+        })?;
         let mut read = 0u64;
         let mut written = 0u64;
         for &(q, kv) in &step.shape.seqs {
@@ -354,62 +516,88 @@ impl Server<'_> {
             kv_bytes_read: read * kv_token_bytes,
             kv_bytes_written: written * kv_token_bytes,
         });
+        Ok(())
     }
 
-    fn finish(self) -> ServeReport {
-        let st = self.st;
-        let mut records = Vec::with_capacity(st.seqs.len());
-        for (i, (s, q)) in st.seqs.iter().zip(st.reqs).enumerate() {
-            let status = st.status[i];
-            let done = status == Status::Finished && s.place == Place::Done;
-            let nan = f64::NAN;
-            let sent = self.sent[i];
-            let (queue, ttft, e2e) = if done {
-                (
-                    s.first_sched - (sent + self.frontend_s),
-                    s.first_token - sent,
-                    s.finish - sent,
-                )
-            } else {
-                (nan, nan, nan)
-            };
-            let tpot = if done && s.generated > 1 {
-                (s.finish - s.first_token) / f64::from(s.generated - 1)
-            } else if done {
-                0.0
-            } else {
-                nan
-            };
-            records.push(RequestRecord {
-                id: q.id,
-                arrival_s: sent,
-                prompt_tokens: q.prompt_tokens,
-                output_tokens: if done { s.generated } else { q.output_tokens },
-                status,
-                finish_reason: done.then_some(s.finish_reason),
-                cached_tokens: s.cached_tokens.unwrap_or(0),
-                queue_s: queue,
-                ttft_s: ttft,
-                tpot_s: tpot,
-                e2e_s: e2e,
-                preemptions: s.preemptions,
-                swapped_tokens: s.swapped_tokens,
-                recomputed_tokens: s.recomputed_tokens,
-            });
+    /// Retires the oldest requests while they are done: their records to the summary (and
+    /// the kept records), their state dropped.
+    fn retire(&mut self) -> Result<(), Error> {
+        while let Some((q, s, status)) = self.st.retire() {
+            self.emit(q, s, status)?;
         }
-        let summary = Summary::new(
-            &records,
+        Ok(())
+    }
+
+    fn emit(&mut self, q: Request, s: crate::sched::Seq, status: Status) -> Result<(), Error> {
+        let sent = self.sent.pop_front().expect("a send time per request");
+        let done = status == Status::Finished && s.place == Place::Done;
+        let nan = f64::NAN;
+        let (queue, ttft, e2e) = if done {
+            (
+                s.first_sched - (sent + self.frontend_s),
+                s.first_token - sent,
+                s.finish - sent,
+            )
+        } else {
+            (nan, nan, nan)
+        };
+        let tpot = if done && s.generated > 1 {
+            (s.finish - s.first_token) / f64::from(s.generated - 1)
+        } else if done {
+            0.0
+        } else {
+            nan
+        };
+        let record = RequestRecord {
+            id: q.id,
+            arrival_s: sent,
+            prompt_tokens: q.prompt_tokens,
+            output_tokens: if done { s.generated } else { q.output_tokens },
+            status,
+            finish_reason: done.then_some(s.finish_reason),
+            cached_tokens: s.cached_tokens.unwrap_or(0),
+            queue_s: queue,
+            ttft_s: ttft,
+            tpot_s: tpot,
+            e2e_s: e2e,
+            preemptions: s.preemptions,
+            swapped_tokens: s.swapped_tokens,
+            recomputed_tokens: s.recomputed_tokens,
+        };
+        self.acc.add(&record)?;
+        if let Some(v) = &mut self.records {
+            v.try_reserve(1).map_err(|_| Error::OutOfMemory {
+                what: "one record per request",
+                bytes: std::mem::size_of::<RequestRecord>() as u64,
+            })?;
+            v.push(record);
+        }
+        self.retired += 1;
+        if self.retired.is_multiple_of(PROGRESS_EVERY) {
+            self.progress.set(self.retired);
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<ServeReport, Error> {
+        // Anything left (nothing, after a run that ends normally) in input order.
+        while let Some((q, s, status)) = self.st.retire_any() {
+            self.emit(q, s, status)?;
+        }
+        self.progress.set(self.retired);
+        let st = self.st;
+        let summary = self.acc.finish(
             self.now,
             self.compute_s,
             self.iterations,
             &st.counters,
             st.kv.stats(),
             st.r,
-        );
-        ServeReport {
-            requests: records,
+        )?;
+        Ok(ServeReport {
+            requests: self.records.unwrap_or_default(),
             summary,
             iterations: self.series,
-        }
+        })
     }
 }

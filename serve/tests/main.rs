@@ -6,4 +6,5 @@ mod host;
 mod quant;
 mod real_vllm;
 mod serve;
+mod stream;
 mod v1;

@@ -71,6 +71,20 @@ pub struct CapacityArgs {
 /// `kvplan capacity`.
 pub fn capacity(args: &CapacityArgs) -> Result<String, CliError> {
     if args.slo.slo.is_some() {
+        crate::messages::note_ignored(
+            &[
+                "--strategy",
+                "--batch",
+                "--chunk",
+                "--heads-per-group",
+                "--host-ram",
+                "--runtime-reserve",
+                "--dtype",
+            ],
+            "--slo",
+            "the search serves the workload on vLLM's engine, which forms its own batches; \
+             these options size the longest context, without --slo",
+        );
         return slo_capacity(&args.target, &args.slo, args.output.format);
     }
     args.slo.refuse_without_slo()?;

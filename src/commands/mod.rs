@@ -170,7 +170,7 @@ impl RunArgs {
             {
                 continue;
             }
-            eprintln!("note: {}", crate::messages::note(note));
+            crate::messages::hold_note(crate::messages::note(note));
         }
         Ok(scenario)
     }

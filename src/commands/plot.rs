@@ -52,7 +52,7 @@ pub fn plot(args: &PlotArgs) -> Result<String, CliError> {
 /// on stderr.
 pub fn noted(plot: TablePlot) -> String {
     if let Some(note) = plot.note {
-        eprintln!("note: {note}");
+        crate::messages::hold_note(note.to_string());
     }
     plot.svg
 }

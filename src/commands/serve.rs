@@ -12,8 +12,6 @@ use kvplan_report as report;
 use kvplan_serve::scenario::{RawConfig, RawServeScenario};
 use kvplan_serve::{Preemption, SchedulerKind};
 use kvplan_vocab::{KvCacheDtype, Quantization};
-use std::io::IsTerminal;
-use std::time::Duration;
 
 /// `--help`'s long text (`src/help/serve.txt`).
 pub const SERVE_LONG: &str = include_str!("../help/serve.txt").trim_ascii_end();
@@ -175,6 +173,14 @@ impl ServeArgs {
                         || self.trace_json.is_some()
                         || self.plot.is_some(),
                 ),
+                // So do the per-request records: without an output that lists every request,
+                // memory follows the requests in flight.
+                record_requests: Some(
+                    self.requests_csv.is_some()
+                        || self.plot_cdf.is_some()
+                        || self.compare_to.is_some()
+                        || matches!(self.output.format, Format::Csv),
+                ),
                 ..RawConfig::default()
             },
         }
@@ -189,9 +195,6 @@ fn on_off(on: bool, off: bool) -> Option<bool> {
         _ => None,
     }
 }
-
-/// Runs longer than this many requests show a spinner when stderr is a terminal.
-const PROGRESS_REQUESTS: usize = 20_000;
 
 pub(crate) fn read_scenario(path: &Path) -> Result<RawServeScenario, CliError> {
     Ok(kvplan_run::RawScenario::read_serve(path)?)
@@ -216,17 +219,15 @@ pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
         Ok(None) => None,
     };
     let sc = kvplan_run::RawScenario::Serve(Box::new(raw)).resolve()?;
-    let work = sc.prepare(measured.as_ref().map(|run| run.to_requests()))?;
-    let bar = (work.requests() > PROGRESS_REQUESTS && std::io::stderr().is_terminal()).then(|| {
-        let bar = indicatif::ProgressBar::new_spinner();
-        bar.set_message(format!("serving {} requests", work.requests()));
-        bar.enable_steady_tick(Duration::from_millis(120));
-        bar
-    });
-    let out = work.run();
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
+    if let kvplan_run::Scenario::Serve(s) = &sc {
+        for n in &s.notes {
+            crate::messages::hold_note(crate::messages::flags_in_text(&n.to_string()));
+        }
     }
+    let work = sc.prepare(measured.as_ref().map(|run| run.to_requests()))?;
+    let bar = crate::progress::bar();
+    let out = work.run_with(bar.as_ref());
+    drop(bar);
     let (kvplan_run::Scenario::Serve(sc), kvplan_run::Report::Serve(out)) = (&sc, out?) else {
         unreachable!("a serving scenario gives a serving report")
     };

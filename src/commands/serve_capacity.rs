@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use kvplan_serve::capacity::{
-    CapacityError, SearchOptions, Slo, compare_configurations, configurations, search_base,
+    CapacityError, SearchOptions, Slo, compare_configurations_with, configurations, search_base,
 };
 use kvplan_serve::scenario::RawServeScenario;
 
@@ -151,8 +151,18 @@ pub fn slo_capacity(
         ..SearchOptions::default()
     };
     let base = search_base(base);
-    let cmp = compare_configurations(&base, &hardware, &tps, &slo, opts, slo_args.target_qps)
-        .map_err(capacity_error)?;
+    let bar = crate::progress::bar();
+    let cmp = compare_configurations_with(
+        &base,
+        &hardware,
+        &tps,
+        &slo,
+        opts,
+        slo_args.target_qps,
+        bar.as_ref(),
+    )
+    .map_err(capacity_error)?;
+    drop(bar);
     let requests = base.workload.requests.unwrap_or(0);
     let target = slo_args.target_qps;
     Ok(kvplan_report::serve::capacity(

@@ -23,11 +23,13 @@ pub struct Row {
 }
 
 /// One point's scenario table run through the scenario layer, as the single-run command runs
-/// it; a sweep keeps the summary only (no per-iteration series of a serving run).
+/// it; a sweep keeps the summary only (no per-iteration series or per-request records of a
+/// serving run).
 fn run_table(table: Table, kind: kvplan_run::RunKind) -> Result<Vec<Metric>, String> {
     let mut raw = RawScenario::from_table(table, kind).map_err(|e| e.to_string())?;
     if let RawScenario::Serve(r) = &mut raw {
         r.serve.record_timeseries = Some(false);
+        r.serve.record_requests = Some(false);
     }
     let sc = raw.resolve().map_err(|e| e.to_string())?;
     Ok(kvplan_run::run(&sc).map_err(|e| e.to_string())?.metrics())

@@ -199,6 +199,25 @@ pub(crate) fn one_line(message: &str) -> String {
         .join(" ")
 }
 
+/// Why `path`, which exists, cannot be read as the `field` (`model`, `hardware`) it was given
+/// for: a directory, or something that is not a regular file (`/dev/null`, a FIFO, a socket);
+/// `what` says what is expected. `None` when it does not exist or is a file.
+pub(crate) fn not_a_file(path: &std::path::Path, field: &str, what: &str) -> Option<Error> {
+    let meta = std::fs::metadata(path).ok()?;
+    let kind = if meta.is_dir() {
+        "a directory"
+    } else if meta.is_file() {
+        return None;
+    } else {
+        "not a regular file"
+    };
+    Some(Error::invalid(
+        field,
+        path.display(),
+        format!("{kind}; expected {what}"),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -673,6 +673,11 @@ impl HardwareProfile {
         if path.is_file() {
             return Self::from_file(path);
         }
+        if let Some(e) =
+            crate::error::not_a_file(path, "hardware", "a hardware profile (a TOML file)")
+        {
+            return Err(e);
+        }
         if looks_like_path {
             return Err(Error::Io {
                 path: path.to_path_buf(),

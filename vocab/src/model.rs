@@ -413,6 +413,13 @@ impl ModelSpec {
         if path.is_dir() {
             return Self::from_model_dir(path);
         }
+        if let Some(e) = crate::error::not_a_file(
+            path,
+            "model",
+            "a model (a config.json or a folder holding one)",
+        ) {
+            return Err(e);
+        }
         // A Hugging Face model id (`meta-llama/Llama-2-13b-chat-hf`) of a variant of a preset.
         if let Some(preset) = Self::preset_for_hf_id(name_or_path) {
             return Self::preset(preset);

@@ -319,81 +319,222 @@ impl Workload {
     pub fn generate(&self, seed: u64) -> Vec<Request> {
         match &self.plan {
             Plan::Replay(r) => r.clone(),
+            Plan::Synthetic { .. } | Plan::SharedPrefix { .. } => {
+                let mut draw = Draw::new(&self.plan, seed);
+                std::iter::from_fn(|| draw.next(&self.plan)).collect()
+            }
+            Plan::Conversation { .. } => {
+                conversations_of(&self.plan, seed).expect("a conversation workload fits in memory")
+            }
+        }
+    }
+
+    /// The requests for `seed`, drawn one at a time as they are consumed: the same requests, in
+    /// the same order, as [`generate`](Self::generate). Synthetic and shared-prefix workloads
+    /// hold only their distributions (memory does not grow with the request count); a replayed
+    /// trace is the trace read, and conversations are drawn whole first (their turns are sorted
+    /// by arrival), with an error rather than an abort when they do not fit in memory.
+    pub fn into_stream(self, seed: u64) -> Result<RequestStream> {
+        let draw = match &self.plan {
+            Plan::Synthetic { .. } | Plan::SharedPrefix { .. } => Draw::new(&self.plan, seed),
+            Plan::Replay(_) => {
+                let Plan::Replay(r) = self.plan else {
+                    unreachable!()
+                };
+                return Ok(RequestStream::held(r));
+            }
+            Plan::Conversation { .. } => {
+                return Ok(RequestStream::held(conversations_of(&self.plan, seed)?));
+            }
+        };
+        let len = match &self.plan {
+            Plan::Synthetic { requests, .. } | Plan::SharedPrefix { requests, .. } => *requests,
+            _ => 0,
+        };
+        Ok(RequestStream {
+            len,
+            closed_loop: false,
+            source: Source::Drawn {
+                plan: Box::new(self.plan),
+                draw: Box::new(draw),
+            },
+        })
+    }
+}
+
+/// A workload's requests in arrival order, drawn as they are consumed
+/// ([`Workload::into_stream`], [`stream`]).
+pub struct RequestStream {
+    len: u64,
+    closed_loop: bool,
+    source: Source,
+}
+
+enum Source {
+    Drawn { plan: Box<Plan>, draw: Box<Draw> },
+    Held(std::vec::IntoIter<Request>),
+}
+
+impl RequestStream {
+    /// A stream over requests already in memory (sorted by arrival).
+    pub fn held(requests: Vec<Request>) -> RequestStream {
+        RequestStream {
+            len: requests.len() as u64,
+            closed_loop: requests.iter().any(|r| r.follows.is_some()),
+            source: Source::Held(requests.into_iter()),
+        }
+    }
+
+    /// How many requests the stream gives in all.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether it gives none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether some request [follows](Request::follows) another (then the stream holds its
+    /// requests: [`into_held`](Self::into_held) gives them without a copy).
+    pub fn closed_loop(&self) -> bool {
+        self.closed_loop
+    }
+
+    /// The requests not yet drawn, when the stream holds them in memory; otherwise the stream.
+    pub fn into_held(self) -> std::result::Result<Vec<Request>, RequestStream> {
+        match self.source {
+            Source::Held(it) => Ok(it.collect()),
+            source => Err(RequestStream { source, ..self }),
+        }
+    }
+}
+
+impl Iterator for RequestStream {
+    type Item = Request;
+
+    fn next(&mut self) -> Option<Request> {
+        match &mut self.source {
+            Source::Drawn { plan, draw } => draw.next(plan),
+            Source::Held(it) => it.next(),
+        }
+    }
+}
+
+/// The random state of a synthetic or shared-prefix workload being drawn.
+struct Draw {
+    id: u64,
+    t: f64,
+    arr: ChaCha8Rng,
+    pr: ChaCha8Rng,
+    out: ChaCha8Rng,
+    rr: ChaCha8Rng,
+    /// Shared prefix: the prompts the users cycle through.
+    cycle: Vec<(Arc<[Segment]>, u32, u32)>,
+}
+
+impl Draw {
+    fn new(plan: &Plan, seed: u64) -> Draw {
+        let cycle = match plan {
+            Plan::SharedPrefix {
+                requests,
+                groups,
+                users_per_group,
+                system,
+                question,
+                output,
+                ..
+            } => shared_prefix_cycle(
+                seed,
+                *requests,
+                *groups,
+                *users_per_group,
+                [system, question, output],
+            ),
+            _ => Vec::new(),
+        };
+        Draw {
+            id: 0,
+            t: 0.0,
+            arr: stream(seed, STREAM_ARRIVALS),
+            pr: stream(seed, STREAM_PROMPT),
+            out: stream(seed, STREAM_OUTPUT),
+            rr: stream(seed, STREAM_ROWS),
+            cycle,
+        }
+    }
+
+    /// The next request of `plan` (the plan this draw was made for).
+    fn next(&mut self, plan: &Plan) -> Option<Request> {
+        let id = self.id;
+        match plan {
             Plan::Synthetic {
                 requests,
                 gaps,
                 prompt,
                 output,
                 rows,
-            } => {
-                let n = *requests as usize;
-                let mut arr = stream(seed, STREAM_ARRIVALS);
-                let mut pr = stream(seed, STREAM_PROMPT);
-                let mut out = stream(seed, STREAM_OUTPUT);
-                let mut rr = stream(seed, STREAM_ROWS);
-                let mut t = 0.0f64;
-                let mut v = Vec::with_capacity(n);
-                for id in 0..n {
-                    t = gaps.next(t, id == 0, &mut arr);
-                    let (p, o) = match rows {
-                        Some(rows) => rows[rr.random_range(0..rows.len())],
-                        None => (prompt.sample(&mut pr), output.sample(&mut out)),
-                    };
-                    v.push(Request::new(id as u64, t, p, o));
-                }
-                v
+            } if id < *requests => {
+                self.t = gaps.next(self.t, id == 0, &mut self.arr);
+                let (p, o) = match rows {
+                    Some(rows) => rows[self.rr.random_range(0..rows.len())],
+                    None => (prompt.sample(&mut self.pr), output.sample(&mut self.out)),
+                };
+                self.id += 1;
+                Some(Request::new(id, self.t, p, o))
             }
-            Plan::SharedPrefix {
-                requests,
-                gaps,
-                groups,
-                users_per_group,
-                system,
-                question,
-                output,
-            } => shared_prefix(
-                seed,
-                *requests,
-                gaps,
-                *groups,
-                *users_per_group,
-                [system, question, output],
-            ),
-            Plan::Conversation {
-                conversations,
-                gaps,
-                turns,
-                first,
-                message,
-                output,
-                think,
-                max_context,
-                max_requests,
-            } => conversations_requests(
-                seed,
-                *conversations,
-                gaps,
-                [turns, first, message, output],
-                think,
-                *max_context,
-                *max_requests,
-            ),
+            Plan::SharedPrefix { requests, gaps, .. } if id < *requests => {
+                self.t = gaps.next(self.t, id == 0, &mut self.arr);
+                let (prefix, p, o) = &self.cycle[(id % self.cycle.len() as u64) as usize];
+                self.id += 1;
+                Some(Request {
+                    prefix: Some(Arc::clone(prefix)),
+                    ..Request::new(id, self.t, *p, *o)
+                })
+            }
+            _ => None,
         }
     }
+}
+
+/// A conversation plan's requests for `seed`.
+fn conversations_of(plan: &Plan, seed: u64) -> Result<Vec<Request>> {
+    let Plan::Conversation {
+        conversations,
+        gaps,
+        turns,
+        first,
+        message,
+        output,
+        think,
+        max_context,
+        max_requests,
+    } = plan
+    else {
+        unreachable!("a conversation plan")
+    };
+    conversations_requests(
+        seed,
+        *conversations,
+        gaps,
+        [turns, first, message, output],
+        think,
+        *max_context,
+        *max_requests,
+    )
 }
 
 /// inference-perf's shared-prefix order (see [`SharedPrefixSpec`]): per-group system prompt
 /// lengths, per-user question and output lengths (group-major), one seeded permutation of the
 /// users, request `i` from entry `i mod G·U`. Only the `min(N, G·U)` prompts used are built, each
 /// chain once and shared by every request of its user.
-fn shared_prefix(
+fn shared_prefix_cycle(
     seed: u64,
     requests: u64,
-    gaps: &Gaps,
     groups: u32,
     users_per_group: u32,
     [system, question, output]: [&Lengths; 3],
-) -> Vec<Request> {
+) -> Vec<(Arc<[Segment]>, u32, u32)> {
     let n = requests as usize;
     let users = groups * users_per_group;
     let mut sr = stream(seed, STREAM_SYSTEM);
@@ -417,7 +558,7 @@ fn shared_prefix(
         })
         .collect();
     let question = NameHash::new().text("shared_prefix.question.");
-    let cycle: Vec<(Arc<[Segment]>, u32, u32)> = order[..n.min(users as usize)]
+    order[..n.min(users as usize)]
         .iter()
         .map(|&user| {
             let (g, u) = (user / users_per_group, user % users_per_group);
@@ -430,19 +571,7 @@ fn shared_prefix(
             let prompt = sys.len + q.len;
             (Arc::from([sys, q]), prompt, output_len[user as usize])
         })
-        .collect();
-    let mut arr = stream(seed, STREAM_ARRIVALS);
-    let mut t = 0.0f64;
-    let mut v = Vec::with_capacity(n);
-    for id in 0..n {
-        t = gaps.next(t, id == 0, &mut arr);
-        let (prefix, p, o) = &cycle[id % cycle.len()];
-        v.push(Request {
-            prefix: Some(Arc::clone(prefix)),
-            ..Request::new(id as u64, t, *p, *o)
-        });
-    }
-    v
+        .collect()
 }
 
 /// Multi-turn conversations (see [`ConversationSpec`]).
@@ -454,7 +583,7 @@ fn conversations_requests(
     think: &Think,
     max_context: u32,
     max_requests: Option<u64>,
-) -> Vec<Request> {
+) -> Result<Vec<Request>> {
     let mut arr = stream(seed, STREAM_ARRIVALS);
     let mut tr = stream(seed, STREAM_TURNS);
     let mut mr = stream(seed, STREAM_MESSAGES);
@@ -495,6 +624,10 @@ fn conversations_requests(
             ));
             let answer = conv.text(".answer.").num(u64::from(turn)).id();
             let index = all.len() as u64;
+            all.try_reserve(1).map_err(|_| Error::TooMany {
+                count: index + 1,
+                bytes: (index + 1) * std::mem::size_of::<(u64, u32, Request)>() as u64,
+            })?;
             all.push((
                 c,
                 turn,
@@ -524,32 +657,60 @@ fn conversations_requests(
             .then(a.0.cmp(&b.0))
             .then(a.1.cmp(&b.1))
     });
-    let mut new_id = vec![0u64; all.len()];
+    let mut new_id = Vec::new();
+    new_id
+        .try_reserve_exact(all.len())
+        .map_err(|_| Error::TooMany {
+            count: all.len() as u64,
+            bytes: all.len() as u64 * 8,
+        })?;
+    new_id.resize(all.len(), 0u64);
     for (i, (_, _, r)) in all.iter().enumerate() {
         new_id[r.id as usize] = i as u64;
     }
     let keep = max_requests.map_or(all.len(), |n| all.len().min(n as usize));
-    all.into_iter()
-        .take(keep)
-        .map(|(_, _, mut r)| {
-            r.id = new_id[r.id as usize];
-            if let Some(f) = &mut r.follows {
-                f.request = new_id[f.request as usize];
-            }
-            r
-        })
-        .collect()
+    // In place: the requests kept, renumbered, in the vector that held them.
+    all.truncate(keep);
+    let mut v: Vec<Request> = Vec::new();
+    v.try_reserve_exact(keep).map_err(|_| Error::TooMany {
+        count: keep as u64,
+        bytes: (keep * std::mem::size_of::<Request>()) as u64,
+    })?;
+    v.extend(all.into_iter().map(|(_, _, mut r)| {
+        r.id = new_id[r.id as usize];
+        if let Some(f) = &mut r.follows {
+            f.request = new_id[f.request as usize];
+        }
+        r
+    }));
+    Ok(v)
 }
 
-/// Generates the requests of `spec` for `seed`: [`Workload::new`] then [`Workload::generate`].
+/// Generates the requests of `spec` for `seed`: [`Workload::new`] then [`Workload::generate`],
+/// with an error rather than an abort when they do not fit in memory.
 pub fn generate(spec: &WorkloadSpec, seed: u64) -> Result<Vec<Request>> {
-    Ok(match Workload::new(spec)? {
+    let s = stream_requests(spec, seed)?;
+    match s.into_held() {
         // The replayed requests as read, not a copy.
-        Workload {
-            plan: Plan::Replay(r),
-        } => r,
-        w => w.generate(seed),
-    })
+        Ok(v) => Ok(v),
+        Err(s) => {
+            let n = s.len();
+            let mut v = Vec::new();
+            v.try_reserve_exact(n as usize)
+                .map_err(|_| Error::TooMany {
+                    count: n,
+                    bytes: n * std::mem::size_of::<Request>() as u64,
+                })?;
+            v.extend(s);
+            Ok(v)
+        }
+    }
+}
+
+/// The requests of `spec` for `seed` as a stream drawn while it is consumed: [`Workload::new`]
+/// then [`Workload::into_stream`].
+pub fn stream_requests(spec: &WorkloadSpec, seed: u64) -> Result<RequestStream> {
+    Workload::new(spec)?.into_stream(seed)
 }
 
 /// Writes requests as a trace CSV (`arrived_at,num_prefill_tokens,num_decode_tokens`, times in

@@ -153,7 +153,7 @@ mod segment;
 mod spec;
 mod trace;
 
-pub use generate::{Workload, generate, write_csv};
+pub use generate::{RequestStream, Workload, generate, stream_requests, write_csv};
 pub use segment::{Segment, fnv1a_64, format_prefix, format_segment_id, parse_prefix, segment_id};
 pub use spec::{
     ArrivalKind, Arrivals, ConversationConfig, ConversationSpec, DEFAULT_LOGNORMAL_MAX,
@@ -236,6 +236,17 @@ pub enum Error {
         path: String,
         /// What is missing.
         why: &'static str,
+    },
+    /// Requests that must be held in memory (a conversation workload is drawn whole, to sort
+    /// its turns by arrival) and do not fit.
+    #[error(
+        "requests: cannot hold {count} requests in memory ({bytes} bytes could not be allocated); ask for fewer"
+    )]
+    TooMany {
+        /// Requests to hold.
+        count: u64,
+        /// Bytes asked for.
+        bytes: u64,
     },
     /// A bad line in a trace file.
     #[error("{path}:{line}: {message}")]

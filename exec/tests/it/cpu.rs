@@ -263,3 +263,32 @@ fn runs_a_mixture_of_experts_plan() {
     let t = open(BackendKind::Cpu, 0).run(&s).unwrap();
     assert_valid(&s, &t, "cpu", 0.0);
 }
+
+/// Records what a run reports.
+#[derive(Default)]
+struct Heard(std::sync::Mutex<(u64, u64, String)>);
+
+impl kvplan_vocab::Progress for Heard {
+    fn start(&self, total: u64, what: &str) {
+        let mut h = self.0.lock().unwrap();
+        h.0 = total;
+        h.2 = what.to_string();
+    }
+    fn set(&self, done: u64) {
+        let mut h = self.0.lock().unwrap();
+        assert!(done >= h.1 && done <= h.0, "{done} of {}", h.0);
+        h.1 = done;
+    }
+}
+
+/// A run reports every op of the warm-up runs and the measured one, ending at the total.
+#[test]
+fn a_run_reports_its_progress() {
+    let s = opt125m(Strategy::Kvpr);
+    let heard = Heard::default();
+    open(BackendKind::Cpu, 1).run_with(&s, &heard).unwrap();
+    let h = heard.0.lock().unwrap();
+    assert_eq!(h.0, 2 * s.len() as u64);
+    assert_eq!(h.1, h.0);
+    assert_eq!(h.2, "ops run (warm-up runs first)");
+}

@@ -112,18 +112,90 @@ impl Step {
     }
 }
 
+/// Per-request values indexed by the request's position in the input, holding only the
+/// requests from the oldest one not yet retired to the latest one taken from the input: the
+/// engine's memory follows what is in flight, not how many requests a run has.
+#[derive(Debug, Clone)]
+pub struct Window<T> {
+    base: usize,
+    items: VecDeque<T>,
+}
+
+impl<T> Default for Window<T> {
+    fn default() -> Self {
+        Window {
+            base: 0,
+            items: VecDeque::new(),
+        }
+    }
+}
+
+impl<T> Window<T> {
+    /// The index the next value pushed takes (one past the latest).
+    pub fn end(&self) -> usize {
+        self.base + self.items.len()
+    }
+
+    /// The index of the oldest value held.
+    pub fn start(&self) -> usize {
+        self.base
+    }
+
+    /// Adds the value of the next index; an allocation that cannot be made is an error.
+    pub fn push(&mut self, v: T) -> Result<(), std::collections::TryReserveError> {
+        self.items.try_reserve(1)?;
+        self.items.push_back(v);
+        Ok(())
+    }
+
+    /// The oldest value held.
+    pub fn front(&self) -> Option<&T> {
+        self.items.front()
+    }
+
+    /// Removes the oldest value.
+    pub fn pop_front(&mut self) -> Option<T> {
+        let v = self.items.pop_front()?;
+        self.base += 1;
+        Some(v)
+    }
+
+    /// The value of index `i`, if held.
+    pub fn get(&self, i: usize) -> Option<&T> {
+        self.items.get(i.checked_sub(self.base)?)
+    }
+
+    /// The value of index `i`, if held.
+    pub fn get_mut(&mut self, i: usize) -> Option<&mut T> {
+        self.items.get_mut(i.checked_sub(self.base)?)
+    }
+}
+
+impl<T> std::ops::Index<usize> for Window<T> {
+    type Output = T;
+    fn index(&self, i: usize) -> &T {
+        self.get(i).expect("a request in the engine's window")
+    }
+}
+
+impl<T> std::ops::IndexMut<usize> for Window<T> {
+    fn index_mut(&mut self, i: usize) -> &mut T {
+        self.get_mut(i).expect("a request in the engine's window")
+    }
+}
+
 /// The requests, queues and KV cache a policy schedules.
 pub struct State<'a> {
     /// Settings.
     pub r: &'a Resolved,
-    /// The requests, in input order.
-    pub reqs: &'a [Request],
+    /// The requests taken from the input and not yet retired, by input position.
+    pub reqs: Window<Request>,
     /// Their state.
-    pub seqs: Vec<Seq>,
+    pub seqs: Window<Seq>,
     /// Outcome per request.
-    pub status: Vec<Status>,
+    pub status: Window<Status>,
     /// Token layouts (prefix caching only; built when a request arrives).
-    pub layouts: Vec<Option<Layout>>,
+    pub layouts: Window<Option<Layout>>,
     /// Waiting queue (front first).
     pub waiting: VecDeque<usize>,
     /// Running list, in scheduling order.
@@ -153,32 +225,12 @@ static EMPTY_LAYOUT: Layout = Layout::empty();
 
 impl<'a> State<'a> {
     /// The state before any arrival.
-    pub fn new(r: &'a Resolved, reqs: &'a [Request]) -> Self {
+    pub fn new(r: &'a Resolved) -> Self {
         State {
-            seqs: reqs
-                .iter()
-                .map(|q| Seq {
-                    prompt: q.prompt_tokens,
-                    target: q.output_tokens,
-                    computed: 0,
-                    generated: 0,
-                    placeholders: 0,
-                    kv: ReqKv::default(),
-                    host_bytes: 0,
-                    act_blocks: 0,
-                    place: Place::Pending,
-                    first_sched: f64::NAN,
-                    first_token: f64::NAN,
-                    finish: f64::NAN,
-                    preemptions: 0,
-                    swapped_tokens: 0,
-                    recomputed_tokens: 0,
-                    cached_tokens: None,
-                    finish_reason: FinishReason::Stop,
-                })
-                .collect(),
-            status: vec![Status::Finished; reqs.len()],
-            layouts: vec![None; if r.prefix_caching { reqs.len() } else { 0 }],
+            reqs: Window::default(),
+            seqs: Window::default(),
+            status: Window::default(),
+            layouts: Window::default(),
             waiting: VecDeque::new(),
             running: Vec::new(),
             swapped: VecDeque::new(),
@@ -191,8 +243,52 @@ impl<'a> State<'a> {
             act_block_bytes: 0,
             just_finished: Vec::new(),
             r,
-            reqs,
         }
+    }
+
+    /// Takes request `q` from the input (not arrived yet); its index is [`Window::end`] before
+    /// the call.
+    pub fn push(&mut self, q: Request) -> Result<(), std::collections::TryReserveError> {
+        self.seqs.push(Seq {
+            prompt: q.prompt_tokens,
+            target: q.output_tokens,
+            computed: 0,
+            generated: 0,
+            placeholders: 0,
+            kv: ReqKv::default(),
+            host_bytes: 0,
+            act_blocks: 0,
+            place: Place::Pending,
+            first_sched: f64::NAN,
+            first_token: f64::NAN,
+            finish: f64::NAN,
+            preemptions: 0,
+            swapped_tokens: 0,
+            recomputed_tokens: 0,
+            cached_tokens: None,
+            finish_reason: FinishReason::Stop,
+        })?;
+        self.status.push(Status::Finished)?;
+        self.layouts.push(None)?;
+        self.reqs.push(q)
+    }
+
+    /// Removes the oldest request when it is done (finished or rejected) and no step in flight
+    /// samples a token for it: its request, state and outcome.
+    pub fn retire(&mut self) -> Option<(Request, Seq, Status)> {
+        let s = self.seqs.front()?;
+        if s.place != Place::Done || s.placeholders > 0 {
+            return None;
+        }
+        self.retire_any()
+    }
+
+    /// Removes the oldest request, done or not.
+    pub fn retire_any(&mut self) -> Option<(Request, Seq, Status)> {
+        let s = self.seqs.pop_front()?;
+        self.layouts.pop_front();
+        let st = self.status.pop_front()?;
+        Some((self.reqs.pop_front()?, s, st))
     }
 
     /// The token layout of request `v` (empty without prefix caching: nothing is hashed).
