@@ -5,7 +5,6 @@ mod args;
 mod commands;
 mod error;
 mod messages;
-mod progress;
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -1,6 +1,8 @@
 //! The CLI's words for what the library reports by scenario field: each field's flag, and the
 //! messages of scenario errors and notes, naming both (`--batch (workload.batch)`).
 
+use std::sync::{Mutex, PoisonError};
+
 use kvplan_planner::scenario::{Field, Note};
 
 use crate::error::CliError;
@@ -308,13 +310,11 @@ pub fn serve_error(e: kvplan_serve::scenario::ScenarioError) -> CliError {
 
 /// Notes of the run, held until it succeeds: a run that ends in an error prints the error
 /// alone, not advice about settings of a run that did not happen.
-static NOTES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+static NOTES: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 /// Holds a note for stderr (`note: TEXT`), printed once the command has succeeded.
 pub fn hold_note(text: String) {
-    let mut n = NOTES
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut n = NOTES.lock().unwrap_or_else(PoisonError::into_inner);
     if !n.contains(&text) {
         n.push(text);
     }
@@ -322,11 +322,7 @@ pub fn hold_note(text: String) {
 
 /// The notes held, in the order given.
 pub fn take_notes() -> Vec<String> {
-    std::mem::take(
-        &mut *NOTES
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner),
-    )
+    std::mem::take(&mut NOTES.lock().unwrap_or_else(PoisonError::into_inner))
 }
 
 /// The one-line message of a note (printed after `note: `): a field with its value by flag,

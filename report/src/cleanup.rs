@@ -63,4 +63,3 @@ fn install_handler() {
         }
     });
 }
-

@@ -13,6 +13,7 @@ pub mod listings;
 pub mod outputs;
 pub mod planner;
 pub mod plots;
+pub mod progress;
 pub mod render;
 pub mod serve;
 

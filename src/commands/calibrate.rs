@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 use kvplan_calibrate::inputs::{Labels, Measuring, file_name, fit_runs, fit_table};
 use kvplan_report as report;
 use kvplan_report::files::{write_or_print, write_text};
@@ -110,18 +109,13 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<String, CliError> {
     let mut run = Measuring::new(&args.models, base, name, out, args.quick, LABELS)?;
     let mut ex = open_backend(&args.backend)?;
     let plan = run.plan(ex.info())?;
-    let bar = ProgressBar::new(9).with_style(
-        ProgressStyle::with_template("calibrating [{bar:30}] {pos}/{len} {msg} ({elapsed})")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
+    let bar = kvplan_report::progress::bar();
     let started = std::time::Instant::now();
     let m = kvplan_calibrate::measure(ex.as_mut(), &plan, &mut |i, total, what| {
-        bar.set_length(total as u64);
-        bar.set_position(i as u64 - 1);
-        bar.set_message(what.to_string());
+        bar.start(total as u64, &format!("calibrating: {what}"));
+        bar.set(i as u64 - 1);
     });
-    bar.finish_and_clear();
+    drop(bar);
     let m = m?;
     let (file, text) = run.profile(&m, LABELS)?;
     write_text(out, "--out", &text)?;

@@ -31,19 +31,11 @@ type Files = (Vec<(&'static str, PathBuf)>, Vec<(&'static str, PathBuf)>);
 
 fn files(command: &Command) -> Files {
     let opt = |label: &'static str, p: &Option<PathBuf>| p.clone().map(|p| (label, p));
+    let planner = |r, trace| (run_inputs(r), opt("--trace", trace).into_iter().collect());
     match command {
-        Command::Simulate(a) => (
-            run_inputs(&a.run.run),
-            opt("--trace", &a.trace).into_iter().collect(),
-        ),
-        Command::Exec(a) => (
-            run_inputs(&a.run.run),
-            opt("--trace", &a.trace).into_iter().collect(),
-        ),
-        Command::Validate(a) => (
-            run_inputs(&a.run.run),
-            opt("--trace", &a.trace).into_iter().collect(),
-        ),
+        Command::Simulate(a) => planner(&a.run.run, &a.trace),
+        Command::Exec(a) => planner(&a.run.run, &a.trace),
+        Command::Validate(a) => planner(&a.run.run, &a.trace),
         Command::Serve(a) => {
             let mut inputs: Vec<_> = [
                 opt("SCENARIO", &a.scenario),
@@ -67,15 +59,8 @@ fn files(command: &Command) -> Files {
             {
                 inputs.push(("the scenario's workload.trace", trace));
             }
-            let outputs = [
-                opt("--requests-csv", &a.requests_csv),
-                opt("--timeseries-csv", &a.timeseries_csv),
-                opt("--summary-json", &a.summary_json),
-                opt("--trace-json", &a.trace_json),
-                opt("--plot", &a.plot),
-                opt("--plot-cdf", &a.plot_cdf),
-            ];
-            (inputs, outputs.into_iter().flatten().collect())
+            let outputs = a.outputs().into_iter().map(|(_, p, l)| (l, p.into()));
+            (inputs, outputs.collect())
         }
         Command::Sweep(a) => {
             let inputs = kvplan_sweep::file::input_files(&a.file)
@@ -96,6 +81,14 @@ fn files(command: &Command) -> Files {
             inputs.extend(a.base.as_ref().map(|b| ("--base", b.into())));
             inputs.extend(a.models.iter().map(|m| ("--model", m.into())));
             (inputs, opt("--out", &a.out).into_iter().collect())
+        }
+        Command::Merge(a) => {
+            let (out, inputs) = a.output_and_inputs();
+            let inputs = inputs.iter().map(|p| ("SHARD", p.clone())).collect();
+            (
+                inputs,
+                out.map(|o| ("OUT", o.to_path_buf())).into_iter().collect(),
+            )
         }
         Command::Plot(a) => (
             vec![("CSV", a.csv.clone())],

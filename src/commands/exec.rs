@@ -51,7 +51,7 @@ pub(crate) fn open_backend(b: &BackendArgs) -> Result<Box<dyn Executor>, CliErro
 pub fn exec(args: &ExecArgs) -> Result<String, CliError> {
     let sc = args.run.run.resolve_executed(args.run.strategy.clone())?;
     let p = sc.plan()?;
-    let bar = crate::progress::bar();
+    let bar = kvplan_report::progress::bar();
     let timeline = open_backend(&args.backend)?.run_with(&p.schedule, bar.as_ref())?;
     drop(bar);
     if let Some(path) = &args.trace {

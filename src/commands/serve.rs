@@ -134,6 +134,22 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
+    /// The files the run writes, with the flag that names each.
+    pub fn outputs(&self) -> Vec<(report::serve::ServeFile, &Path, &'static str)> {
+        use report::serve::ServeFile as F;
+        [
+            (F::RequestsCsv, &self.requests_csv, "--requests-csv"),
+            (F::TimeseriesCsv, &self.timeseries_csv, "--timeseries-csv"),
+            (F::SummaryJson, &self.summary_json, "--summary-json"),
+            (F::ChromeTrace, &self.trace_json, "--trace-json"),
+            (F::TimeseriesPlot, &self.plot, "--plot"),
+            (F::CdfPlot, &self.plot_cdf, "--plot-cdf"),
+        ]
+        .into_iter()
+        .filter_map(|(f, p, what)| Some((f, p.as_deref()?, what)))
+        .collect()
+    }
+
     /// These flags as a raw serving scenario, to overlay on a scenario file's.
     pub fn to_raw(&self) -> RawServeScenario {
         RawServeScenario {
@@ -225,24 +241,13 @@ pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
         }
     }
     let work = sc.prepare(measured.as_ref().map(|run| run.to_requests()))?;
-    let bar = crate::progress::bar();
+    let bar = kvplan_report::progress::bar();
     let out = work.run_with(bar.as_ref());
     drop(bar);
     let (kvplan_run::Scenario::Serve(sc), kvplan_run::Report::Serve(out)) = (&sc, out?) else {
         unreachable!("a serving scenario gives a serving report")
     };
-    use kvplan_report::serve::ServeFile as F;
-    let files: Vec<_> = [
-        (F::RequestsCsv, &args.requests_csv, "--requests-csv"),
-        (F::TimeseriesCsv, &args.timeseries_csv, "--timeseries-csv"),
-        (F::SummaryJson, &args.summary_json, "--summary-json"),
-        (F::ChromeTrace, &args.trace_json, "--trace-json"),
-        (F::TimeseriesPlot, &args.plot, "--plot"),
-        (F::CdfPlot, &args.plot_cdf, "--plot-cdf"),
-    ]
-    .into_iter()
-    .filter_map(|(f, p, what)| Some((f, p.as_deref()?, what)))
-    .collect();
+    let files = args.outputs();
     let title = format!("{} on {}", sc.model.name, sc.hardware.name);
     let written = report::serve::write_files(&out, &title, &files)?;
     let format = args.output.format;

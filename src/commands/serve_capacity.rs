@@ -151,7 +151,7 @@ pub fn slo_capacity(
         ..SearchOptions::default()
     };
     let base = search_base(base);
-    let bar = crate::progress::bar();
+    let bar = kvplan_report::progress::bar();
     let cmp = compare_configurations_with(
         &base,
         &hardware,

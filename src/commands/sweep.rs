@@ -6,7 +6,6 @@
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 use kvplan_report::files::{stream_to, write_text};
 use kvplan_sweep::{Fingerprint, Format, PlotLabels, Shard, Sweep, SweepError};
 
@@ -119,11 +118,10 @@ pub fn sweep(args: &SweepArgs) -> Result<String, CliError> {
     let points = sweep
         .points(args.shard, resume, format, "--resume")
         .map_err(CliError::input)?;
-    // A progress bar where stderr is a terminal (indicatif hides it elsewhere).
+    // A progress bar where stderr is a terminal.
     let ran = points.indices.len();
-    let template = "{bar:40} {pos}/{len} points, {elapsed} elapsed, about {eta} left";
-    let style = ProgressStyle::with_template(template).expect("valid template");
-    let bar = ProgressBar::new(ran as u64).with_style(style);
+    let bar = kvplan_report::progress::bar();
+    bar.start(ran as u64, "points");
     // Which sweep wrote the rows, beside them: before rows are appended in place (--resume),
     // after the new file is complete otherwise.
     let stamp = |out: &Path| {
@@ -135,10 +133,10 @@ pub fn sweep(args: &SweepArgs) -> Result<String, CliError> {
     }
     let result = stream_to(args.out.as_deref(), "--out", points.keep(), |sink| {
         sweep.stream(&points.indices, format, points.header(), sink, || {
-            bar.inc(1)
+            bar.advance()
         })
     });
-    bar.finish_and_clear();
+    drop(bar);
     if let (Some(out), None, Ok(Some(_))) = (&args.out, resume, &result) {
         stamp(out)?;
     }
@@ -161,27 +159,24 @@ pub fn sweep(args: &SweepArgs) -> Result<String, CliError> {
     Ok(points.summary(out, errors, plot.as_ref().map(|s| s.file.as_path())))
 }
 
-/// `kvplan merge`.
+impl MergeArgs {
+    /// The merged file (`--out`, else the first FILE; none without paths) and the shards.
+    pub fn output_and_inputs(&self) -> (Option<&Path>, &[PathBuf]) {
+        match (&self.out, self.paths.split_first()) {
+            (Some(o), _) => (Some(o.as_path()), &self.paths[..]),
+            (None, Some((first, rest))) => (Some(first.as_path()), rest),
+            (None, None) => (None, &[]),
+        }
+    }
+}
+
+/// `kvplan merge` (its output checked against the shards before it runs, in `claims`).
 pub fn merge(args: &MergeArgs) -> Result<String, CliError> {
-    let (out, inputs) = match &args.out {
-        Some(o) => (o.as_path(), &args.paths[..]),
-        None => (args.paths[0].as_path(), &args.paths[1..]),
-    };
-    if inputs.is_empty() {
+    let (Some(out), inputs @ [_, ..]) = args.output_and_inputs() else {
         return Err(CliError::input(
             "merge: give the output file and the shard outputs: kvplan merge OUT SHARD... (or --out OUT SHARD...)",
         ));
-    }
-    let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
-        (Ok(x), Ok(y)) => x == y,
-        _ => a == b,
     };
-    if let Some(i) = inputs.iter().find(|i| same(i, out)) {
-        return Err(CliError::input(format!(
-            "merge: the output '{}' is also an input; the output comes first (kvplan merge OUT SHARD...) or after --out",
-            i.display()
-        )));
-    }
     let texts = kvplan_sweep::rows::read_inputs(inputs).map_err(CliError::input)?;
     let points = args.sweep.as_deref().map(Sweep::from_file).transpose()?;
     let sweep = args.sweep.as_deref().zip(points.as_ref());

@@ -14,6 +14,9 @@ pub trait Progress: Sync {
     fn set(&self, done: u64) {
         let _ = done;
     }
+
+    /// One more unit is complete (work finished in any order, e.g. a parallel sweep's points).
+    fn advance(&self) {}
 }
 
 /// Reports nothing.

@@ -1,6 +1,6 @@
-//! The progress bar of long runs (`serve`, `capacity --slo`, `exec`): the libraries report
-//! through [`kvplan_vocab::Progress`]; this draws it with indicatif, in sweep's style, on
-//! stderr when it is a terminal, once a run has taken a second.
+//! The progress bar of long runs (a serving run, a capacity search, the CPU executor): the
+//! libraries report through [`kvplan_vocab::Progress`]; this draws it with indicatif on stderr
+//! when it is a terminal, once a run has taken a second.
 
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,6 +29,11 @@ impl Progress for Bar {
 
     fn set(&self, done: u64) {
         self.bar.set_position(done);
+        self.show();
+    }
+
+    fn advance(&self) {
+        self.bar.inc(1);
         self.show();
     }
 }
