@@ -191,7 +191,7 @@ pub enum WorkKind {
     },
 }
 
-/// A copy or kernel as the fake ran it, in virtual nanoseconds.
+/// A copy or kernel as the fake ran it, in virtual nanoseconds, with what it is ordered after.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Work {
     /// Where it ran.
@@ -202,6 +202,25 @@ pub struct Work {
     pub start_ns: u64,
     /// When it ended.
     pub end_ns: u64,
+    /// Its position on its stream (work and event records count, from 1).
+    pub seq: u64,
+    /// Per other stream, the position up to which that stream's work must have finished before
+    /// this work starts — through events waited on and host synchronisation (a vector clock).
+    pub after: BTreeMap<FakeStream, u64>,
+}
+
+impl Work {
+    /// Whether the driver orders `self` after `other` has finished, whatever the timing: later on
+    /// the same stream, or through events and host synchronisation.
+    pub fn happens_after(&self, other: &Work) -> bool {
+        if self.stream == other.stream {
+            self.seq > other.seq
+        } else {
+            self.after
+                .get(&other.stream)
+                .is_some_and(|&p| p >= other.seq)
+        }
+    }
 }
 
 /// One call into the fake driver, with what it did to the clocks.
@@ -297,22 +316,22 @@ impl FakeLog {
         w.into_iter().map(|(_, w)| w.clone()).collect()
     }
 
-    /// Buffers two streams touched at overlapping times with at least one writing, and buffers
-    /// freed while another stream still used them; one sentence each, sorted.
+    /// Races on buffers: two streams touching one buffer, at least one writing, with neither
+    /// access ordered after the other (by events or host synchronisation, whatever their
+    /// times); and buffers freed while another stream's access was not ordered before the free.
+    /// One sentence each, sorted.
     pub fn hazards(&self) -> Vec<String> {
         let s = lock(&self.0);
         let mut out = s.free_hazards.clone();
         for a in s.live.values().chain(&s.dead) {
-            let mut acc = a.accesses.clone();
-            acc.sort_by_key(|x| (x.start, x.end, x.stream, x.write));
-            for (i, x) in acc.iter().enumerate() {
-                for y in acc[i + 1..].iter().take_while(|y| y.start < x.end) {
-                    if x.stream != y.stream && (x.write || y.write) {
+            for (i, x) in a.accesses.iter().enumerate() {
+                for y in &a.accesses[i + 1..] {
+                    if x.stream != y.stream && (x.write || y.write) && !x.ordered(y) {
                         out.push(format!(
-                            "{}: {} overlaps {}",
+                            "{}: {} races with {}",
                             a.describe(),
-                            x.describe(),
-                            y.describe()
+                            x.describe(&s),
+                            y.describe(&s)
                         ));
                     }
                 }
@@ -357,25 +376,59 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 }
 
 /// One access of a buffer.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Access {
-    stream: FakeStream,
+    /// Global stream index.
+    stream: usize,
+    /// Position on the stream.
+    pos: u64,
+    /// The stream's vector clock at the access.
+    vc: Vec<u64>,
     start: u64,
     end: u64,
     write: bool,
 }
 
 impl Access {
-    fn describe(&self) -> String {
+    /// Whether one of the two is ordered after the other.
+    fn ordered(&self, other: &Access) -> bool {
+        clock(&other.vc, self.stream) >= self.pos || clock(&self.vc, other.stream) >= other.pos
+    }
+
+    fn describe(&self, s: &State) -> String {
+        let id = s.streams[self.stream].id;
         format!(
             "{} on gpu{} stream {} [{}, {}) ns",
             if self.write { "a write" } else { "a read" },
-            self.stream.device,
-            self.stream.index,
+            id.device,
+            id.index,
             self.start,
             self.end
         )
     }
+}
+
+/// Component `i` of a vector clock.
+fn clock(vc: &[u64], i: usize) -> u64 {
+    vc.get(i).copied().unwrap_or(0)
+}
+
+/// `into = max(into, from)`, component by component.
+fn merge(into: &mut Vec<u64>, from: &[u64]) {
+    if into.len() < from.len() {
+        into.resize(from.len(), 0);
+    }
+    for (a, &b) in into.iter_mut().zip(from) {
+        *a = (*a).max(b);
+    }
+}
+
+/// Where a piece of work sits: its virtual interval and its position on its stream.
+#[derive(Clone, Copy)]
+struct Slot {
+    start: u64,
+    end: u64,
+    pos: u64,
 }
 
 /// A device (or pinned host) allocation.
@@ -401,17 +454,28 @@ impl Alloc {
 
 struct StreamState {
     id: FakeStream,
+    /// When its work so far ends (virtual ns).
     clock: u64,
+    /// Work and records issued on it so far.
+    pos: u64,
+    /// Its vector clock: per stream, the position this stream is ordered after.
+    vc: Vec<u64>,
 }
 
 struct EventState {
     id: FakeEvent,
+    /// Its latest record: when it completes, on which stream and position, and the vector
+    /// clock a wait on it takes.
     at: Option<u64>,
+    rec: Option<(usize, u64)>,
+    vc: Vec<u64>,
 }
 
 struct State {
     gpu: FakeGpu,
     host_ns: u64,
+    /// What the host has seen finish (by synchronising streams): a vector clock.
+    host_vc: Vec<u64>,
     streams: Vec<StreamState>,
     events: Vec<EventState>,
     /// Streams and events per device so far.
@@ -441,6 +505,7 @@ impl State {
         State {
             gpu,
             host_ns: 0,
+            host_vc: Vec::new(),
             streams: Vec::new(),
             events: Vec::new(),
             counts: vec![(0, 0); n],
@@ -492,16 +557,22 @@ impl State {
         let Some(a) = self.live.remove(&base) else {
             return;
         };
-        let at = match a.stream {
-            Some(s) => self.streams[s].clock.max(self.host_ns),
-            None => self.host_ns,
+        // The host frees it on its stream: after that stream's work and what the host has seen
+        // finish.
+        let (at, mut vc) = match a.stream {
+            Some(s) => (
+                self.streams[s].clock.max(self.host_ns),
+                self.streams[s].vc.clone(),
+            ),
+            None => (self.host_ns, Vec::new()),
         };
+        merge(&mut vc, &self.host_vc);
         for x in &a.accesses {
-            if x.end > at {
+            if clock(&vc, x.stream) < x.pos {
                 let msg = format!(
-                    "{} freed at {at} ns while {} is in flight",
+                    "{} freed (at {at} ns) without waiting for {}",
                     a.describe(),
-                    x.describe()
+                    x.describe(self)
                 );
                 self.free_hazards.push(msg);
             }
@@ -523,7 +594,7 @@ impl State {
     /// `device` (`None`: pinned host memory). Returns whether such an allocation was found.
     fn touch(
         &mut self,
-        at: Access,
+        at: &Access,
         ptr: u64,
         bytes: u64,
         device: Option<usize>,
@@ -563,24 +634,52 @@ impl State {
             );
             return Err(self.fault(msg));
         }
-        a.accesses.push(at);
+        a.accesses.push(at.clone());
         Ok(true)
     }
 
     /// Starts `ns` of work on stream `s`: after its earlier work and the host's clock.
-    fn enqueue(&mut self, s: usize, ns: u64) -> (u64, u64) {
+    /// Advances stream `s` by one item (work or a record) issued by the host now: ordered after
+    /// what the host has seen finish. Returns its position.
+    fn step(&mut self, s: usize) -> u64 {
+        let st = &mut self.streams[s];
+        merge(&mut st.vc, &self.host_vc);
+        st.pos += 1;
+        if st.vc.len() <= s {
+            st.vc.resize(s + 1, 0);
+        }
+        st.vc[s] = st.pos;
+        st.pos
+    }
+
+    /// Starts `ns` of work on stream `s`: after its earlier work and the host's clock.
+    fn enqueue(&mut self, s: usize, ns: u64) -> Slot {
+        let pos = self.step(s);
         let st = &mut self.streams[s];
         let start = st.clock.max(self.host_ns);
         st.clock = start + ns;
-        (start, start + ns)
+        Slot {
+            start,
+            end: start + ns,
+            pos,
+        }
     }
 
-    fn push_work(&mut self, s: usize, kind: WorkKind, (start, end): (u64, u64)) {
+    fn push_work(&mut self, s: usize, kind: WorkKind, slot: Slot) {
+        let after = self.streams[s]
+            .vc
+            .iter()
+            .enumerate()
+            .filter(|&(i, &p)| i != s && p > 0)
+            .map(|(i, &p)| (self.streams[i].id, p))
+            .collect();
         let w = Work {
             stream: self.streams[s].id,
             kind,
-            start_ns: start,
-            end_ns: end,
+            start_ns: slot.start,
+            end_ns: slot.end,
+            seq: slot.pos,
+            after,
         };
         self.calls.push(Call::Work(w.clone()));
         self.seq += 1;
@@ -596,11 +695,13 @@ impl State {
         self.ns((flops / self.gpu.flops).max(bytes / self.gpu.memory_bytes_per_s))
     }
 
-    fn access(&self, s: usize, span: (u64, u64), write: bool) -> Access {
+    fn access(&self, s: usize, slot: Slot, write: bool) -> Access {
         Access {
-            stream: self.streams[s].id,
-            start: span.0,
-            end: span.1,
+            stream: s,
+            pos: slot.pos,
+            vc: self.streams[s].vc.clone(),
+            start: slot.start,
+            end: slot.end,
             write,
         }
     }
@@ -713,8 +814,13 @@ impl Driver for FakeDriver {
         let index = s.counts[d.0].0;
         s.counts[d.0].0 += 1;
         let id = FakeStream { device: d.0, index };
-        let clock = s.host_ns;
-        s.streams.push(StreamState { id, clock });
+        let (clock, vc) = (s.host_ns, s.host_vc.clone());
+        s.streams.push(StreamState {
+            id,
+            clock,
+            pos: 0,
+            vc,
+        });
         s.calls.push(Call::NewStream(id));
         Ok(StreamRef(s.streams.len() - 1))
     }
@@ -737,7 +843,12 @@ impl Driver for FakeDriver {
         let index = s.counts[d.0].1;
         s.counts[d.0].1 += 1;
         let id = FakeEvent { device: d.0, index };
-        s.events.push(EventState { id, at: None });
+        s.events.push(EventState {
+            id,
+            at: None,
+            rec: None,
+            vc: Vec::new(),
+        });
         s.calls.push(Call::NewEvent(id));
         Ok(EventRef(s.events.len() - 1))
     }
@@ -751,11 +862,15 @@ impl Driver for FakeDriver {
                 event.index, event.device, stream.index, stream.device
             )));
         }
+        let pos = s.step(st.0);
         let host = s.host_ns;
         let sst = &mut s.streams[st.0];
         sst.clock = sst.clock.max(host);
-        let at = sst.clock;
-        s.events[e.0].at = Some(at);
+        let (at, vc) = (sst.clock, sst.vc.clone());
+        let ev = &mut s.events[e.0];
+        ev.at = Some(at);
+        ev.rec = Some((st.0, pos));
+        ev.vc = vc;
         s.calls.push(Call::Record {
             event,
             stream,
@@ -774,8 +889,10 @@ impl Driver for FakeDriver {
         });
         match at {
             Some(t) => {
+                let vc = s.events[e.0].vc.clone();
                 let sst = &mut s.streams[st.0];
                 sst.clock = sst.clock.max(t);
+                merge(&mut sst.vc, &vc);
                 Ok(())
             }
             None => Err(s.fault(format!(
@@ -789,6 +906,8 @@ impl Driver for FakeDriver {
         let mut s = self.lock();
         let clock = s.streams[st.0].clock;
         s.host_ns = s.host_ns.max(clock);
+        let vc = s.streams[st.0].vc.clone();
+        merge(&mut s.host_vc, &vc);
         let (stream, host_ns) = (s.streams[st.0].id, s.host_ns);
         s.calls.push(Call::Synchronize { stream, host_ns });
         Ok(())
@@ -799,9 +918,15 @@ impl Driver for FakeDriver {
         let (ida, at_a) = (s.events[from.0].id, s.events[from.0].at);
         let (idb, at_b) = (s.events[to.0].id, s.events[to.0].at);
         s.calls.push(Call::Elapsed { from: ida, to: idb });
-        let host = s.host_ns;
+        // Completed as far as the host knows: it has synchronised past the record.
+        let seen = |e: usize| {
+            s.events[e]
+                .rec
+                .is_some_and(|(st, pos)| clock(&s.host_vc, st) >= pos)
+        };
+        let done = seen(from.0) && seen(to.0);
         match (at_a, at_b) {
-            (Some(x), Some(y)) if ida.device == idb.device && x <= host && y <= host => {
+            (Some(x), Some(y)) if ida.device == idb.device && done => {
                 Ok(((y as f64 - x as f64) / 1e6) as f32)
             }
             (Some(_), Some(_)) if ida.device != idb.device => Err(s.fault(format!(
@@ -881,17 +1006,23 @@ impl Driver for FakeDriver {
             s.gpu.pageable_bytes_per_s
         };
         let ns = s.ns(bytes as f64 / rate);
-        let span = s.enqueue(st.0, ns);
-        let (r, w) = (s.access(st.0, span, false), s.access(st.0, span, true));
-        s.touch(r, src as u64, bytes, None, "a host-to-device copy's source")?;
+        let slot = s.enqueue(st.0, ns);
+        let (r, w) = (s.access(st.0, slot, false), s.access(st.0, slot, true));
         s.touch(
-            w,
+            &r,
+            src as u64,
+            bytes,
+            None,
+            "a host-to-device copy's source",
+        )?;
+        s.touch(
+            &w,
             dst,
             bytes,
             Some(dev),
             "a host-to-device copy's destination",
         )?;
-        s.push_work(st.0, WorkKind::H2D { bytes, pinned }, span);
+        s.push_work(st.0, WorkKind::H2D { bytes, pinned }, slot);
         Ok(())
     }
 
@@ -905,17 +1036,17 @@ impl Driver for FakeDriver {
             s.gpu.pageable_bytes_per_s
         };
         let ns = s.ns(bytes as f64 / rate);
-        let span = s.enqueue(st.0, ns);
-        let (r, w) = (s.access(st.0, span, false), s.access(st.0, span, true));
-        s.touch(r, src, bytes, Some(dev), "a device-to-host copy's source")?;
+        let slot = s.enqueue(st.0, ns);
+        let (r, w) = (s.access(st.0, slot, false), s.access(st.0, slot, true));
+        s.touch(&r, src, bytes, Some(dev), "a device-to-host copy's source")?;
         s.touch(
-            w,
+            &w,
             dst as u64,
             bytes,
             None,
             "a device-to-host copy's destination",
         )?;
-        s.push_work(st.0, WorkKind::D2H { bytes, pinned }, span);
+        s.push_work(st.0, WorkKind::D2H { bytes, pinned }, slot);
         Ok(())
     }
 
@@ -942,19 +1073,19 @@ impl Driver for FakeDriver {
             s.gpu.peer_bytes_per_s
         };
         let ns = s.ns(bytes as f64 / rate);
-        let span = s.enqueue(st.0, ns);
-        let (r, w) = (s.access(st.0, span, false), s.access(st.0, span, true));
-        s.touch(r, src, bytes, Some(from.0), "a device copy's source")?;
-        s.touch(w, dst, bytes, Some(to.0), "a device copy's destination")?;
-        s.push_work(st.0, WorkKind::Peer { bytes, to: to.0 }, span);
+        let slot = s.enqueue(st.0, ns);
+        let (r, w) = (s.access(st.0, slot, false), s.access(st.0, slot, true));
+        s.touch(&r, src, bytes, Some(from.0), "a device copy's source")?;
+        s.touch(&w, dst, bytes, Some(to.0), "a device copy's destination")?;
+        s.push_work(st.0, WorkKind::Peer { bytes, to: to.0 }, slot);
         Ok(())
     }
 
     fn spin(&self, d: &FakeDevice, st: &StreamRef, ns: u64) -> Result<(), Error> {
         let mut s = self.lock();
         s.check_stream(d, st, "the head-start kernel")?;
-        let span = s.enqueue(st.0, ns);
-        s.push_work(st.0, WorkKind::Spin { ns }, span);
+        let slot = s.enqueue(st.0, ns);
+        s.push_work(st.0, WorkKind::Spin { ns }, slot);
         Ok(())
     }
 
@@ -975,10 +1106,10 @@ impl Driver for FakeDriver {
         s.check_stream(d, st, "the fill kernel")?;
         let bytes = n * DType::ALL[dt].bytes();
         let ns = s.kernel_ns(0.0, bytes as f64);
-        let span = s.enqueue(st.0, ns);
-        let w = s.access(st.0, span, true);
-        s.touch(w, ptr, bytes, Some(d.0), "the fill kernel")?;
-        s.push_work(st.0, WorkKind::Fill { bytes }, span);
+        let slot = s.enqueue(st.0, ns);
+        let w = s.access(st.0, slot, true);
+        s.touch(&w, ptr, bytes, Some(d.0), "the fill kernel")?;
+        s.push_work(st.0, WorkKind::Fill { bytes }, slot);
         Ok(())
     }
 
@@ -1009,11 +1140,11 @@ impl Driver for FakeDriver {
         );
         let flops = 2.0 * (b64 * m64 * n64) as f64 * k as f64;
         let ns = s.kernel_ns(flops, (ab + bb + cb) as f64);
-        let span = s.enqueue(st, ns);
-        let (r, w) = (s.access(st, span, false), s.access(st, span, true));
-        s.touch(r, a, ab, Some(dev), "a GEMM's A")?;
-        s.touch(r, b, bb, Some(dev), "a GEMM's B")?;
-        s.touch(w, c, cb, Some(dev), "a GEMM's C")?;
+        let slot = s.enqueue(st, ns);
+        let (r, w) = (s.access(st, slot, false), s.access(st, slot, true));
+        s.touch(&r, a, ab, Some(dev), "a GEMM's A")?;
+        s.touch(&r, b, bb, Some(dev), "a GEMM's B")?;
+        s.touch(&w, c, cb, Some(dev), "a GEMM's C")?;
         let kind = WorkKind::Gemm {
             m,
             n,
@@ -1021,7 +1152,7 @@ impl Driver for FakeDriver {
             batch,
             dtype,
         };
-        s.push_work(st, kind, span);
+        s.push_work(st, kind, slot);
         Ok(())
     }
 
@@ -1065,13 +1196,13 @@ impl Driver for FakeDriver {
         let flops =
             4.0 * (sh.batch * sh.q_heads * sh.q_len) as f64 * (sh.kv_len * sh.head_dim) as f64;
         let ns = s.kernel_ns(flops, (2 * qb + kvb) as f64);
-        let span = s.enqueue(st.0, ns);
-        let (r, w) = (s.access(st.0, span, false), s.access(st.0, span, true));
-        s.touch(r, q, qb, Some(d.0), "attention's Q")?;
-        s.touch(r, kv, kvb, Some(d.0), "attention's K,V")?;
-        s.touch(w, out, qb, Some(d.0), "attention's output")?;
-        s.touch(w, ws, need * 4, Some(d.0), "attention's workspace")?;
-        s.push_work(st.0, WorkKind::Attention { shape: sh, dtype }, span);
+        let slot = s.enqueue(st.0, ns);
+        let (r, w) = (s.access(st.0, slot, false), s.access(st.0, slot, true));
+        s.touch(&r, q, qb, Some(d.0), "attention's Q")?;
+        s.touch(&r, kv, kvb, Some(d.0), "attention's K,V")?;
+        s.touch(&w, out, qb, Some(d.0), "attention's output")?;
+        s.touch(&w, ws, need * 4, Some(d.0), "attention's workspace")?;
+        s.push_work(st.0, WorkKind::Attention { shape: sh, dtype }, slot);
         Ok(())
     }
 
@@ -1097,18 +1228,18 @@ impl Driver for FakeDriver {
         let es = dtype.bytes();
         let (se, de) = x.extents();
         let ns = s.kernel_ns(0.0, (2 * total * es) as f64);
-        let span = s.enqueue(st.0, ns);
-        let (r, w) = (s.access(st.0, span, false), s.access(st.0, span, true));
+        let slot = s.enqueue(st.0, ns);
+        let (r, w) = (s.access(st.0, slot, false), s.access(st.0, slot, true));
         // The extents from element 0 of each buffer: what the kernel may touch.
         s.touch(
-            r,
+            &r,
             src,
             se as u64 * es,
             Some(d.0),
             "the elementwise kernel's source",
         )?;
         s.touch(
-            w,
+            &w,
             dst,
             de as u64 * es,
             Some(d.0),
@@ -1120,7 +1251,7 @@ impl Driver for FakeDriver {
                 elems: total,
                 dtype,
             },
-            span,
+            slot,
         );
         Ok(())
     }
@@ -1222,7 +1353,10 @@ mod tests {
             let h = log.hazards();
             assert_eq!(h.is_empty(), synced, "{h:?}");
             if !synced {
-                assert!(h[0].contains("freed at 0 ns while a read"), "{h:?}");
+                assert!(
+                    h[0].contains("without waiting for a read on gpu0 stream 1"),
+                    "{h:?}"
+                );
             }
         }
     }

@@ -211,6 +211,36 @@ fn check(s: &Schedule, t: &Timeline, log: &FakeLog, runs: u32) {
     }
     assert_eq!(got_counts, expected_counts);
 
+    // Causal order, whatever the timing: the driver orders each op's work (by stream order,
+    // events or host synchronisation) after the work of every dependency (through ops that
+    // issue no work, to the work they wait for).
+    let mut implies: Vec<Vec<usize>> = vec![Vec::new(); s.len()];
+    for i in 0..s.len() {
+        let mut need: Vec<usize> = Vec::new();
+        for d in s.deps(OpId(i as u32)) {
+            match op_work[d.index()] {
+                Some(_) => need.push(d.index()),
+                None => need.extend(&implies[d.index()]),
+            }
+        }
+        need.sort_unstable();
+        need.dedup();
+        match op_work[i] {
+            Some(w) => {
+                for &p in &need {
+                    assert!(
+                        w.happens_after(op_work[p].unwrap()),
+                        "op {i} ({}) is not ordered after its dependency {p} ({})",
+                        s.label(&s.ops()[i]),
+                        s.label(&s.ops()[p])
+                    );
+                }
+                implies[i] = vec![i];
+            }
+            None => implies[i] = need,
+        }
+    }
+
     // The measured run against the closed form of the schedule's dependencies: each op starts
     // when its stream predecessor and its dependencies have ended, from the reference (the end
     // of the run's head-start kernel), not a nanosecond earlier or later.
