@@ -6,16 +6,16 @@ use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaSlice, CudaStream, PinnedHostSlice, sys};
 use kvplan_vocab::DType;
 
-use super::device::Dev;
 use super::driver::{OrCuda, check_libraries, check_ordinal, dev_ptr, device_count, internal};
 use super::launch::{attention_workspace, gemm, launch_attention, launch_axpb};
+use super::real::Context;
 use crate::kernel::{AttentionShape, CopyAt, Device, Strided};
 use crate::{Error, ExecOptions};
 
 /// The CUDA side of the correctness checks: fp16 buffers, one stream, and the executor's
 /// kernels and cuBLAS GEMM.
 pub(crate) struct CheckDevice {
-    dev: Dev,
+    dev: Context,
     stream: Arc<CudaStream>,
     blas: CudaBlas,
     ws: Option<CudaSlice<f32>>,
@@ -26,7 +26,7 @@ impl CheckDevice {
         check_libraries()?;
         let count = device_count()?;
         check_ordinal(options.device, count)?;
-        let dev = Dev::open(options.device, &mut Vec::new())?;
+        let dev = Context::open(options.device, &mut Vec::new())?;
         let stream = dev.ctx.new_stream().ctx("creating a stream")?;
         let blas = CudaBlas::new(stream.clone()).ctx("creating a cuBLAS handle")?;
         Ok(CheckDevice {

@@ -1,25 +1,15 @@
 //! The CUDA executor: buffers, placement of schedule streams on CUDA streams, the stream threads
 //! and the timing events.
 
-use std::ffi::c_void;
-use std::sync::Arc;
-
-use cudarc::cublas::CudaBlas;
-use cudarc::driver::{
-    CudaContext, CudaSlice, CudaStream, DriverError, PinnedHostSlice, result as drv, sys,
-};
-use cudarc::nvrtc::Ptx;
 use kvplan_vocab::DType;
 use kvplan_vocab::schedule::{HostMemory, OpId, OpKind, Schedule, StreamId, StreamKind};
 use kvplan_vocab::timeline::{Source, Span, Timeline};
 
+use super::api::Driver;
 use super::device::Dev;
-use super::driver::{
-    OrCuda, check_libraries, check_ordinal, dev_ptr, device_count, guarded, internal,
-};
-use super::launch::{
-    Kernels, attention_workspace, config, gemm, launch, launch_attention, launch_axpb, launch_fill,
-};
+use super::driver::{check_ordinal, guarded, internal};
+use super::launch::attention_workspace;
+use super::real::Cudarc;
 use crate::kernel::Strided;
 use crate::sched::{self, Progress, StreamNeeds, Worker};
 use crate::{BackendKind, DeviceInfo, Error, ExecOptions, Executor, data};
@@ -31,8 +21,8 @@ pub(crate) const MAX_OPS: usize = 2_000_000;
 const DEVICE_MARGIN: u64 = 256 << 20;
 
 /// A device allocation and the schedule device it lives on.
-struct DevBuf {
-    slice: CudaSlice<u8>,
+struct DevBuf<D: Driver> {
+    buf: D::Buffer,
     device: usize,
 }
 
@@ -56,26 +46,39 @@ struct Want {
 }
 
 /// Scratch buffers of one schedule stream, kept across runs.
-#[derive(Default)]
-struct StreamBufs {
+struct StreamBufs<D: Driver> {
     /// Device side of copies; source of peer sends.
-    dev_copy: Option<DevBuf>,
+    dev_copy: Option<DevBuf<D>>,
     /// Receiving buffer of peer sends (on the target device).
-    peer_dst: Option<DevBuf>,
+    peer_dst: Option<DevBuf<D>>,
     /// GEMM A, B, C per dtype.
-    gemm: [[Option<DevBuf>; 3]; DType::COUNT],
+    gemm: [[Option<DevBuf<D>>; 3]; DType::COUNT],
     /// Attention Q, O, KV, workspace per dtype.
-    attn: [[Option<DevBuf>; 4]; DType::COUNT],
+    attn: [[Option<DevBuf<D>>; 4]; DType::COUNT],
     /// Elementwise source and destination (fp16).
-    elem: [Option<DevBuf>; 2],
-    pinned: Option<PinnedHostSlice<u8>>,
+    elem: [Option<DevBuf<D>>; 2],
+    pinned: Option<D::Pinned>,
     pageable: Vec<u8>,
+}
+
+impl<D: Driver> Default for StreamBufs<D> {
+    fn default() -> Self {
+        StreamBufs {
+            dev_copy: None,
+            peer_dst: None,
+            gemm: Default::default(),
+            attn: Default::default(),
+            elem: Default::default(),
+            pinned: None,
+            pageable: Vec::new(),
+        }
+    }
 }
 
 const SLOTS: usize = 2 + 9 + 12 + 2;
 
-impl StreamBufs {
-    fn slots(&mut self) -> [&mut Option<DevBuf>; SLOTS] {
+impl<D: Driver> StreamBufs<D> {
+    fn slots(&mut self) -> [&mut Option<DevBuf<D>>; SLOTS] {
         let [g0, g1, g2] = &mut self.gemm;
         let [a0, a1, a2] = &mut self.attn;
         let [e0, e1] = &mut self.elem;
@@ -181,8 +184,8 @@ struct Ptrs {
 }
 
 impl Ptrs {
-    fn of(b: &mut StreamBufs) -> Result<Self, Error> {
-        let p = |s: &Option<DevBuf>| s.as_ref().map_or(0, |d| dev_ptr(&d.slice));
+    fn of<D: Driver>(drv: &D, b: &mut StreamBufs<D>) -> Result<Self, Error> {
+        let p = |s: &Option<DevBuf<D>>| s.as_ref().map_or(0, |d| drv.buffer_ptr(&d.buf));
         let mut out = Ptrs {
             dev_copy: p(&b.dev_copy),
             peer_dst: p(&b.peer_dst),
@@ -199,10 +202,10 @@ impl Ptrs {
             }
             out.ws_elems[dt] = b.attn[dt][3]
                 .as_ref()
-                .map_or(0, |d| d.slice.len() as u64 / 4);
+                .map_or(0, |d| drv.buffer_len(&d.buf) / 4);
         }
         if let Some(h) = &b.pinned {
-            out.pinned = h.as_ptr().ctx("reading a pinned buffer")? as usize;
+            out.pinned = drv.pinned_ptr(h)?;
         }
         Ok(out)
     }
@@ -217,39 +220,44 @@ struct Placement {
     peer: Option<(usize, usize)>,
 }
 
-/// The CUDA executor.
-pub(crate) struct CudaExecutor {
+/// The CUDA executor, on the real driver (cudarc) or on another [`Driver`] (the fake).
+pub(crate) struct CudaExecutor<D: Driver = Cudarc> {
     info: DeviceInfo,
     options: ExecOptions,
-    /// Compiled kernels per compute capability.
-    images: Vec<((i32, i32), Ptx)>,
+    /// The driver (for cudarc: the kernels compiled per compute capability).
+    drv: D,
     /// Schedule device `i` is `devices[i]` (ordinal `options.device + i`), opened on demand.
-    devices: Vec<Dev>,
+    devices: Vec<Dev<D>>,
     /// Scratch buffers per schedule stream index.
-    cache: Vec<StreamBufs>,
+    cache: Vec<StreamBufs<D>>,
     /// (from, to) device pairs whose peer access has been handled.
     peers: Vec<(usize, usize)>,
 }
 
-impl CudaExecutor {
+impl CudaExecutor<Cudarc> {
     /// Opens device `options.device`: checks the libraries, the device count and the ordinal,
     /// creates the context and compiles the kernels.
     pub fn open(options: &ExecOptions) -> Result<Self, Error> {
-        check_libraries()?;
-        guarded(|| {
-            let count = device_count()?;
-            check_ordinal(options.device, count)?;
-            let mut images = Vec::new();
-            let dev = Dev::open(options.device, &mut images)?;
-            let info = dev.info()?;
-            Ok(CudaExecutor {
-                info,
-                options: options.clone(),
-                images,
-                devices: vec![dev],
-                cache: Vec::new(),
-                peers: Vec::new(),
-            })
+        let drv = Cudarc::load()?;
+        guarded(|| Self::with_driver(drv, options))
+    }
+}
+
+impl<D: Driver> CudaExecutor<D> {
+    /// Opens device `options.device` of `drv`: checks the device count and the ordinal, opens
+    /// the device.
+    pub(crate) fn with_driver(mut drv: D, options: &ExecOptions) -> Result<Self, Error> {
+        let count = drv.device_count()?;
+        check_ordinal(options.device, count)?;
+        let dev = Dev::open(&mut drv, options.device)?;
+        let info = drv.info(&dev.dev)?;
+        Ok(CudaExecutor {
+            info,
+            options: options.clone(),
+            drv,
+            devices: vec![dev],
+            cache: Vec::new(),
+            peers: Vec::new(),
         })
     }
 
@@ -257,7 +265,7 @@ impl CudaExecutor {
         if self.devices.len() >= n {
             return Ok(());
         }
-        let count = device_count()?;
+        let count = self.drv.device_count()?;
         let avail = count.saturating_sub(self.options.device);
         if avail < n {
             return Err(Error::Unsupported(format!(
@@ -266,7 +274,7 @@ impl CudaExecutor {
             )));
         }
         while self.devices.len() < n {
-            let d = Dev::open(self.options.device + self.devices.len(), &mut self.images)?;
+            let d = Dev::open(&mut self.drv, self.options.device + self.devices.len())?;
             self.devices.push(d);
         }
         Ok(())
@@ -276,21 +284,8 @@ impl CudaExecutor {
         if from == to || self.peers.contains(&(from, to)) {
             return Ok(());
         }
-        let (a, b) = (&self.devices[from].ctx, &self.devices[to].ctx);
-        let mut can: i32 = 0;
-        // SAFETY: out-parameter of one int; both device handles come from live contexts.
-        unsafe { sys::cuDeviceCanAccessPeer(&mut can, a.cu_device(), b.cu_device()) }
-            .result()
-            .ctx("cuDeviceCanAccessPeer")?;
-        if can != 0 {
-            a.bind_to_thread().ctx("binding a context")?;
-            // SAFETY: `from`'s context is current; `b` is a live context of another device.
-            match unsafe { sys::cuCtxEnablePeerAccess(b.cu_ctx(), 0) }.result() {
-                Ok(())
-                | Err(DriverError(sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)) => {}
-                Err(e) => return Err(e).ctx("cuCtxEnablePeerAccess"),
-            }
-        }
+        self.drv
+            .enable_peer(&self.devices[from].dev, &self.devices[to].dev)?;
         self.peers.push((from, to));
         Ok(())
     }
@@ -304,7 +299,7 @@ impl CudaExecutor {
         let wants: Vec<[Option<Want>; SLOTS]> = needs
             .iter()
             .zip(place)
-            .map(|(n, p)| StreamBufs::wants(n, p.device, p.slot, p.peer))
+            .map(|(n, p)| StreamBufs::<D>::wants(n, p.device, p.slot, p.peer))
             .collect();
         // Device memory after this run's allocations, against what is free plus what we hold.
         let mut after = vec![0u64; n_dev];
@@ -315,7 +310,9 @@ impl CudaExecutor {
             let w = wants.get(i);
             let n = needs.get(i);
             for (j, slot) in bufs.slots().into_iter().enumerate() {
-                let cur = slot.as_ref().map(|d| (d.slice.len() as u64, d.device));
+                let cur = slot
+                    .as_ref()
+                    .map(|d| (self.drv.buffer_len(&d.buf), d.device));
                 if let Some((bytes, dev)) = cur {
                     held[dev] = held[dev].saturating_add(bytes);
                 }
@@ -332,7 +329,7 @@ impl CudaExecutor {
                     (None, None) => {}
                 }
             }
-            let pinned = bufs.pinned.as_ref().map_or(0, |p| p.len() as u64);
+            let pinned = bufs.pinned.as_ref().map_or(0, |p| self.drv.pinned_len(p));
             host_held = host_held.saturating_add(pinned + bufs.pageable.len() as u64);
             let (want_pinned, want_pageable) = n.map_or((0, 0), |n| (n.pinned, n.pageable));
             host_after = host_after
@@ -340,8 +337,8 @@ impl CudaExecutor {
                 .saturating_add((bufs.pageable.len() as u64).max(want_pageable));
         }
         for (d, dev) in self.devices.iter().enumerate() {
-            let (free, _) = dev.ctx.mem_get_info().ctx("cuMemGetInfo")?;
-            let have = free as u64 + held[d];
+            let free = self.drv.free_memory(&dev.dev)?;
+            let have = free + held[d];
             if after[d].saturating_add(DEVICE_MARGIN) > have {
                 return Err(Error::OutOfMemory {
                     what: "device memory",
@@ -362,29 +359,28 @@ impl CudaExecutor {
         }
         // Allocate and fill.
         let seed = self.options.seed;
+        let drv = &self.drv;
         for (i, (bufs, w)) in self.cache.iter_mut().zip(&wants).enumerate() {
             for (j, (slot, want)) in bufs.slots().into_iter().zip(w).enumerate() {
                 let Some(want) = *want else { continue };
-                if slot
-                    .as_ref()
-                    .is_some_and(|d| d.device == want.device && d.slice.len() as u64 >= want.bytes)
-                {
+                if slot.as_ref().is_some_and(|d| {
+                    d.device == want.device && drv.buffer_len(&d.buf) >= want.bytes
+                }) {
                     continue;
                 }
                 *slot = None;
                 let dev = &self.devices[want.device];
                 let stream = &dev.streams[want.slot];
-                // SAFETY: uninitialised device memory; it is filled below or only ever written
-                // (outputs) or copied (copy buffers) — its values never matter for timing.
-                let slice = unsafe { stream.alloc::<u8>(want.bytes as usize) }
-                    .ctx("allocating device memory")?;
+                let buf = drv.alloc(&dev.dev, stream, want.bytes)?;
                 if let Fill::Random { dt, scale } = want.fill {
                     let n = want.bytes / DType::ALL[dt].bytes();
                     let s = data::derive(seed, (i * SLOTS + j) as u64);
-                    launch_fill(&dev.k, stream, dt, dev_ptr(&slice), n, s, scale)?;
+                    // SAFETY: `buf` was just allocated on this device with `want.bytes` bytes,
+                    // `n` elements of the dtype.
+                    unsafe { drv.fill(&dev.dev, stream, dt, drv.buffer_ptr(&buf), n, s, scale) }?;
                 }
                 *slot = Some(DevBuf {
-                    slice,
+                    buf,
                     device: want.device,
                 });
             }
@@ -393,23 +389,11 @@ impl CudaExecutor {
                 && bufs
                     .pinned
                     .as_ref()
-                    .is_none_or(|p| (p.len() as u64) < pinned)
+                    .is_none_or(|p| drv.pinned_len(p) < pinned)
             {
                 bufs.pinned = None;
-                let ctx = &self.devices[place[i].device].ctx;
-                // SAFETY: uninitialised page-locked memory, filled right below.
-                let mut h = unsafe {
-                    ctx.alloc_pinned_with_flags::<u8>(
-                        pinned as usize,
-                        sys::CU_MEMHOSTALLOC_PORTABLE,
-                    )
-                }
-                .ctx("allocating pinned host memory")?;
-                // Touch every page now; a copy's bytes are bytes.
-                h.as_mut_slice()
-                    .ctx("writing pinned host memory")?
-                    .fill(0xA5);
-                bufs.pinned = Some(h);
+                // Every page is touched now; a copy's bytes are bytes.
+                bufs.pinned = Some(drv.alloc_pinned(&self.devices[place[i].device].dev, pinned)?);
             }
             if (bufs.pageable.len() as u64) < pageable {
                 bufs.pageable = Vec::new();
@@ -418,7 +402,7 @@ impl CudaExecutor {
         }
         for dev in &self.devices {
             for s in &dev.streams {
-                s.synchronize().ctx("synchronising after allocation")?;
+                drv.synchronize(s)?;
             }
         }
         Ok(())
@@ -455,12 +439,12 @@ impl CudaExecutor {
             next_slot[d] += 1;
         }
         for (d, &n) in next_slot.iter().enumerate() {
-            self.devices[d].ensure_streams(n.max(1))?;
+            self.devices[d].ensure_streams(&self.drv, n.max(1))?;
         }
         for (i, s) in streams.iter().enumerate() {
             match s.kind {
                 StreamKind::Compute => {
-                    self.devices[place[i].device].ensure_blas(place[i].slot)?;
+                    self.devices[place[i].device].ensure_blas(&self.drv, place[i].slot)?;
                 }
                 StreamKind::Peer { to } => {
                     place[i].peer = Some((usize::from(to), 0));
@@ -469,7 +453,7 @@ impl CudaExecutor {
                 StreamKind::H2D | StreamKind::D2H => {}
             }
         }
-        let sms: Vec<u32> = self.devices.iter().map(|d| d.k.sms).collect();
+        let sms: Vec<u32> = self.devices.iter().map(|d| self.drv.sms(&d.dev)).collect();
         let needs = sched::needs(schedule, |s, shape| {
             attention_workspace(shape, sms[usize::from(streams[s].device)])
         })?;
@@ -487,7 +471,7 @@ impl CudaExecutor {
             })
             .collect();
         for (d, &n) in per_dev.iter().enumerate() {
-            self.devices[d].ensure_events(2 * n as usize)?;
+            self.devices[d].ensure_events(&self.drv, 2 * n as usize)?;
         }
         let mut per_stream = vec![0usize; streams.len()];
         for o in ops {
@@ -496,7 +480,7 @@ impl CudaExecutor {
         let used: Vec<usize> = (0..streams.len()).filter(|&s| per_stream[s] > 0).collect();
         let mut ptrs = Vec::with_capacity(streams.len());
         for b in &mut self.cache[..streams.len()] {
-            ptrs.push(Ptrs::of(b)?);
+            ptrs.push(Ptrs::of(&self.drv, b)?);
         }
         let head_start_ns = (schedule.len() as u64 * 5_000).clamp(100_000, 100_000_000);
         let mut progress = Progress::new(schedule.len());
@@ -505,6 +489,7 @@ impl CudaExecutor {
             progress.reset();
             let measured = run == self.options.warmup_runs;
             let r = run_once(
+                &self.drv,
                 &self.devices,
                 schedule,
                 &place,
@@ -520,7 +505,7 @@ impl CudaExecutor {
             }
         }
         for d in &self.devices {
-            d.ctx.check_err().ctx("a deferred CUDA error")?;
+            self.drv.check_err(&d.dev)?;
         }
         Ok(Timeline {
             source: Source::Measured {
@@ -535,8 +520,9 @@ impl CudaExecutor {
 
 /// One run: reference events, the stream threads, synchronisation, and (if `measured`) spans.
 #[allow(clippy::too_many_arguments)]
-fn run_once(
-    devices: &[Dev],
+fn run_once<D: Driver>(
+    drv: &D,
+    devices: &[Dev<D>],
     schedule: &Schedule,
     place: &[Placement],
     used: &[usize],
@@ -561,44 +547,29 @@ fn run_once(
     }
     let primary = place[used[0]].device;
     let lead = stream_of(leads[primary].expect("the primary device has a used stream"));
-    let k = &devices[primary].k;
-    // SAFETY: kv_spin(u64 ns) takes one u64, passed as such; it touches no memory.
-    unsafe {
-        launch(
-            lead,
-            &k.spin,
-            config((1, 1, 1), 1, 0),
-            &[head_start_ns],
-            &[],
-            &[],
-            "launching the head-start kernel",
-        )
-    }?;
+    drv.spin(&devices[primary].dev, lead, head_start_ns)?;
     let primary_ref = &devices[primary].reference;
-    primary_ref
-        .record(lead)
-        .ctx("recording the reference event")?;
+    drv.bind(&devices[primary].dev)?;
+    drv.record(primary_ref, lead)?;
     for (d, l) in leads.iter().enumerate() {
         if let Some(l) = *l
             && d != primary
         {
             let s = stream_of(l);
-            s.wait(primary_ref).ctx("cuStreamWaitEvent")?;
-            devices[d]
-                .reference
-                .record(s)
-                .ctx("recording a reference event")?;
+            drv.bind(&devices[d].dev)?;
+            drv.wait(s, primary_ref)?;
+            drv.record(&devices[d].reference, s)?;
         }
     }
     for &s in used {
         if leads[place[s].device] != Some(s) {
-            stream_of(s)
-                .wait(&devices[place[s].device].reference)
-                .ctx("cuStreamWaitEvent")?;
+            let d = &devices[place[s].device];
+            drv.bind(&d.dev)?;
+            drv.wait(stream_of(s), &d.reference)?;
         }
     }
 
-    let mut workers: Vec<CudaWorker> = used
+    let mut workers: Vec<CudaWorker<D>> = used
         .iter()
         .map(|&s| {
             let p = place[s];
@@ -606,16 +577,16 @@ fn run_once(
             CudaWorker {
                 stream_id: StreamId(s as u16),
                 schedule,
-                ctx: &dev.ctx,
+                drv,
+                dev: &dev.dev,
                 stream: &dev.streams[p.slot],
-                k: &dev.k,
                 blas: dev.blas[p.slot].as_ref(),
                 ptrs: ptrs[s],
                 devices,
                 place,
                 local,
                 waited: vec![0; place.len()],
-                peer_ctx: p.peer.map(|(to, _)| &devices[to].ctx),
+                peer_dev: p.peer.map(|(to, _)| &devices[to].dev),
             }
         })
         .collect();
@@ -624,7 +595,7 @@ fn run_once(
     // Always wait for the device, also after a failure, before anything can be freed.
     let mut synced: Result<(), Error> = Ok(());
     for &s in used {
-        if let Err(e) = stream_of(s).synchronize().ctx("synchronising a stream")
+        if let Err(e) = drv.synchronize(stream_of(s))
             && synced.is_ok()
         {
             synced = Err(e);
@@ -640,18 +611,16 @@ fn run_once(
     for (i, op) in schedule.ops().iter().enumerate() {
         let d = place[op.stream.index()].device;
         if bound != d {
-            devices[d].ctx.bind_to_thread().ctx("binding a context")?;
+            drv.bind(&devices[d].dev)?;
             bound = d;
         }
-        let r = devices[d].reference.cu_event();
+        let r = &devices[d].reference;
         let ev = &devices[d].events;
         let j = 2 * local[i] as usize;
-        let (s, e) = (ev[j].cu_event(), ev[j + 1].cu_event());
-        // SAFETY: all three events belong to this device's (current) context and have completed
+        // All three events belong to this device's (current) context and have completed
         // (every stream was synchronised above).
-        let (start, end) = unsafe { (drv::event::elapsed(r, s), drv::event::elapsed(r, e)) };
-        let start = f64::from(start.ctx("cuEventElapsedTime")?) * 1e-3;
-        let end = f64::from(end.ctx("cuEventElapsedTime")?) * 1e-3;
+        let start = f64::from(drv.elapsed_ms(r, &ev[j])?) * 1e-3;
+        let end = f64::from(drv.elapsed_ms(r, &ev[j + 1])?) * 1e-3;
         let start = start.max(0.0);
         spans.push(Span {
             start,
@@ -662,31 +631,32 @@ fn run_once(
 }
 
 /// Issues one schedule stream's ops onto its CUDA stream.
-struct CudaWorker<'a> {
+struct CudaWorker<'a, D: Driver> {
     stream_id: StreamId,
     schedule: &'a Schedule,
-    ctx: &'a Arc<CudaContext>,
-    stream: &'a Arc<CudaStream>,
-    k: &'a Kernels,
-    blas: Option<&'a CudaBlas>,
+    drv: &'a D,
+    /// This stream's device.
+    dev: &'a D::Device,
+    stream: &'a D::Stream,
+    blas: Option<&'a D::Blas>,
     ptrs: Ptrs,
-    devices: &'a [Dev],
+    devices: &'a [Dev<D>],
     place: &'a [Placement],
     local: &'a [u32],
     /// Per stream: one past the latest op of that stream this stream already waits for.
     waited: Vec<u32>,
-    /// Receiving device's context of a peer stream.
-    peer_ctx: Option<&'a Arc<CudaContext>>,
+    /// Receiving device of a peer stream.
+    peer_dev: Option<&'a D::Device>,
 }
 
-impl CudaWorker<'_> {
-    fn event(&self, op: usize, end: bool) -> sys::CUevent {
+impl<D: Driver> CudaWorker<'_, D> {
+    fn event(&self, op: usize, end: bool) -> &D::Event {
         let d = self.place[self.schedule.ops()[op].stream.index()].device;
-        self.devices[d].events[2 * self.local[op] as usize + usize::from(end)].cu_event()
+        &self.devices[d].events[2 * self.local[op] as usize + usize::from(end)]
     }
 
     fn issue(&self, kind: &OpKind) -> Result<(), Error> {
-        let cs = self.stream.cu_stream();
+        let (drv, cs) = (self.drv, self.stream);
         let p = &self.ptrs;
         match *kind {
             OpKind::H2D { bytes, host, .. } => {
@@ -700,11 +670,7 @@ impl CudaWorker<'_> {
                 // SAFETY: `src` is a live host allocation (pinned buffer or Vec owned by the
                 // executor for the whole run) and `dev_copy` a device allocation, both of at
                 // least `bytes` bytes (sized from this schedule).
-                unsafe {
-                    sys::cuMemcpyHtoDAsync_v2(p.dev_copy, src as *const c_void, bytes as usize, cs)
-                }
-                .result()
-                .ctx("cuMemcpyHtoDAsync")
+                unsafe { drv.h2d(cs, p.dev_copy, src, bytes) }
             }
             OpKind::D2H { bytes, host, .. } => {
                 if bytes == 0 {
@@ -716,42 +682,16 @@ impl CudaWorker<'_> {
                 };
                 // SAFETY: as for H2D, in the other direction; nothing else touches the host
                 // buffer during the run.
-                unsafe {
-                    sys::cuMemcpyDtoHAsync_v2(dst as *mut c_void, p.dev_copy, bytes as usize, cs)
-                }
-                .result()
-                .ctx("cuMemcpyDtoHAsync")
+                unsafe { drv.d2h(cs, dst, p.dev_copy, bytes) }
             }
             OpKind::PeerSend { bytes } => {
                 if bytes == 0 {
                     return Ok(());
                 }
-                match self.peer_ctx {
-                    Some(to) if to.cu_ctx() != self.ctx.cu_ctx() => {
-                        // SAFETY: source and destination are device allocations of at least
-                        // `bytes` bytes in the given (live) contexts.
-                        unsafe {
-                            sys::cuMemcpyPeerAsync(
-                                p.peer_dst,
-                                to.cu_ctx(),
-                                p.dev_copy,
-                                self.ctx.cu_ctx(),
-                                bytes as usize,
-                                cs,
-                            )
-                        }
-                        .result()
-                        .ctx("cuMemcpyPeerAsync")
-                    }
-                    _ => {
-                        // SAFETY: two device allocations of at least `bytes` bytes in this context.
-                        unsafe {
-                            sys::cuMemcpyDtoDAsync_v2(p.peer_dst, p.dev_copy, bytes as usize, cs)
-                        }
-                        .result()
-                        .ctx("cuMemcpyDtoDAsync")
-                    }
-                }
+                let to = self.peer_dev.unwrap_or(self.dev);
+                // SAFETY: `dev_copy` (on this device) and `peer_dst` (on the receiving device)
+                // are device allocations of at least `bytes` bytes, in live contexts.
+                unsafe { drv.peer(cs, self.dev, p.dev_copy, to, p.peer_dst, bytes) }
             }
             // Quantised weights run as 16-bit GEMMs here (the executor has no quantised kernels).
             OpKind::Gemm {
@@ -766,17 +706,20 @@ impl CudaWorker<'_> {
                     .blas
                     .ok_or_else(|| internal("a GEMM on a stream without a cuBLAS handle"))?;
                 let g = p.gemm[dtype.index()];
-                gemm(
-                    blas,
-                    dtype,
-                    m as usize,
-                    n as usize,
-                    k as usize,
-                    batch as usize,
-                    g[0],
-                    g[1],
-                    g[2],
-                )
+                // SAFETY: A, B and C were sized from this stream's largest GEMM of the dtype.
+                unsafe {
+                    drv.gemm(
+                        blas,
+                        dtype,
+                        m as usize,
+                        n as usize,
+                        k as usize,
+                        batch as usize,
+                        g[0],
+                        g[1],
+                        g[2],
+                    )
+                }
             }
             OpKind::Attention { dtype, .. } => {
                 let Some(s) = sched::attention_shape(0, kind)? else {
@@ -784,30 +727,28 @@ impl CudaWorker<'_> {
                 };
                 let dt = dtype.index();
                 let a = p.attn[dt];
-                launch_attention(
-                    self.k,
-                    self.stream,
-                    dt,
-                    &s,
-                    a[0],
-                    a[2],
-                    a[1],
-                    a[3],
-                    p.ws_elems[dt],
-                )
+                // SAFETY: Q, O, KV and the workspace were sized from this stream's largest
+                // attention of the dtype (the workspace by the device's own rule).
+                unsafe {
+                    drv.attention(self.dev, cs, dt, &s, a[0], a[2], a[1], a[3], p.ws_elems[dt])
+                }
             }
             OpKind::Elementwise { bytes, .. } => {
                 let n = (bytes / 4) as usize;
-                launch_axpb(
-                    self.k,
-                    self.stream,
-                    DType::Fp16.index(),
-                    &Strided::contiguous(n),
-                    p.elem[0],
-                    p.elem[1],
-                    1.0001,
-                    0.5,
-                )
+                // SAFETY: the source and destination hold half of this stream's largest
+                // elementwise op each, `bytes / 4` fp16 elements.
+                unsafe {
+                    drv.axpb(
+                        self.dev,
+                        cs,
+                        DType::Fp16.index(),
+                        &Strided::contiguous(n),
+                        p.elem[0],
+                        p.elem[1],
+                        1.0001,
+                        0.5,
+                    )
+                }
             }
             // `sched::needs` rejects all-reduces and batched attention before a run starts.
             OpKind::AllReduce { .. } | OpKind::BatchAttention { .. } => Ok(()),
@@ -815,43 +756,34 @@ impl CudaWorker<'_> {
     }
 }
 
-impl Worker for CudaWorker<'_> {
+impl<D: Driver> Worker for CudaWorker<'_, D> {
     fn stream(&self) -> StreamId {
         self.stream_id
     }
 
     fn begin(&mut self) -> Result<(), Error> {
-        self.ctx
-            .bind_to_thread()
-            .ctx("binding the context to a stream thread")
+        self.drv.bind(self.dev)
     }
 
     fn op(&mut self, op: OpId) -> Result<(), Error> {
-        let cs = self.stream.cu_stream();
         let me = self.stream_id.index();
         for d in self.schedule.deps(op) {
             let ds = self.schedule.ops()[d.index()].stream.index();
             if ds == me || self.waited[ds] > d.0 {
                 continue;
             }
-            let ev = self.event(d.index(), true);
-            // SAFETY: the stream and the event are live for the run; the dependency is marked,
-            // so its end event has been recorded in this run.
-            unsafe { sys::cuStreamWaitEvent(cs, ev, 0) }
-                .result()
-                .ctx("cuStreamWaitEvent")?;
+            // The dependency is marked, so its end event has been recorded in this run.
+            self.drv.wait(self.stream, self.event(d.index(), true))?;
             self.waited[ds] = d.0 + 1;
         }
         let i = op.index();
-        // SAFETY: a live timing event of this device and a live stream of the same context.
-        unsafe { drv::event::record(self.event(i, false), cs) }.ctx("cuEventRecord")?;
+        self.drv.record(self.event(i, false), self.stream)?;
         self.issue(&self.schedule.ops()[i].kind)?;
-        // SAFETY: as above.
-        unsafe { drv::event::record(self.event(i, true), cs) }.ctx("cuEventRecord")
+        self.drv.record(self.event(i, true), self.stream)
     }
 }
 
-impl Executor for CudaExecutor {
+impl<D: Driver> Executor for CudaExecutor<D> {
     fn info(&self) -> &DeviceInfo {
         &self.info
     }

@@ -27,17 +27,28 @@
 //! - Host memory: pinned buffers are portable, not write-combined page-locked memory (what
 //!   `torch.Tensor.pin_memory()` gives the systems being modelled, and readable by the CPU);
 //!   pageable ones are ordinary `Vec<u8>`s, which the driver stages itself.
+//! - The driver boundary: the executor makes every driver call through one trait
+//!   ([`api::Driver`]: devices, streams, events, memory, copies, kernel launches) and is generic
+//!   over it. `real` implements it on cudarc (what [`crate::open`] uses); `fake` simulates it on
+//!   the CPU — a virtual clock per stream, events, allocations, and a record of every call — so
+//!   the executor's stream placement, event ordering, buffers, copies and launches are tested
+//!   without a GPU ([`crate::fake`]).
 //! - Modules, each using only those listed after it: `check` and `executor` (the two users of a
-//!   device), `device` (one device's context, kernels, streams and events), `launch` (kernel
-//!   compilation and launches, cuBLAS GEMMs), `driver` (library loading, device count, errors).
+//!   device), `device` (one device's stream pool and events, on any driver), `fake` (the
+//!   simulated driver), `real` (the cudarc driver: a device's context and kernels), `launch`
+//!   (kernel compilation and launches, cuBLAS GEMMs), `driver` (library loading, device count,
+//!   errors), `api` (the driver trait).
 
 #![allow(unsafe_code)]
 
+mod api;
 mod check;
 mod device;
 mod driver;
 mod executor;
+pub mod fake;
 mod launch;
+mod real;
 
 pub(crate) use check::CheckDevice;
 pub(crate) use driver::guarded;

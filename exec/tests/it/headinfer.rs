@@ -108,7 +108,7 @@ fn tiny() -> ModelSpec {
 
 /// HeadInfer for a 2,048-token context in 512-token chunks, one KV head per group (4 groups per
 /// layer), 3 tokens generated.
-fn headinfer_schedule() -> Schedule {
+pub fn headinfer_schedule() -> Schedule {
     let model = tiny();
     let hw = HardwareProfile::preset("a100-40g-pcie4").unwrap();
     let cost = CostModel::new(&hw);

@@ -2,4 +2,5 @@ mod check;
 mod common;
 mod cpu;
 mod cuda;
+mod fake;
 mod headinfer;
