@@ -6,6 +6,7 @@ mod contract;
 mod csv_plain;
 mod determinism;
 mod errors;
+mod fuzz;
 mod inputs;
 mod library;
 mod measure;

@@ -56,10 +56,14 @@ fn the_repository_suite_passes() {
         "llama-3-8b-headinfer",
         "llama-2-7b-runahead",
         "llama-2-7b-serve",
+        "opt-1.3b-t4-split",
+        "llama-2-7b-headinfer-groups",
+        "llama-2-7b-serve-prefix",
     ] {
         assert!(out.contains(case), "{out}");
     }
     assert!(!out.contains("REGRESSED"), "{out}");
+    assert!(!out.contains("DECISION"), "{out}");
 }
 
 /// Every golden in `regress/golden/` is what its scenario prints today, byte for byte: `regress
@@ -107,6 +111,108 @@ fn goldens_are_what_the_commands_print() {
     let column = json("opt-1.3b-t4-column.json");
     assert_eq!(column["order"], "column-by-column");
     assert_eq!(column["weights_on_gpu"], false);
+    // Goldens that pin decisions away from their extremes: a KVPR split strictly between
+    // "transfer everything" and "recompute everything" at every step, HeadInfer head groups
+    // neither all of a layer's KV heads nor one, and a serving run that both preempts and hits
+    // its prefix cache.
+    let splits = json("opt-1.3b-t4-split.decisions.json");
+    let splits = splits["splits"].as_array().unwrap();
+    assert!(!splits.is_empty());
+    for s in splits {
+        let (l, n) = (
+            s["recompute_tokens"].as_u64().unwrap(),
+            s["seq_len"].as_u64().unwrap(),
+        );
+        assert!(l > n / 4 && l < n * 3 / 4, "split {l} of {n}");
+    }
+    let groups = json("llama-2-7b-headinfer-groups.decisions.json");
+    assert_eq!(groups["headinfer"]["heads_per_group"], 16);
+    assert_eq!(groups["headinfer"]["groups_per_layer"], 2);
+    let serve = json("llama-2-7b-serve-prefix.json");
+    assert!(serve["preemptions"].as_u64().unwrap() > 0);
+    let hit = serve["prefix_cache_hit_rate"].as_f64().unwrap();
+    assert!(hit > 0.1 && hit < 0.9, "{hit}");
+    let runahead = json("llama-2-7b-runahead.decisions.json");
+    assert_eq!(
+        runahead["runahead"]["partition"].as_array().unwrap().len(),
+        3
+    );
+}
+
+/// A decision forced away from the golden's: regress fails on the changed split whatever the
+/// tolerance (a wide one lets the timing changes through, not the decision), and passes when
+/// `--accept` names every changed decision.
+#[test]
+fn regress_fails_on_a_changed_decision_unless_accepted() {
+    let tmp = TempDir::new("regress-decision");
+    let dir = tmp.path();
+    copy_suite(dir);
+    let d = dir.to_str().unwrap();
+    // The planner chose 121, 124, 124 recomputed tokens; force 123 at every step.
+    let case = dir.join("opt-1.3b-t4-split.toml");
+    let text = std::fs::read_to_string(&case).unwrap();
+    assert!(text.contains("split = \"auto\""), "{text}");
+    std::fs::write(&case, text.replace("split = \"auto\"", "split = 123")).unwrap();
+    let check = |extra: &[&str]| {
+        let mut args = vec!["regress", "check", d, "--tolerance", "50%"];
+        args.extend(extra);
+        run(&args)
+    };
+    let out = check(&[]);
+    assert_eq!(code(&out), 1, "{}\n{}", stdout(&out), stderr(&out));
+    let (table, e) = (stdout(&out), stderr(&out));
+    assert!(!table.contains("REGRESSED"), "{table}");
+    for line in [
+        "opt-1.3b-t4-split: splits.0.recompute_tokens 121 -> 123 (+1.65%) DECISION CHANGED",
+        "opt-1.3b-t4-split: splits.1.recompute_tokens 124 -> 123 (-0.81%) DECISION CHANGED",
+    ] {
+        assert!(table.lines().any(|l| l == line), "{line}\n{table}");
+    }
+    assert!(
+        table.contains("opt-1.3b-t4-split: mean_recompute_fraction"),
+        "{table}"
+    );
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(
+        e.contains("1 of 8 cases failed: opt-1.3b-t4-split (4 decisions changed: ")
+            && e.contains("--accept METRIC"),
+        "{e}"
+    );
+    // Accepting the split alone leaves the recompute share failing.
+    let out = check(&["--accept", "splits.*.recompute_tokens"]);
+    assert_eq!(code(&out), 1, "{}\n{}", stdout(&out), stderr(&out));
+    assert!(stderr(&out).contains("1 decision changed: mean_recompute_fraction"));
+    // Both named (one by a dotted prefix): it passes, the changes listed as accepted.
+    let out = check(&["--accept", "splits", "--accept", "mean_recompute_fraction"]);
+    assert_eq!(code(&out), 0, "{}\n{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).contains("splits.0.recompute_tokens 121 -> 123 (+1.65%) accepted"),
+        "{}",
+        stdout(&out)
+    );
+    // The same output compared with `diff`: the decisions golden fails it too.
+    let golden = root().join("regress/golden/opt-1.3b-t4-split.decisions.json");
+    let fresh = dir.join("fresh.decisions.json");
+    ok(&run(&["regress", "update", d]));
+    std::fs::copy(dir.join("golden/opt-1.3b-t4-split.decisions.json"), &fresh).unwrap();
+    let g = golden.to_str().unwrap();
+    let f = fresh.to_str().unwrap();
+    let out = run(&["diff", g, f, "--tolerance", "50%"]);
+    assert_eq!(code(&out), 1, "{}\n{}", stdout(&out), stderr(&out));
+    assert!(
+        stderr(&out).contains("3 decisions changed"),
+        "{}",
+        stderr(&out)
+    );
+    ok(&run(&[
+        "diff",
+        g,
+        f,
+        "--tolerance",
+        "50%",
+        "--accept",
+        "splits",
+    ]));
 }
 
 /// The report JSON with `decode_latency_s` and `decode_throughput_tok_s` scaled.
@@ -306,7 +412,7 @@ fn regress_catches_a_slower_link() {
     assert_eq!(code(&out), 1, "{}\n{}", stdout(&out), stderr(&out));
     let e = stderr(&out);
     assert_eq!(e.lines().count(), 1, "{e}");
-    assert!(e.contains("1 of 5 cases failed: opt-1.3b-kvpr"), "{e}");
+    assert!(e.contains("1 of 8 cases failed: opt-1.3b-kvpr"), "{e}");
     let table = stdout(&out);
     assert!(
         table.contains("opt-1.3b-kvpr: decode_latency_s") && table.contains("REGRESSED"),

@@ -244,7 +244,11 @@ fn regress_check_fails_on_a_vanished_metric_and_names_a_malformed_golden() {
     let p = d.path();
     let src = crate::common::root().join("regress");
     std::fs::create_dir(p.join("golden")).unwrap();
-    for f in ["opt-1.3b-kvpr.toml", "golden/opt-1.3b-kvpr.timeline.csv"] {
+    for f in [
+        "opt-1.3b-kvpr.toml",
+        "golden/opt-1.3b-kvpr.timeline.csv",
+        "golden/opt-1.3b-kvpr.decisions.json",
+    ] {
         std::fs::copy(src.join(f), p.join(f)).unwrap();
     }
     let golden = std::fs::read_to_string(src.join("golden/opt-1.3b-kvpr.json")).unwrap();

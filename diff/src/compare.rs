@@ -393,6 +393,12 @@ pub enum Status {
     Regressed,
     /// A neutral metric beyond the tolerance.
     Changed,
+    /// A decision ([`Direction::Decision`]) that differs beyond [`DECISION_TOLERANCE`]: a
+    /// failure, like a regression.
+    DecisionChanged,
+    /// A regression or a changed decision that the comparison was told to expect
+    /// ([`Comparison::accept`]): reported, not a failure.
+    Accepted,
     /// Only in B.
     Added,
     /// Only in A.
@@ -407,6 +413,8 @@ impl Status {
             Status::Improved => "improved",
             Status::Regressed => "REGRESSED",
             Status::Changed => "changed",
+            Status::DecisionChanged => "DECISION-CHANGED",
+            Status::Accepted => "accepted",
             Status::Added => "added",
             Status::Removed => "removed",
         }
@@ -439,6 +447,25 @@ impl MetricDiff {
     pub fn regressed(&self) -> bool {
         self.status == Status::Regressed
     }
+
+    /// True when the metric fails the comparison: it regressed past the tolerance, or it is a
+    /// decision that changed (and neither was accepted).
+    pub fn failed(&self) -> bool {
+        matches!(self.status, Status::Regressed | Status::DecisionChanged)
+    }
+}
+
+/// The largest relative change of a [`Direction::Decision`] metric that is not a change of the
+/// decision: decisions are compared exactly (this only absorbs the last digits of a float
+/// printed on another platform), not at the comparison's tolerance.
+pub const DECISION_TOLERANCE: f64 = 1e-9;
+
+/// True when `pattern` (an `--accept`-style name) names `metric`: the metric's whole name,
+/// a `*` glob over it (`splits.*.recompute_tokens`), or a dotted prefix of it (`headinfer`
+/// names `headinfer.heads_per_group`). Matched in lower case.
+pub fn names(pattern: &str, metric: &str) -> bool {
+    let (p, m) = (pattern.to_ascii_lowercase(), metric.to_ascii_lowercase());
+    crate::direction::glob(&p, &m) || m.strip_prefix(&p).is_some_and(|r| r.starts_with('.'))
 }
 
 /// A text field that differs (a note, never a regression).
@@ -479,14 +506,38 @@ impl Comparison {
         self.metrics.iter().filter(|m| m.regressed())
     }
 
+    /// The metrics that fail the comparison: regressions and changed decisions.
+    pub fn failures(&self) -> impl Iterator<Item = &MetricDiff> {
+        self.metrics.iter().filter(|m| m.failed())
+    }
+
+    /// Marks the failures named by any of `patterns` (see [`names`]) as
+    /// [`Status::Accepted`]: a change the caller expects. Returns how many it accepted.
+    pub fn accept(&mut self, patterns: &[String]) -> usize {
+        let mut n = 0;
+        for m in &mut self.metrics {
+            if m.failed() && patterns.iter().any(|p| names(p, &m.metric)) {
+                m.status = Status::Accepted;
+                n += 1;
+            }
+        }
+        n
+    }
+
     /// How many metrics have `status`.
     pub fn count(&self, status: Status) -> usize {
         self.metrics.iter().filter(|m| m.status == status).count()
     }
 }
 
-/// The verdict on `a` → `b` under `direction` and `tolerance`.
+/// The verdict on `a` → `b` under `direction` and `tolerance` (a decision's under
+/// [`DECISION_TOLERANCE`] instead).
 pub fn judge(a: f64, b: f64, dir: Direction, tolerance: f64) -> (Option<f64>, Status) {
+    let tolerance = if dir == Direction::Decision {
+        DECISION_TOLERANCE
+    } else {
+        tolerance
+    };
     let delta = b - a;
     let rel = if delta == 0.0 {
         Some(0.0)
@@ -501,6 +552,7 @@ pub fn judge(a: f64, b: f64, dir: Direction, tolerance: f64) -> (Option<f64>, St
     } else {
         match dir {
             Direction::Neutral => Status::Changed,
+            Direction::Decision => Status::DecisionChanged,
             Direction::LowerIsBetter if delta > 0.0 => Status::Regressed,
             Direction::HigherIsBetter if delta < 0.0 => Status::Regressed,
             _ => Status::Improved,
@@ -700,6 +752,56 @@ mod tests {
         for bad in ["5", "-1%", "x", "200%", "nan"] {
             assert!(parse_tolerance(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_changed_decision_fails_whatever_the_tolerance_unless_accepted() {
+        let a = r#"{"strategy": "kvpr", "splits": [{"step": 1, "recompute_tokens": 121}],
+            "mean_recompute_fraction": 0.47}"#;
+        // One token more: 0.8%, within a 1% tolerance, and still a changed decision.
+        let b = a.replace("121", "122");
+        let (ia, ib) = (
+            Input::parse("a", a).unwrap(),
+            Input::parse("b", &b).unwrap(),
+        );
+        let mut c = compare(&ia, &ib, 0.5).unwrap();
+        assert_eq!(
+            status(&c, "splits.0.recompute_tokens"),
+            Status::DecisionChanged
+        );
+        assert_eq!(status(&c, "mean_recompute_fraction"), Status::Ok);
+        assert_eq!(c.failures().count(), 1);
+        assert_eq!(c.regressions().count(), 0);
+        // A pattern that names another metric accepts nothing.
+        assert_eq!(c.accept(&["splits.*.seq_len".into()]), 0);
+        assert_eq!(c.failures().count(), 1);
+        assert_eq!(c.accept(&["splits.*.recompute_tokens".into()]), 1);
+        assert_eq!(status(&c, "splits.0.recompute_tokens"), Status::Accepted);
+        assert_eq!(c.failures().count(), 0);
+        // A float decision: below DECISION_TOLERANCE is the same decision.
+        let c = diff(
+            r#"{"prefix_cache_hit_rate": 0.5}"#,
+            r#"{"prefix_cache_hit_rate": 0.5000000000001}"#,
+        );
+        assert_eq!(status(&c, "prefix_cache_hit_rate"), Status::Ok);
+        let c = diff(
+            r#"{"prefix_cache_hit_rate": 0.5}"#,
+            r#"{"prefix_cache_hit_rate": 0.501}"#,
+        );
+        assert_eq!(status(&c, "prefix_cache_hit_rate"), Status::DecisionChanged);
+    }
+
+    #[test]
+    fn accept_names_a_metric_a_glob_or_a_dotted_prefix() {
+        assert!(names("mean_recompute_fraction", "mean_recompute_fraction"));
+        assert!(names(
+            "splits.*.recompute_tokens",
+            "splits.3.recompute_tokens"
+        ));
+        assert!(names("headinfer", "headinfer.heads_per_group"));
+        assert!(names("RUNAHEAD.partition", "runahead.partition.0"));
+        assert!(!names("head", "headinfer.heads_per_group"));
+        assert!(!names("splits.*.recompute_tokens", "splits.3.seq_len"));
     }
 
     #[test]

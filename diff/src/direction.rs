@@ -12,6 +12,12 @@ pub enum Direction {
     HigherIsBetter,
     /// No better side (counts, shapes, fractions): reported, never a regression.
     Neutral,
+    /// A decision the planner or the serving scheduler made (the KVPR split and recompute
+    /// share, HeadInfer's head groups and chunk, KV-Runahead's partition, the prefix cache hit
+    /// rate): no better side either, but any change of it (beyond
+    /// [`DECISION_TOLERANCE`](crate::compare::DECISION_TOLERANCE), whatever the comparison's
+    /// tolerance) is a failure unless the comparison accepts it by name.
+    Decision,
 }
 
 impl Direction {
@@ -21,18 +27,36 @@ impl Direction {
             Direction::LowerIsBetter => "lower-is-better",
             Direction::HigherIsBetter => "higher-is-better",
             Direction::Neutral => "neutral",
+            Direction::Decision => "decision",
         }
     }
 }
 
-use Direction::{HigherIsBetter as Higher, LowerIsBetter as Lower, Neutral};
+use Direction::{Decision, HigherIsBetter as Higher, LowerIsBetter as Lower, Neutral};
 
 /// The rule table. A metric's name is matched in lower case against each pattern in order (`*`
 /// matches any run of characters, the rest literally); the first match decides, and a name
 /// that matches none is [`Direction::Neutral`]. Names are JSON paths (`ttft_s.p99`,
 /// `decode_breakdown.compute_s`), CSV column names (`decode_latency_s`), or a timeline's
 /// derived metrics (`makespan_s`, `label.qkv_proj.duration_s`, `category.compute.bytes`).
-pub const RULES: [(&str, Direction); 24] = [
+pub const RULES: [(&str, Direction); 34] = [
+    // Decisions first: `mean_recompute_fraction` is a fraction, `prefix_cache_hit_rate` a rate.
+    // The KVPR split (`splits.N.recompute_tokens` in a suite's decisions golden,
+    // `recompute_tokens` / `recompute_fraction` columns of `plan kvpr`) and its share:
+    ("*recompute_tokens", Decision),
+    ("*recompute_fraction", Decision),
+    // HeadInfer's head-group partition and prefill chunk (`headinfer.heads_per_group`, ...;
+    // `roofline_chunk_tokens` is the profile's figure, not a choice):
+    ("*heads_per_group", Decision),
+    ("*groups_per_layer", Decision),
+    ("chunk_tokens", Decision),
+    ("*.chunk_tokens", Decision),
+    // KV-Runahead's partition of the context over devices:
+    ("*partition.*", Decision),
+    ("*devices_used", Decision),
+    // The serving scheduler's prefix cache:
+    ("*prefix_cache_hit_rate", Decision),
+    ("*cached_prompt_tokens", Decision),
     // Rates first: `decode_throughput_tok_s` and `requests_per_s` end in `_s` too.
     ("*throughput*", Higher),
     ("*tok_s*", Higher),
@@ -71,7 +95,7 @@ pub fn direction(name: &str) -> Direction {
 }
 
 /// `*`-only glob match of the whole of `text`.
-fn glob(pattern: &str, text: &str) -> bool {
+pub(crate) fn glob(pattern: &str, text: &str) -> bool {
     let parts: Vec<&str> = pattern.split('*').collect();
     if parts.len() == 1 {
         return pattern == text;
@@ -122,6 +146,20 @@ mod tests {
             ("batch", Neutral),
             ("ops", Neutral),
             ("iterations", Neutral),
+            ("mean_recompute_fraction", Decision),
+            ("splits.0.recompute_tokens", Decision),
+            ("recompute_fraction", Decision),
+            ("headinfer.heads_per_group", Decision),
+            ("headinfer.groups_per_layer", Decision),
+            ("headinfer.chunk_tokens", Decision),
+            ("chunk_tokens", Decision),
+            ("headinfer.roofline_chunk_tokens", Neutral),
+            ("runahead.partition.2", Decision),
+            ("runahead.devices_used", Decision),
+            ("prefix_cache_hit_rate", Decision),
+            ("cached_prompt_tokens", Decision),
+            ("splits.0.layer_s", Lower),
+            ("headinfer.predicted_seconds", Neutral),
         ] {
             assert_eq!(direction(name), want, "{name}");
         }

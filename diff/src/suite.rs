@@ -5,7 +5,15 @@
 //! when it has a `[serve]` table or a `[workload]` key only serving reads (`trace`,
 //! `arrivals`, `qps`, `requests`, ...); otherwise a `simulate` scenario. Goldens live in
 //! `DIR/golden/<name>.json` (what `kvplan simulate|serve FILE --format json` prints) and, for
-//! `simulate` cases, `DIR/golden/<name>.timeline.csv` (what `--trace FILE.csv` writes).
+//! `simulate` cases, `DIR/golden/<name>.timeline.csv` (what `--trace FILE.csv` writes) and
+//! `DIR/golden/<name>.decisions.json` (what the planner decided: the KVPR split of every step,
+//! HeadInfer's head groups, KV-Runahead's partition; [`kvplan_run::Report::decisions_json`]).
+//!
+//! Decisions are compared exactly, whatever the tolerance ([`Direction::Decision`]): a changed
+//! split, recompute share, head-group partition, Runahead partition or prefix cache hit rate
+//! fails the check unless the caller accepts it by name ([`check`]'s `accept`).
+//!
+//! [`Direction::Decision`]: crate::direction::Direction::Decision
 
 use std::path::{Path, PathBuf};
 
@@ -38,6 +46,8 @@ pub struct Outputs {
     pub json: String,
     /// The timeline CSV (`simulate` cases).
     pub timeline_csv: Option<String>,
+    /// The planner's decisions JSON (`simulate` cases).
+    pub decisions_json: Option<String>,
 }
 
 /// A golden file and the output it is compared with.
@@ -108,6 +118,7 @@ impl Case {
         Ok(Outputs {
             json: report.json(),
             timeline_csv: report.timeline_csv(),
+            decisions_json: report.decisions_json(),
         })
     }
 
@@ -122,6 +133,12 @@ impl Case {
             v.push(Golden {
                 path: g.join(format!("{}.timeline.csv", self.name)),
                 text: csv,
+            });
+        }
+        if let Some(json) = outputs.decisions_json {
+            v.push(Golden {
+                path: g.join(format!("{}.decisions.json", self.name)),
+                text: json,
             });
         }
         v
@@ -153,15 +170,15 @@ pub struct Vanished<'a> {
 }
 
 impl CaseCheck {
-    /// True when nothing regressed, no golden is missing and no metric of a golden vanished
-    /// from the output.
+    /// True when nothing regressed, no decision changed (unless accepted), no golden is missing
+    /// and no metric of a golden vanished from the output.
     pub fn passed(&self) -> bool {
         self.missing.is_empty()
             && self.vanished().is_empty()
             && self
                 .comparisons
                 .iter()
-                .all(|c| c.regressions().next().is_none())
+                .all(|c| c.failures().next().is_none())
     }
 
     /// The metrics of the goldens that the fresh outputs lack: a regression, whatever the
@@ -183,8 +200,10 @@ impl CaseCheck {
     }
 }
 
-/// Runs `case` and compares its outputs with its goldens in `dir`.
-pub fn check(dir: &Path, case: &Case, tolerance: f64) -> Result<CaseCheck> {
+/// Runs `case` and compares its outputs with its goldens in `dir`; the failures (regressions,
+/// changed decisions) that a pattern of `accept` names are accepted
+/// ([`Comparison::accept`]).
+pub fn check(dir: &Path, case: &Case, tolerance: f64, accept: &[String]) -> Result<CaseCheck> {
     let outputs = case.run()?;
     let mut result = CaseCheck {
         case: case.name.clone(),
@@ -218,9 +237,9 @@ pub fn check(dir: &Path, case: &Case, tolerance: f64) -> Result<CaseCheck> {
                 missing_keys(&g.path, &g.text)
             )));
         }
-        result
-            .comparisons
-            .push(compare(&golden, &fresh, tolerance)?);
+        let mut c = compare(&golden, &fresh, tolerance)?;
+        c.accept(accept);
+        result.comparisons.push(c);
     }
     Ok(result)
 }

@@ -84,8 +84,19 @@ fn metric_table(c: &Comparison, changed_only: bool) -> String {
 }
 
 fn summary(c: &Comparison) -> String {
+    // Decisions only where there are some: a comparison without any reads as it always did.
+    let mut decisions = String::new();
+    for (status, what) in [
+        (Status::DecisionChanged, "decisions changed"),
+        (Status::Accepted, "accepted"),
+    ] {
+        let n = c.count(status);
+        if n > 0 {
+            decisions.push_str(&format!(", {n} {what}"));
+        }
+    }
     format!(
-        "{} metrics: {} regressed, {} improved, {} changed (neutral) beyond {}; {} within; {} added, {} removed",
+        "{} metrics: {} regressed{decisions}, {} improved, {} changed (neutral) beyond {}; {} within; {} added, {} removed",
         c.metrics.len(),
         c.count(Status::Regressed),
         c.count(Status::Improved),
@@ -144,9 +155,12 @@ pub fn comparison(c: &Comparison, changed_only: bool, format: Format) -> Result<
             "key_columns": c.key_columns,
             "tolerance": c.tolerance,
             "regressed": c.count(Status::Regressed),
+            "decisions_changed": c.count(Status::DecisionChanged),
+            "accepted": c.count(Status::Accepted),
             "metrics": c.metrics.iter().map(|m| {
                 let mut v = serde_json::to_value(m).expect("a metric serialises");
                 v["regressed"] = json!(m.regressed());
+                v["failed"] = json!(m.failed());
                 v
             }).collect::<Vec<_>>(),
             "texts": c.texts,
@@ -171,25 +185,59 @@ pub fn comparison(c: &Comparison, changed_only: bool, format: Format) -> Result<
     })
 }
 
-/// The one-line message of the metrics that regressed beyond `tolerance`, if any did.
-pub fn regressions(c: &Comparison, tolerance: f64) -> Option<String> {
-    let regressed: Vec<&MetricDiff> = c.regressions().collect();
-    if regressed.is_empty() {
-        return None;
+/// `a -> b`, for a decision (a change of any size).
+fn moved(m: &MetricDiff) -> String {
+    let name = if m.row.is_empty() {
+        m.metric.clone()
+    } else {
+        format!("{} {}", m.row, m.metric)
+    };
+    format!("{name} {} -> {}", num(m.a), num(m.b))
+}
+
+/// The first three of `items`, `, ...` when there are more.
+fn first_three(items: &[&MetricDiff], show: fn(&MetricDiff) -> String) -> String {
+    let mut s = items
+        .iter()
+        .take(3)
+        .map(|m| show(m))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if items.len() > 3 {
+        s.push_str(", ...");
     }
-    Some(format!(
-        "{} metric{} regressed beyond {}: {}{}",
-        regressed.len(),
-        if regressed.len() == 1 { "" } else { "s" },
-        pct(tolerance),
-        regressed
-            .iter()
-            .take(3)
-            .map(|m| short(m))
-            .collect::<Vec<_>>()
-            .join(", "),
-        if regressed.len() > 3 { ", ..." } else { "" }
-    ))
+    s
+}
+
+/// The one-line message of the failures, if there are any: the metrics that regressed beyond
+/// `tolerance` and the decisions that changed (`accept` names the option that accepts an
+/// intended change, in the caller's words).
+pub fn failures(c: &Comparison, tolerance: f64, accept: &str) -> Option<String> {
+    let regressed: Vec<&MetricDiff> = c.regressions().collect();
+    let decided: Vec<&MetricDiff> = c
+        .metrics
+        .iter()
+        .filter(|m| m.status == Status::DecisionChanged)
+        .collect();
+    let mut parts = Vec::new();
+    if !regressed.is_empty() {
+        parts.push(format!(
+            "{} metric{} regressed beyond {}: {}",
+            regressed.len(),
+            if regressed.len() == 1 { "" } else { "s" },
+            pct(tolerance),
+            first_three(&regressed, short)
+        ));
+    }
+    if !decided.is_empty() {
+        parts.push(format!(
+            "{} decision{} changed: {} (`{accept} METRIC` accepts an intended change)",
+            decided.len(),
+            if decided.len() == 1 { "" } else { "s" },
+            first_three(&decided, moved)
+        ));
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
 }
 
 /// The worst metric of a case: the largest relative move in the bad direction, else the
@@ -198,7 +246,7 @@ fn worst(check: &CaseCheck) -> Option<&MetricDiff> {
     let all = || check.comparisons.iter().flat_map(|c| c.metrics.iter());
     let size = |m: &MetricDiff| m.relative_delta.map_or(f64::INFINITY, f64::abs);
     all()
-        .filter(|m| m.regressed())
+        .filter(|m| m.failed())
         .max_by(|x, y| size(x).total_cmp(&size(y)))
         .or_else(|| {
             all()
@@ -259,6 +307,11 @@ pub fn regress_check(
                     .iter()
                     .map(|c| c.count(Status::Regressed))
                     .sum();
+                let decided: usize = ch
+                    .comparisons
+                    .iter()
+                    .map(|c| c.count(Status::DecisionChanged))
+                    .sum();
                 t.row(&[
                     ch.case.clone(),
                     ch.kind.as_str().to_string(),
@@ -271,6 +324,8 @@ pub fn regress_check(
                         "METRIC GONE".to_string()
                     } else if regressed > 0 {
                         "REGRESSED".to_string()
+                    } else if decided > 0 {
+                        "DECISION CHANGED".to_string()
                     } else {
                         "ok".to_string()
                     },
@@ -300,10 +355,15 @@ pub fn regress_check(
                     );
                 }
                 for c in &ch.comparisons {
-                    for m in c.regressions() {
+                    for m in c.metrics.iter().filter(|m| {
+                        matches!(
+                            m.status,
+                            Status::Regressed | Status::DecisionChanged | Status::Accepted
+                        )
+                    }) {
                         let _ = writeln!(
                             out,
-                            "{}: {} {} -> {} ({}) REGRESSED",
+                            "{}: {} {} -> {} ({}) {}",
                             ch.case,
                             if m.row.is_empty() {
                                 m.metric.clone()
@@ -312,7 +372,12 @@ pub fn regress_check(
                             },
                             num(m.a),
                             num(m.b),
-                            rel(m)
+                            rel(m),
+                            match m.status {
+                                Status::Regressed => "REGRESSED",
+                                Status::DecisionChanged => "DECISION CHANGED",
+                                _ => "accepted",
+                            }
                         );
                     }
                 }
@@ -322,8 +387,9 @@ pub fn regress_check(
     })
 }
 
-/// The one-line message of the cases that failed, if any did.
-pub fn regress_failures(checks: &[CaseCheck], update: &str) -> Option<String> {
+/// The one-line message of the cases that failed, if any did (`update` is the command that
+/// writes missing goldens, `accept` the option that accepts an intended change).
+pub fn regress_failures(checks: &[CaseCheck], update: &str, accept: &str) -> Option<String> {
     let failed: Vec<String> = checks
         .iter()
         .filter(|c| !c.passed())
@@ -349,13 +415,30 @@ pub fn regress_failures(checks: &[CaseCheck], update: &str) -> Option<String> {
                     .iter()
                     .map(|x| x.count(Status::Regressed))
                     .sum();
-                format!(
-                    "{} ({} metric{} regressed, worst {})",
-                    c.case,
-                    n,
-                    if n == 1 { "" } else { "s" },
-                    worst(c).map_or("-".into(), short)
-                )
+                let decided: Vec<&MetricDiff> = c
+                    .comparisons
+                    .iter()
+                    .flat_map(|x| x.metrics.iter())
+                    .filter(|m| m.status == Status::DecisionChanged)
+                    .collect();
+                let mut why = Vec::new();
+                if n > 0 {
+                    why.push(format!(
+                        "{} metric{} regressed, worst {}",
+                        n,
+                        if n == 1 { "" } else { "s" },
+                        worst(c).map_or("-".into(), short)
+                    ));
+                }
+                if !decided.is_empty() {
+                    why.push(format!(
+                        "{} decision{} changed: {}",
+                        decided.len(),
+                        if decided.len() == 1 { "" } else { "s" },
+                        first_three(&decided, moved)
+                    ));
+                }
+                format!("{} ({})", c.case, why.join("; "))
             }
         })
         .collect();
@@ -363,16 +446,25 @@ pub fn regress_failures(checks: &[CaseCheck], update: &str) -> Option<String> {
         return None;
     }
     let missing = checks.iter().any(|c| !c.missing.is_empty());
+    let decided = checks.iter().any(|c| {
+        c.comparisons
+            .iter()
+            .any(|x| x.count(Status::DecisionChanged) > 0)
+    });
+    let mut hint = String::new();
+    if missing {
+        hint.push_str(&format!("; run `{update}` to write missing goldens"));
+    }
+    if decided {
+        hint.push_str(&format!(
+            "; `{accept} METRIC` accepts an intended change of a decision"
+        ));
+    }
     Some(format!(
-        "{} of {} cases failed: {}{}",
+        "{} of {} cases failed: {}{hint}",
         failed.len(),
         checks.len(),
         failed.join("; "),
-        if missing {
-            format!("; run `{update}` to write missing goldens")
-        } else {
-            String::new()
-        }
     ))
 }
 

@@ -159,6 +159,28 @@ impl Report {
         }
     }
 
+    /// What the planner decided, for an op-level run: `{"strategy": ..., "splits": [...]}` and
+    /// `headinfer` or `runahead` for those plans (the plan's [`Decisions`] as
+    /// `kvplan plan --format json` names them), pretty-printed with one trailing newline. A
+    /// serving run has none (its decisions, preemptions and prefix cache hits, are in its
+    /// summary).
+    ///
+    /// [`Decisions`]: kvplan_planner::plan::Decisions
+    pub fn decisions_json(&self) -> Option<String> {
+        let Report::Simulate(s) = self else {
+            return None;
+        };
+        let mut v = serde_json::json!({ "strategy": s.plan.strategy.as_str() });
+        let decisions =
+            serde_json::to_value(&s.plan.decisions).expect("decisions serialise to JSON");
+        if let (Some(v), serde_json::Value::Object(d)) = (v.as_object_mut(), decisions) {
+            v.extend(d);
+        }
+        let mut json = serde_json::to_string_pretty(&v).expect("a JSON value prints");
+        json.push('\n');
+        Some(json)
+    }
+
     /// The timeline CSV of an op-level run (what `kvplan simulate` writes as its trace); a
     /// serving run has none.
     pub fn timeline_csv(&self) -> Option<String> {

@@ -30,6 +30,11 @@ pub struct DiffArgs {
     /// Table rows: all metrics, or only those beyond the tolerance [default: all]
     #[arg(long)]
     pub changed_only: bool,
+    /// A metric whose change is intended: a changed decision (split, recompute share, head
+    /// groups, partition, prefix cache hit rate) or a regression of it does not fail. A name, a
+    /// `*` glob (splits.*.recompute_tokens) or a dotted prefix (headinfer); repeatable
+    #[arg(long, value_name = "METRIC")]
+    pub accept: Vec<String>,
     /// Output
     #[command(flatten)]
     pub output: OutputArgs,
@@ -38,8 +43,8 @@ pub struct DiffArgs {
 /// `kvplan regress`.
 #[derive(Debug, Subcommand)]
 pub enum RegressCommand {
-    /// Rerun every scenario in DIR and compare with DIR/golden/ (exit 1 on a regression or a
-    /// missing golden)
+    /// Rerun every scenario in DIR and compare with DIR/golden/ (exit 1 on a regression, a
+    /// changed decision or a missing golden)
     Check(RegressCheckArgs),
     /// Rerun every scenario in DIR and rewrite its goldens in DIR/golden/
     Update(RegressUpdateArgs),
@@ -54,6 +59,11 @@ pub struct RegressCheckArgs {
     /// Largest relative change that is not a regression: a fraction (0.01) or a percentage (1%)
     #[arg(long, value_name = "FRACTION|PERCENT", default_value = "1%")]
     pub tolerance: String,
+    /// A metric whose change is intended: a changed decision (split, recompute share, head
+    /// groups, partition, prefix cache hit rate) or a regression of it does not fail. A name, a
+    /// `*` glob (splits.*.recompute_tokens) or a dotted prefix (headinfer); repeatable
+    #[arg(long, value_name = "METRIC")]
+    pub accept: Vec<String>,
     /// Output
     #[command(flatten)]
     pub output: OutputArgs,
@@ -99,9 +109,10 @@ pub fn diff(args: &DiffArgs) -> Result<String, CliError> {
     let tolerance = parse_tolerance(&args.tolerance).map_err(diff_error)?;
     let a = Input::read(&args.a).map_err(diff_error)?;
     let b = Input::read(&args.b).map_err(diff_error)?;
-    let c = compare(&a, &b, tolerance).map_err(diff_error)?;
+    let mut c = compare(&a, &b, tolerance).map_err(diff_error)?;
+    c.accept(&args.accept);
     let out = report::diff::comparison(&c, args.changed_only, args.output.format)?;
-    verdict(out, report::diff::regressions(&c, tolerance))
+    verdict(out, report::diff::failures(&c, tolerance, "--accept"))
 }
 
 /// `kvplan regress check|update`.
@@ -117,11 +128,14 @@ pub fn regress(action: &RegressCommand) -> Result<String, CliError> {
     let cases = suite::discover(&args.dir).map_err(diff_error)?;
     let checks = cases
         .iter()
-        .map(|c| suite::check(&args.dir, c, tolerance))
+        .map(|c| suite::check(&args.dir, c, tolerance, &args.accept))
         .collect::<Result<Vec<_>, _>>()
         .map_err(diff_error)?;
     let update = format!("kvplan regress update {}", args.dir.display());
     let format = args.output.format;
     let out = report::diff::regress_check(&args.dir, tolerance, &checks, &update, format)?;
-    verdict(out, report::diff::regress_failures(&checks, &update))
+    verdict(
+        out,
+        report::diff::regress_failures(&checks, &update, "--accept"),
+    )
 }
