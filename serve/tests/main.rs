@@ -5,5 +5,6 @@ mod capacity;
 mod host;
 mod quant;
 mod real_vllm;
+mod roofline;
 mod serve;
 mod v1;

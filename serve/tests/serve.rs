@@ -1,7 +1,7 @@
 //! The serving simulator against the op-level engine, closed forms and the published study.
 
-use kvplan_planner::plan::{Options, Shape, Strategy, plan};
-use kvplan_serve::iteration::HybridResume;
+use kvplan_planner::plan::{Options, Shape, Strategy as PlanStrategy, plan};
+use kvplan_serve::iteration::{EngineCosts, HybridResume};
 use kvplan_serve::{
     Config, FinishReason, IterationShape, IterationTimer, Preemption, RejectReason, SchedulerKind,
     ServeReport, Status, simulate, simulate_with,
@@ -24,6 +24,25 @@ fn rel(a: f64, b: f64) -> f64 {
     (a - b).abs() / b.abs().max(1e-300)
 }
 
+/// What a step runs, each kind generated on purpose (a quarter of the cases each): nothing;
+/// decode only (every sequence one new token after up to 4000 cached: vLLM's uniform decode
+/// step, 1 to 64 sequences); prefill only (whole prompts, nothing cached); mixed (decodes and
+/// prefill chunks with cached prefixes together). `(q_len, kv_len)` per sequence.
+fn batch() -> impl Strategy<Value = Vec<(u32, u32)>> {
+    let decode = prop::collection::vec((1u32..4000).prop_map(|kv| (1, kv)), 1..64);
+    let prefill = prop::collection::vec((1u32..600).prop_map(|q| (q, q)), 1..8);
+    let chunk = prop::collection::vec((2u32..300, 0u32..2000).prop_map(|(q, c)| (q, q + c)), 1..6);
+    prop_oneof![
+        Just(Vec::new()),
+        decode.clone(),
+        prefill,
+        (decode, chunk).prop_map(|(mut d, c)| {
+            d.extend(c);
+            d
+        }),
+    ]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
     /// The closed-form iteration time equals the planner engine's makespan of the iteration's
@@ -31,7 +50,7 @@ proptest! {
     /// full-duplex and a half-duplex profile.
     #[test]
     fn iteration_time_equals_engine_makespan(
-        seqs in prop::collection::vec((1u32..300, 0u32..2000), 0..12),
+        seqs in batch(),
         logits_frac in 0.0f64..1.0,
         out_blocks in 0u32..4,
         act_out in 0u32..3,
@@ -47,9 +66,7 @@ proptest! {
         let cost = CostModel::new(&hw);
         let mut timer = IterationTimer::new(&m, &cost, 16, copies, true);
         let mut it = IterationShape::default();
-        for &(q, cached) in &seqs {
-            it.seqs.push((q, q + cached));
-        }
+        it.seqs.clone_from(&seqs);
         it.logits = (logits_frac * seqs.len() as f64).round() as u32;
         it.swap_out_blocks = out_blocks;
         it.act_out_blocks = act_out;
@@ -70,7 +87,7 @@ proptest! {
     /// kind, and the schedule emits each layer's own ops.
     #[test]
     fn moe_iteration_time_equals_engine_makespan(
-        seqs in prop::collection::vec((1u32..300, 0u32..2000), 1..12),
+        seqs in batch().prop_filter("a step with work", |s| !s.is_empty()),
         tp in prop::sample::select(vec![1u32, 2]),
         step in 1u32..4,
     ) {
@@ -79,9 +96,7 @@ proptest! {
         let cost = CostModel::new(&HardwareProfile::preset("h100-sxm").unwrap());
         let mut timer = IterationTimer::new(&m, &cost, 16, 1, true);
         let mut it = IterationShape::default();
-        for &(q, cached) in &seqs {
-            it.seqs.push((q, q + cached));
-        }
+        it.seqs.clone_from(&seqs);
         it.logits = seqs.len() as u32;
         let fast = timer.time(&it).total_s;
         let sched = timer.schedule(&it);
@@ -91,6 +106,36 @@ proptest! {
         let label = |name: &str| sched.ops().iter().filter(|o| sched.label(o) == name).count();
         prop_assert_eq!(label("router"), m.moe_layers() as usize);
         prop_assert_eq!(label("ffn_up"), m.num_layers as usize);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// No step is faster than its roofline (`roofline::step_roofline`, computed from the model's
+    /// shapes and the profile's datasheet peaks, not the cost model), whatever its kind: decode
+    /// only, prefill only or mixed; eager on the plain timer and with vLLM V1's CUDA graphs and
+    /// host costs. A cost model that halved a kernel, or skipped a layer, would cross it.
+    #[test]
+    fn no_step_beats_its_roofline(
+        seqs in batch().prop_filter("a step with work", |s| !s.is_empty()),
+        hw in prop::sample::select(vec!["a100-80g-sxm", "a100-40g-pcie4", "h100-sxm"]),
+        model in prop::sample::select(vec!["llama-2-7b", "llama-3-8b"]),
+    ) {
+        let (m, h, cost) = setup(model, hw);
+        let resolved = Config::default().validate(&m, &h).unwrap();
+        let mut plain = IterationTimer::new(&m, &cost, 16, 1, true);
+        let mut graphs = IterationTimer::new(&m, &cost, 16, 1, true).with_engine(EngineCosts {
+            cudagraph_sizes: resolved.cudagraph_sizes.clone(),
+            full_graph_max_seqs: resolved.max_num_seqs,
+            serving: h.serving.clone(),
+        });
+        let mut it = IterationShape::default();
+        it.seqs.clone_from(&seqs);
+        it.logits = seqs.len() as u32;
+        let roof = crate::roofline::step_roofline(&m, &h, &seqs, it.logits);
+        for t in [plain.time(&it).total_s, graphs.time(&it).total_s] {
+            prop_assert!(t >= roof, "{model} {hw} {seqs:?}: {t} s under the roofline {roof} s");
+        }
     }
 }
 
@@ -132,7 +177,7 @@ fn one_request_equals_gpu_only_plan() {
             &hw,
             &cost,
             &shape,
-            Strategy::GpuOnly,
+            PlanStrategy::GpuOnly,
             &Options::default(),
         )
         .unwrap();
