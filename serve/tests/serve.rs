@@ -305,10 +305,33 @@ fn chunked_prefill_lowers_throughput_when_passes_are_short() {
 /// evicted tokens. Recompute: the prefill of the evicted tokens (the re-prefill iteration less
 /// the decode step it replaces). Swap: the swap-in copies (2 × layers copies per block, vLLM's
 /// per-layer K and V caches). Computed from the preset cost model, nothing fitted to these rows.
-/// Tolerance 25% (the band): the preset is datasheet roofline efficiencies and one
-/// copy latency, the measurement includes vLLM's Python scheduling overhead per step.
+/// Tolerance per column (the table gives milliseconds, 0.1-0.7% of a row):
+/// - swap 5%: bytes over the profile's pinned bandwidth and one latency a copy, the same link's
+///   measured figures (seen: 1-3% from 2048 tokens);
+/// - recompute 10%: a prefill on the datasheet-roofline preset, whose attention efficiency is
+///   one number for every length (seen: 0-9% at 2048-4096 tokens).
+///
+/// The rows outside are in [`STUDY_KNOWN_MISSES`].
+pub(crate) const STUDY_TOLERANCE: (f64, f64) = (0.10, 0.05);
+
+/// Study cells outside their column's tolerance (evicted tokens, column, bound met). Each must
+/// still miss (a cell that comes within its tolerance leaves the list):
+/// - 1024 tokens, both columns: the model is 6-11 ms under the measured 68-69 ms, a fixed cost
+///   per resume in vLLM 0.4's Python (block tables and 2 × 32 × 64 copy descriptors, or the
+///   re-scheduled prompt) the model does not count; it matters only at the shortest row.
+/// - recompute at 8192 and 16384 tokens: the model's prefill is 15% and 22% slow, its
+///   attention's cost growing with the square of the length faster than vLLM 0.4.2's
+///   FlashAttention kernel did on the A100 (its efficiency rises with length; the preset's is
+///   one number).
+pub(crate) const STUDY_KNOWN_MISSES: &[(u32, &str, f64)] = &[
+    (1024, "recompute", 0.18),
+    (1024, "swap", 0.10),
+    (8192, "recompute", 0.17),
+    (16384, "recompute", 0.25),
+];
+
 #[test]
-fn study_resume_costs_within_25_percent() {
+fn study_resume_costs_per_row() {
     let (m, _, cost) = setup("yarn-llama-2-7b", "a100-40g-pcie4");
     let mut timer = IterationTimer::new(&m, &cost, 16, 2 * m.num_layers, true);
     let table = std::fs::read_to_string(concat!(
@@ -317,7 +340,8 @@ fn study_resume_costs_within_25_percent() {
     ))
     .expect("data/validation/serving_swap_vs_recompute_a100.csv");
     let mut report = String::new();
-    let mut worst: f64 = 0.0;
+    let mut failures = Vec::new();
+    let mut rows = 0;
     for line in table
         .lines()
         .filter(|l| !l.starts_with('#') && !l.starts_with("evicted"))
@@ -326,18 +350,37 @@ fn study_resume_costs_within_25_percent() {
         let n = f[0] as u32;
         let recompute = timer.forward_s(&[(n, n)], 1) - timer.forward_s(&[(1, n + 1)], 1);
         let swap = f64::from(n.div_ceil(16)) * timer.kv_block_s().1;
-        let (er, es) = (rel(recompute, f[1]), rel(swap, f[2]));
-        worst = worst.max(er).max(es);
-        report += &format!(
-            "{n}: recompute {recompute:.4} vs {} ({:.0}%), swap {swap:.4} vs {} ({:.0}%)\n",
-            f[1],
-            er * 100.0,
-            f[2],
-            es * 100.0
-        );
+        for (column, got, want, tol) in [
+            ("recompute", recompute, f[1], STUDY_TOLERANCE.0),
+            ("swap", swap, f[2], STUDY_TOLERANCE.1),
+        ] {
+            let err = got / want - 1.0;
+            let miss = STUDY_KNOWN_MISSES
+                .iter()
+                .find(|x| x.0 == n && x.1 == column);
+            let bound = miss.map_or(tol, |x| x.2);
+            report += &format!(
+                "{n} {column}: {got:.4} s vs {want} s ({:+.0}%, bound {:.0}%){}\n",
+                err * 100.0,
+                bound * 100.0,
+                if miss.is_some() { " [known miss]" } else { "" }
+            );
+            if err.abs() > bound {
+                failures.push(format!("{n} {column}: {:+.1}%", err * 100.0));
+            }
+            if miss.is_some() && err.abs() <= tol {
+                failures.push(format!(
+                    "{n} {column}: {:+.1}% is within {:.0}%: remove it from STUDY_KNOWN_MISSES",
+                    err * 100.0,
+                    tol * 100.0
+                ));
+            }
+        }
+        rows += 1;
     }
     eprintln!("{report}");
-    assert!(worst <= 0.25, "{report}");
+    assert_eq!(rows, 5);
+    assert!(failures.is_empty(), "{failures:#?}\n{report}");
 }
 
 fn run_mode(reqs: &[Request], util: f64, mode: Preemption, block: u32) -> ServeReport {
