@@ -1049,7 +1049,7 @@ const MODELS: [&str; 6] = [
 const GPUS: [&str; 4] = ["rtx-4090", "a100-40g-pcie4", "t4", "h100-pcie"];
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(crate::props::config(48))]
 
     /// Any plan the planner emits fits the GPU and the host; anything it refuses is a
     /// does-not-fit error.

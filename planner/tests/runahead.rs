@@ -387,7 +387,7 @@ fn synth() -> impl proptest::strategy::Strategy<Value = Synth> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(crate::props::config(64))]
 
     /// The DP is exact: on contexts up to the grid size it finds the brute-force optimum over
     /// all compositions, for any monotone costs.
@@ -409,7 +409,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(crate::props::config(64))]
 
     /// The lower bound the plan prunes device counts with is below every partition.
     #[test]
@@ -423,7 +423,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(crate::props::config(24))]
 
     /// The plan's partition covers the context exactly, and it is never worse than equal chunks
     /// over the offered devices, nor than one device.

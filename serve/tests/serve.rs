@@ -44,7 +44,7 @@ fn batch() -> impl Strategy<Value = Vec<(u32, u32)>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+    #![proptest_config(crate::props::config(48))]
     /// The closed-form iteration time equals the planner engine's makespan of the iteration's
     /// schedule (ragged batch, swap-out / swap-in copies, hybrid recomputation), on a
     /// full-duplex and a half-duplex profile.
@@ -110,7 +110,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(crate::props::config(64))]
     /// No step is faster than its roofline (`roofline::step_roofline`, computed from the model's
     /// shapes and the profile's datasheet peaks, not the cost model), whatever its kind: decode
     /// only, prefill only or mixed; eager on the plain timer and with vLLM V1's CUDA graphs and
