@@ -18,15 +18,59 @@ fn decode_latency(sc: &Scenario, split: SplitPolicy) -> f64 {
         .decode_latency_s
 }
 
+/// What a file in `scenarios/` is, from its own top-level fields: a sweep (`axes`), a hardware
+/// profile (`base` naming a profile, or `[gpu]`), a serving scenario (`kind = "serve"`), or a
+/// simulate scenario (everything else).
+#[derive(Debug, PartialEq)]
+enum FileKind {
+    Sweep,
+    Profile,
+    Serve,
+    Simulate,
+}
+
+fn file_kind(path: &std::path::Path) -> FileKind {
+    let text = std::fs::read_to_string(path).unwrap();
+    let table: toml::Table = text
+        .parse()
+        .unwrap_or_else(|e| panic!("{}: not TOML: {e}", path.display()));
+    if table.contains_key("axes") {
+        FileKind::Sweep
+    } else if table.get("base").is_some_and(toml::Value::is_str) || table.contains_key("gpu") {
+        FileKind::Profile
+    } else if table.get("kind").and_then(toml::Value::as_str) == Some("serve") {
+        FileKind::Serve
+    } else {
+        FileKind::Simulate
+    }
+}
+
+/// Every simulate scenario in `scenarios/` reads and resolves (a preset that stops parsing fails
+/// here instead of being skipped), and each KVPR one picks its split within 1% of the best.
 #[test]
 fn auto_split_is_within_one_percent_of_the_best_fixed_split_on_every_preset_scenario() {
     let mut checked = 0;
+    let mut kinds = Vec::new();
     for entry in std::fs::read_dir(root().join("scenarios")).unwrap() {
         let path = entry.unwrap().path();
-        let Ok(raw) = kvplan_run::RawScenario::read_simulate(&path) else {
-            continue; // a hardware profile, not a scenario
-        };
-        let Ok(sc) = raw.resolve() else { continue };
+        if path.extension().is_none_or(|e| e != "toml") {
+            continue;
+        }
+        let kind = file_kind(&path);
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if kind == FileKind::Serve {
+            kvplan_run::RawScenario::read_serve(&path).unwrap_or_else(|e| panic!("{e}"));
+        }
+        if kind != FileKind::Simulate {
+            kinds.push((name, kind));
+            continue;
+        }
+        // (a reader's error names the file and line)
+        let raw = kvplan_run::RawScenario::read_simulate(&path).unwrap_or_else(|e| panic!("{e}"));
+        let sc = raw
+            .resolve()
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        kinds.push((name, kind));
         if sc.strategy != Strategy::Kvpr {
             continue;
         }
@@ -52,5 +96,15 @@ fn auto_split_is_within_one_percent_of_the_best_fixed_split_on_every_preset_scen
         );
         checked += 1;
     }
+    println!("{kinds:?}");
     assert!(checked >= 2, "checked {checked} scenarios");
+    // Every kind is present, so a misclassified file shows as a missing kind.
+    for k in [
+        FileKind::Sweep,
+        FileKind::Profile,
+        FileKind::Serve,
+        FileKind::Simulate,
+    ] {
+        assert!(kinds.iter().any(|x| x.1 == k), "no {k:?} in {kinds:?}");
+    }
 }

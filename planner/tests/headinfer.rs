@@ -129,35 +129,60 @@ fn peak_adds_the_working_set_and_the_reserve_to_the_papers_total() {
     }
 }
 
-/// Table 11's maximum contexts (K = 1024 tokens; 4M = 4,096,000 with a 512 GB host KV budget).
-const TABLE_11: [(MemStrategy, u64); 5] = [
-    (MemStrategy::Standard, 25_600),
-    (MemStrategy::ChunkedPrefill, 30_720),
-    (MemStrategy::KvQuant4bit, 46_080),
-    (MemStrategy::LayerOffload, 46_080),
-    (MemStrategy::HeadInfer, 4_096_000),
+/// Table 11's maximum contexts (K = 1024 tokens; 4M = 4,096,000 with a 512 GB host KV budget),
+/// each with its tolerance: the paper gives them in steps of 5K tokens, so half a step of the
+/// figure (10% at 25K, 8% at 30K, 6% at 45K); the 4M row is "~4M" (3%: 4,096,000 vs 2^22).
+/// The four GPU-bound rows are not independent checks: the memory model's 2.65 GiB runtime
+/// reserve was fitted to centre them (`RUNTIME_RESERVE_BYTES`); the HeadInfer row, bound by the
+/// host's 512 GB, does not depend on it.
+const TABLE_11: [(MemStrategy, u64, f64); 5] = [
+    (MemStrategy::Standard, 25_600, 0.10),
+    (MemStrategy::ChunkedPrefill, 30_720, 0.083),
+    (MemStrategy::KvQuant4bit, 46_080, 0.056),
+    (MemStrategy::LayerOffload, 46_080, 0.056),
+    (MemStrategy::HeadInfer, 4_096_000, 0.03),
+];
+
+/// Rows of Table 11 outside their tolerance, with the bound they meet. Each must still miss
+/// its tolerance (one that comes within it leaves this list). The paper gives the same 45K for
+/// 4-bit KV and layer offload although a token costs them 36 and 8 KiB of KV next to the same
+/// 108 KiB working set, so one memory budget puts them about 10% either side of 45K (model:
+/// 41K, -10.8%, and 51K, +10.7%); the paper's own totals at its 45K (19.30 GB and 18.25 GB of
+/// the 24 GB card) differ by a GB, so its runs did not stop at one budget.
+const TABLE_11_KNOWN_MISSES: [(MemStrategy, f64); 2] = [
+    (MemStrategy::LayerOffload, 0.12),
+    (MemStrategy::KvQuant4bit, 0.12),
 ];
 
 #[test]
-fn capacity_lands_within_15_percent_of_table_11() {
+fn capacity_matches_table_11_per_row() {
     let (m, hw) = (llama(), rtx4090_512());
     let r = capacity_report(&m, &hw, &[], &CapacityOptions::default()).unwrap();
     assert_eq!(r.strategies.len(), 5);
-    for (c, (s, want)) in r.strategies.iter().zip(TABLE_11) {
+    let mut failures = Vec::new();
+    for (c, (s, want, tol)) in r.strategies.iter().zip(TABLE_11) {
         assert_eq!(c.strategy, s);
         let err = c.max_context_tokens as f64 / want as f64 - 1.0;
+        let miss = TABLE_11_KNOWN_MISSES.iter().find(|x| x.0 == s);
+        let bound = miss.map_or(tol, |x| x.1);
         eprintln!(
-            "{:16} {:>9} tokens vs {want:>9} ({:+.1}%), bound by {}",
+            "{:16} {:>9} tokens vs {want:>9} ({:+.1}%, bound {:.1}%), bound by {}{}",
             s.as_str(),
             c.max_context_tokens,
             100.0 * err,
-            c.binding_limit.as_str()
+            100.0 * bound,
+            c.binding_limit.as_str(),
+            if miss.is_some() { " [known miss]" } else { "" }
         );
-        assert!(
-            err.abs() <= 0.15,
-            "{s:?}: {} vs {want}",
-            c.max_context_tokens
-        );
+        if err.abs() > bound {
+            failures.push(format!("{s:?}: {} vs {want}", c.max_context_tokens));
+        }
+        if miss.is_some() && err.abs() <= tol {
+            failures.push(format!(
+                "{s:?}: now within {:.1}%: remove it from TABLE_11_KNOWN_MISSES",
+                100.0 * tol
+            ));
+        }
         let limit = if s == MemStrategy::HeadInfer {
             BindingLimit::HostMemory
         } else {
@@ -165,6 +190,7 @@ fn capacity_lands_within_15_percent_of_table_11() {
         };
         assert_eq!(c.binding_limit, limit, "{s:?}");
     }
+    assert!(failures.is_empty(), "{failures:#?}");
     // With the profile's 128 GiB host, HeadInfer is host-bound at 1M (= 2^20) tokens.
     let hw = HardwareProfile::preset("rtx-4090").unwrap();
     let c = capacity(&m, &hw, MemStrategy::HeadInfer, &CapacityOptions::default()).unwrap();
@@ -654,7 +680,8 @@ fn layout_for(
     }
 }
 
-/// The cells the rtx-4090 profile's efficiencies were derived from (not independent checks).
+/// The cells the rtx-4090 profile's efficiencies were derived from: checked with their row's
+/// band like the others, and labelled, as they are not independent checks.
 const CALIBRATION_CELLS: [(&str, &str, &str); 2] =
     [("standard", "", "10K"), ("headinfer", "4", "1M")];
 
@@ -665,18 +692,67 @@ fn k_tokens(col: &str) -> u32 {
     }
 }
 
+/// Table 6's tolerance per row (method, heads per group), on the simulated prefill's error.
+/// The source rounds to 2 decimals below 10 s and 3 significant digits above (at most 4.5% at
+/// 0.11 s, 0.5% from 1 s on); each row's band is that rounding plus the model's error on the
+/// row's cells between 10K and 2M tokens when the bands were set (largest seen in brackets):
+/// - standard and chunked prefill are the model's plain prefill, what the profile's two
+///   calibration cells fix: 3% (2.0%);
+/// - HeadInfer with 8, 4 or 2 heads per group and the adaptive choice overlap the offload with
+///   the compute as the paper does: 4% (3.1%);
+/// - layer offload and HeadInfer with one head per group move 8x more, smaller copies a layer,
+///   which the paper's implementation pays a little more for than the profile's one copy
+///   latency (its times rise 3-6% from g = 8 to g = 1 at 20-100K, the model's by 0.1%): 6% (5.7%).
+const TABLE_6_TOLERANCE: &[(&str, &str, f64)] = &[
+    ("standard", "", 0.03),
+    ("chunked_prefill", "", 0.03),
+    ("layer_offload", "", 0.06),
+    ("headinfer", "8", 0.04),
+    ("headinfer", "4", 0.04),
+    ("headinfer", "2", 0.04),
+    ("headinfer", "1", 0.06),
+    ("headinfer_adaptive", "", 0.04),
+];
+
+/// Cells of Table 6 outside their row's band, with the bound they do meet (method, heads per
+/// group, context column, bound on |error|). Each must still miss its row's band (a cell that
+/// comes within it leaves this list):
+/// - 1K: the paper's times rise from 0.12 s to 0.21 s as the groups shrink from 8 heads to one,
+///   a fixed cost per group and layer in its implementation (0.09 s over 32 layers x 8 groups,
+///   ~0.35 ms each) that the model does not have: it stays at 0.11 s. The 2-decimal rounding
+///   is worth 4-5% there.
+/// - 4M: the paper's 4M is 3.40x its 2M, where the doubling before it (1M to 2M) is 3.91x and a
+///   prefill whose attention is quadratic in the context approaches 4x (the model: 3.95x). A
+///   single run, the table's longest (7.5 hours).
+const TABLE_6_KNOWN_MISSES: &[(&str, &str, &str, f64)] = &[
+    ("layer_offload", "", "1K", 0.09),
+    ("headinfer", "8", "1K", 0.09),
+    ("headinfer", "4", "1K", 0.16),
+    ("headinfer", "2", "1K", 0.22),
+    ("headinfer", "1", "1K", 0.48),
+    ("headinfer_adaptive", "", "1K", 0.16),
+    ("headinfer", "1", "4M", 0.16),
+    ("headinfer_adaptive", "", "4M", 0.16),
+];
+
 #[test]
 fn simulated_prefill_matches_table_6() {
     let (m, hw) = (llama(), rtx4090_512());
     let cost = CostModel::new(&hw);
     let table = rows(PREFILL_CSV);
     let header = &table[0];
-    let (mut checked, mut passed, mut fit_disagreements) = (0, 0, Vec::new());
+    let (mut checked, mut failures, mut fit_disagreements) = (0, Vec::new(), Vec::new());
+    let mut misses_seen = Vec::new();
     // Simulated latency per (context column, method, g) for the adaptive comparison.
     let mut sims: Vec<(usize, String, f64)> = Vec::new();
     for row in &table[1..] {
         let method = row[0].as_str();
         let g = row[1].parse::<u32>().ok();
+        let band = TABLE_6_TOLERANCE
+            .iter()
+            .find(|t| t.0 == method && t.1 == row[1])
+            .unwrap_or_else(|| panic!("no tolerance for Table 6 row {method},{}", &row[1]))
+            .2;
         for (col, cell) in row.iter().enumerate().skip(2) {
             let k = k_tokens(&header[col]);
             let s = k * 1024;
@@ -692,28 +768,58 @@ fn simulated_prefill_matches_table_6() {
             let sim = kvplan_sim::simulate(&schedule, &cost).unwrap().makespan();
             let err = sim / paper - 1.0;
             let calibration = CALIBRATION_CELLS.contains(&(method, row[1].as_str(), &header[col]));
+            let miss = TABLE_6_KNOWN_MISSES
+                .iter()
+                .find(|x| x.0 == method && x.1 == row[1] && x.2 == header[col]);
+            let bound = miss.map_or(band, |x| x.3);
             eprintln!(
-                "{method:18} {:>2} {:>4}: simulated {sim:10.3} s, paper {paper:9.2} s ({:+6.1}%){}",
+                "{method:18} {:>2} {:>4}: simulated {sim:10.3} s, paper {paper:9.2} s ({:+6.1}%, band {:.0}%){}",
                 row[1],
                 header[col],
                 100.0 * err,
-                if calibration { " [calibration]" } else { "" }
+                100.0 * bound,
+                if calibration {
+                    " [calibration]"
+                } else if miss.is_some() {
+                    " [known miss]"
+                } else {
+                    ""
+                }
             );
             sims.push((col, format!("{method}{}", row[1]), sim));
-            if !calibration {
-                checked += 1;
-                passed += usize::from(err.abs() <= 0.25);
+            checked += 1;
+            if err.abs() > bound {
+                failures.push(format!(
+                    "{method},{} at {}: {:+.1}% (bound {:.0}%)",
+                    row[1],
+                    header[col],
+                    100.0 * err,
+                    100.0 * bound
+                ));
+            }
+            if miss.is_some() {
+                misses_seen.push((method, row[1].to_string(), header[col].to_string()));
+                if err.abs() <= band {
+                    failures.push(format!(
+                        "{method},{} at {}: {:+.1}% is now within the row's {:.0}%: remove it from TABLE_6_KNOWN_MISSES",
+                        row[1],
+                        header[col],
+                        100.0 * err,
+                        100.0 * band
+                    ));
+                }
             }
         }
     }
+    assert_eq!(checked, 54, "every filled cell of Table 6 is checked");
+    assert_eq!(
+        misses_seen.len(),
+        TABLE_6_KNOWN_MISSES.len(),
+        "every known miss names a filled cell: {misses_seen:?}"
+    );
+    assert!(failures.is_empty(), "{failures:#?}");
     // Every empty cell is one the model says does not fit, and every filled cell fits.
     assert!(fit_disagreements.is_empty(), "{fit_disagreements:?}");
-    let rate = passed as f64 / checked as f64;
-    eprintln!(
-        "{passed} of {checked} checked cells within 25% ({:.0}%)",
-        100.0 * rate
-    );
-    assert!(rate >= 0.8, "{passed} of {checked}");
     // The adaptive plan is never more than 5% slower than the best fixed group size.
     for (col, name) in header.iter().enumerate().skip(2) {
         let at = |name: &str| sims.iter().find(|x| x.0 == col && x.1 == name).map(|x| x.2);
@@ -943,7 +1049,7 @@ const MODELS: [&str; 6] = [
 const GPUS: [&str; 4] = ["rtx-4090", "a100-40g-pcie4", "t4", "h100-pcie"];
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(crate::props::config(48))]
 
     /// Any plan the planner emits fits the GPU and the host; anything it refuses is a
     /// does-not-fit error.

@@ -215,7 +215,7 @@ fn any_case() -> impl Strategy<Value = Case> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(crate::props::config(48))]
 
     /// Random small cases: brute force over every `l` from 0 to the longest cached length.
     #[test]
@@ -246,7 +246,7 @@ fn large_case() -> impl Strategy<Value = Case> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+    #![proptest_config(crate::props::config(12))]
 
     /// Random realistic cases (long prompts, 7-13B models, anchors and interpolation past 12
     /// steps): brute force over a 17-point grid.

@@ -1,6 +1,9 @@
 //! kvplan-planner's integration tests: one binary, one module per area (`cargo test -p kvplan-planner`;
 //! one area: `cargo test -p kvplan-planner --test planner <module>::`).
 
+#[path = "../../tests/support/props.rs"]
+mod props;
+
 mod headinfer;
 mod kvpr_vs_simulator;
 mod module_graph;

@@ -387,7 +387,7 @@ fn synth() -> impl proptest::strategy::Strategy<Value = Synth> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(crate::props::config(64))]
 
     /// The DP is exact: on contexts up to the grid size it finds the brute-force optimum over
     /// all compositions, for any monotone costs.
@@ -409,7 +409,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(crate::props::config(64))]
 
     /// The lower bound the plan prunes device counts with is below every partition.
     #[test]
@@ -423,7 +423,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(crate::props::config(24))]
 
     /// The plan's partition covers the context exactly, and it is never worse than equal chunks
     /// over the offered devices, nor than one device.
@@ -888,9 +888,11 @@ fn partition_is_uneven_earlier_devices_get_more() {
     assert_eq!(d.bottleneck, "compute");
 }
 
+/// The report's tables (printed with `--nocapture`), each row checked: the partition covers the
+/// context over the devices used, the speedups are the TTFT ratios they name, and Runahead is
+/// never slower than one device (it may use fewer devices) or the even chain.
 #[test]
-#[ignore = "prints the tables of the report; run with --release -- --ignored --nocapture"]
-fn print_tables() {
+fn report_tables_are_consistent() {
     for (model, gbps) in [
         ("llama-2-7b", None),
         ("llama-3-8b", None),
@@ -905,6 +907,22 @@ fn print_tables() {
         );
         for ctx in [1024u32, 2048, 4096, 8192, 16384, 32768, 65536] {
             let d = details(model, 4, gbps, ctx);
+            let row = format!("{model} {gbps:?} {ctx}: {d:?}");
+            assert_eq!(d.partition.len(), d.devices_used as usize, "{row}");
+            assert_eq!(d.partition.iter().sum::<u32>(), ctx, "{row}");
+            assert!((1..=4).contains(&d.devices_used), "{row}");
+            let t = &d.ttft_s;
+            assert!(
+                (d.speedup - t.single_device / t.runahead).abs() <= 1e-9 * d.speedup,
+                "{row}"
+            );
+            assert!(
+                (d.speedup_vs_tensor_parallel - t.tensor_parallel / t.runahead).abs()
+                    <= 1e-9 * d.speedup_vs_tensor_parallel,
+                "{row}"
+            );
+            assert!(t.runahead <= t.single_device * (1.0 + 1e-9), "{row}");
+            assert!(t.runahead <= t.even_chain * (1.0 + 1e-9), "{row}");
             println!(
                 "{ctx} | {} | {:?} | {:.2} | {:.2} | {:.2} | {:.2} | {:.3} | {:.3}",
                 d.devices_used,

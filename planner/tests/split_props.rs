@@ -141,7 +141,7 @@ fn any_problem() -> impl Strategy<Value = SplitProblem> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(crate::props::config(256))]
 
     /// 1a: on arbitrary realistic coefficients, `solve()` is the brute-force integer optimum.
     #[test]
@@ -223,7 +223,7 @@ fn preset_problem(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(128))]
+    #![proptest_config(crate::props::config(128))]
 
     /// 1b: problems built from real presets are solved to the brute-force optimum.
     #[test]
@@ -315,7 +315,7 @@ fn mha_opt_presets_get_an_interior_split() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(crate::props::config(256))]
 
     /// 1d: in the paper's formula case (`k = 1`, no weights, no other kernels, no latencies,
     /// overheads or memory terms) `t(l) = a*l + max(c*l, e*(s - l))` has its continuous optimum

@@ -1,10 +1,14 @@
 //! kvplan-serve's integration tests: one binary, one module per area (`cargo test -p kvplan-serve`;
 //! one area: `cargo test -p kvplan-serve --test serve <module>::`).
 
+#[path = "../../tests/support/props.rs"]
+mod props;
+
 mod capacity;
 mod host;
 mod quant;
 mod real_vllm;
+mod roofline;
 mod serve;
 mod stream;
 mod v1;

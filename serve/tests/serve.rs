@@ -1,7 +1,7 @@
 //! The serving simulator against the op-level engine, closed forms and the published study.
 
-use kvplan_planner::plan::{Options, Shape, Strategy, plan};
-use kvplan_serve::iteration::HybridResume;
+use kvplan_planner::plan::{Options, Shape, Strategy as PlanStrategy, plan};
+use kvplan_serve::iteration::{EngineCosts, HybridResume};
 use kvplan_serve::{
     Config, FinishReason, IterationShape, IterationTimer, Preemption, RejectReason, SchedulerKind,
     ServeReport, Status, simulate, simulate_with,
@@ -24,14 +24,33 @@ fn rel(a: f64, b: f64) -> f64 {
     (a - b).abs() / b.abs().max(1e-300)
 }
 
+/// What a step runs, each kind generated on purpose (a quarter of the cases each): nothing;
+/// decode only (every sequence one new token after up to 4000 cached: vLLM's uniform decode
+/// step, 1 to 64 sequences); prefill only (whole prompts, nothing cached); mixed (decodes and
+/// prefill chunks with cached prefixes together). `(q_len, kv_len)` per sequence.
+fn batch() -> impl Strategy<Value = Vec<(u32, u32)>> {
+    let decode = prop::collection::vec((1u32..4000).prop_map(|kv| (1, kv)), 1..64);
+    let prefill = prop::collection::vec((1u32..600).prop_map(|q| (q, q)), 1..8);
+    let chunk = prop::collection::vec((2u32..300, 0u32..2000).prop_map(|(q, c)| (q, q + c)), 1..6);
+    prop_oneof![
+        Just(Vec::new()),
+        decode.clone(),
+        prefill,
+        (decode, chunk).prop_map(|(mut d, c)| {
+            d.extend(c);
+            d
+        }),
+    ]
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+    #![proptest_config(crate::props::config(48))]
     /// The closed-form iteration time equals the planner engine's makespan of the iteration's
     /// schedule (ragged batch, swap-out / swap-in copies, hybrid recomputation), on a
     /// full-duplex and a half-duplex profile.
     #[test]
     fn iteration_time_equals_engine_makespan(
-        seqs in prop::collection::vec((1u32..300, 0u32..2000), 0..12),
+        seqs in batch(),
         logits_frac in 0.0f64..1.0,
         out_blocks in 0u32..4,
         act_out in 0u32..3,
@@ -47,9 +66,7 @@ proptest! {
         let cost = CostModel::new(&hw);
         let mut timer = IterationTimer::new(&m, &cost, 16, copies, true);
         let mut it = IterationShape::default();
-        for &(q, cached) in &seqs {
-            it.seqs.push((q, q + cached));
-        }
+        it.seqs.clone_from(&seqs);
         it.logits = (logits_frac * seqs.len() as f64).round() as u32;
         it.swap_out_blocks = out_blocks;
         it.act_out_blocks = act_out;
@@ -70,7 +87,7 @@ proptest! {
     /// kind, and the schedule emits each layer's own ops.
     #[test]
     fn moe_iteration_time_equals_engine_makespan(
-        seqs in prop::collection::vec((1u32..300, 0u32..2000), 1..12),
+        seqs in batch().prop_filter("a step with work", |s| !s.is_empty()),
         tp in prop::sample::select(vec![1u32, 2]),
         step in 1u32..4,
     ) {
@@ -79,9 +96,7 @@ proptest! {
         let cost = CostModel::new(&HardwareProfile::preset("h100-sxm").unwrap());
         let mut timer = IterationTimer::new(&m, &cost, 16, 1, true);
         let mut it = IterationShape::default();
-        for &(q, cached) in &seqs {
-            it.seqs.push((q, q + cached));
-        }
+        it.seqs.clone_from(&seqs);
         it.logits = seqs.len() as u32;
         let fast = timer.time(&it).total_s;
         let sched = timer.schedule(&it);
@@ -91,6 +106,36 @@ proptest! {
         let label = |name: &str| sched.ops().iter().filter(|o| sched.label(o) == name).count();
         prop_assert_eq!(label("router"), m.moe_layers() as usize);
         prop_assert_eq!(label("ffn_up"), m.num_layers as usize);
+    }
+}
+
+proptest! {
+    #![proptest_config(crate::props::config(64))]
+    /// No step is faster than its roofline (`roofline::step_roofline`, computed from the model's
+    /// shapes and the profile's datasheet peaks, not the cost model), whatever its kind: decode
+    /// only, prefill only or mixed; eager on the plain timer and with vLLM V1's CUDA graphs and
+    /// host costs. A cost model that halved a kernel, or skipped a layer, would cross it.
+    #[test]
+    fn no_step_beats_its_roofline(
+        seqs in batch().prop_filter("a step with work", |s| !s.is_empty()),
+        hw in prop::sample::select(vec!["a100-80g-sxm", "a100-40g-pcie4", "h100-sxm"]),
+        model in prop::sample::select(vec!["llama-2-7b", "llama-3-8b"]),
+    ) {
+        let (m, h, cost) = setup(model, hw);
+        let resolved = Config::default().validate(&m, &h).unwrap();
+        let mut plain = IterationTimer::new(&m, &cost, 16, 1, true);
+        let mut graphs = IterationTimer::new(&m, &cost, 16, 1, true).with_engine(EngineCosts {
+            cudagraph_sizes: resolved.cudagraph_sizes.clone(),
+            full_graph_max_seqs: resolved.max_num_seqs,
+            serving: h.serving.clone(),
+        });
+        let mut it = IterationShape::default();
+        it.seqs.clone_from(&seqs);
+        it.logits = seqs.len() as u32;
+        let roof = crate::roofline::step_roofline(&m, &h, &seqs, it.logits);
+        for t in [plain.time(&it).total_s, graphs.time(&it).total_s] {
+            prop_assert!(t >= roof, "{model} {hw} {seqs:?}: {t} s under the roofline {roof} s");
+        }
     }
 }
 
@@ -132,7 +177,7 @@ fn one_request_equals_gpu_only_plan() {
             &hw,
             &cost,
             &shape,
-            Strategy::GpuOnly,
+            PlanStrategy::GpuOnly,
             &Options::default(),
         )
         .unwrap();
@@ -260,10 +305,33 @@ fn chunked_prefill_lowers_throughput_when_passes_are_short() {
 /// evicted tokens. Recompute: the prefill of the evicted tokens (the re-prefill iteration less
 /// the decode step it replaces). Swap: the swap-in copies (2 × layers copies per block, vLLM's
 /// per-layer K and V caches). Computed from the preset cost model, nothing fitted to these rows.
-/// Tolerance 25% (the band): the preset is datasheet roofline efficiencies and one
-/// copy latency, the measurement includes vLLM's Python scheduling overhead per step.
+/// Tolerance per column (the table gives milliseconds, 0.1-0.7% of a row):
+/// - swap 5%: bytes over the profile's pinned bandwidth and one latency a copy, the same link's
+///   measured figures (seen: 1-3% from 2048 tokens);
+/// - recompute 10%: a prefill on the datasheet-roofline preset, whose attention efficiency is
+///   one number for every length (seen: 0-9% at 2048-4096 tokens).
+///
+/// The rows outside are in [`STUDY_KNOWN_MISSES`].
+pub(crate) const STUDY_TOLERANCE: (f64, f64) = (0.10, 0.05);
+
+/// Study cells outside their column's tolerance (evicted tokens, column, bound met). Each must
+/// still miss (a cell that comes within its tolerance leaves the list):
+/// - 1024 tokens, both columns: the model is 6-11 ms under the measured 68-69 ms, a fixed cost
+///   per resume in vLLM 0.4's Python (block tables and 2 × 32 × 64 copy descriptors, or the
+///   re-scheduled prompt) the model does not count; it matters only at the shortest row.
+/// - recompute at 8192 and 16384 tokens: the model's prefill is 15% and 22% slow, its
+///   attention's cost growing with the square of the length faster than vLLM 0.4.2's
+///   FlashAttention kernel did on the A100 (its efficiency rises with length; the preset's is
+///   one number).
+pub(crate) const STUDY_KNOWN_MISSES: &[(u32, &str, f64)] = &[
+    (1024, "recompute", 0.18),
+    (1024, "swap", 0.10),
+    (8192, "recompute", 0.17),
+    (16384, "recompute", 0.25),
+];
+
 #[test]
-fn study_resume_costs_within_25_percent() {
+fn study_resume_costs_per_row() {
     let (m, _, cost) = setup("yarn-llama-2-7b", "a100-40g-pcie4");
     let mut timer = IterationTimer::new(&m, &cost, 16, 2 * m.num_layers, true);
     let table = std::fs::read_to_string(concat!(
@@ -272,7 +340,8 @@ fn study_resume_costs_within_25_percent() {
     ))
     .expect("data/validation/serving_swap_vs_recompute_a100.csv");
     let mut report = String::new();
-    let mut worst: f64 = 0.0;
+    let mut failures = Vec::new();
+    let mut rows = 0;
     for line in table
         .lines()
         .filter(|l| !l.starts_with('#') && !l.starts_with("evicted"))
@@ -281,18 +350,37 @@ fn study_resume_costs_within_25_percent() {
         let n = f[0] as u32;
         let recompute = timer.forward_s(&[(n, n)], 1) - timer.forward_s(&[(1, n + 1)], 1);
         let swap = f64::from(n.div_ceil(16)) * timer.kv_block_s().1;
-        let (er, es) = (rel(recompute, f[1]), rel(swap, f[2]));
-        worst = worst.max(er).max(es);
-        report += &format!(
-            "{n}: recompute {recompute:.4} vs {} ({:.0}%), swap {swap:.4} vs {} ({:.0}%)\n",
-            f[1],
-            er * 100.0,
-            f[2],
-            es * 100.0
-        );
+        for (column, got, want, tol) in [
+            ("recompute", recompute, f[1], STUDY_TOLERANCE.0),
+            ("swap", swap, f[2], STUDY_TOLERANCE.1),
+        ] {
+            let err = got / want - 1.0;
+            let miss = STUDY_KNOWN_MISSES
+                .iter()
+                .find(|x| x.0 == n && x.1 == column);
+            let bound = miss.map_or(tol, |x| x.2);
+            report += &format!(
+                "{n} {column}: {got:.4} s vs {want} s ({:+.0}%, bound {:.0}%){}\n",
+                err * 100.0,
+                bound * 100.0,
+                if miss.is_some() { " [known miss]" } else { "" }
+            );
+            if err.abs() > bound {
+                failures.push(format!("{n} {column}: {:+.1}%", err * 100.0));
+            }
+            if miss.is_some() && err.abs() <= tol {
+                failures.push(format!(
+                    "{n} {column}: {:+.1}% is within {:.0}%: remove it from STUDY_KNOWN_MISSES",
+                    err * 100.0,
+                    tol * 100.0
+                ));
+            }
+        }
+        rows += 1;
     }
     eprintln!("{report}");
-    assert!(worst <= 0.25, "{report}");
+    assert_eq!(rows, 5);
+    assert!(failures.is_empty(), "{failures:#?}\n{report}");
 }
 
 fn run_mode(reqs: &[Request], util: f64, mode: Preemption, block: u32) -> ServeReport {

@@ -305,7 +305,7 @@ fn bits(spans: &[Span]) -> Vec<(u64, u64)> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(128))]
+    #![proptest_config(crate::props::config(128))]
 
     /// 2a: one engine per stream reproduces the closed-form reference bit for bit.
     #[test]

@@ -1,5 +1,8 @@
 //! Integration tests of kvplan-workloads: one binary, a module per feature.
 
+#[path = "../../tests/support/props.rs"]
+mod props;
+
 mod compat;
 mod conversation;
 mod determinism;

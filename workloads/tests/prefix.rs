@@ -328,6 +328,7 @@ fn arb_request() -> impl Strategy<Value = (f64, u32, u32, Vec<(u64, u32)>, Optio
 }
 
 proptest! {
+    #![proptest_config(crate::props::config(256))]
     /// Any requests (sorted by arrival, ids 0..n, prefixes within the prompt, follow-ups of
     /// earlier requests) are written and read back exactly.
     #[test]

@@ -609,15 +609,18 @@ mod tests {
         v
     }
 
-    /// Compiles the kernels with the real NVRTC where one is installed (it needs no GPU) for the
-    /// H100/H200's sm_90, and checks the cubin defines every entry point the executor loads.
+    /// Compiles the kernels with the real NVRTC (it needs no GPU) for the H100/H200's sm_90, and
+    /// checks the cubin defines every entry point the executor loads. Ignored by default: CI's
+    /// Debian has only `main`, and libnvrtc is in `non-free` (`nvidia-cuda-toolkit`); run it with
+    /// `cargo test -p kvplan-exec --lib -- --ignored nvrtc` where the CUDA toolkit is installed.
     #[test]
-    fn kernels_compile_with_nvrtc_when_present() {
+    #[ignore = "needs libnvrtc (the CUDA toolkit, not in Debian main): run with --ignored where it is installed"]
+    fn kernels_compile_with_nvrtc() {
         // SAFETY: only tries to dlopen libnvrtc.
-        if !unsafe { nvrtc::sys::is_culib_present() } {
-            eprintln!("libnvrtc not found: kernel compilation not checked");
-            return;
-        }
+        assert!(
+            unsafe { nvrtc::sys::is_culib_present() },
+            "libnvrtc not found: install the CUDA toolkit (or run where it is) to compile the kernels"
+        );
         let bin = nvrtc_compile("-arch=sm_90", true).unwrap_or_else(|e| panic!("{e}"));
         for name in entry_points() {
             let sym = format!("{name}\0");

@@ -208,16 +208,3 @@ pub fn every_kind() -> Schedule {
 pub fn open(kind: BackendKind, warmup_runs: u32) -> Box<dyn Executor> {
     kvplan_exec::open(kind, &options(warmup_runs)).unwrap()
 }
-
-/// Whether wall-clock checks run: only with `KVPLAN_TIMING_TESTS=1`, because measured times
-/// depend on the machine and its load, and the default `cargo test` must be deterministic.
-/// Otherwise prints one line saying that `test` skips them and why.
-pub fn timing_checks(test: &str) -> bool {
-    if std::env::var_os("KVPLAN_TIMING_TESTS").is_some_and(|v| v == "1") {
-        return true;
-    }
-    eprintln!(
-        "{test}: wall-clock checks skipped (measured times depend on machine load); set KVPLAN_TIMING_TESTS=1 to run them"
-    );
-    false
-}
