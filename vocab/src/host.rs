@@ -97,6 +97,10 @@ impl Implementation {
         const TORCH_MODULE_US: f64 = 21.2; // eager_linear_1x4096x4096: one module call
         const TORCH_COPY_US: f64 = 5.2; // h2d_pinned (torch) at 4 KiB: one cudaMemcpyAsync issue
         const RAW_COPY_US: f64 = 3.4; // h2d_pinned (cupy-runtime): the raw runtime's issue
+        // swap_blocks_h200.csv: host_s / copies at 1-token blocks, the mean over both directions
+        // and both lengths (2.34-2.59 us): the raw runtime's issue rate back to back, as
+        // vLLM's C++ swap loop issues them (the Python loop's own 0.05 us included).
+        const SWAP_COPY_US: f64 = 2.46;
         const GRAPH_KERNEL_US: f64 = 0.034; // graph_replay_per_kernel_of_100
         const SYNC_US: f64 = 8.6; // synchronize_idle
         let pinned = MemoryKinds::uniform(HostMemory::Pinned);
@@ -140,16 +144,17 @@ impl Implementation {
                 launch_us: TORCH_MODULE_US,
                 graphs: Graphs::Decode,
                 graph_kernel_us: GRAPH_KERNEL_US,
-                copy_issue_us: RAW_COPY_US,
+                copy_issue_us: SWAP_COPY_US,
                 peer_issue_us: RAW_COPY_US,
                 sync_us: SYNC_US,
                 sync: SyncPoint::Step,
                 memory: pinned,
                 source: "vLLM 0.4: decode steps replayed as CUDA graphs (0.034 us per kernel), \
                          eager prefill at 21.2 us per kernel, swap_blocks issues one raw \
-                         cudaMemcpyAsync per block per layer from C++ (3.4 us, CuPy's raw \
-                         runtime), synchronize 8.6 us (calibrate/data/host_costs, H100 host); \
-                         the CPU swap space is pinned (vllm/worker/cache_engine.py)",
+                         cudaMemcpyAsync per block per layer from C++ (2.46 us each back to \
+                         back: swap_blocks_h200.csv at 1-token blocks), synchronize 8.6 us \
+                         (calibrate/data/host_costs, H100 host); the CPU swap space is pinned \
+                         (vllm/worker/cache_engine.py)",
             },
             Implementation::VllmV1Cudagraph => HostProfile {
                 implementation: self,
