@@ -10,6 +10,7 @@
 pub mod attention;
 mod bench;
 pub mod compare;
+pub mod copies;
 pub mod fit;
 pub mod inputs;
 pub mod kernels;

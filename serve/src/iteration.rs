@@ -533,7 +533,7 @@ impl IterationTimer {
                 Launch::Full { .. } => (2.0, kernels - 2.0),
                 Launch::Piecewise { .. } => (self.layers + 2.0, kernels - self.layers - 2.0),
             };
-            eager * h.launch_us + graphed * h.graph_kernel_us
+            eager * h.module_us(false) + graphed * h.module_us(true)
         });
         let Some(e) = &self.engine else {
             return (0.0, hosted.unwrap_or(0.0) * 1e-6, 0.0);

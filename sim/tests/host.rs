@@ -86,7 +86,7 @@ fn implementation_profiles_bind_short_kernels_on_the_host_and_graphs_free_them()
     ] {
         let cost = CostModel::new(&hw).with_host(imp.profile());
         let tl = kvplan_sim::simulate(&s, &cost).unwrap();
-        let launch = imp.profile().launch_us * 1e-6;
+        let launch = imp.profile().module_us(false) * 1e-6;
         let expect = if host_bound {
             50.0 * launch + d
         } else {
@@ -141,7 +141,7 @@ fn a_pageable_copy_blocks_the_host_and_a_pinned_one_does_not() {
         let cost = CostModel::new(&hw).with_host(profile.clone());
         let tl = kvplan_sim::simulate(&s, &cost).unwrap();
         let issue = profile.copy_issue_us * 1e-6;
-        let launch = profile.launch_us * 1e-6;
+        let launch = profile.module_us(false) * 1e-6;
         let copy_s = cost.duration(&copy);
         assert!((tl.spans[0].end - (issue + copy_s)).abs() < 1e-12);
         let kernel_start = match host_mem {
@@ -185,7 +185,7 @@ fn a_step_boundary_waits_for_the_device() {
         host_issue(&s, &p),
     )
     .unwrap();
-    let (launch, sync) = (p.launch_us * 1e-6, p.sync_us * 1e-6);
+    let (launch, sync) = (p.module_us(false) * 1e-6, p.sync_us * 1e-6);
     assert!((spans[0].end - (launch + d)).abs() < 1e-12);
     assert!(
         (host[1].start - spans[0].end).abs() < 1e-12,
