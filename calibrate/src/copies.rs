@@ -75,8 +75,8 @@ pub fn read_chains(text: &str, origin: &str) -> Result<Vec<ChainRow>, Error> {
         let f: Vec<&str> = line.split(',').map(str::trim).collect();
         let get = |j: usize, name: &str| {
             f.get(j)
+                .copied()
                 .ok_or_else(|| err(i + 1, name, "missing".into()))
-                .map(|s| *s)
         };
         let count = |j: usize, name: &str| -> Result<u64, Error> {
             get(j, name)?
