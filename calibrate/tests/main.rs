@@ -2,6 +2,7 @@
 //! one area: `cargo test -p kvplan-calibrate --test calibrate <module>::`).
 
 mod attention_table;
+mod copy_chains;
 mod from_runs;
 mod kernels_section;
 mod measured_tables;

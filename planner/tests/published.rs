@@ -159,17 +159,18 @@ fn table3_latency(implementation: Option<&str>, strategy: &str, prompt: u32, gen
 /// cost, is what the published runs show.
 ///
 /// Tolerances, and why:
-/// - the mean within 0.10 of the published 0.748 (seen: 0.772);
+/// - the mean within 0.10 of the published 0.748 (seen: 0.760; 0.772 when `eager-hf` launched
+///   one kernel per module at 21.2 us, before its launches per module);
 /// - each row within 0.15 of its published ratio: the rows are single end-to-end runs, and their
 ///   Accelerate baselines scatter (prompt 256 / gen 32 ran slower than prompt 512 / gen 32), so a
-///   row is ~0.1 off the table's own trend (seen: 0.03-0.13);
+///   row is ~0.1 off the table's own trend (seen: 0.00-0.11);
 /// - the longer-context rows keep their order: within each generation length the ratio rises
 ///   with the prompt, as the published gen-128 rows do (and the published gen-32 rows' largest
 ///   prompt has the largest ratio; their 128 / 256 pair swaps by 0.03, within that scatter);
 /// - every row a gain (ratio below 1);
 /// - the same profile does not move the Accelerate rows away from the table: their mean
-///   |log(simulated / published)| is no larger than without it (seen: 0.28 against 0.44; the
-///   prompt-512 rows go from 8-9% fast to 17-20% slow, the others come closer).
+///   |log(simulated / published)| is no larger than without it (seen: 0.27 against 0.44; the
+///   prompt-512 rows go from 8-9% fast to 19-21% slow, the others come closer).
 #[test]
 fn kvpr_table3_latency_ratio() {
     let kvpr = table3("kvpr");
@@ -348,4 +349,76 @@ fn the_executors_host_thread_hides_behind_its_kernels() {
             "case {i}: {a} vs {b}"
         );
     }
+}
+
+/// Eager Hugging Face OPT-6.7B decode steps measured on an H200 (`hf_decode_h200.csv`: batch
+/// 1-64, prompt 128, KV on the GPU: 13.1-15.8 ms of wall for 5.2-10.3 ms of GPU work, 829
+/// kernels a step) against a gpu-only plan on the calibrated H200 profile with the `eager-hf`
+/// host. The gap was the kernel count: kvplan models 324 ops a step, Transformers launches 829
+/// kernels for them, so one launch per op (21.2 us, a `linear` module's dispatch) gave 7.0 ms,
+/// 47-56% fast. With the profile's launches per module (829 / 324 = 2.56, at the rows' mean 17.9
+/// us of host time per kernel) the step is host-bound and flat in batch as measured: within 15%
+/// of every row (seen: +14.2% at batch 1, -5.4%, -5.0% at 4 and 16, -2.5% at 64).
+///
+/// Where it stops holding: the per-kernel cost and the kernel count are this table's (the
+/// batch-1 row is the fastest, so it is the worst); at batch 64 Transformers launches 669
+/// kernels, not 829, while the simulated step keeps 829's host time and its GPU time falls
+/// short (7.5 ms simulated, 10.3 ms busy measured), so the agreement there is the two errors
+/// cancelling; and the 2.56 kernels per module are OPT's (an eager Llama's RMSNorm and rotary
+/// embedding launch more per module).
+#[test]
+fn eager_hf_decode_step_on_the_h200() {
+    let text = std::fs::read_to_string(root().join("calibrate/data/host_costs/hf_decode_h200.csv"))
+        .unwrap();
+    let mut steps = Vec::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with("batch"))
+    {
+        let f: Vec<f64> = line.split(',').map(|x| x.parse().unwrap()).collect();
+        let (batch, wall, busy) = (f[0] as i64, f[1], f[2]);
+        let step = |implementation: Option<&str>| {
+            let mut raw = RawScenario {
+                model: Some("opt-6.7b".into()),
+                hardware: Some(
+                    root()
+                        .join("calibrate/profiles/h200-kvplan-exec.toml")
+                        .display()
+                        .to_string(),
+                ),
+                strategy: Some("gpu-only".into()),
+                implementation: implementation.map(str::to_string),
+                ..RawScenario::default()
+            };
+            raw.workload.batch = Some(batch);
+            raw.workload.prompt = Some(128);
+            raw.workload.gen_len = Some(9);
+            let scenario = raw.resolve().unwrap();
+            let cost = scenario.cost_model();
+            let pl = scenario.plan_with(&cost, scenario.strategy).unwrap();
+            let tl = kvplan_sim::simulate(&pl.schedule, &cost).unwrap();
+            RunReport::new(&pl, &tl).decode_latency_s / 8.0
+        };
+        let (hosted, device) = (step(Some("eager-hf")), step(None));
+        let err = hosted / wall - 1.0;
+        println!(
+            "batch {batch}: eager-hf {:.2} ms (GPU alone {:.2} ms); measured {:.2} ms wall, {:.2} \
+             ms GPU busy ({:+.1}%)",
+            hosted * 1e3,
+            device * 1e3,
+            wall * 1e3,
+            busy * 1e3,
+            100.0 * err
+        );
+        assert!(err.abs() <= 0.15, "batch {batch}: {hosted} s vs {wall} s");
+        // Host-bound as measured: the wall well above the GPU's work.
+        assert!(hosted > 1.4 * device && wall > 1.4 * busy, "batch {batch}");
+        steps.push(hosted);
+    }
+    assert_eq!(steps.len(), 4);
+    // Flat in batch (measured: 13.1-15.8 ms).
+    let (lo, hi) = steps
+        .iter()
+        .fold((f64::INFINITY, 0.0f64), |(a, b), &t| (a.min(t), b.max(t)));
+    assert!(hi / lo < 1.05, "{steps:?}");
 }

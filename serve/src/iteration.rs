@@ -20,10 +20,12 @@
 //!   is that one model's instead: every eager kernel at its launch cost, every replayed one at
 //!   its graph cost, and the swap copies are issued from it (below).
 //! - **Swap copies through the host thread.** With a host profile, `n` copies of `c` seconds
-//!   issued at `i` each take `n max(i, c) + min(i, c)` from pinned memory (host and copy engine
-//!   pipeline: the issue rate binds at small blocks, the link at large ones) and `n (i + c)`
-//!   from pageable memory (each copy holds the host); the D2H copies are issued before the H2D
-//!   ones, so the H2D run starts when the host has issued them. The engine running
+//!   issued at `i` each, each holding the copy engine for its occupancy `o` (DMA setup and
+//!   bytes, [`CostModel::occupancy`]; the rest of `c` is the completion a chain pays once), take
+//!   `n max(i, o) + min(i, o) + (c - o)` from pinned memory (host and copy engine pipeline: the
+//!   issue rate binds at small blocks, the link at large ones) and `n (i + c)` from pageable
+//!   memory (each copy holds the host); the D2H copies are issued before the H2D ones, so the
+//!   H2D run starts when the host has issued them. The engine running
 //!   [`IterationTimer::schedule`] with the same host agrees on swaps (`serve/tests/host.rs`).
 //! - **Swap and hybrid copies** (vLLM 0.4 schedulers) before the forward pass, as below.
 //!
@@ -225,8 +227,10 @@ impl IterationTimer {
         let act_copy_bytes = u64::from(block_size) * model.act_bytes_per_token_layer();
         // A run of `n` copies of `c` seconds each on one stream, issued by the host at `i`
         // each (the cost model's host thread): from pinned memory the host and the copy
-        // engine pipeline, `n max(i, c) + min(i, c)`; a pageable copy holds the host to its
-        // end, `n (i + c)`. Without a host thread: `n c`. Per copy: (period, fill, host time).
+        // engine pipeline, each copy holding the engine for its occupancy `o`
+        // (`CostModel::occupancy`: setup and bytes), `n max(i, o) + min(i, o) + (c - o)`; a
+        // pageable copy holds the host to its end, `n (i + c)`. Without a host thread: `n c`.
+        // Per copy: (period, fill, host time).
         let per_copy = |kind: OpKind| -> (f64, f64, f64) {
             let c = cost.duration(&kind);
             match cost.host() {
@@ -237,7 +241,10 @@ impl IterationTimer {
                     if issue.blocking {
                         (i + c, 0.0, i + c)
                     } else {
-                        (i.max(c), i.min(c), i)
+                        // Back to back, a copy holds its engine for its occupancy `o`; the
+                        // run pays the rest of a copy's time (its completion) once.
+                        let o = cost.occupancy(&kind);
+                        (i.max(o), i.min(o) + (c - o), i)
                     }
                 }
             }
@@ -526,7 +533,7 @@ impl IterationTimer {
                 Launch::Full { .. } => (2.0, kernels - 2.0),
                 Launch::Piecewise { .. } => (self.layers + 2.0, kernels - self.layers - 2.0),
             };
-            eager * h.launch_us + graphed * h.graph_kernel_us
+            eager * h.module_us(false) + graphed * h.module_us(true)
         });
         let Some(e) = &self.engine else {
             return (0.0, hosted.unwrap_or(0.0) * 1e-6, 0.0);

@@ -16,6 +16,12 @@
 //! synchronisation waits for every op issued so far. Without a host profile every op counts as
 //! issued at time 0 and the engine is exactly the one above.
 //!
+//! Copies issued one by one (with the host thread): a host↔device copy occupies its copy engine
+//! for its [`CostModel::occupancy`] (DMA setup and bytes) and ends its [`CostModel::duration`]
+//! after it starts; the engine, and the copy behind it on its stream, are free at the end of the
+//! occupancy, while the ops that depend on the copy (and a host waiting for it) see its end. So a
+//! chain of back-to-back copies pays the completion part of the latency once, not per copy.
+//!
 //! Determinism: events are ordered by (time, insertion sequence); all completions at one instant
 //! are applied before any engine picks its next op; an engine with several ready streams takes
 //! the op submitted first. Same schedule and cost model give the same timeline, bit for bit.
@@ -89,10 +95,20 @@ impl EngineMap {
 pub fn simulate(schedule: &Schedule, cost: &CostModel) -> Result<Timeline, Error> {
     let ops = schedule.ops();
     let engines = EngineMap::for_link(schedule, cost.duplex());
-    let duration = |i: usize| cost.duration(&ops[i].kind);
     let (spans, host) = match cost.host() {
-        None => (run_with(schedule, &engines, duration)?, Vec::new()),
-        Some(h) => run_hosted(schedule, &engines, duration, host_issue(schedule, h))?,
+        None => (
+            run_with(schedule, &engines, |i| cost.duration(&ops[i].kind))?,
+            Vec::new(),
+        ),
+        Some(h) => run_hosted_occupying(
+            schedule,
+            &engines,
+            |i| {
+                let k = &ops[i].kind;
+                (cost.duration(k), cost.occupancy(k))
+            },
+            host_issue(schedule, h),
+        )?,
     };
     Ok(Timeline {
         source: Source::Simulated {
@@ -155,7 +171,17 @@ pub fn run_with(
     engines: &EngineMap,
     duration: impl FnMut(usize) -> f64,
 ) -> Result<Vec<Span>, Error> {
-    run_core(schedule, engines, duration, None::<fn(usize) -> HostIssue>).map(|(s, _)| s)
+    let mut duration = duration;
+    run_core(
+        schedule,
+        engines,
+        |i| {
+            let d = duration(i);
+            (d, d)
+        },
+        None::<fn(usize) -> HostIssue>,
+    )
+    .map(|(s, _)| s)
 }
 
 /// [`run_with`] with the host thread: `host(op index)` gives what issuing each op costs it
@@ -166,7 +192,29 @@ pub fn run_hosted(
     duration: impl FnMut(usize) -> f64,
     host: impl FnMut(usize) -> HostIssue,
 ) -> Result<(Vec<Span>, Vec<Span>), Error> {
-    run_core(schedule, engines, duration, Some(host))
+    let mut duration = duration;
+    run_core(
+        schedule,
+        engines,
+        |i| {
+            let d = duration(i);
+            (d, d)
+        },
+        Some(host),
+    )
+}
+
+/// [`run_hosted`] where each op may free its engine before it ends: `timing(op index)` gives
+/// its duration and its occupancy of the engine (at most the duration; see the module docs on
+/// copies). The engine, and the next op of the op's stream, may start at the end of the
+/// occupancy; dependents, synchronisations and a host waiting on the op see its end.
+pub fn run_hosted_occupying(
+    schedule: &Schedule,
+    engines: &EngineMap,
+    timing: impl FnMut(usize) -> (f64, f64),
+    host: impl FnMut(usize) -> HostIssue,
+) -> Result<(Vec<Span>, Vec<Span>), Error> {
+    run_core(schedule, engines, timing, Some(host))
 }
 
 /// What the host thread is doing.
@@ -207,10 +255,45 @@ fn begin_issue<H: FnMut(usize) -> HostIssue>(
     (HostState::Issuing(k as u32, issue.blocking), ev)
 }
 
+/// An event of the engine loop.
+#[derive(Clone, Copy)]
+enum Event {
+    /// The op running on this engine ends its occupancy.
+    Engine(usize),
+    /// The pending completion at this index ends.
+    Completion(usize),
+}
+
+/// The smallest (time, sequence) event at or before `until` (`+inf`: any) among the engines'
+/// and the pending completions'.
+fn next_event(
+    event: &[(f64, u64)],
+    completions: &[(f64, u64, u32)],
+    until: f64,
+) -> Option<(Event, (f64, u64))> {
+    let mut best: Option<(Event, (f64, u64))> = None;
+    let earlier = |ev: (f64, u64), best: &Option<(Event, (f64, u64))>| {
+        ev.0 <= until
+            && ev.0 < f64::INFINITY
+            && best.is_none_or(|(_, b)| ev.0 < b.0 || (ev.0 == b.0 && ev.1 < b.1))
+    };
+    for (e, &ev) in event.iter().enumerate() {
+        if earlier(ev, &best) {
+            best = Some((Event::Engine(e), ev));
+        }
+    }
+    for (j, &(t, q, _)) in completions.iter().enumerate() {
+        if earlier((t, q), &best) {
+            best = Some((Event::Completion(j), (t, q)));
+        }
+    }
+    best
+}
+
 fn run_core<H: FnMut(usize) -> HostIssue>(
     schedule: &Schedule,
     engines: &EngineMap,
-    mut duration: impl FnMut(usize) -> f64,
+    mut timing: impl FnMut(usize) -> (f64, f64),
     mut host: Option<H>,
 ) -> Result<(Vec<Span>, Vec<Span>), Error> {
     let ops = schedule.ops();
@@ -281,6 +364,8 @@ fn run_core<H: FnMut(usize) -> HostIssue>(
     let mut host_event = (f64::INFINITY, u64::MAX);
     // Ops issued and not yet finished (what a synchronisation waits for).
     let mut outstanding = 0usize;
+    // Ops that freed their engine before their end: (end, sequence, op).
+    let mut completions: Vec<(f64, u64, u32)> = Vec::new();
     if let Some(h) = host.as_mut() {
         (host_state, host_event) = begin_issue(h, n, 0, 0.0, 0, &mut seq, &mut host_spans);
     }
@@ -320,25 +405,23 @@ fn run_core<H: FnMut(usize) -> HostIssue>(
                 }
             }
             if best != NONE {
-                let end = now + duration(best as usize);
+                let (d, occupancy) = timing(best as usize);
+                let end = now + d;
                 spans[best as usize] = Span { start: now, end };
                 running[e] = best;
-                event[e] = (end, seq);
+                // The engine is free after the op's occupancy (its whole duration, except for
+                // a copy followed by another).
+                event[e] = (now + occupancy.min(d), seq);
                 seq += 1;
                 started += 1;
             }
         }
         touched.clear();
-        // The next event: the smallest (end, start sequence). All completions at that instant
-        // are applied before any engine picks again.
-        let mut pick = usize::MAX;
-        let mut best = (f64::INFINITY, u64::MAX);
-        for (e, &ev) in event.iter().enumerate() {
-            if ev.0 < best.0 || (ev.0 == best.0 && ev.1 < best.1) {
-                best = ev;
-                pick = e;
-            }
-        }
+        // The next event: the smallest (time, sequence) over the engines (an op's occupancy
+        // ends), the pending completions (an op that freed its engine early ends) and the
+        // host. All events at that instant are applied before any engine picks again.
+        let mut next = next_event(&event, &completions, f64::INFINITY);
+        let best = next.map_or((f64::INFINITY, u64::MAX), |(_, ev)| ev);
         // The host's issue ends first: the op is issued, its engine may take it.
         if host_event.0 < best.0 || (host_event.0 == best.0 && host_event.1 < best.1) {
             now = host_event.0;
@@ -358,52 +441,58 @@ fn run_core<H: FnMut(usize) -> HostIssue>(
             }
             continue;
         }
-        if pick == usize::MAX {
+        if next.is_none() {
             break;
         }
         now = best.0;
-        loop {
-            let op = running[pick];
-            running[pick] = NONE;
-            event[pick] = (f64::INFINITY, u64::MAX);
-            touched.push(pick as u32);
-            let s = ops[op as usize].stream.index();
-            head[s] = schedule.next_in_stream(OpId(op)).map_or(NONE, |o| o.0);
-            cursor[s] = 0;
-            for (t, b) in blocked_on.iter_mut().enumerate() {
-                if *b == op {
-                    *b = NONE;
-                    touched.push(engines.engine_of[t]);
-                }
-            }
-            if let Some(h) = host.as_mut() {
-                outstanding -= 1;
-                let next = match host_state {
-                    HostState::WaitingOp(k) if k == op => {
-                        host_spans[k as usize].end = now;
-                        Some(k as usize + 1)
+        while let Some((at, _)) = next {
+            // The op that ends now, unless it only freed its engine (its completion pending).
+            let finished = match at {
+                Event::Engine(pick) => {
+                    let op = running[pick];
+                    running[pick] = NONE;
+                    event[pick] = (f64::INFINITY, u64::MAX);
+                    touched.push(pick as u32);
+                    let s = ops[op as usize].stream.index();
+                    head[s] = schedule.next_in_stream(OpId(op)).map_or(NONE, |o| o.0);
+                    cursor[s] = 0;
+                    let end = spans[op as usize].end;
+                    if end > now {
+                        completions.push((end, seq, op));
+                        seq += 1;
+                        None
+                    } else {
+                        Some(op)
                     }
-                    // The synchronisation's wait is over: it is paid now, then `k` is issued.
-                    HostState::WaitingAll(k) if outstanding == 0 => Some(k as usize),
-                    _ => None,
-                };
-                if let Some(k) = next {
-                    (host_state, host_event) =
-                        begin_issue(h, n, k, now, outstanding, &mut seq, &mut host_spans);
+                }
+                Event::Completion(j) => Some(completions.swap_remove(j).2),
+            };
+            if let Some(op) = finished {
+                for (t, b) in blocked_on.iter_mut().enumerate() {
+                    if *b == op {
+                        *b = NONE;
+                        touched.push(engines.engine_of[t]);
+                    }
+                }
+                if let Some(h) = host.as_mut() {
+                    outstanding -= 1;
+                    let wake = match host_state {
+                        HostState::WaitingOp(k) if k == op => {
+                            host_spans[k as usize].end = now;
+                            Some(k as usize + 1)
+                        }
+                        // The synchronisation's wait is over: it is paid now, then `k` is issued.
+                        HostState::WaitingAll(k) if outstanding == 0 => Some(k as usize),
+                        _ => None,
+                    };
+                    if let Some(k) = wake {
+                        (host_state, host_event) =
+                            begin_issue(h, n, k, now, outstanding, &mut seq, &mut host_spans);
+                    }
                 }
             }
-            // Another op ending at the same instant (rare: zero-length ops, exact ties)?
-            pick = usize::MAX;
-            let mut pick_seq = u64::MAX;
-            for (e, &(t, q)) in event.iter().enumerate() {
-                if t == now && q < pick_seq {
-                    pick = e;
-                    pick_seq = q;
-                }
-            }
-            if pick == usize::MAX {
-                break;
-            }
+            // Another event at the same instant (rare: zero-length ops, exact ties)?
+            next = next_event(&event, &completions, now).filter(|(_, ev)| ev.0 == now);
         }
     }
     if started != n {

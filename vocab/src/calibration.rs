@@ -103,13 +103,15 @@ impl Curve {
             return t0;
         }
         let i = pts.partition_point(|&(b, _)| b < bytes);
-        let (lo, hi) = if i >= pts.len() {
-            (pts[pts.len() - 2], pts[pts.len() - 1])
-        } else {
-            (pts[i - 1], pts[i])
-        };
-        let slope = self.segment_slope(lo, hi);
-        lo.1 + (bytes - lo.0) as f64 * slope
+        if i >= pts.len() {
+            // Beyond the largest size: the last segment's bandwidth.
+            let (lo, hi) = (pts[pts.len() - 2], pts[pts.len() - 1]);
+            return lo.1 + (bytes - lo.0) as f64 * self.segment_slope(lo, hi);
+        }
+        // Between two measured sizes: the straight line between them (flat where they took
+        // the same time, so the curve never exceeds its next point).
+        let (lo, hi) = (pts[i - 1], pts[i]);
+        lo.1 + (bytes - lo.0) as f64 * ((hi.1 - lo.1) / (hi.0 - lo.0) as f64)
     }
 
     fn segment_slope(&self, lo: (u64, f64), hi: (u64, f64)) -> f64 {
@@ -290,6 +292,11 @@ mod tests {
         assert!((c.time(8000) - (2.5e-5 + 4000.0 * 5e-9)).abs() < 1e-15);
         assert!((c.secs_per_byte() - 5e-9).abs() < 1e-20);
         assert!(c.check("c").is_ok());
+        // A flat stretch (small copies that all took the latency) stays flat: the curve is
+        // monotone and never above its next point (it was once `lo + bytes * hi_s / hi_bytes`).
+        let flat = Curve(vec![(4096, 4.6e-6), (65536, 4.6e-6), (262144, 8.6e-6)]);
+        assert_eq!(flat.time(8192), 4.6e-6);
+        assert!(flat.time(65537) >= flat.time(65536));
         let bad = Curve(vec![(1000, 2e-5), (2000, 1e-5)]);
         assert!(
             bad.check("copy.h2d")

@@ -79,6 +79,8 @@ pub struct CostModel {
     kernels: KernelModel,
     launch_s: f64,
     host: Option<Box<HostProfile>>,
+    /// The one-off part of a copy's latency (`[link] copy_completion_us`), seconds.
+    copy_completion_s: f64,
 }
 
 fn host_index(h: HostMemory) -> usize {
@@ -223,6 +225,7 @@ impl CostModel {
             launch_s: section.launch_us * 1e-6,
             kernels: KernelModel::new(section, peaks, hbm).with_fp8_peak(hw.gpu.fp8_flops()),
             host: None,
+            copy_completion_s: l.copy_completion_s,
         };
         if let Some(cal) = &hw.calibration {
             let affine = |c: &crate::calibration::Curve| LinkCost {
@@ -431,6 +434,30 @@ impl CostModel {
         }
     }
 
+    /// Seconds a host↔device copy occupies its copy engine when another copy follows it back to
+    /// back: its setup (its latency less the profile's one-off completion, `[link]
+    /// copy_completion_us`) plus its bytes at the link's sustained bandwidth (the affine view,
+    /// [`CostModel::h2d`] / [`CostModel::d2h`]), at most its [`CostModel::duration`]. The rest of
+    /// its duration is its completion and notification: the next copy on the engine starts
+    /// under it, so a chain of `n` copies pays it once. Other ops: their duration.
+    ///
+    /// The engine uses it only with a host thread (`CostModel::with_host`), where copies are
+    /// issued one by one (vLLM 0.4's swap: one `cudaMemcpyAsync` per block per layer); without
+    /// one a copy occupies its engine for its whole duration, as before.
+    pub fn occupancy(&self, kind: &OpKind) -> f64 {
+        let d = self.duration(kind);
+        let (affine, bytes) = match *kind {
+            OpKind::H2D { bytes, host, .. } => (self.h2d(host), bytes),
+            OpKind::D2H { bytes, host, .. } => (self.d2h(host), bytes),
+            _ => return d,
+        };
+        if bytes == 0 {
+            return d;
+        }
+        let setup = (affine.latency_s - self.copy_completion_s).max(0.0);
+        d.min(setup + bytes as f64 * affine.secs_per_byte)
+    }
+
     /// Time of an op on the device alone: a kernel's device time without the launch interval
     /// [`CostModel::duration`] clamps it to (kernels replayed inside a CUDA graph are not
     /// launched one by one); copies as [`CostModel::duration`].
@@ -469,6 +496,36 @@ impl CostModel {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_copy_occupies_its_engine_for_its_setup_and_bytes() {
+        use crate::schedule::Payload;
+        let hw = crate::HardwareProfile::preset("a100-40g-pcie4").unwrap();
+        let cost = CostModel::new(&hw);
+        let copy = OpKind::H2D {
+            bytes: 1 << 20,
+            payload: Payload::Cache,
+            host: HostMemory::Pinned,
+        };
+        // 10 us latency, 2.3 us of it the completion: 7.7 us setup + 1 MiB at 24.5 GB/s.
+        let d = cost.duration(&copy);
+        let o = cost.occupancy(&copy);
+        assert!((d - o - 2.3e-6).abs() < 1e-15, "{d} {o}");
+        assert!((o - (7.7e-6 + (1u64 << 20) as f64 / 24.5e9)).abs() < 1e-15);
+        // Kernels and empty copies hold their engine their whole duration.
+        let k = OpKind::Elementwise {
+            kind: ElemKind::Other,
+            bytes: 1 << 20,
+            rows: 0,
+        };
+        assert_eq!(cost.occupancy(&k), cost.duration(&k));
+        let empty = OpKind::D2H {
+            bytes: 0,
+            payload: Payload::Cache,
+            host: HostMemory::Pinned,
+        };
+        assert_eq!(cost.occupancy(&empty), 0.0);
+    }
+
     use super::*;
     use crate::schedule::Payload;
 

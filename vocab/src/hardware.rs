@@ -154,6 +154,12 @@ pub struct HostLink {
     pub h2d_latency_s: f64,
     /// Per-transfer latency device→host, seconds.
     pub d2h_latency_s: f64,
+    /// The part of each direction's latency that a chain of back-to-back copies pays once
+    /// (the last copy's completion and its notification), seconds; the rest of the latency
+    /// occupies the copy engine per copy (DMA setup). At most either latency. Used only with a
+    /// host thread (an implementation profile), where copies are issued one by one; see
+    /// [`crate::CostModel::copy_completion`].
+    pub copy_completion_s: f64,
 }
 
 /// Host machine.
@@ -312,7 +318,20 @@ pub struct LinkSection {
     pub h2d_latency_us: f64,
     /// Microseconds.
     pub d2h_latency_us: f64,
+    /// Microseconds: the one-off part of a copy's latency (completion and notification), paid
+    /// once per chain of back-to-back copies; absent: [`DEFAULT_COPY_COMPLETION_US`], at most
+    /// either latency.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy_completion_us: Option<f64>,
 }
+
+/// The one-off part of a copy's latency when a profile does not give `[link]
+/// copy_completion_us`, microseconds: on the H200 host (PCIe 5.0, pinned) one copy timed alone
+/// takes 4.5-4.6 us (`calibrate/profiles/h200-kvplan-exec.toml`, the calibrated curves' smallest
+/// copies) while back-to-back copies occupy the copy engine 2.2 us each plus their bytes
+/// (`calibrate/data/host_costs/swap_blocks_h200.csv`): the 2.3 us between is the completion a
+/// chain pays once.
+pub const DEFAULT_COPY_COMPLETION_US: f64 = 2.3;
 
 /// `[host]` of a profile file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -406,6 +425,10 @@ fn validate(file: ProfileFile, origin: &str) -> Result<HardwareProfile> {
     let tflops = |field: &str, v: f64| c.range(field, v, 1e12, "TFLOP/s", FLOPS);
     let micros = |field: &str, v: f64| c.range(field, v, 1e-6, "us", LATENCY);
     let fraction = |field: &str, v: f64| c.range(field, v, 1.0, "of peak", EFFICIENCY);
+    // The latencies first: the one-off part of a copy's latency is checked against them.
+    let h2d_latency_s = micros("link.h2d_latency_us", s.link.h2d_latency_us)?;
+    let d2h_latency_s = micros("link.d2h_latency_us", s.link.d2h_latency_us)?;
+    let copy_completion_s = copy_completion(&c, &s.link)?;
     Ok(HardwareProfile {
         name: s.name,
         description: s.description,
@@ -457,8 +480,9 @@ fn validate(file: ProfileFile, origin: &str) -> Result<HardwareProfile> {
             d2h_pinned: gbps("link.d2h_pinned_gbps", s.link.d2h_pinned_gbps)?,
             h2d_pageable: gbps("link.h2d_pageable_gbps", s.link.h2d_pageable_gbps)?,
             d2h_pageable: gbps("link.d2h_pageable_gbps", s.link.d2h_pageable_gbps)?,
-            h2d_latency_s: micros("link.h2d_latency_us", s.link.h2d_latency_us)?,
-            d2h_latency_s: micros("link.d2h_latency_us", s.link.d2h_latency_us)?,
+            h2d_latency_s,
+            d2h_latency_s,
+            copy_completion_s,
         },
         host: Host {
             ram_bytes: c.range("host.ram_gib", s.host.ram_gib, GIB, "GiB", MEMORY)? as u64,
@@ -473,6 +497,30 @@ fn validate(file: ProfileFile, origin: &str) -> Result<HardwareProfile> {
         calibration: s.calibration,
         serving: s.serving.unwrap_or_default(),
     })
+}
+
+/// `[link] copy_completion_us` checked against the latencies it is part of, or its default.
+fn copy_completion(c: &Check, link: &LinkSection) -> Result<f64> {
+    let latency = link.h2d_latency_us.min(link.d2h_latency_us);
+    let us = match link.copy_completion_us {
+        None => DEFAULT_COPY_COMPLETION_US.min(latency),
+        Some(v) => {
+            let v = c.non_negative("link.copy_completion_us", v)?;
+            if v > latency {
+                return Err(Error::invalid(
+                    format!("{}: link.copy_completion_us", c.origin),
+                    v,
+                    format!(
+                        "must be at most link.h2d_latency_us and link.d2h_latency_us ({} us): \
+                         it is the part of each copy's latency a chain of copies pays once",
+                        limits::show(latency)
+                    ),
+                ));
+            }
+            v
+        }
+    };
+    Ok(us * 1e-6)
 }
 
 /// Converts a `toml` error into a one-line [`Error::Parse`] with the line number.
@@ -823,6 +871,39 @@ mod tests {
         )
         .unwrap_err()
         .to_string()
+    }
+
+    #[test]
+    fn copy_completion_defaults_to_the_measured_part_and_stays_within_the_latency() {
+        let preset = HardwareProfile::preset("a100-40g-pcie4").unwrap();
+        assert_eq!(
+            preset.link.copy_completion_s,
+            DEFAULT_COPY_COMPLETION_US * 1e-6
+        );
+        // Capped at the latency it is part of.
+        let short = HardwareProfile::from_toml_str(
+            "base = \"a100-40g-pcie4\"\n[link]\nd2h_latency_us = 1.5\n",
+            "short.toml",
+        )
+        .unwrap();
+        assert_eq!(short.link.copy_completion_s, 1.5e-6);
+        let given = HardwareProfile::from_toml_str(
+            "base = \"a100-40g-pcie4\"\n[link]\ncopy_completion_us = 0.0\n",
+            "given.toml",
+        )
+        .unwrap();
+        assert_eq!(given.link.copy_completion_s, 0.0);
+        let e = with_override("link", "copy_completion_us = 12.0");
+        assert!(
+            e.starts_with("my.toml: link.copy_completion_us: must be at most")
+                && e.contains("(10 us)"),
+            "{e}"
+        );
+        let e = with_override("link", "copy_completion_us = -1.0");
+        assert!(
+            e.starts_with("my.toml: link.copy_completion_us: must be"),
+            "{e}"
+        );
     }
 
     #[test]

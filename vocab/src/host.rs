@@ -97,13 +97,24 @@ impl Implementation {
         const TORCH_MODULE_US: f64 = 21.2; // eager_linear_1x4096x4096: one module call
         const TORCH_COPY_US: f64 = 5.2; // h2d_pinned (torch) at 4 KiB: one cudaMemcpyAsync issue
         const RAW_COPY_US: f64 = 3.4; // h2d_pinned (cupy-runtime): the raw runtime's issue
+        // swap_blocks_h200.csv: host_s / copies at 1-token blocks, the mean over both directions
+        // and both lengths (2.34-2.59 us): the raw runtime's issue rate back to back, as
+        // vLLM's C++ swap loop issues them (the Python loop's own 0.05 us included).
+        const SWAP_COPY_US: f64 = 2.46;
         const GRAPH_KERNEL_US: f64 = 0.034; // graph_replay_per_kernel_of_100
+        // hf_decode_h200.csv (H200 host, Transformers 5.17): an eager OPT-6.7B decode step
+        // launches 829 kernels where kvplan models 324 ops (32 layers x 10 + embedding, final
+        // norm, LM head, sampling), and is host-bound at batch 1-16 (13.1-15.8 ms of wall for
+        // 5.2-6.8 ms of GPU work): 17.9 us of host time per kernel, the rows' mean.
+        const HF_KERNELS_PER_MODULE: f64 = 829.0 / 324.0;
+        const HF_KERNEL_US: f64 = 17.93;
         const SYNC_US: f64 = 8.6; // synchronize_idle
         let pinned = MemoryKinds::uniform(HostMemory::Pinned);
         match self {
             Implementation::EagerHf => HostProfile {
                 implementation: self,
-                launch_us: TORCH_MODULE_US,
+                launch_us: HF_KERNEL_US,
+                launches_per_module: HF_KERNELS_PER_MODULE,
                 graphs: Graphs::Never,
                 graph_kernel_us: GRAPH_KERNEL_US,
                 copy_issue_us: TORCH_COPY_US,
@@ -115,7 +126,9 @@ impl Implementation {
                     activations: HostMemory::Pinned,
                     kv: HostMemory::Pageable,
                 },
-                source: "eager PyTorch module dispatch 21.2 us per kernel, cudaMemcpyAsync issue \
+                source: "Transformers in eager PyTorch: 829 kernels per OPT-6.7B decode step \
+                         where kvplan models 324 ops (2.56 launches per module) at 17.9 us of \
+                         host time each (hf_decode_h200.csv, H200 host), cudaMemcpyAsync issue \
                          5.2 us, synchronize 8.6 us (calibrate/data/host_costs, H100 host); \
                          Transformers' generate reads each step's token back (a sync per step); \
                          KVPR paper: pinned memory for the recomputed activations and the \
@@ -124,6 +137,7 @@ impl Implementation {
             Implementation::Flexgen => HostProfile {
                 implementation: self,
                 launch_us: TORCH_MODULE_US,
+                launches_per_module: 1.0,
                 graphs: Graphs::Never,
                 graph_kernel_us: GRAPH_KERNEL_US,
                 copy_issue_us: TORCH_COPY_US,
@@ -138,22 +152,25 @@ impl Implementation {
             Implementation::VllmV0 => HostProfile {
                 implementation: self,
                 launch_us: TORCH_MODULE_US,
+                launches_per_module: 1.0,
                 graphs: Graphs::Decode,
                 graph_kernel_us: GRAPH_KERNEL_US,
-                copy_issue_us: RAW_COPY_US,
+                copy_issue_us: SWAP_COPY_US,
                 peer_issue_us: RAW_COPY_US,
                 sync_us: SYNC_US,
                 sync: SyncPoint::Step,
                 memory: pinned,
                 source: "vLLM 0.4: decode steps replayed as CUDA graphs (0.034 us per kernel), \
                          eager prefill at 21.2 us per kernel, swap_blocks issues one raw \
-                         cudaMemcpyAsync per block per layer from C++ (3.4 us, CuPy's raw \
-                         runtime), synchronize 8.6 us (calibrate/data/host_costs, H100 host); \
-                         the CPU swap space is pinned (vllm/worker/cache_engine.py)",
+                         cudaMemcpyAsync per block per layer from C++ (2.46 us each back to \
+                         back: swap_blocks_h200.csv at 1-token blocks), synchronize 8.6 us \
+                         (calibrate/data/host_costs, H100 host); the CPU swap space is pinned \
+                         (vllm/worker/cache_engine.py)",
             },
             Implementation::VllmV1Cudagraph => HostProfile {
                 implementation: self,
                 launch_us: TORCH_MODULE_US,
+                launches_per_module: 1.0,
                 graphs: Graphs::Always,
                 graph_kernel_us: GRAPH_KERNEL_US,
                 copy_issue_us: RAW_COPY_US,
@@ -168,6 +185,7 @@ impl Implementation {
             Implementation::KvplanExec => HostProfile {
                 implementation: self,
                 launch_us: 5.6,
+                launches_per_module: 1.0,
                 graphs: Graphs::Never,
                 graph_kernel_us: GRAPH_KERNEL_US,
                 copy_issue_us: RAW_COPY_US,
@@ -250,6 +268,12 @@ pub struct HostProfile {
     pub implementation: Implementation,
     /// Host time to launch one kernel eagerly, microseconds.
     pub launch_us: f64,
+    /// Kernels the implementation launches for each kernel op kvplan models (a module: a norm,
+    /// a projection, the attention): 1 where its kernels are kvplan's (vLLM's fused kernels,
+    /// kvplan's executor); more for an eager framework that runs a module as several small
+    /// kernels (Transformers' OPT attention: the cache's concatenations, scaling, casts,
+    /// transposes). Each launch costs `launch_us` (or `graph_kernel_us` inside a graph).
+    pub launches_per_module: f64,
     /// Which kernels are replayed inside a CUDA graph.
     pub graphs: Graphs,
     /// Host time per kernel of a replayed CUDA graph, microseconds.
@@ -290,6 +314,17 @@ impl HostProfile {
         }
     }
 
+    /// Host microseconds to launch one kernel op (a module's kernels), eagerly or replayed in
+    /// a graph.
+    pub fn module_us(&self, graphed: bool) -> f64 {
+        self.launches_per_module
+            * if graphed {
+                self.graph_kernel_us
+            } else {
+                self.launch_us
+            }
+    }
+
     /// What issuing `kind` costs the host; `decode` says whether the op belongs to a decode
     /// step, `new_step` whether it is the first op of a step after another step's ops.
     pub fn issue(&self, kind: &OpKind, decode: bool, new_step: bool) -> HostIssue {
@@ -300,13 +335,7 @@ impl HostProfile {
             | OpKind::Attention { .. }
             | OpKind::BatchAttention { .. }
             | OpKind::Elementwise { .. }
-            | OpKind::AllReduce { .. } => {
-                if self.graphed(decode) {
-                    self.graph_kernel_us
-                } else {
-                    self.launch_us
-                }
-            }
+            | OpKind::AllReduce { .. } => self.module_us(self.graphed(decode)),
         };
         let blocking = matches!(
             *kind,
@@ -352,7 +381,7 @@ mod tests {
         assert!(launch > 1.0);
         assert_eq!(Implementation::KvplanExec.profile_on(&hw).launch_us, launch);
         // Other implementations, and an uncalibrated preset, keep their own figures.
-        assert_eq!(Implementation::EagerHf.profile_on(&hw).launch_us, 21.2);
+        assert_eq!(Implementation::EagerHf.profile_on(&hw).launch_us, 17.93);
         let preset = crate::HardwareProfile::preset("h100-sxm").unwrap();
         assert_eq!(
             Implementation::KvplanExec.profile_on(&preset).launch_us,
@@ -384,7 +413,11 @@ mod tests {
             weights: crate::WeightFormat::Dense,
         };
         let close = |a: f64, b: f64| (a - b).abs() < 1e-15;
-        assert!(close(hf.issue(&gemm, true, false).issue_s, 21.2e-6));
+        // Transformers launches 829 kernels for kvplan's 324 ops of an OPT decode step.
+        assert!(close(
+            hf.issue(&gemm, true, false).issue_s,
+            829.0 / 324.0 * 17.93e-6
+        ));
         assert!(close(
             hf.issue(&gemm, true, true).sync_before_s.unwrap(),
             8.6e-6
