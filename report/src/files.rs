@@ -357,30 +357,9 @@ pub fn write_or_print(
 mod tests {
     use super::*;
 
-    struct Dir(PathBuf);
-
-    impl Dir {
-        fn new(name: &str) -> Self {
-            let d =
-                std::env::temp_dir().join(format!("kvplan-output-{}-{name}", std::process::id()));
-            let _ = fs::remove_dir_all(&d);
-            fs::create_dir_all(&d).unwrap();
-            Dir(d)
-        }
-        fn names(&self) -> Vec<String> {
-            let mut v: Vec<String> = fs::read_dir(&self.0)
-                .unwrap()
-                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .collect();
-            v.sort();
-            v
-        }
-    }
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
+    /// A scratch directory for one test (`crate::test_dir`).
+    fn dir(name: &str) -> crate::test_dir::Dir {
+        crate::test_dir::Dir::new("kvplan-output", name)
     }
 
     fn hello(w: &mut dyn Write) -> io::Result<()> {
@@ -389,7 +368,7 @@ mod tests {
 
     #[test]
     fn failed_write_leaves_nothing() {
-        let dir = Dir::new("fail");
+        let dir = dir("fail");
         let target = dir.0.join("out.json");
         let e = write_output(&target, "the trace", |w| {
             w.write_all(b"partial")?;
@@ -404,7 +383,7 @@ mod tests {
 
     #[test]
     fn failed_write_keeps_the_old_file() {
-        let dir = Dir::new("keep");
+        let dir = dir("keep");
         let target = dir.0.join("out.csv");
         fs::write(&target, "old\n").unwrap();
         write_output(&target, "the trace", |_| Err(io::Error::other("boom"))).unwrap_err();
@@ -414,7 +393,7 @@ mod tests {
 
     #[test]
     fn regular_file_is_replaced_whole() {
-        let dir = Dir::new("regular");
+        let dir = dir("regular");
         let target = dir.0.join("out.csv");
         fs::write(&target, "a much longer old content\n").unwrap();
         write_output(&target, "the output", hello).unwrap();
@@ -424,7 +403,7 @@ mod tests {
 
     #[test]
     fn directory_is_an_input_error() {
-        let dir = Dir::new("isdir");
+        let dir = dir("isdir");
         let e = write_output(&dir.0, "the output", hello).unwrap_err();
         assert!(e.is_input());
         assert!(e.message().contains("is a directory"), "{e}");
@@ -432,7 +411,7 @@ mod tests {
 
     #[test]
     fn missing_directory_is_an_input_error() {
-        let dir = Dir::new("nodir");
+        let dir = dir("nodir");
         let e = write_output(&dir.0.join("no/such/t.json"), "the trace", hello).unwrap_err();
         assert!(e.is_input());
         assert!(e.message().contains("no/such/t.json"), "{e}");
@@ -443,7 +422,7 @@ mod tests {
     #[test]
     fn symlinks_are_written_through() {
         use std::os::unix::fs::symlink;
-        let dir = Dir::new("links");
+        let dir = dir("links");
         fs::create_dir(dir.0.join("real")).unwrap();
         // An existing target through a relative link, and through a chain of two links.
         fs::write(dir.0.join("real/a.json"), "old").unwrap();
@@ -488,7 +467,7 @@ mod tests {
     #[test]
     fn replacing_keeps_the_mode() {
         use std::os::unix::fs::PermissionsExt;
-        let dir = Dir::new("mode");
+        let dir = dir("mode");
         let target = dir.0.join("p.toml");
         fs::write(&target, "old").unwrap();
         fs::set_permissions(&target, fs::Permissions::from_mode(0o640)).unwrap();

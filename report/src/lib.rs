@@ -16,6 +16,8 @@ pub mod plots;
 pub mod progress;
 pub mod render;
 pub mod serve;
+#[cfg(test)]
+mod test_dir;
 
 pub use render::*;
 

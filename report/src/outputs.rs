@@ -241,35 +241,14 @@ fn same_open_file(f: &File, path: &Path) -> bool {
 mod tests {
     use super::*;
 
-    struct Dir(PathBuf);
-
-    impl Dir {
-        fn new(name: &str) -> Self {
-            let d =
-                std::env::temp_dir().join(format!("kvplan-claim-{}-{name}", std::process::id()));
-            let _ = fs::remove_dir_all(&d);
-            fs::create_dir_all(&d).unwrap();
-            Dir(d)
-        }
-        fn names(&self) -> Vec<String> {
-            let mut v: Vec<String> = fs::read_dir(&self.0)
-                .unwrap()
-                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .collect();
-            v.sort();
-            v
-        }
-    }
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
+    /// A scratch directory for one test (`crate::test_dir`).
+    fn dir(name: &str) -> crate::test_dir::Dir {
+        crate::test_dir::Dir::new("kvplan-claim", name)
     }
 
     #[test]
     fn an_output_that_is_an_input_is_refused_however_it_is_named() {
-        let d = Dir::new("input");
+        let d = dir("input");
         let input = d.0.join("my.toml");
         fs::write(&input, "model = 1\n").unwrap();
         let dotted = d.0.join(".").join("my.toml");
@@ -301,7 +280,7 @@ mod tests {
 
     #[test]
     fn a_second_claim_names_the_holder() {
-        let d = Dir::new("lock");
+        let d = dir("lock");
         let out = d.0.join("rows.csv");
         let first = claim(&[], &[("--out", &out)]).unwrap();
         let e = claim(&[], &[("--out", &out)]).unwrap_err();
@@ -315,7 +294,7 @@ mod tests {
 
     #[test]
     fn outputs_are_checked_before_anything_is_written() {
-        let d = Dir::new("check");
+        let d = dir("check");
         let ok = d.0.join("ok.csv");
         let e = claim(&[], &[("--requests-csv", &ok), ("--plot", &d.0)]).unwrap_err();
         assert!(e.message().starts_with("--plot: ") && e.message().contains("directory"));

@@ -943,28 +943,9 @@ pub fn configurations(
 /// The highest rate under `slo` of every configuration `hardware` x `tensor_parallel` (empty:
 /// the scenario's hardware; the scenario's tensor-parallel size, or 1), and with `target_qps`
 /// each one sized for that rate and the cheapest named: by price when every sized profile gives
-/// `gpu.price_usd_per_hour`, else by GPU count. `base` is searched as [`search_base`] gives it.
+/// `gpu.price_usd_per_hour`, else by GPU count. `base` is searched as [`search_base`] gives it;
+/// `progress` hears how far each run of each search has come.
 pub fn compare_configurations(
-    base: &RawServeScenario,
-    hardware: &[String],
-    tensor_parallel: &[u32],
-    slo: &Slo,
-    opts: SearchOptions,
-    target_qps: Option<f64>,
-) -> Result<CapacityComparison, CapacityError> {
-    compare_configurations_with(
-        base,
-        hardware,
-        tensor_parallel,
-        slo,
-        opts,
-        target_qps,
-        &Silent,
-    )
-}
-
-/// [`compare_configurations`], telling `progress` how far each run of each search has come.
-pub fn compare_configurations_with(
     base: &RawServeScenario,
     hardware: &[String],
     tensor_parallel: &[u32],

@@ -9,90 +9,66 @@ use kvplan_report::outputs::{Claim, claim};
 use super::Command;
 use crate::args::RunArgs;
 use crate::error::CliError;
+use crate::messages::flag_of;
+
+/// Files by the flag (or argument) that names each; `None` where it is not given.
+type Named = Vec<(&'static str, Option<PathBuf>)>;
 
 /// The files a planner run reads: its scenario file and a model or profile given as a path.
-fn run_inputs(r: &RunArgs) -> Vec<(&'static str, PathBuf)> {
-    let sc = &r.scenario;
-    let mut v = Vec::new();
-    if let Some(p) = &sc.scenario {
-        v.push(("SCENARIO", p.clone()));
-    }
-    if let Some(m) = &sc.target.model {
-        v.push(("--model", m.into()));
-    }
-    if let Some(h) = &sc.target.hardware {
-        v.push(("--hardware", h.into()));
-    }
-    v
+fn run_inputs(r: &RunArgs) -> Named {
+    let (sc, path) = (&r.scenario, |s: &Option<String>| {
+        s.as_ref().map(PathBuf::from)
+    });
+    vec![
+        ("SCENARIO", sc.scenario.clone()),
+        ("--model", path(&sc.target.model)),
+        ("--hardware", path(&sc.target.hardware)),
+    ]
 }
 
-/// The inputs and outputs of `command`, by the flag that names each.
-type Files = (Vec<(&'static str, PathBuf)>, Vec<(&'static str, PathBuf)>);
-
-fn files(command: &Command) -> Files {
-    let opt = |label: &'static str, p: &Option<PathBuf>| p.clone().map(|p| (label, p));
-    let planner = |r, trace| (run_inputs(r), opt("--trace", trace).into_iter().collect());
+/// The inputs and outputs of `command`.
+fn files(command: &Command) -> (Named, Named) {
+    let planner = |r, trace: &Option<PathBuf>| (run_inputs(r), vec![("--trace", trace.clone())]);
     match command {
         Command::Simulate(a) => planner(&a.run.run, &a.trace),
         Command::Exec(a) => planner(&a.run.run, &a.trace),
         Command::Validate(a) => planner(&a.run.run, &a.trace),
         Command::Serve(a) => {
-            let mut inputs: Vec<_> = [
-                opt("SCENARIO", &a.scenario),
-                opt("--compare-to", &a.compare_to),
-                opt("--requests-trace", &a.requests.requests_trace),
-            ]
-            .into_iter()
-            .flatten()
-            .collect();
-            for (label, spec) in [
-                ("--lengths", &a.requests.lengths),
-                ("--output-lengths", &a.requests.output_lengths),
-            ] {
-                if let Some(f) = spec.as_deref().and_then(|s| s.strip_prefix("trace:")) {
-                    inputs.push((label, f.into()));
-                }
-            }
-            if let Some(trace) = (a.scenario.as_deref())
-                .and_then(|p| kvplan_run::RawScenario::read_serve(p).ok())
-                .and_then(|raw| raw.workload.trace)
-            {
-                inputs.push(("the scenario's workload.trace", trace));
-            }
-            let outputs = a.outputs().into_iter().map(|(_, p, l)| (l, p.into()));
+            // The workload as the run will see it: the file's, with the flags over it.
+            let file =
+                (a.scenario.as_deref()).and_then(|p| kvplan_run::RawScenario::read_serve(p).ok());
+            let raw = file.unwrap_or_default().overlay(a.to_raw());
+            let mut inputs = vec![
+                ("SCENARIO", a.scenario.clone()),
+                ("--compare-to", a.compare_to.clone()),
+            ];
+            let traces = raw.workload.input_files().into_iter();
+            inputs.extend(traces.map(|(field, p)| (flag_of(field).unwrap_or(field), Some(p))));
+            let outputs = a.outputs().into_iter().map(|(_, p, l)| (l, Some(p.into())));
             (inputs, outputs.collect())
         }
         Command::Sweep(a) => {
-            let inputs = kvplan_sweep::file::input_files(&a.file)
-                .into_iter()
-                .map(|p| ("SWEEP", p))
-                .collect();
-            let outputs = [opt("--out", &a.out), opt("--plot", &a.plot)];
-            (inputs, outputs.into_iter().flatten().collect())
+            let inputs = kvplan_sweep::file::input_files(&a.file).into_iter();
+            let outputs = vec![("--out", a.out.clone()), ("--plot", a.plot.clone())];
+            (inputs.map(|p| ("SWEEP", Some(p))).collect(), outputs)
         }
         Command::Calibrate(a) => {
-            let mut inputs: Vec<_> = [
-                opt("--from-table", &a.from_table),
-                opt("--from-runs", &a.from_runs),
-            ]
-            .into_iter()
-            .flatten()
-            .collect();
-            inputs.extend(a.base.as_ref().map(|b| ("--base", b.into())));
-            inputs.extend(a.models.iter().map(|m| ("--model", m.into())));
-            (inputs, opt("--out", &a.out).into_iter().collect())
+            let mut inputs = vec![
+                ("--from-table", a.from_table.clone()),
+                ("--from-runs", a.from_runs.clone()),
+                ("--base", a.base.as_ref().map(PathBuf::from)),
+            ];
+            inputs.extend(a.models.iter().map(|m| ("--model", Some(m.into()))));
+            (inputs, vec![("--out", a.out.clone())])
         }
         Command::Merge(a) => {
             let (out, inputs) = a.output_and_inputs();
-            let inputs = inputs.iter().map(|p| ("SHARD", p.clone())).collect();
-            (
-                inputs,
-                out.map(|o| ("OUT", o.to_path_buf())).into_iter().collect(),
-            )
+            let inputs = inputs.iter().map(|p| ("SHARD", Some(p.clone())));
+            (inputs.collect(), vec![("OUT", out.map(Path::to_path_buf))])
         }
         Command::Plot(a) => (
-            vec![("CSV", a.csv.clone())],
-            opt("--out", &a.out).into_iter().collect(),
+            vec![("CSV", Some(a.csv.clone()))],
+            vec![("--out", a.out.clone())],
         ),
         _ => (Vec::new(), Vec::new()),
     }
@@ -102,7 +78,12 @@ fn files(command: &Command) -> Files {
 /// dropped, after the command has run.
 pub fn claim_outputs(command: &Command) -> Result<Claim, CliError> {
     let (inputs, outputs) = files(command);
-    let i: Vec<(&str, &Path)> = inputs.iter().map(|(l, p)| (*l, p.as_path())).collect();
-    let o: Vec<(&str, &Path)> = outputs.iter().map(|(l, p)| (*l, p.as_path())).collect();
-    Ok(claim(&i, &o)?)
+    Ok(claim(&given(&inputs), &given(&outputs))?)
+}
+
+/// The files given, as [`claim`] takes them.
+fn given(v: &Named) -> Vec<(&str, &Path)> {
+    v.iter()
+        .filter_map(|(l, p)| Some((*l, p.as_deref()?)))
+        .collect()
 }

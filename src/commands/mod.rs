@@ -138,13 +138,10 @@ impl RunArgs {
 
     /// [`resolve`](Self::resolve) for the executor (`exec`, `validate`), which runs 16-bit
     /// weights and KV cache only: a quantised plan is refused, not run as something else.
-    pub fn resolve_executed(
-        &self,
-        strategy: Option<String>,
-    ) -> Result<Scenario, crate::error::CliError> {
+    pub fn resolve_executed(&self, strategy: Option<String>) -> Result<Scenario, CliError> {
         let sc = self.resolve(strategy, &[])?;
         if sc.model.quantization.is_some() || !sc.model.kv_cache_dtype.is_auto() {
-            return Err(crate::error::CliError::input(
+            return Err(CliError::input(
                 "--quantization, --kv-cache-dtype: the executor runs 16-bit weights and KV cache only; simulate such a plan with `kvplan simulate`",
             ));
         }
@@ -157,19 +154,14 @@ impl RunArgs {
         &self,
         strategy: Option<String>,
         also_run: &[Strategy],
-    ) -> Result<Scenario, crate::error::CliError> {
-        let file = self.scenario.scenario.as_deref();
-        let base = file
-            .map(kvplan_run::RawScenario::read_simulate)
-            .transpose()?;
-        let scenario = (base.unwrap_or_default().overlay(self.to_raw(strategy))).resolve()?;
+    ) -> Result<Scenario, CliError> {
+        let file = (self.scenario.scenario.as_deref()).map(kvplan_run::RawScenario::read_simulate);
+        let base = file.transpose()?.unwrap_or_default();
+        let scenario = base.overlay(self.to_raw(strategy)).resolve()?;
         // Clamped or ignored settings are not errors: say so on stderr, leave stdout alone.
-        for note in &scenario.notes {
-            if let Note::Ignored { read_by, .. } = note
-                && also_run.contains(read_by)
-            {
-                continue;
-            }
+        let read_by_another =
+            |n: &&Note| matches!(n, Note::Ignored { read_by, .. } if also_run.contains(read_by));
+        for note in scenario.notes.iter().filter(|n| !read_by_another(n)) {
             crate::messages::hold_note(crate::messages::note(note));
         }
         Ok(scenario)

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use kvplan_serve::capacity::{
-    CapacityError, SearchOptions, Slo, compare_configurations_with, configurations, search_base,
+    CapacityError, SearchOptions, Slo, compare_configurations, configurations, search_base,
 };
 use kvplan_serve::scenario::RawServeScenario;
 
@@ -152,7 +152,7 @@ pub fn slo_capacity(
     };
     let base = search_base(base);
     let bar = kvplan_report::progress::bar();
-    let cmp = compare_configurations_with(
+    let cmp = compare_configurations(
         &base,
         &hardware,
         &tps,

@@ -857,6 +857,46 @@ impl WorkloadConfig {
         self.seed.unwrap_or(DEFAULT_SEED)
     }
 
+    /// The files this workload reads, each with the field that names it: the trace, and every
+    /// length given as `trace:FILE`.
+    pub fn input_files(&self) -> Vec<(&'static str, PathBuf)> {
+        let (sp, conv) = (self.shared_prefix.as_ref(), self.conversation.as_ref());
+        let specs = [
+            ("workload.prompt_lengths", self.prompt_lengths.as_ref()),
+            ("workload.output_lengths", self.output_lengths.as_ref()),
+            (
+                "workload.shared_prefix.system_prompt_len",
+                sp.and_then(|c| c.system_prompt_len.as_ref()),
+            ),
+            (
+                "workload.shared_prefix.question_len",
+                sp.and_then(|c| c.question_len.as_ref()),
+            ),
+            (
+                "workload.conversation.first_message_len",
+                conv.and_then(|c| c.first_message_len.as_ref()),
+            ),
+            (
+                "workload.conversation.message_len",
+                conv.and_then(|c| c.message_len.as_ref()),
+            ),
+        ];
+        let traces =
+            specs
+                .into_iter()
+                .filter_map(|(field, spec)| match spec?.parse::<LengthSpec>() {
+                    Ok(LengthSpec::Trace(p)) => Some((field, p)),
+                    _ => None,
+                });
+        (self
+            .trace
+            .clone()
+            .map(|p| ("workload.trace", p))
+            .into_iter())
+        .chain(traces)
+        .collect()
+    }
+
     /// Checks the fields and derives the typed spec.
     pub fn validate(&self) -> Result<WorkloadSpec> {
         if self.shared_prefix.is_some() && self.conversation.is_some() {
