@@ -15,17 +15,12 @@ fn pending() -> MutexGuard<'static, Vec<PathBuf>> {
     PENDING.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Removes `path` if the process gets SIGINT, SIGTERM or SIGHUP before
-/// [`unregister_cleanup`]; the first call installs the handler, which removes every such file
-/// and exits with 128 + the signal's number.
+/// Removes `path` if the process gets SIGINT, SIGTERM or SIGHUP before it is settled
+/// ([`settle`]: renamed into place or removed); the first call installs the handler, which
+/// removes every such file and exits with 128 + the signal's number.
 pub fn register_cleanup(path: &Path) {
     install_handler();
     pending().push(path.to_path_buf());
-}
-
-/// Forgets `path` (renamed into place, or removed).
-pub fn unregister_cleanup(path: &Path) {
-    pending().retain(|p| p != path);
 }
 
 /// Runs `f` (a rename into place, a removal) where no interrupt can remove files halfway

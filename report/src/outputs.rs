@@ -156,7 +156,7 @@ pub fn claim(inputs: &[(&str, &Path)], outputs: &[(&str, &Path)]) -> Result<Clai
 }
 
 /// The lock file of the output `target`: `.NAME.lock` beside it.
-pub fn lock_path(target: &Path) -> PathBuf {
+fn lock_path(target: &Path) -> PathBuf {
     let (dir, name) = split(target).unwrap_or((Path::new("."), target.as_os_str()));
     dir.join(format!(".{}.lock", name.to_string_lossy()))
 }
