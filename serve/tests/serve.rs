@@ -638,3 +638,15 @@ fn schedulers_finish_and_respect_blocks() {
         }
     }
 }
+
+/// The regression file committed beside this test (`serve.proptest-regressions`) is what the
+/// property tests read and replay first. Proptest's default would look under
+/// `serve/proptest-regressions/`, since `tests/main.rs` makes `tests/` look like a crate root.
+#[test]
+fn committed_proptest_regressions_are_replayed() {
+    let persistence = crate::props::config(1)
+        .failure_persistence
+        .expect("persisted");
+    let seeds = persistence.load_persisted_failures2(Some(file!()));
+    assert!(!seeds.is_empty(), "no seeds read for {}", file!());
+}

@@ -5,10 +5,11 @@
 //! - `PROPTEST_RNG_SEED=<u64>`: another fixed seed;
 //! - `PROPTEST_RNG_SEED=random`: a new seed each run (proptest's own reading of the variable may
 //!   warn that `random` is not a number; this helper reads it); a failure is saved to the test's
-//!   `proptest-regressions` file and replayed first from then on;
+//!   `<test file>.proptest-regressions` file beside it (commit it) and replayed first from then
+//!   on;
 //! - `PROPTEST_CASES=<n>`: `n` cases for every property test instead of each test's own count.
 
-use proptest::test_runner::{Config, RngSeed};
+use proptest::test_runner::{Config, FileFailurePersistence, RngSeed};
 
 /// The seed every property test starts from unless `PROPTEST_RNG_SEED` says otherwise.
 pub const SEED: u64 = 0x6b76_706c_616e; // "kvplan"
@@ -35,6 +36,13 @@ pub fn config_from(cases: u32, cases_var: Option<&str>, seed_var: Option<&str>) 
     Config {
         cases,
         rng_seed,
+        // Failures beside the test file (`tests/serve.proptest-regressions`), replayed first on
+        // every run. Proptest's default looks for the directory holding `main.rs`, which is each
+        // crate's `tests/` (its one test binary), and would read `proptest-regressions/*.txt`
+        // instead, never the committed files.
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
+            "proptest-regressions",
+        ))),
         ..Config::default()
     }
 }
