@@ -6,3 +6,4 @@ mod props;
 
 mod engine_props;
 mod host;
+mod mutants;
