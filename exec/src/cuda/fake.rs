@@ -999,14 +999,7 @@ impl Driver for FakeDriver {
     unsafe fn h2d(&self, st: &StreamRef, dst: u64, src: usize, bytes: u64) -> Result<(), Error> {
         let mut s = self.lock();
         let dev = s.streams[st.0].id.device;
-        let pinned = s.live_pinned(src as u64);
-        let rate = if pinned {
-            s.gpu.pinned_bytes_per_s
-        } else {
-            s.gpu.pageable_bytes_per_s
-        };
-        let ns = s.ns(bytes as f64 / rate);
-        let slot = s.enqueue(st.0, ns);
+        let (pinned, slot) = s.enqueue_host_copy(st.0, src as u64, bytes);
         let (r, w) = (s.access(st.0, slot, false), s.access(st.0, slot, true));
         s.touch(
             &r,
@@ -1029,14 +1022,7 @@ impl Driver for FakeDriver {
     unsafe fn d2h(&self, st: &StreamRef, dst: usize, src: u64, bytes: u64) -> Result<(), Error> {
         let mut s = self.lock();
         let dev = s.streams[st.0].id.device;
-        let pinned = s.live_pinned(dst as u64);
-        let rate = if pinned {
-            s.gpu.pinned_bytes_per_s
-        } else {
-            s.gpu.pageable_bytes_per_s
-        };
-        let ns = s.ns(bytes as f64 / rate);
-        let slot = s.enqueue(st.0, ns);
+        let (pinned, slot) = s.enqueue_host_copy(st.0, dst as u64, bytes);
         let (r, w) = (s.access(st.0, slot, false), s.access(st.0, slot, true));
         s.touch(&r, src, bytes, Some(dev), "a device-to-host copy's source")?;
         s.touch(
@@ -1258,6 +1244,19 @@ impl Driver for FakeDriver {
 }
 
 impl State {
+    /// Queues a copy of `bytes` between host memory at `host` and a device on stream `st`, at
+    /// the pinned or the pageable rate as `host` is: whether it is pinned, and the copy's slot.
+    fn enqueue_host_copy(&mut self, st: usize, host: u64, bytes: u64) -> (bool, Slot) {
+        let pinned = self.live_pinned(host);
+        let rate = if pinned {
+            self.gpu.pinned_bytes_per_s
+        } else {
+            self.gpu.pageable_bytes_per_s
+        };
+        let ns = self.ns(bytes as f64 / rate);
+        (pinned, self.enqueue(st, ns))
+    }
+
     /// Whether `ptr` lies in live pinned memory of the fake.
     fn live_pinned(&self, ptr: u64) -> bool {
         self.live
