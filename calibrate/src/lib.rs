@@ -223,6 +223,8 @@ pub struct Measurements {
     pub elementwise: Vec<(f64, f64)>,
     /// Per-op overhead of a chain of tiny kernels, seconds.
     pub op_overhead_s: f64,
+    /// What issuing a kernel, issuing a copy and synchronising cost the host (medians).
+    pub host: kvplan_vocab::calibration::HostCosts,
     /// The `[kernels]` tables over the token grid (microseconds); `None`: not measured (the
     /// profile then has no `[kernels]` section).
     pub kernels: Option<Vec<kvplan_vocab::kernel_model::KernelTable>>,
@@ -415,6 +417,7 @@ pub fn build_profile(
             attention,
             elementwise,
             gemm: m.gemm.clone(),
+            host: Some(m.host),
         }),
         serving: None,
     };

@@ -3,7 +3,7 @@
 //! the median is kept (`bench.rs`).
 
 use kvplan_exec::{BackendKind, Executor};
-use kvplan_vocab::calibration::{CopyTables, GemmPoint};
+use kvplan_vocab::calibration::{CopyTables, GemmPoint, HostCosts};
 use kvplan_vocab::layers::layer_kernels;
 use kvplan_vocab::schedule::{ElemKind, HostMemory, OpKind, Payload, ScheduleBuilder, StreamKind};
 use kvplan_vocab::{DType, ModelSpec};
@@ -225,8 +225,9 @@ pub fn measure_all(
         .zip(medians(&t, ops.len(), plan.reps))
         .collect();
 
-    // Per-op cost of a chain of tiny kernels: launch overhead plus the executor's own gap.
-    tick("kernel launch overhead");
+    // Per-op cost of a chain of tiny kernels: launch overhead plus the executor's own gap; and
+    // what issuing them, small copies and a synchronisation cost the host.
+    tick("kernel launch overhead and the host's issue costs");
     let n = 200;
     let t = exec.run(&repeated(
         StreamKind::Compute,
@@ -238,6 +239,22 @@ pub fn measure_all(
         n,
     ))?;
     let op_overhead_s = t.makespan() / f64::from(n);
+    let copies = exec.run(&repeated(
+        StreamKind::H2D,
+        &[copy_op(
+            StreamKind::H2D,
+            HostMemory::Pinned,
+            HOST_COPY_BYTES,
+        )],
+        n,
+    ))?;
+    // Microseconds to the nanosecond (the clock's resolution at best).
+    let us = |s: f64| (s * 1e9).round() / 1e3;
+    let host = HostCosts {
+        launch_us: us(host_issue_median(&t, "kernel launch")?),
+        copy_issue_us: us(host_issue_median(&copies, "copy issue")?),
+        sync_us: us(exec.idle_sync_s(n)?),
+    };
 
     // The `[kernels]` tables: the layer's GEMMs and memory-bound kinds over the token grid.
     let kernels = if plan.kernel_grid.is_empty() {
@@ -260,8 +277,27 @@ pub fn measure_all(
         attention,
         elementwise,
         op_overhead_s,
+        host,
         kernels,
     })
+}
+
+/// Bytes of each copy of the host's copy-issue chain: small, so the issue and not the link
+/// is what the host spans show.
+pub const HOST_COPY_BYTES: u64 = 4096;
+
+/// The median host issue span of a chain's ops, the first left out (it pays the run's start:
+/// thread start, first-touch of buffers).
+pub fn host_issue_median(t: &kvplan_vocab::Timeline, what: &str) -> Result<f64, Error> {
+    let mut d: Vec<f64> = t.host.iter().skip(1).map(|s| s.duration()).collect();
+    if d.is_empty() {
+        return Err(Error::Fit {
+            what: format!("the host's {what} cost"),
+            why: "the executor recorded no host issue spans".into(),
+        });
+    }
+    d.sort_by(f64::total_cmp);
+    Ok(d[d.len() / 2])
 }
 
 /// `(chunk, prefix)` shapes of the chunk-after-prefix attention sweep: a device of a KV-Runahead

@@ -66,6 +66,11 @@ pub(crate) fn synthetic(kernels: Vec<KernelTable>) -> Measurements {
             .map(|&b| (b as f64, 1e-6 + b as f64 / 20e9))
             .collect(),
         op_overhead_s: 1e-6,
+        host: kvplan_vocab::calibration::HostCosts {
+            launch_us: 5.0,
+            copy_issue_us: 3.0,
+            sync_us: 8.0,
+        },
         kernels: Some(kernels),
     }
 }
@@ -221,6 +226,29 @@ fn quick_cpu_calibration_writes_kernels_on_a_reduced_grid() {
     let file = build_profile(&meas, "cpu", None, true).unwrap();
     let text = file.to_toml();
     let hw = HardwareProfile::from_toml_str(&text, "test").unwrap();
+    // The host's side of the CPU executor, measured: its dispatch between two ops and a wait
+    // for a finished op, each well under a millisecond (a clock coarser than the dispatch can
+    // read 0). The profile carries them, and kvplan's executor on that profile issues at them.
+    let h = meas.host;
+    for v in [h.launch_us, h.copy_issue_us, h.sync_us] {
+        assert!((0.0..1000.0).contains(&v), "{h:?}");
+    }
+    assert_eq!(hw.calibration.as_ref().and_then(|c| c.host), Some(h));
+    assert!(text.contains("[calibration.host]"), "{text}");
+    let exec_host = kvplan_vocab::host::Implementation::KvplanExec.profile_on(&hw);
+    assert_eq!(
+        (
+            exec_host.launch_us,
+            exec_host.copy_issue_us,
+            exec_host.sync_us
+        ),
+        (h.launch_us, h.copy_issue_us, h.sync_us)
+    );
+    assert!(
+        exec_host.source.contains("[calibration.host]: cpu backend"),
+        "{}",
+        exec_host.source
+    );
     let written = hw.kernels.unwrap().tables;
     // The grid tables first, then the [calibration] GEMM shapes the grid does not cover (the LM
     // head and KVPR's recompute GEMM) at their measured rows.

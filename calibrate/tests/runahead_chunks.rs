@@ -83,6 +83,11 @@ fn synthetic(attention: Vec<(f64, f64, f64, bool)>) -> Measurements {
             .map(|&b| (b as f64, 3e-6 + b as f64 / 1.6e12))
             .collect(),
         op_overhead_s: 4e-6,
+        host: kvplan_vocab::calibration::HostCosts {
+            launch_us: 5.0,
+            copy_issue_us: 3.0,
+            sync_us: 8.0,
+        },
         kernels: None,
     }
 }

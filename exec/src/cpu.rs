@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::time::Instant;
 
 use kvplan_vocab::schedule::{HostMemory, OpId, OpKind, Schedule, StreamId};
-use kvplan_vocab::timeline::{Source, Span, Timeline};
+use kvplan_vocab::timeline::{Source, Timeline};
 
 use crate::kernel::{AttentionShape, CHECK_HOST, CopyAt, Device, Strided};
 use crate::sched::{self, Progress, StreamNeeds, Worker};
@@ -393,6 +393,13 @@ struct CpuWorker<'a> {
     bufs: &'a mut Bufs,
     /// (op, start, end) of every op run, in stream order.
     times: Vec<(u32, Instant, Instant)>,
+    /// (op, start, end) of the host's dispatch of every op: from when this thread was done
+    /// with its stream's previous op (its waits for other streams' ops and the executor's
+    /// bookkeeping) to the op's start; the first op's is empty. The op itself runs on the same
+    /// thread (its span in `times`).
+    host: Vec<(u32, Instant, Instant)>,
+    /// When this thread finished its previous op.
+    free_since: Option<Instant>,
     /// Ops run by every worker, this run and the warm-up runs before it.
     ran: &'a AtomicU64,
     report: &'a dyn kvplan_vocab::Progress,
@@ -412,6 +419,9 @@ impl Worker for CpuWorker<'_> {
         self.bufs.run(kind);
         let end = Instant::now();
         self.times.push((op.0, start, end));
+        self.host
+            .push((op.0, self.free_since.unwrap_or(start), start));
+        self.free_since = Some(end);
         let n = self.ran.fetch_add(1, AtomicOrdering::Relaxed) + 1;
         if n.is_multiple_of(REPORT_EVERY) {
             self.report.set(n);
@@ -478,6 +488,15 @@ impl Executor for CpuExecutor {
         self.run_with(schedule, &kvplan_vocab::Silent)
     }
 
+    fn idle_sync_s(&mut self, reps: u32) -> Result<f64, Error> {
+        let done = Progress::new(1);
+        done.mark(0);
+        sched::median_time(reps, || {
+            std::hint::black_box(done.wait(0));
+            Ok(())
+        })
+    }
+
     fn run_with(
         &mut self,
         schedule: &Schedule,
@@ -492,13 +511,7 @@ impl Executor for CpuExecutor {
             per_stream[op.stream.index()] += 1;
         }
         let mut progress = Progress::new(schedule.len());
-        let mut spans = vec![
-            Span {
-                start: 0.0,
-                end: 0.0
-            };
-            schedule.len()
-        ];
+        let (mut spans, mut host) = (Vec::new(), Vec::new());
         let ran = AtomicU64::new(0);
         let runs = u64::from(self.options.warmup_runs) + 1;
         report.start(runs * schedule.len() as u64, "ops run (warm-up runs first)");
@@ -515,26 +528,17 @@ impl Executor for CpuExecutor {
                     schedule,
                     bufs,
                     times: Vec::with_capacity(per_stream[s]),
+                    host: Vec::with_capacity(per_stream[s]),
+                    free_since: None,
                     ran: &ran,
                     report,
                 })
                 .collect();
             sched::drive(schedule, &progress, &mut workers)?;
             if run == self.options.warmup_runs {
-                let t0 = workers
-                    .iter()
-                    .flat_map(|w| w.times.first().map(|t| t.1))
-                    .min();
-                if let Some(t0) = t0 {
-                    for w in &workers {
-                        for &(op, s, e) in &w.times {
-                            spans[op as usize] = Span {
-                                start: s.duration_since(t0).as_secs_f64(),
-                                end: e.duration_since(t0).as_secs_f64(),
-                            };
-                        }
-                    }
-                }
+                spans =
+                    sched::spans_from(schedule.len(), workers.iter().map(|w| w.times.as_slice()));
+                host = sched::spans_from(schedule.len(), workers.iter().map(|w| w.host.as_slice()));
             }
         }
         report.set(ran.load(AtomicOrdering::Relaxed));
@@ -544,7 +548,7 @@ impl Executor for CpuExecutor {
                 device: self.info.name.clone(),
             },
             spans,
-            host: Vec::new(),
+            host,
         })
     }
 }

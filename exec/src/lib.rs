@@ -213,6 +213,12 @@ pub trait Executor {
         let _ = progress;
         self.run(schedule)
     }
+
+    /// Host seconds of one synchronisation with a device that has nothing left to run, the
+    /// median of `reps` (what a loop that waits for the device at each step pays beyond the
+    /// work): on CUDA a `cuStreamSynchronize` of an idle stream; on the CPU backend, where the
+    /// host runs the ops itself, a stream's wait for an op that has finished.
+    fn idle_sync_s(&mut self, reps: u32) -> Result<f64, Error>;
 }
 
 /// Opens a backend. `cuda` fails with [`Error::NoCudaDriver`] / [`Error::NoCudaDevice`] where

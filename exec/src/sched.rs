@@ -11,9 +11,11 @@ use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
+use std::time::Instant;
 
 use kvplan_vocab::DType;
 use kvplan_vocab::schedule::{HostMemory, OpId, OpKind, Schedule, StreamId};
+use kvplan_vocab::timeline::Span;
 
 use crate::Error;
 use crate::kernel::AttentionShape;
@@ -413,6 +415,47 @@ impl Gate {
         self.state.lock().unwrap_or_else(PoisonError::into_inner).1 = true;
         self.cv.notify_all();
     }
+}
+
+/// Spans of `n` ops from the `(op, start, end)` instants each worker recorded, in seconds from
+/// the earliest start; an op no worker recorded (a run that stopped early) is `0..0`. Empty
+/// when nothing was recorded.
+pub(crate) fn spans_from<'a>(
+    n: usize,
+    times: impl Iterator<Item = &'a [(u32, Instant, Instant)]> + Clone,
+) -> Vec<Span> {
+    let Some(t0) = times.clone().flat_map(|t| t.iter().map(|x| x.1)).min() else {
+        return Vec::new();
+    };
+    let mut spans = vec![
+        Span {
+            start: 0.0,
+            end: 0.0
+        };
+        n
+    ];
+    for &(op, s, e) in times.flatten() {
+        spans[op as usize] = Span {
+            start: s.duration_since(t0).as_secs_f64(),
+            end: e.duration_since(t0).as_secs_f64(),
+        };
+    }
+    spans
+}
+
+/// The median of `reps` timings of `f` (host seconds), `f`'s first error stopping it.
+pub(crate) fn median_time(
+    reps: u32,
+    mut f: impl FnMut() -> Result<(), Error>,
+) -> Result<f64, Error> {
+    let mut t = Vec::with_capacity(reps.max(1) as usize);
+    for _ in 0..reps.max(1) {
+        let start = Instant::now();
+        f()?;
+        t.push(start.elapsed().as_secs_f64());
+    }
+    t.sort_by(f64::total_cmp);
+    Ok(t[t.len() / 2])
 }
 
 /// Bytes of host memory the kernel reports as available (`MemAvailable`), if readable.

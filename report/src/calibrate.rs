@@ -55,6 +55,7 @@ pub fn measurement(
             "attention": cal.attention,
             "elementwise": cal.elementwise,
             "op_overhead_us": m.op_overhead_s * 1e6,
+            "host": m.host,
             "kernels": file.kernels.as_ref().map(|k| json!({
                 "tables": k.tables.len(),
                 "token_grid": plan.kernel_grid,
@@ -142,6 +143,18 @@ pub fn measurement(
                 cal.elementwise.overhead_us,
                 cal.elementwise.gbps,
                 m.op_overhead_s * 1e6
+            );
+            let _ = writeln!(
+                out,
+                "host side of the executor: {:.2} us to launch a kernel, {:.2} us to issue a copy, {:.2} us to synchronise with an idle {} ([calibration.host]; kvplan-exec's host costs)",
+                m.host.launch_us,
+                m.host.copy_issue_us,
+                m.host.sync_us,
+                if m.info.backend.as_str() == "cuda" {
+                    "GPU"
+                } else {
+                    "stream (the CPU backend runs ops on the host)"
+                }
             );
             if let Some(k) = &file.kernels {
                 let g = &k.gemm;

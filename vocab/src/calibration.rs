@@ -237,6 +237,44 @@ pub struct Calibration {
     /// Measured GEMMs.
     #[serde(default)]
     pub gemm: Vec<GemmPoint>,
+    /// `[calibration.host]`: what issuing work cost the host thread of the executor that
+    /// measured (absent in profiles calibrated before it was measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostCosts>,
+}
+
+/// The host's side of the executor that calibrated, measured on the machine that ran it:
+/// medians of its own issue spans (`Timeline::host`). On CUDA these are the driver calls of
+/// kvplan's executor (a launch or copy with its two timing events); on the CPU backend, where
+/// the host runs the ops itself, its dispatch between two ops.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostCosts {
+    /// Host time to issue one small kernel, microseconds.
+    pub launch_us: f64,
+    /// Host time to issue one small copy from or to pinned memory, microseconds.
+    pub copy_issue_us: f64,
+    /// Host time of one synchronisation with an idle device, microseconds.
+    pub sync_us: f64,
+}
+
+impl HostCosts {
+    fn check(&self, field: &str) -> Result<()> {
+        for (name, v) in [
+            ("launch_us", self.launch_us),
+            ("copy_issue_us", self.copy_issue_us),
+            ("sync_us", self.sync_us),
+        ] {
+            if !LATENCY.contains(v * 1e-6) {
+                return Err(Error::invalid(
+                    format!("{field}.{name}"),
+                    show(v),
+                    LATENCY.describe(1e-6, "us"),
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Calibration {
@@ -249,6 +287,9 @@ impl Calibration {
         self.copy.d2h_pageable.check(&f("copy.d2h_pageable"))?;
         self.attention.check(&f("attention"), true)?;
         self.elementwise.check(&f("elementwise"), false)?;
+        if let Some(h) = &self.host {
+            h.check(&f("host"))?;
+        }
         for (i, g) in self.gemm.iter().enumerate() {
             let shape = format!("m={} n={} k={} seconds={}", g.m, g.n, g.k, show(g.seconds));
             if g.m == 0 || g.n == 0 || g.k == 0 || !MEASURED_SECONDS.contains(g.seconds) {
@@ -338,11 +379,48 @@ mod tests {
                 k: 4096,
                 seconds: 1.5e-4,
             }],
+            host: Some(HostCosts {
+                launch_us: 5.2,
+                copy_issue_us: 4.8,
+                sync_us: 9.4,
+            }),
         }
     }
 
     fn error(c: &Calibration) -> String {
         c.check("cal.toml").unwrap_err().to_string()
+    }
+
+    #[test]
+    fn host_costs_out_of_range_name_their_field_and_absent_ones_are_fine() {
+        for (set, field) in [
+            (
+                (|h: &mut HostCosts| h.launch_us = -1.0) as fn(&mut HostCosts),
+                "calibration.host.launch_us",
+            ),
+            (
+                |h| h.copy_issue_us = f64::NAN,
+                "calibration.host.copy_issue_us",
+            ),
+            (|h| h.sync_us = 2e6, "calibration.host.sync_us"),
+        ] {
+            let mut c = table();
+            set(c.host.as_mut().unwrap());
+            let e = error(&c);
+            assert!(e.starts_with(&format!("cal.toml: {field}")), "{e}");
+        }
+        let mut c = table();
+        c.host = None;
+        assert!(c.check("cal.toml").is_ok());
+        // A profile written before host costs were measured reads without them, and one with
+        // them keeps them through a round trip.
+        let text = toml::to_string(&table()).unwrap();
+        assert!(text.contains("[host]\nlaunch_us = 5.2"), "{text}");
+        let back: Calibration = toml::from_str(&text).unwrap();
+        assert_eq!(back, table());
+        let without = toml::to_string(&c).unwrap();
+        assert!(!without.contains("[host]"));
+        assert_eq!(toml::from_str::<Calibration>(&without).unwrap().host, None);
     }
 
     #[test]

@@ -21,6 +21,8 @@
 //! documented memory use (cited per profile). The H100 host's figures are used; the H200 host is
 //! ~1.2-1.6x slower.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 
 use crate::schedule::{HostMemory, OpKind, Payload};
@@ -75,18 +77,35 @@ impl Implementation {
     }
 
     /// Its host profile on `hw`: [`Implementation::profile`], except that kvplan's executor on a
-    /// profile calibrated through it (`[calibration]` with a measured `[kernels] launch_us`)
-    /// launches at the measured cost.
+    /// profile calibrated through it takes what the calibration measured: the host costs of
+    /// `[calibration.host]` where the calibration measured them, else the launch of `[kernels]
+    /// launch_us` (the per-op interval of a chain of tiny kernels).
     pub fn profile_on(self, hw: &crate::HardwareProfile) -> HostProfile {
         let mut p = self.profile();
-        if self == Implementation::KvplanExec
-            && hw.calibration.is_some()
-            && let Some(k) = hw.kernels.as_ref().filter(|k| k.launch_us > 0.0)
-        {
+        if self != Implementation::KvplanExec {
+            return p;
+        }
+        let Some(cal) = hw.calibration.as_ref() else {
+            return p;
+        };
+        if let Some(h) = cal.host {
+            p.launch_us = h.launch_us;
+            p.copy_issue_us = h.copy_issue_us;
+            p.peer_issue_us = h.copy_issue_us;
+            p.sync_us = h.sync_us;
+            p.source = Cow::Owned(format!(
+                "kvplan's executor as its calibration measured it ([calibration.host]: {} \
+                 backend on {}, {}): launch {:.2} us, copy issue {:.2} us, idle \
+                 synchronisation {:.2} us; pinned buffers",
+                cal.backend, cal.device, cal.date, h.launch_us, h.copy_issue_us, h.sync_us
+            ));
+        } else if let Some(k) = hw.kernels.as_ref().filter(|k| k.launch_us > 0.0) {
             p.launch_us = k.launch_us;
-            p.source = "kvplan's CUDA executor: the launch its calibration measured (the \
-                        profile's [kernels] launch_us), a raw cudaMemcpyAsync 3.4 us \
-                        (calibrate/data/host_costs), pinned buffers";
+            p.source = Cow::Borrowed(
+                "kvplan's CUDA executor: the launch its calibration measured (the \
+                 profile's [kernels] launch_us), a raw cudaMemcpyAsync 3.4 us \
+                 (calibrate/data/host_costs), pinned buffers",
+            );
         }
         p
     }
@@ -126,13 +145,15 @@ impl Implementation {
                     activations: HostMemory::Pinned,
                     kv: HostMemory::Pageable,
                 },
-                source: "Transformers in eager PyTorch: 829 kernels per OPT-6.7B decode step \
+                source: Cow::Borrowed(
+                    "Transformers in eager PyTorch: 829 kernels per OPT-6.7B decode step \
                          where kvplan models 324 ops (2.56 launches per module) at 17.9 us of \
                          host time each (hf_decode_h200.csv, H200 host), cudaMemcpyAsync issue \
                          5.2 us, synchronize 8.6 us (calibrate/data/host_costs, H100 host); \
                          Transformers' generate reads each step's token back (a sync per step); \
                          KVPR paper: pinned memory for the recomputed activations and the \
                          weights only, the KV cache pageable",
+                ),
             },
             Implementation::Flexgen => HostProfile {
                 implementation: self,
@@ -145,9 +166,11 @@ impl Implementation {
                 sync_us: SYNC_US,
                 sync: SyncPoint::Step,
                 memory: pinned,
-                source: "eager PyTorch dispatch 21.2 us per kernel, cudaMemcpyAsync issue 5.2 us, \
+                source: Cow::Borrowed(
+                    "eager PyTorch dispatch 21.2 us per kernel, cudaMemcpyAsync issue 5.2 us, \
                          synchronize 8.6 us (calibrate/data/host_costs, H100 host); FlexGen \
                          allocates its CPU tensors with pin_memory (flexgen/pytorch_backend.py)",
+                ),
             },
             Implementation::VllmV0 => HostProfile {
                 implementation: self,
@@ -160,12 +183,14 @@ impl Implementation {
                 sync_us: SYNC_US,
                 sync: SyncPoint::Step,
                 memory: pinned,
-                source: "vLLM 0.4: decode steps replayed as CUDA graphs (0.034 us per kernel), \
+                source: Cow::Borrowed(
+                    "vLLM 0.4: decode steps replayed as CUDA graphs (0.034 us per kernel), \
                          eager prefill at 21.2 us per kernel, swap_blocks issues one raw \
                          cudaMemcpyAsync per block per layer from C++ (2.46 us each back to \
                          back: swap_blocks_h200.csv at 1-token blocks), synchronize 8.6 us \
                          (calibrate/data/host_costs, H100 host); the CPU swap space is pinned \
                          (vllm/worker/cache_engine.py)",
+                ),
             },
             Implementation::VllmV1Cudagraph => HostProfile {
                 implementation: self,
@@ -178,9 +203,11 @@ impl Implementation {
                 sync_us: SYNC_US,
                 sync: SyncPoint::Step,
                 memory: pinned,
-                source: "vLLM V1 with full CUDA graphs: 0.034 us per replayed kernel, raw \
+                source: Cow::Borrowed(
+                    "vLLM V1 with full CUDA graphs: 0.034 us per replayed kernel, raw \
                          cudaMemcpyAsync 3.4 us, synchronize 8.6 us (calibrate/data/host_costs, \
                          H100 host); pinned memory",
+                ),
             },
             Implementation::KvplanExec => HostProfile {
                 implementation: self,
@@ -193,10 +220,12 @@ impl Implementation {
                 sync_us: SYNC_US,
                 sync: SyncPoint::None,
                 memory: pinned,
-                source: "kvplan's CUDA executor: a raw driver launch 5.6 us (launch_us of \
+                source: Cow::Borrowed(
+                    "kvplan's CUDA executor: a raw driver launch 5.6 us (launch_us of \
                          calibrate/profiles/h100-sxm-kvplan-exec.toml; CuPy's raw launch 5.7 us), \
                          a raw cudaMemcpyAsync 3.4 us (calibrate/data/host_costs), pinned \
                          buffers, one synchronisation at the end",
+                ),
             },
         }
     }
@@ -289,7 +318,7 @@ pub struct HostProfile {
     /// Memory kind per tensor class.
     pub memory: MemoryKinds,
     /// Where the figures come from.
-    pub source: &'static str,
+    pub source: Cow<'static, str>,
 }
 
 /// What issuing one op costs the host thread.

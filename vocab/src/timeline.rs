@@ -51,7 +51,9 @@ pub struct Timeline {
     pub spans: Vec<Span>,
     /// The host thread's time on each op (from when it began issuing the op, a synchronisation
     /// before it included, until it was free again: a blocking copy holds it to the copy's
-    /// end), indexed by [`OpId`]; empty when the host is not modelled.
+    /// end), indexed by [`OpId`]; empty when the host is not modelled. A measured timeline has
+    /// the executor's own issue spans: on CUDA on the host's clock from the first issue (not
+    /// aligned with the device spans), on the CPU backend the dispatch before each op.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub host: Vec<Span>,
 }

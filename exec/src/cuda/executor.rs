@@ -1,6 +1,8 @@
 //! The CUDA executor: buffers, placement of schedule streams on CUDA streams, the stream threads
 //! and the timing events.
 
+use std::time::Instant;
+
 use kvplan_vocab::DType;
 use kvplan_vocab::schedule::{HostMemory, OpId, OpKind, Schedule, StreamId, StreamKind};
 use kvplan_vocab::timeline::{Source, Span, Timeline};
@@ -484,7 +486,7 @@ impl<D: Driver> CudaExecutor<D> {
         }
         let head_start_ns = (schedule.len() as u64 * 5_000).clamp(100_000, 100_000_000);
         let mut progress = Progress::new(schedule.len());
-        let mut spans = Vec::new();
+        let (mut spans, mut host) = (Vec::new(), Vec::new());
         for run in 0..=self.options.warmup_runs {
             progress.reset();
             let measured = run == self.options.warmup_runs;
@@ -501,7 +503,7 @@ impl<D: Driver> CudaExecutor<D> {
                 measured,
             )?;
             if measured {
-                spans = r;
+                (spans, host) = r;
             }
         }
         for d in &self.devices {
@@ -513,12 +515,13 @@ impl<D: Driver> CudaExecutor<D> {
                 device: self.info.name.clone(),
             },
             spans,
-            host: Vec::new(),
+            host,
         })
     }
 }
 
-/// One run: reference events, the stream threads, synchronisation, and (if `measured`) spans.
+/// One run: reference events, the stream threads, synchronisation, and (if `measured`) the
+/// device spans and the host's issue spans.
 #[allow(clippy::too_many_arguments)]
 fn run_once<D: Driver>(
     drv: &D,
@@ -531,9 +534,9 @@ fn run_once<D: Driver>(
     progress: &Progress,
     head_start_ns: u64,
     measured: bool,
-) -> Result<Vec<Span>, Error> {
+) -> Result<(Vec<Span>, Vec<Span>), Error> {
     if used.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     }
     let stream_of = |s: usize| &devices[place[s].device].streams[place[s].slot];
     // Reference events: the lead (first used) stream of each device records its device's
@@ -587,10 +590,12 @@ fn run_once<D: Driver>(
                 local,
                 waited: vec![0; place.len()],
                 peer_dev: p.peer.map(|(to, _)| &devices[to].dev),
+                host: Vec::new(),
             }
         })
         .collect();
     let issued = sched::drive(schedule, progress, &mut workers);
+    let host = sched::spans_from(schedule.len(), workers.iter().map(|w| w.host.as_slice()));
     drop(workers);
     // Always wait for the device, also after a failure, before anything can be freed.
     let mut synced: Result<(), Error> = Ok(());
@@ -604,7 +609,7 @@ fn run_once<D: Driver>(
     issued?;
     synced?;
     if !measured {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     }
     let mut spans = Vec::with_capacity(schedule.len());
     let mut bound = usize::MAX;
@@ -627,7 +632,7 @@ fn run_once<D: Driver>(
             end: end.max(start),
         });
     }
-    Ok(spans)
+    Ok((spans, host))
 }
 
 /// Issues one schedule stream's ops onto its CUDA stream.
@@ -647,6 +652,9 @@ struct CudaWorker<'a, D: Driver> {
     waited: Vec<u32>,
     /// Receiving device of a peer stream.
     peer_dev: Option<&'a D::Device>,
+    /// (op, start, end) of the host's issue of every op issued (its waits on other streams,
+    /// its two timing events and the launch or copy call), in stream order.
+    host: Vec<(u32, Instant, Instant)>,
 }
 
 impl<D: Driver> CudaWorker<'_, D> {
@@ -766,6 +774,17 @@ impl<D: Driver> Worker for CudaWorker<'_, D> {
     }
 
     fn op(&mut self, op: OpId) -> Result<(), Error> {
+        let began = Instant::now();
+        let issued = self.issue_op(op);
+        self.host.push((op.0, began, Instant::now()));
+        issued
+    }
+}
+
+impl<D: Driver> CudaWorker<'_, D> {
+    /// Issues `op`: waits on the other streams' ops it depends on, its start event, the op,
+    /// its end event.
+    fn issue_op(&mut self, op: OpId) -> Result<(), Error> {
         let me = self.stream_id.index();
         for d in self.schedule.deps(op) {
             let ds = self.schedule.ops()[d.index()].stream.index();
@@ -790,5 +809,17 @@ impl<D: Driver> Executor for CudaExecutor<D> {
 
     fn run(&mut self, schedule: &Schedule) -> Result<Timeline, Error> {
         guarded(|| self.run_inner(schedule))
+    }
+
+    fn idle_sync_s(&mut self, reps: u32) -> Result<f64, Error> {
+        guarded(|| {
+            self.ensure_devices(1)?;
+            let d = &mut self.devices[0];
+            d.ensure_streams(&self.drv, 1)?;
+            self.drv.bind(&d.dev)?;
+            let s = &d.streams[0];
+            self.drv.synchronize(s)?;
+            sched::median_time(reps, || self.drv.synchronize(s))
+        })
     }
 }

@@ -23,6 +23,33 @@ fn runs_a_kvpr_plan_with_valid_spans() {
     assert_valid(&s, &t, "cpu", 0.0);
 }
 
+/// The CPU backend's host spans are its dispatch: each op's ends exactly where the op starts and
+/// begins where its stream's previous op ended (the first op's is empty); an idle
+/// synchronisation (a wait for a finished op) is timed.
+#[test]
+fn host_dispatch_spans_run_from_the_previous_op_to_the_next() {
+    let s = opt125m(Strategy::Kvpr);
+    let mut ex = open(BackendKind::Cpu, 1);
+    let t = ex.run(&s).unwrap();
+    assert_eq!(t.host.len(), s.len());
+    for (i, _) in s.streams().iter().enumerate() {
+        let mut prev: Option<kvplan_vocab::schedule::OpId> = None;
+        let mut cur = s.first_in_stream(kvplan_vocab::schedule::StreamId(i as u16));
+        while let Some(op) = cur {
+            let (h, span) = (t.host[op.index()], t.spans[op.index()]);
+            assert_eq!(h.end, span.start, "op {}", op.0);
+            match prev {
+                Some(p) => assert_eq!(h.start, t.spans[p.index()].end, "op {}", op.0),
+                None => assert_eq!(h.start, h.end, "op {}", op.0),
+            }
+            prev = Some(op);
+            cur = s.next_in_stream(op);
+        }
+    }
+    let sync = ex.idle_sync_s(100).unwrap();
+    assert!(sync.is_finite() && (0.0..1e-3).contains(&sync), "{sync}");
+}
+
 #[test]
 fn runs_a_full_transfer_plan_with_valid_spans() {
     let s = opt125m(Strategy::FullTransfer);

@@ -389,7 +389,9 @@ fn the_fake_timeline_is_deterministic() {
     let s = opt125m_recomputing(32);
     let a = run_and_check(&s, &FakeGpu::default(), 1);
     let b = run_and_check(&s, &FakeGpu::default(), 1);
-    assert_eq!(a.0, b.0);
+    // The device spans are the fake's clocks; the host's issue spans are real wall time.
+    assert_eq!(a.0.spans, b.0.spans);
+    assert_eq!(a.0.host.len(), b.0.host.len());
     assert_eq!(a.1.work(), b.1.work());
 }
 
@@ -416,4 +418,42 @@ fn buffers_are_reused_and_reallocated_across_schedules_without_hazards() {
         check(s, &t, &log, 2);
     }
     assert!(freed > 0, "no buffer was reallocated");
+}
+
+/// The host's issue of every op is timed (its waits, events and launch or copy call): one span
+/// per op, in each stream's order, never overlapping on one stream's thread; and an idle
+/// synchronisation is a real `synchronize` call, timed.
+#[test]
+fn the_host_issue_of_every_op_is_timed_in_stream_order() {
+    let s = opt125m_recomputing(32);
+    let (t, _) = run_and_check(&s, &FakeGpu::default(), 1);
+    assert_eq!(t.host.len(), s.len());
+    for (i, _) in s.streams().iter().enumerate() {
+        let mut prev: Option<OpId> = None;
+        let mut cur = s.first_in_stream(kvplan_vocab::schedule::StreamId(i as u16));
+        while let Some(op) = cur {
+            let h = t.host[op.index()];
+            assert!(h.start >= 0.0 && h.end >= h.start, "op {}: {h:?}", op.0);
+            if let Some(p) = prev {
+                assert!(
+                    h.start >= t.host[p.index()].end,
+                    "op {} issued before op {}",
+                    op.0,
+                    p.0
+                );
+            }
+            prev = Some(op);
+            cur = s.next_in_stream(op);
+        }
+    }
+    let (mut ex, log) = open(&FakeGpu::default(), 0);
+    let before = log.calls().len();
+    let sync = ex.idle_sync_s(10).unwrap();
+    assert!(sync.is_finite() && sync >= 0.0, "{sync}");
+    let syncs = log.calls()[before..]
+        .iter()
+        .filter(|c| matches!(c, Call::Synchronize { .. }))
+        .count();
+    // One to drain the stream, then the ten timed.
+    assert_eq!(syncs, 11);
 }
