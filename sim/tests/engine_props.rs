@@ -627,3 +627,203 @@ fn engine_map_mismatch_is_not_a_durations_error() {
     let e = run(&schedule, &[1.0], &huge).unwrap_err();
     assert!(matches!(e, kvplan_sim::Error::InvalidEngineMap(_)), "{e}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// The host thread and early-freed engines: an independent reference (issue 19)
+// ---------------------------------------------------------------------------------------------
+
+/// What one op of a hosted run costs: its duration, its occupancy of the engine (at most the
+/// duration: a copy frees its engine before its completion), and its issue by the host.
+#[derive(Debug, Clone, Copy)]
+struct HostedOp {
+    d: f64,
+    occ: f64,
+    issue: f64,
+    blocking: bool,
+    sync: Option<f64>,
+}
+
+/// Continuous values (no zeros, no quarter steps), so two paths meet at one instant only where
+/// the rules make them (an op's end and the host's resumption after it), never by accident:
+/// the reference below applies everything at an instant before the engines pick, and the
+/// engine's order among events at one instant (its sequence numbers) is pinned separately
+/// (`tie_breaking_order_is_pinned`).
+fn hosted_ops() -> impl Strategy<Value = Vec<(usize, Vec<usize>, HostedOp)>> {
+    let op = (
+        0.01..5.0f64,
+        prop_oneof![1 => Just(1.0f64), 1 => 0.05..1.0f64],
+        0.001..2.0f64,
+        prop::bool::weighted(0.15),
+        prop::option::weighted(0.1, 0.01..1.0f64),
+    )
+        .prop_map(|(d, frac, issue, blocking, sync)| HostedOp {
+            d,
+            occ: d * frac,
+            issue,
+            blocking,
+            sync,
+        });
+    prop::collection::vec(
+        (
+            any::<usize>(),
+            prop::collection::vec(any::<usize>(), 0..=3),
+            op,
+        ),
+        1..=60,
+    )
+}
+
+/// The hosted engine's rules, written as a plain time-stepped simulation: at each instant the
+/// host first (an issue that ends makes its op issued; the host is then free, or waits for a
+/// blocking op's end; before an op after a synchronisation point it waits for every op issued
+/// so far to end, then pays the synchronisation and the issue), then every free engine starts
+/// the lowest-numbered op among its streams' heads that is issued and whose dependencies have
+/// ended (a stream's next op is its head once the previous one freed the engine); then time
+/// moves to the next instant anything happens. Returns the ops' spans and the host's spans.
+fn reference_hosted(
+    schedule: &Schedule,
+    engines: &EngineMap,
+    ops: &[HostedOp],
+) -> (Vec<Span>, Vec<Span>) {
+    let n = ops.len();
+    let preds = stream_predecessors(schedule);
+    let mut start: Vec<Option<f64>> = vec![None; n];
+    let end = |start: &[Option<f64>], i: usize| start[i].map(|s| s + ops[i].d);
+    let free = |start: &[Option<f64>], i: usize| start[i].map(|s| s + ops[i].occ.min(ops[i].d));
+    let mut issued_at: Vec<Option<f64>> = vec![None; n];
+    let inf = Span {
+        start: f64::INFINITY,
+        end: f64::INFINITY,
+    };
+    let mut host = vec![inf; n];
+    let mut next = 0usize;
+    let mut idle_at = Some(0.0f64);
+    let mut issuing: Option<(usize, f64)> = None;
+    let mut waiting: Option<usize> = None;
+    let engine_of = |i: usize| engines.engine_of[schedule.ops()[i].stream.index()];
+    let mut t = 0.0f64;
+    loop {
+        // The host at `t`.
+        loop {
+            if let Some((j, he)) = issuing
+                && he <= t
+            {
+                issued_at[j] = Some(he);
+                issuing = None;
+                if ops[j].blocking {
+                    waiting = Some(j);
+                } else {
+                    idle_at = Some(he);
+                }
+            }
+            if let Some(j) = waiting
+                && let Some(e) = end(&start, j)
+                && e <= t
+            {
+                host[j].end = e;
+                waiting = None;
+                idle_at = Some(e);
+            }
+            if let Some(h0) = idle_at
+                && next < n
+            {
+                let k = next;
+                let s0 = match ops[k].sync {
+                    None => Some(h0),
+                    Some(_) => (0..k)
+                        .map(|j| end(&start, j).filter(|&e| e <= t))
+                        .try_fold(h0, |m, e| e.map(|e| m.max(e))),
+                };
+                if let Some(s0) = s0 {
+                    let he = s0 + ops[k].sync.unwrap_or(0.0) + ops[k].issue;
+                    host[k] = Span { start: s0, end: he };
+                    issuing = Some((k, he));
+                    idle_at = None;
+                    next += 1;
+                    continue;
+                }
+            }
+            break;
+        }
+        // The engines at `t`.
+        let mut busy: Vec<u32> = (0..n)
+            .filter(|&i| start[i].is_some_and(|s| s <= t) && free(&start, i).is_some_and(|f| f > t))
+            .map(engine_of)
+            .collect();
+        for i in 0..n {
+            let ready = start[i].is_none()
+                && issued_at[i].is_some_and(|a| a <= t)
+                && preds[i].is_none_or(|p| free(&start, p).is_some_and(|f| f <= t))
+                && schedule
+                    .deps(OpId(i as u32))
+                    .iter()
+                    .all(|d| end(&start, d.index()).is_some_and(|e| e <= t));
+            // Ops are looked at in index order, so the first ready op of a free engine is its
+            // lowest-numbered one.
+            if ready && !busy.contains(&engine_of(i)) {
+                start[i] = Some(t);
+                busy.push(engine_of(i));
+            }
+        }
+        // The next instant.
+        let later = |x: Option<f64>| x.filter(|&v| v > t);
+        let mut candidates: Vec<f64> = (0..n)
+            .flat_map(|i| [later(end(&start, i)), later(free(&start, i))])
+            .flatten()
+            .collect();
+        candidates.extend(later(issuing.map(|(_, he)| he)));
+        match candidates.into_iter().reduce(f64::min) {
+            Some(nt) => t = nt,
+            None => break,
+        }
+    }
+    let spans = (0..n)
+        .map(|i| {
+            let s = start[i].expect("every op starts");
+            Span {
+                start: s,
+                end: s + ops[i].d,
+            }
+        })
+        .collect();
+    (spans, host)
+}
+
+proptest! {
+    #![proptest_config(crate::props::config(256))]
+
+    /// The engine with a host thread and engines freed before an op's end agrees with the
+    /// time-stepped reference on every op's span and every host span, for any sharing of
+    /// engines, blocking copies and synchronisation points.
+    #[test]
+    fn hosted_engine_matches_a_time_stepped_reference(
+        streams in streams(),
+        ops in hosted_ops(),
+        map in map_spec(),
+    ) {
+        let specs: Vec<OpSpec> = ops.iter().map(|(s, d, _)| (*s, d.clone(), 0.0)).collect();
+        let (schedule, _) = build(&streams, &specs);
+        let costs: Vec<HostedOp> = ops.iter().map(|o| o.2).collect();
+        let engines = engine_map(&map, &schedule);
+        let (spans, host) = kvplan_sim::engine::run_hosted_occupying(
+            &schedule,
+            &engines,
+            |i| (costs[i].d, costs[i].occ),
+            |i| kvplan_vocab::host::HostIssue {
+                issue_s: costs[i].issue,
+                blocking: costs[i].blocking,
+                sync_before_s: costs[i].sync,
+            },
+        )
+        .unwrap();
+        let (want, want_host) = reference_hosted(&schedule, &engines, &costs);
+        let close = |a: &Span, b: &Span| {
+            (a.start - b.start).abs() <= 1e-9 * (1.0 + b.start.abs())
+                && (a.end - b.end).abs() <= 1e-9 * (1.0 + b.end.abs())
+        };
+        for i in 0..costs.len() {
+            prop_assert!(close(&spans[i], &want[i]), "op {i}: engine {:?}, reference {:?}", spans[i], want[i]);
+            prop_assert!(close(&host[i], &want_host[i]), "op {i}: host {:?}, reference {:?}", host[i], want_host[i]);
+        }
+    }
+}
