@@ -2,6 +2,7 @@
 //! one area: `cargo test -p kvplan-vocab --test vocab <module>::`).
 
 mod attention_batch;
+mod kernel_model;
 mod moe;
 mod presets;
 mod quant;
