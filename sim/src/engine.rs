@@ -419,7 +419,10 @@ fn run_core<H: FnMut(usize) -> HostIssue>(
         touched.clear();
         // The next event: the smallest (time, sequence) over the engines (an op's occupancy
         // ends), the pending completions (an op that freed its engine early ends) and the
-        // host. All events at that instant are applied before any engine picks again.
+        // host; the sequence is the order the events were created in. If it is the host's
+        // issue, the engines choose right after it, before other events at that instant
+        // (tests/mutants.rs pins it); otherwise every op event at that instant is applied
+        // before any engine chooses again.
         let mut next = next_event(&event, &completions, f64::INFINITY);
         let best = next.map_or((f64::INFINITY, u64::MAX), |(_, ev)| ev);
         // The host's issue ends first: the op is issued, its engine may take it.

@@ -100,3 +100,118 @@ fn host_issue_reads_the_phase() {
     assert!(decode < prefill, "decode {decode} vs prefill {prefill}");
     assert_eq!(prefill, p.module_us(false) * 1e-6);
 }
+
+/// Engines touched at one instant choose in ascending engine order, so a zero-length op started
+/// by a lower-numbered engine readies its dependent for a higher-numbered engine at that
+/// instant. Engine 1 (streams b0, b1) frees at t = 1 before engine 0 does (its op started
+/// earlier); engine 0 then starts the zero-length `z`, and engine 1 takes `y` (which waits for
+/// `z`, and has a lower index than the ready `w`) at t = 1. Choosing in the order the engines
+/// were touched would give engine 1 `w` first and `y` only at t = 2.
+#[test]
+fn engines_at_one_instant_choose_in_engine_order() {
+    let mut b = ScheduleBuilder::new();
+    let c0 = b.stream(0, StreamKind::Compute, "c0"); // engine 2
+    let b0 = b.stream(0, StreamKind::Compute, "b0"); // engine 1
+    let a0 = b.stream(0, StreamKind::Compute, "a0"); // engine 0
+    let b1 = b.stream(0, StreamKind::Compute, "b1"); // engine 1
+    let l = b.label("k");
+    let x = b.push(OP, c0, l, TAG, &[]); // [0, 0.5]
+    b.push(OP, b0, l, TAG, &[]); // p: [0, 1]
+    b.push(OP, a0, l, TAG, &[Some(x)]); // r: [0.5, 1]
+    let z = b.push(OP, a0, l, TAG, &[]); // zero-length, at 1
+    let y = b.push(OP, b0, l, TAG, &[Some(z)]);
+    let w = b.push(OP, b1, l, TAG, &[]);
+    let s = b.build();
+    let engines = EngineMap {
+        engine_of: vec![2, 1, 0, 1],
+    };
+    let spans = run(&s, &[0.5, 1.0, 0.5, 0.0, 1.0, 1.0], &engines).unwrap();
+    assert_eq!(spans[z.index()].start, 1.0);
+    assert_eq!(spans[y.index()].start, 1.0, "y runs as soon as z ends");
+    assert_eq!(spans[w.index()].start, 2.0, "w waits for y");
+}
+
+/// An issue that ends at the same instant as an op the host issued before that op started is
+/// applied first (events at one instant in the order they were created), and the engines choose
+/// right after it: `b`, issued at 0.85, takes the engine that `a` (a lower index, waiting for
+/// `d`, which also ends at 0.85 but started after `b`'s issue began) would take once `d`'s end
+/// is applied. Pinned: processing `d`'s end first would run `a` first.
+#[test]
+fn a_host_issue_and_an_end_at_one_instant_go_in_creation_order() {
+    let mut b = ScheduleBuilder::new();
+    let f = b.stream(0, StreamKind::Compute, "f"); // engine 1
+    let s0 = b.stream(0, StreamKind::Compute, "s0"); // engine 0
+    let s1 = b.stream(0, StreamKind::Compute, "s1"); // engine 0
+    let l = b.label("k");
+    b.push(OP, f, l, TAG, &[]); // p: issued 0.125, [0.125, 0.75]
+    let d = b.push(OP, f, l, TAG, &[]); // issued 0.25, [0.75, 0.875]
+    let a = b.push(OP, s0, l, TAG, &[Some(d)]); // issued 0.375
+    let bb = b.push(OP, s1, l, TAG, &[]); // issue begins 0.375, ends 0.875
+    let s = b.build();
+    let engines = EngineMap {
+        engine_of: vec![1, 0, 0],
+    };
+    let durations = [0.625, 0.125, 1.0, 1.0];
+    let issue = [0.125, 0.125, 0.125, 0.5];
+    let (spans, host) = kvplan_sim::engine::run_hosted(
+        &s,
+        &engines,
+        |i| durations[i],
+        |i| kvplan_vocab::host::HostIssue {
+            issue_s: issue[i],
+            blocking: false,
+            sync_before_s: None,
+        },
+    )
+    .unwrap();
+    assert_eq!(spans[d.index()].end, 0.875);
+    assert_eq!(host[bb.index()].end, 0.875);
+    assert_eq!(spans[bb.index()].start, 0.875, "b takes the engine");
+    assert_eq!(spans[a.index()].start, 1.875, "a waits for b");
+}
+
+/// The other side of the same rule: when the earliest-created event at an instant is an op's
+/// end, every op end at that instant is applied and the engines choose before the host's issue.
+/// `e` (started at 0.25, before `b`'s issue began at 0.5) and `d` (started at 0.75) both end at
+/// 0.875 with `b`'s issue: `a`, readied by `d`, takes the engine, and `b` waits. Both ways of
+/// numbering the engines, so the earliest-created end is found by its creation order, not by
+/// where its engine sits in the scan.
+#[test]
+fn an_end_created_before_the_host_issue_goes_first_with_every_end_at_that_instant() {
+    for (f_engine, g_engine) in [(1, 2), (2, 1)] {
+        let mut b = ScheduleBuilder::new();
+        let f = b.stream(0, StreamKind::Compute, "f");
+        let g = b.stream(0, StreamKind::Compute, "g");
+        let s0 = b.stream(0, StreamKind::Compute, "s0");
+        let s1 = b.stream(0, StreamKind::Compute, "s1");
+        let l = b.label("k");
+        b.push(OP, f, l, TAG, &[]); // p: issued 0.125, [0.125, 0.75]
+        let e = b.push(OP, g, l, TAG, &[]); // issued 0.25, [0.25, 0.875]
+        let d = b.push(OP, f, l, TAG, &[]); // issued 0.375, [0.75, 0.875]
+        let a = b.push(OP, s0, l, TAG, &[Some(d)]); // issued 0.5
+        let bb = b.push(OP, s1, l, TAG, &[]); // issue 0.5 to 0.875
+        let s = b.build();
+        let engines = EngineMap {
+            engine_of: vec![f_engine, g_engine, 0, 0],
+        };
+        let durations = [0.625, 0.625, 0.125, 1.0, 1.0];
+        let issue = [0.125, 0.125, 0.125, 0.125, 0.375];
+        let (spans, host) = kvplan_sim::engine::run_hosted(
+            &s,
+            &engines,
+            |i| durations[i],
+            |i| kvplan_vocab::host::HostIssue {
+                issue_s: issue[i],
+                blocking: false,
+                sync_before_s: None,
+            },
+        )
+        .unwrap();
+        let why = format!("f on engine {f_engine}, g on {g_engine}");
+        assert_eq!(spans[e.index()].end, 0.875, "{why}");
+        assert_eq!(spans[d.index()].end, 0.875, "{why}");
+        assert_eq!(host[bb.index()].end, 0.875, "{why}");
+        assert_eq!(spans[a.index()].start, 0.875, "{why}: a takes the engine");
+        assert_eq!(spans[bb.index()].start, 1.875, "{why}: b waits for a");
+    }
+}
