@@ -371,10 +371,8 @@ fn run_core<H: FnMut(usize) -> HostIssue>(
     }
     loop {
         // Let every touched engine pick its next op at `now`.
-        if touched.len() > 1 {
-            touched.sort_unstable();
-            touched.dedup();
-        }
+        touched.sort_unstable();
+        touched.dedup();
         for &e in &touched {
             let e = e as usize;
             if running[e] != NONE {
@@ -400,8 +398,8 @@ fn run_core<H: FnMut(usize) -> HostIssue>(
                 cursor[s] = c;
                 if c < deps.len() {
                     blocked_on[s] = deps[c].0;
-                } else if h < best {
-                    best = h;
+                } else {
+                    best = best.min(h);
                 }
             }
             if best != NONE {

@@ -215,3 +215,39 @@ fn an_end_created_before_the_host_issue_goes_first_with_every_end_at_that_instan
         assert_eq!(spans[bb.index()].start, 1.875, "{why}: b waits for a");
     }
 }
+
+/// A completion (a copy that freed its engine at 0.375 and ends at 1.125) created before a host
+/// issue that ends at the same instant goes first: `a`, waiting for the copy, takes the engine
+/// before `b`, whose issue began at 0.625.
+#[test]
+fn a_completion_created_before_a_host_issue_goes_first() {
+    let mut b = ScheduleBuilder::new();
+    let f = b.stream(0, StreamKind::Compute, "f");
+    let s0 = b.stream(0, StreamKind::Compute, "s0");
+    let s1 = b.stream(0, StreamKind::Compute, "s1");
+    let l = b.label("k");
+    let c = b.push(OP, f, l, TAG, &[]); // issued 0.125, [0.125, 1.125], engine free at 0.375
+    let a = b.push(OP, s0, l, TAG, &[Some(c)]); // issued 0.625
+    let bb = b.push(OP, s1, l, TAG, &[]); // issue 0.625 to 1.125
+    let s = b.build();
+    let engines = EngineMap {
+        engine_of: vec![1, 0, 0],
+    };
+    let timing = [(1.0, 0.25), (1.0, 1.0), (1.0, 1.0)];
+    let issue = [0.125, 0.5, 0.5];
+    let (spans, host) = kvplan_sim::engine::run_hosted_occupying(
+        &s,
+        &engines,
+        |i| timing[i],
+        |i| kvplan_vocab::host::HostIssue {
+            issue_s: issue[i],
+            blocking: false,
+            sync_before_s: None,
+        },
+    )
+    .unwrap();
+    assert_eq!(spans[c.index()].end, 1.125);
+    assert_eq!(host[bb.index()].end, 1.125);
+    assert_eq!(spans[a.index()].start, 1.125, "a takes the engine");
+    assert_eq!(spans[bb.index()].start, 2.125, "b waits for a");
+}
