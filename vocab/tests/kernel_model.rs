@@ -2,9 +2,12 @@
 //! written against mutants that survived `cargo mutants` on it (docs/testing.md, "Mutation
 //! testing"), since the crates that use the model see it only through whole plans.
 
-use kvplan_vocab::DType;
 use kvplan_vocab::attention::AttentionWork;
-use kvplan_vocab::kernel_model::{AttentionFit, KvAppend, token_grid};
+use kvplan_vocab::kernel_model::{
+    AttentionFit, KernelTable, KernelsSection, KvAppend, TableKind, token_grid,
+};
+use kvplan_vocab::schedule::ElemKind;
+use kvplan_vocab::{DType, HardwareProfile};
 
 /// The grid as its documentation states it, computed another way (powers, not repeated
 /// products): 1, 2, 4, 8, 16, then 16 x 1.25^n rounded to multiples of 8 up to 1024, of 16 up to
@@ -154,4 +157,108 @@ fn attention_fit_checks_name_the_bad_field() {
     let mut f = fit();
     f.sms = Some(10_000);
     assert!(f.check("p.toml", "kernels.attention").is_ok());
+}
+
+fn section() -> KernelsSection {
+    let mut s = kvplan_vocab::cost::derived_kernels(&HardwareProfile::preset("h100-sxm").unwrap());
+    s.tables = vec![
+        KernelTable {
+            kind: TableKind::Gemm,
+            dtype: DType::Fp16,
+            n: 4096,
+            k: 4096,
+            width: 0,
+            points: vec![(1, 10.0), (64, 12.0)],
+        },
+        KernelTable {
+            kind: TableKind::Norm,
+            dtype: DType::Fp16,
+            n: 0,
+            k: 0,
+            width: 16384,
+            points: vec![(1, 2.0), (4096, 3.6e9)],
+        },
+    ];
+    s
+}
+
+/// Every figure of a `[kernels]` section is checked at its bounds, and the error names it.
+#[test]
+fn kernels_section_checks_each_bound_and_names_the_field() {
+    assert!(section().check("p.toml").is_ok());
+    // The largest values allowed.
+    let mut s = section();
+    s.gemm.tile_exponent = Some(2.0);
+    s.gemm.sms = Some(10_000);
+    s.gemm.blend = Some(64.0);
+    s.norm.efficiency = 4.0;
+    assert!(s.check("p.toml").is_ok(), "{:?}", s.check("p.toml"));
+    type Set = fn(&mut KernelsSection);
+    let bad: [(Set, &str); 14] = [
+        (|s| s.launch_us = -1.0, "kernels.launch_us"),
+        (
+            |s| s.gemm.tile_exponent = Some(2.5),
+            "kernels.gemm.tile_exponent",
+        ),
+        (
+            |s| s.gemm.tile_exponent = Some(f64::NAN),
+            "kernels.gemm.tile_exponent",
+        ),
+        (|s| s.gemm.sms = Some(0), "kernels.gemm.sms"),
+        (|s| s.gemm.sms = Some(10_001), "kernels.gemm.sms"),
+        (|s| s.gemm.blend = Some(0.5), "kernels.gemm.blend"),
+        (|s| s.gemm.blend = Some(f64::INFINITY), "kernels.gemm.blend"),
+        (|s| s.rope.efficiency = 4.5, "kernels.rope.efficiency"),
+        (|s| s.add.efficiency = 0.0, "kernels.add.efficiency"),
+        (|s| s.tables[0].n = 0, "kernels.tables[0]"),
+        (|s| s.tables[1].width = 0, "kernels.tables[1]"),
+        (|s| s.tables[1].points.clear(), "kernels.tables[1].points"),
+        (
+            |s| s.tables[0].points[1].0 = 1,
+            "kernels.tables[0].points[1]",
+        ),
+        (
+            |s| s.tables[1].points[1].1 = 3.7e9,
+            "kernels.tables[1].points[1]",
+        ),
+    ];
+    for (set, field) in bad {
+        let mut s = section();
+        set(&mut s);
+        let e = s
+            .check("p.toml")
+            .map(|()| "accepted".to_string())
+            .unwrap_or_else(|e| e.to_string());
+        assert!(e.starts_with(&format!("p.toml: {field}")), "{field}: {e}");
+    }
+    // A memory-bound table's n and k, and a GEMM table's width, are not its fields: zero is
+    // fine there (and a zero-duration point is not).
+    let mut s = section();
+    s.tables[0].points[0].1 = 0.0;
+    assert!(s.check("p.toml").is_err());
+}
+
+/// A memory-bound table names its kind; a GEMM table has none. The zero fields of each are not
+/// written to the profile.
+#[test]
+fn tables_map_to_their_kinds_and_leave_out_zero_fields() {
+    for (t, e) in [
+        (TableKind::Gemm, None),
+        (TableKind::Norm, Some(ElemKind::Norm)),
+        (TableKind::Activation, Some(ElemKind::Activation)),
+        (TableKind::Rope, Some(ElemKind::Rope)),
+        (TableKind::Add, Some(ElemKind::Add)),
+        (TableKind::Embedding, Some(ElemKind::Embedding)),
+    ] {
+        assert_eq!(t.elem(), e, "{t:?}");
+    }
+    let s = section();
+    let gemm = toml::to_string(&s.tables[0]).unwrap();
+    assert!(
+        gemm.contains("n = 4096") && !gemm.contains("width"),
+        "{gemm}"
+    );
+    let norm = toml::to_string(&s.tables[1]).unwrap();
+    assert!(norm.contains("width = 16384"), "{norm}");
+    assert!(!norm.contains("n = ") && !norm.contains("k = "), "{norm}");
 }
