@@ -32,12 +32,22 @@ pub(crate) fn repeated(kind: StreamKind, ops: &[OpKind], reps: u32) -> Schedule 
 pub(crate) fn medians(t: &Timeline, groups: usize, reps: u32) -> Vec<f64> {
     (0..groups)
         .map(|g| {
-            let mut d: Vec<f64> = t.spans[g * reps as usize..(g + 1) * reps as usize]
-                .iter()
-                .map(|s| s.duration())
-                .collect();
-            d.sort_by(f64::total_cmp);
-            d[d.len() / 2]
+            median(
+                t.spans[g * reps as usize..(g + 1) * reps as usize]
+                    .iter()
+                    .map(|s| s.duration())
+                    .collect(),
+            )
         })
         .collect()
+}
+
+/// The median of `v` (the upper one of an even count); `None` when empty.
+pub(crate) fn median_of(mut v: Vec<f64>) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied()
+}
+
+fn median(v: Vec<f64>) -> f64 {
+    median_of(v).expect("a group has at least one repetition")
 }

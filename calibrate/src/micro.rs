@@ -8,7 +8,7 @@ use kvplan_vocab::layers::layer_kernels;
 use kvplan_vocab::schedule::{ElemKind, HostMemory, OpKind, Payload, ScheduleBuilder, StreamKind};
 use kvplan_vocab::{DType, ModelSpec};
 
-use crate::bench::{TAG, medians, repeated};
+use crate::bench::{TAG, median_of, medians, repeated};
 use crate::{Error, Measurements, Plan, Progress, monotone_curve};
 
 fn copy_op(dir: StreamKind, host: HostMemory, bytes: u64) -> OpKind {
@@ -289,15 +289,10 @@ pub const HOST_COPY_BYTES: u64 = 4096;
 /// The median host issue span of a chain's ops, the first left out (it pays the run's start:
 /// thread start, first-touch of buffers).
 pub fn host_issue_median(t: &kvplan_vocab::Timeline, what: &str) -> Result<f64, Error> {
-    let mut d: Vec<f64> = t.host.iter().skip(1).map(|s| s.duration()).collect();
-    if d.is_empty() {
-        return Err(Error::Fit {
-            what: format!("the host's {what} cost"),
-            why: "the executor recorded no host issue spans".into(),
-        });
-    }
-    d.sort_by(f64::total_cmp);
-    Ok(d[d.len() / 2])
+    median_of(t.host.iter().skip(1).map(|s| s.duration()).collect()).ok_or_else(|| Error::Fit {
+        what: format!("the host's {what} cost"),
+        why: "the executor recorded no host issue spans".into(),
+    })
 }
 
 /// `(chunk, prefix)` shapes of the chunk-after-prefix attention sweep: a device of a KV-Runahead

@@ -658,6 +658,25 @@ struct CudaWorker<'a, D: Driver> {
 }
 
 impl<D: Driver> CudaWorker<'_, D> {
+    /// Issues `op`: waits on the other streams' ops it depends on, its start event, the op,
+    /// its end event.
+    fn issue_op(&mut self, op: OpId) -> Result<(), Error> {
+        let me = self.stream_id.index();
+        for d in self.schedule.deps(op) {
+            let ds = self.schedule.ops()[d.index()].stream.index();
+            if ds == me || self.waited[ds] > d.0 {
+                continue;
+            }
+            // The dependency is marked, so its end event has been recorded in this run.
+            self.drv.wait(self.stream, self.event(d.index(), true))?;
+            self.waited[ds] = d.0 + 1;
+        }
+        let i = op.index();
+        self.drv.record(self.event(i, false), self.stream)?;
+        self.issue(&self.schedule.ops()[i].kind)?;
+        self.drv.record(self.event(i, true), self.stream)
+    }
+
     fn event(&self, op: usize, end: bool) -> &D::Event {
         let d = self.place[self.schedule.ops()[op].stream.index()].device;
         &self.devices[d].events[2 * self.local[op] as usize + usize::from(end)]
@@ -778,27 +797,6 @@ impl<D: Driver> Worker for CudaWorker<'_, D> {
         let issued = self.issue_op(op);
         self.host.push((op.0, began, Instant::now()));
         issued
-    }
-}
-
-impl<D: Driver> CudaWorker<'_, D> {
-    /// Issues `op`: waits on the other streams' ops it depends on, its start event, the op,
-    /// its end event.
-    fn issue_op(&mut self, op: OpId) -> Result<(), Error> {
-        let me = self.stream_id.index();
-        for d in self.schedule.deps(op) {
-            let ds = self.schedule.ops()[d.index()].stream.index();
-            if ds == me || self.waited[ds] > d.0 {
-                continue;
-            }
-            // The dependency is marked, so its end event has been recorded in this run.
-            self.drv.wait(self.stream, self.event(d.index(), true))?;
-            self.waited[ds] = d.0 + 1;
-        }
-        let i = op.index();
-        self.drv.record(self.event(i, false), self.stream)?;
-        self.issue(&self.schedule.ops()[i].kind)?;
-        self.drv.record(self.event(i, true), self.stream)
     }
 }
 
