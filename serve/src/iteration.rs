@@ -328,11 +328,6 @@ impl IterationTimer {
         (self.kv_out_block_s, self.kv_in_block_s)
     }
 
-    /// Seconds to copy one block of stored activations out / in (hybrid).
-    pub fn act_block_s(&self) -> (f64, f64) {
-        (self.act_out_block_s, self.act_in_block_s)
-    }
-
     /// Seconds of hybrid's recomputation of `tokens` tokens' K,V over all layers.
     pub fn recompute_s(&self, tokens: u32) -> f64 {
         if tokens == 0 {

@@ -543,6 +543,36 @@ fn hybrid_resume_is_cheapest_on_mha_and_swap_on_gqa() {
     assert_eq!(s.summary.swap_out_bytes, h.summary.swap_out_bytes);
 }
 
+/// Hybrid's split against brute force: the bisection's choice resumes as fast as the best of
+/// every split `l = 0..=blocks` (the resume time falls and then rises in `l`, so the balance
+/// block, the one before it and `l = 0` hold the minimum), on an MHA model where `l > 0` wins.
+#[test]
+fn hybrid_split_is_the_fastest_of_every_split() {
+    let (m, _, cost) = setup("yarn-llama-2-7b", "a100-40g-pcie4");
+    let timer = IterationTimer::new(&m, &cost, 16, 2 * m.num_layers, true);
+    for n in [100u32, 1000, 4096, 8191, 16384] {
+        let blocks = n.div_ceil(16);
+        let split = timer.hybrid_split(n);
+        let best = (0..=blocks)
+            .map(|l| timer.hybrid_resume_s(n, l))
+            .fold(f64::INFINITY, f64::min);
+        let got = timer.hybrid_resume_s(n, split.act_blocks);
+        assert!(
+            rel(got, best) < 1e-12,
+            "{n}: split {split:?} resumes in {got}, best {best}"
+        );
+        assert_eq!(
+            split.recompute_tokens,
+            (split.act_blocks * 16).min(n),
+            "{n}"
+        );
+        assert!(
+            split.act_blocks > 0,
+            "{n}: on MHA some blocks are recomputed"
+        );
+    }
+}
+
 /// Prompts with no room for an output token, and empty requests, are rejected with a reason;
 /// a request whose output would pass `max_model_len` (the model's 4096 here) is served and cut
 /// there, finish reason `length`, as vLLM's `check_stop` does; on the 0.4 schedulers a request
