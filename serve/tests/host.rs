@@ -371,6 +371,98 @@ fn iteration_launch_time_comes_from_the_host_profile() {
     );
 }
 
+/// The launch time of each kind of step, as the host profile gives it and, without one, as the
+/// `[serving]` section does: a piecewise step launches its layers' attention and the LM head and
+/// sampling eagerly and replays the rest; without a host profile an eager step launches every
+/// kernel at the profile's launch interval, a full graph costs `graph_launch_us` and a
+/// piecewise one also `piecewise_layer_us` per layer. Before and after the GPU, `[serving]`'s
+/// per-step, per-sequence and per-token costs.
+#[test]
+fn each_kind_of_step_launches_at_its_closed_form() {
+    use kvplan_serve::iteration::EngineCosts;
+    use kvplan_vocab::serving::ServingSection;
+    let m = ModelSpec::preset("opt-125m").unwrap();
+    let layers = f64::from(m.num_layers);
+    let hw = HardwareProfile::preset("a100-80g-sxm").unwrap();
+    let serving = ServingSection {
+        schedule_us: 100.0,
+        schedule_per_seq_us: 10.0,
+        schedule_per_token_us: 1.0,
+        update_us: 50.0,
+        update_per_seq_us: 5.0,
+        graph_launch_us: 30.0,
+        piecewise_layer_us: 7.0,
+        ..ServingSection::default()
+    };
+    let engine = EngineCosts {
+        cudagraph_sizes: vec![8, 64],
+        full_graph_max_seqs: 8,
+        serving: serving.clone(),
+    };
+    // A mixed step (one 40-token prefill chunk and 8 decodes: 48 tokens) is piecewise at 64.
+    let mixed = IterationShape {
+        seqs: [vec![(40, 40)], vec![(1, 100); 8]].concat(),
+        logits: 9,
+        ..IterationShape::default()
+    };
+    let decode = IterationShape {
+        seqs: vec![(1, 100); 8],
+        logits: 8,
+        ..IterationShape::default()
+    };
+    let big = IterationShape {
+        seqs: vec![(200, 200)],
+        logits: 1,
+        ..IterationShape::default()
+    };
+    let p = Implementation::VllmV0.profile();
+    let hosted = CostModel::new(&hw).with_host(p.clone());
+    let mut timer =
+        IterationTimer::new(&m, &hosted, 16, 2 * m.num_layers, true).with_engine(engine.clone());
+    let kernels = timer.schedule(&mixed).len() as f64;
+    let t = timer.time(&mixed);
+    assert_eq!(t.launch, Launch::Piecewise { tokens: 64 });
+    let expect = (layers + 2.0) * p.launch_us + (kernels - layers - 2.0) * p.graph_kernel_us;
+    assert!(
+        (t.cpu_launch_s - expect * 1e-6).abs() < 1e-12,
+        "{t:?} vs {expect} us"
+    );
+    // [serving]'s host time around the step: 9 sequences, 48 tokens.
+    assert!(
+        (t.cpu_before_s - (100.0 + 90.0 + 48.0) * 1e-6).abs() < 1e-12,
+        "{t:?}"
+    );
+    assert!(
+        (t.cpu_after_s - (50.0 + 45.0) * 1e-6).abs() < 1e-12,
+        "{t:?}"
+    );
+
+    // Without a host profile: [serving] and the profile's launch interval (4 us here).
+    let plain = CostModel::new(&hw);
+    let launch_us = plain.kernels().launch_s() * 1e6;
+    assert!(launch_us > 0.0);
+    let mut timer = IterationTimer::new(&m, &plain, 16, 2 * m.num_layers, true).with_engine(engine);
+    let t = timer.time(&mixed);
+    assert!(
+        (t.cpu_launch_s - (30.0 + layers * 7.0) * 1e-6).abs() < 1e-12,
+        "{t:?}"
+    );
+    let t = timer.time(&decode);
+    assert_eq!(t.launch, Launch::Full { tokens: 8 });
+    assert!((t.cpu_launch_s - 30.0e-6).abs() < 1e-12, "{t:?}");
+    let t = timer.time(&big);
+    assert_eq!(
+        t.launch,
+        Launch::Eager,
+        "200 tokens: above every capture size"
+    );
+    let eager = timer.schedule(&big).len() as f64;
+    assert!(
+        (t.cpu_launch_s - eager * launch_us * 1e-6).abs() < 1e-12,
+        "{t:?}"
+    );
+}
+
 /// `serve.implementation` selects the host thread for a whole serving run: an eager engine
 /// serving a small model launches ~150 kernels a step at 21.2 us each, longer than the GPU's
 /// work, so its steps are host-bound and the run's decode slows; without it, the same run keeps
