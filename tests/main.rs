@@ -19,4 +19,5 @@ mod safety;
 mod scenarios;
 mod serve;
 mod settings;
+mod supply;
 mod sweep;
