@@ -2,9 +2,11 @@
 //! written against mutants that survived `cargo mutants` on it (docs/testing.md, "Mutation
 //! testing"), since the crates that use the model see it only through whole plans.
 
+use kvplan_vocab::WeightFormat;
 use kvplan_vocab::attention::AttentionWork;
 use kvplan_vocab::kernel_model::{
-    AttentionFit, KernelTable, KernelsSection, KvAppend, TableKind, token_grid,
+    AllReduceFit, AttentionFit, GemmFit, KernelModel, KernelTable, KernelsSection, KvAppend,
+    MemFit, TableKind, token_grid,
 };
 use kvplan_vocab::schedule::ElemKind;
 use kvplan_vocab::{DType, HardwareProfile};
@@ -261,4 +263,249 @@ fn tables_map_to_their_kinds_and_leave_out_zero_fields() {
     let norm = toml::to_string(&s.tables[1]).unwrap();
     assert!(norm.contains("width = 16384"), "{norm}");
     assert!(!norm.contains("n = ") && !norm.contains("k = "), "{norm}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The evaluated model: GEMMs, memory-bound kernels, all-reduce
+// ---------------------------------------------------------------------------------------------
+
+const PEAK: f64 = 1e14; // 1e-14 s per FLOP
+
+fn roofline_gemm() -> GemmFit {
+    GemmFit {
+        floor_us: 1.0,
+        latency_us: 2.0,
+        memory_efficiency: 0.5,
+        compute_efficiency: 0.5,
+        tile_exponent: None,
+        sms: None,
+        blend: None,
+    }
+}
+
+fn table(kind: TableKind, n: u32, k: u32, width: u64, points: &[(u32, f64)]) -> KernelTable {
+    KernelTable {
+        kind,
+        dtype: DType::Fp16,
+        n,
+        k,
+        width,
+        points: points.to_vec(),
+    }
+}
+
+fn model(gemm: GemmFit, tables: Vec<KernelTable>, hbm: f64) -> KernelModel {
+    let mut s = section();
+    s.gemm = gemm;
+    s.tables = tables;
+    s.norm = MemFit {
+        floor_us: 2.0,
+        efficiency: 0.5,
+    };
+    s.allreduce = AllReduceFit {
+        latency_us: 5.0,
+        bus_gbps: 100.0,
+    };
+    KernelModel::new(s, [PEAK; DType::COUNT], hbm)
+}
+
+fn near(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * b.abs()
+}
+
+/// Without an SM count, a GEMM is its floor plus the larger of the memory term (latency plus
+/// fp16 bytes of A, B and C at half of HBM) and the compute term (2mnk FLOPs at half of peak);
+/// `blend` takes their p-norm instead; a batch multiplies the bytes and FLOPs.
+#[test]
+fn gemm_model_is_the_floor_plus_the_roofline() {
+    let km = model(roofline_gemm(), vec![], HBM);
+    let mem = |m: f64, n: f64, k: f64, b: f64| 2e-6 + (m * k + k * n + m * n) * 2.0 * b / 5e11;
+    let comp = |m: f64, n: f64, k: f64, b: f64| 2.0 * m * n * k * b * 1e-14 / 0.5;
+    // Decode: memory-bound.
+    let t = km.gemm_model(1, 4096, 4096, 1, DType::Fp16);
+    assert!(near(t, 1e-6 + mem(1.0, 4096.0, 4096.0, 1.0)), "{t}");
+    assert!(mem(1.0, 4096.0, 4096.0, 1.0) > comp(1.0, 4096.0, 4096.0, 1.0));
+    let t = km.gemm_model(1, 4096, 4096, 3, DType::Fp16);
+    assert!(near(t, 1e-6 + mem(1.0, 4096.0, 4096.0, 3.0)), "{t}");
+    // Prefill: compute-bound.
+    let t = km.gemm_model(4096, 4096, 4096, 1, DType::Fp16);
+    assert!(near(t, 1e-6 + comp(4096.0, 4096.0, 4096.0, 1.0)), "{t}");
+    // A p-norm of 2.
+    let km = model(
+        GemmFit {
+            blend: Some(2.0),
+            ..roofline_gemm()
+        },
+        vec![],
+        HBM,
+    );
+    let (a, b) = (
+        mem(4096.0, 4096.0, 4096.0, 1.0),
+        comp(4096.0, 4096.0, 4096.0, 1.0),
+    );
+    let t = km.gemm_model(4096, 4096, 4096, 1, DType::Fp16);
+    assert!(near(t, 1e-6 + (a * a + b * b).sqrt()), "{t}");
+}
+
+/// With an SM count, the compute term is the best tile's waves: `m = 128, n = 256` on 2 SMs
+/// fits two 128 x 128 tiles in one wave, `2 x 128 x 128 x k` FLOPs per SM at 2 x 1e-14 s per
+/// FLOP (one SM's share of the peak) and half efficiency; a larger tile exponent makes the
+/// larger tiles more efficient, `(harmonic(128, 128) / 32)^1 = 2`; a batch of two needs two
+/// waves.
+#[test]
+fn gemm_model_quantises_waves_of_tiles() {
+    let fit = GemmFit {
+        latency_us: 0.0,
+        memory_efficiency: 1.0,
+        sms: Some(2),
+        ..roofline_gemm()
+    };
+    let one_wave = 2.0 * 128.0 * 128.0 * 8192.0 * 2e-14 / 0.5;
+    let km = model(fit, vec![], 1e13);
+    let t = km.gemm_model(128, 256, 8192, 1, DType::Fp16);
+    assert!(near(t, 1e-6 + one_wave), "{t}");
+    let t = km.gemm_model(128, 256, 8192, 2, DType::Fp16);
+    assert!(near(t, 1e-6 + 2.0 * one_wave), "{t}");
+    let km = model(
+        GemmFit {
+            tile_exponent: Some(1.0),
+            ..fit
+        },
+        vec![],
+        1e13,
+    );
+    let t = km.gemm_model(128, 256, 8192, 1, DType::Fp16);
+    assert!(near(t, 1e-6 + one_wave / 2.0), "{t}");
+}
+
+/// Fp8 weights compute at the fp8 peak where the GPU has one (twice the 16-bit rate here) and
+/// at the 16-bit rate where it has none (a peak of 0 is none).
+#[test]
+fn fp8_weights_use_the_fp8_peak_only_where_there_is_one() {
+    let comp16 = 1e-6 + 2.0 * 4096f64.powi(3) * 1e-14 / 0.5;
+    let km = model(roofline_gemm(), vec![], HBM);
+    let t = km.gemm_model_with(4096, 4096, 4096, 1, DType::Fp16, WeightFormat::Fp8);
+    assert!(near(t, comp16), "{t}");
+    let km = model(roofline_gemm(), vec![], HBM).with_fp8_peak(Some(0.0));
+    let t = km.gemm_model_with(4096, 4096, 4096, 1, DType::Fp16, WeightFormat::Fp8);
+    assert!(near(t, comp16), "{t}");
+    let km = model(roofline_gemm(), vec![], HBM).with_fp8_peak(Some(2e14));
+    let t = km.gemm_model_with(4096, 4096, 4096, 1, DType::Fp16, WeightFormat::Fp8);
+    assert!(near(t, 1e-6 + 2.0 * 4096f64.powi(3) * 5e-15 / 0.5), "{t}");
+}
+
+/// A measured shape reads its table, log-log between rows (10 us at 1 row, 20 us at 64: 8 rows
+/// is 10 x 2^(3/6) us), its first point below it, and beyond its last row the model's growth;
+/// a batched GEMM takes the model; another shape takes the model times the nearest tables'
+/// measured / model ratios, weighted by inverse distance in (log n, log k); another dtype has
+/// no tables.
+#[test]
+fn gemm_device_reads_tables_and_corrects_the_model_elsewhere() {
+    let tables = vec![
+        table(TableKind::Gemm, 4096, 4096, 0, &[(1, 10.0), (64, 20.0)]),
+        table(TableKind::Gemm, 4096, 16384, 0, &[(1, 40.0), (64, 90.0)]),
+    ];
+    let km = model(roofline_gemm(), tables, HBM);
+    let dev = |m, n, k| km.gemm_device(m, n, k, 1, DType::Fp16);
+    let md = |m, n, k| km.gemm_model(m, n, k, 1, DType::Fp16);
+    assert!(
+        near(dev(8, 4096, 4096), 10e-6 * 2f64.sqrt()),
+        "{}",
+        dev(8, 4096, 4096)
+    );
+    assert!(near(dev(1, 4096, 4096), 10e-6));
+    assert!(near(dev(0, 4096, 4096), 10e-6));
+    let beyond = 20e-6 * md(1024, 4096, 4096) / md(64, 4096, 4096);
+    assert!(
+        near(dev(1024, 4096, 4096), beyond),
+        "{}",
+        dev(1024, 4096, 4096)
+    );
+    let batched = km.gemm_device(8, 4096, 4096, 2, DType::Fp16);
+    assert!(near(batched, km.gemm_model(8, 4096, 4096, 2, DType::Fp16)));
+    // Unmeasured k = 6000 between the two: weights 1 / |ln(6000 / 4096)| and
+    // 1 / |ln(16384 / 6000)|.
+    let (w0, w1) = (
+        1.0 / (6000f64 / 4096.0).ln(),
+        1.0 / (16384f64 / 6000.0).ln(),
+    );
+    let r0 = (10e-6 * 2f64.sqrt() / md(8, 4096, 4096)).ln();
+    let r1 = (40e-6 * (90f64 / 40.0).powf(0.5) / md(8, 4096, 16384)).ln();
+    let want = md(8, 4096, 6000) * ((w0 * r0 + w1 * r1) / (w0 + w1)).exp();
+    assert!(
+        near(dev(8, 4096, 6000), want),
+        "{} vs {want}",
+        dev(8, 4096, 6000)
+    );
+    // The same the other way round in the table list: the nearest comes first by distance.
+    let tables = vec![
+        table(TableKind::Gemm, 4096, 16384, 0, &[(1, 40.0), (64, 90.0)]),
+        table(TableKind::Gemm, 4096, 4096, 0, &[(1, 10.0), (64, 20.0)]),
+    ];
+    let km2 = model(roofline_gemm(), tables, HBM);
+    assert!(near(km2.gemm_device(8, 4096, 6000, 1, DType::Fp16), want));
+    // One table only: its ratio alone.
+    let km1 = model(
+        roofline_gemm(),
+        vec![table(
+            TableKind::Gemm,
+            4096,
+            4096,
+            0,
+            &[(1, 10.0), (64, 20.0)],
+        )],
+        HBM,
+    );
+    let want = md(8, 8192, 4096) * (10e-6 * 2f64.sqrt() / md(8, 4096, 4096));
+    assert!(near(km1.gemm_device(8, 8192, 4096, 1, DType::Fp16), want));
+    // Bf16 has no tables: the model.
+    let bf = km.gemm_device(8, 4096, 4096, 1, DType::Bf16);
+    assert!(near(bf, km.gemm_model(8, 4096, 4096, 1, DType::Bf16)));
+}
+
+/// Memory-bound kernels: the fit is `floor + bytes / (hbm x efficiency)` (2 us + bytes at 0.5
+/// TB/s); a kind with tables reads the table nearest in bytes per row (or the widest without a
+/// row count) at the rows that move the bytes, log-log between rows; below one row the model,
+/// no more than the first row's time; beyond the last row the model's growth.
+#[test]
+fn mem_device_reads_the_nearest_width_at_its_rows() {
+    let tables = vec![
+        table(TableKind::Norm, 0, 0, 1000, &[(1, 3.0), (100, 30.0)]),
+        table(TableKind::Norm, 0, 0, 4000, &[(1, 5.0), (100, 50.0)]),
+    ];
+    let km = model(roofline_gemm(), tables, HBM);
+    let mm = |b: f64| 2e-6 + b / 5e11;
+    assert!(near(km.mem_model(ElemKind::Norm, 1e6), 4e-6));
+    assert!(near(km.mem_device(ElemKind::Norm, 0, Some(1)), mm(0.0)));
+    assert!(near(
+        km.mem_device(ElemKind::Add, 10_000, Some(10)),
+        km.mem_model(ElemKind::Add, 1e4)
+    ));
+    // 10 rows of 1000 bytes: 3 us x 10^(1/2).
+    let t = km.mem_device(ElemKind::Norm, 10_000, Some(10));
+    assert!(near(t, 3e-6 * 10f64.sqrt()), "{t}");
+    // 2 rows of 4000 bytes, and the widest table without a row count.
+    let t = km.mem_device(ElemKind::Norm, 8000, Some(2));
+    assert!(near(t, 5e-6 * 2f64.sqrt()), "{t}");
+    let t = km.mem_device(ElemKind::Norm, 10_000, None);
+    assert!(near(t, 5e-6 * 2.5f64.sqrt()), "{t}");
+    // Half a row of the 1000-byte table: the model (2.001 us), below the first row's 3 us.
+    let t = km.mem_device(ElemKind::Norm, 500, Some(1));
+    assert!(near(t, mm(500.0)), "{t}");
+    // 200 rows: the last row's 30 us grown as the model grows.
+    let t = km.mem_device(ElemKind::Norm, 200_000, Some(200));
+    assert!(near(t, 30e-6 * mm(2e5) / mm(1e5)), "{t}");
+}
+
+/// A ring all-reduce: `latency + 2 (p - 1) / p x bytes / bus bandwidth`; nothing on one rank or
+/// for no bytes.
+#[test]
+fn allreduce_is_the_ring_closed_form() {
+    let km = model(roofline_gemm(), vec![], HBM);
+    assert!(near(
+        km.allreduce(1_000_000_000, 4),
+        5e-6 + 1.5 * 1e9 / 1e11
+    ));
+    assert_eq!(km.allreduce(1_000_000_000, 1), 0.0);
+    assert_eq!(km.allreduce(0, 4), 0.0);
 }
