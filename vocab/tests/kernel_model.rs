@@ -134,7 +134,8 @@ fn without_sms_attention_is_the_roofline() {
 #[test]
 fn attention_fit_checks_name_the_bad_field() {
     assert!(fit().check("p.toml", "kernels.attention").is_ok());
-    let bad: [(fn(&mut AttentionFit), &str); 7] = [
+    type Set = fn(&mut AttentionFit);
+    let bad: [(Set, &str); 7] = [
         (|f| f.floor_us = -1.0, "floor_us"),
         (|f| f.floor_us = f64::NAN, "floor_us"),
         (|f| f.prefill_efficiency = 1.5, "prefill_efficiency"),
