@@ -510,3 +510,27 @@ fn allreduce_is_the_ring_closed_form() {
     assert_eq!(km.allreduce(1_000_000_000, 1), 0.0);
     assert_eq!(km.allreduce(0, 4), 0.0);
 }
+
+/// The model's attention of a batch is its fit's time for the batch's work, cut for the fit's
+/// SM count; the model hands out the rates it was built with.
+#[test]
+fn attention_of_a_batch_is_the_fits_time_at_the_models_rates() {
+    use kvplan_vocab::AttentionBatch;
+    use kvplan_vocab::attention::Heads;
+    let km = model(roofline_gemm(), vec![], HBM);
+    assert_eq!(km.hbm(), HBM);
+    assert_eq!(km.secs_per_flop(DType::Fp16), 1.0 / PEAK);
+    let heads = Heads {
+        q_heads: 32,
+        kv_heads: 8,
+        head_dim: 128,
+        dtype: DType::Fp16,
+        kv: kvplan_vocab::KvCacheDtype::Auto,
+    };
+    let batch = AttentionBatch::uniform(4, 1, 2048, false);
+    let fit = km.section().attention;
+    let w = AttentionWork::new(&batch, &heads, fit.sms);
+    let t = km.attention_batch_device(&batch, &heads);
+    assert!(t > 0.0);
+    assert_eq!(t, fit.device_seconds(&w, 1.0 / PEAK, HBM));
+}
