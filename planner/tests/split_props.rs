@@ -390,3 +390,44 @@ fn empty_cache_is_not_reported_as_balanced() {
     let text = s.reason.explain(&p, &s);
     assert!(!text.contains("NaN"), "{text}");
 }
+
+/// With the weights offloaded, a layer's weight copies in the split problem are its three parts'
+/// copies (`W_K,W_V`, then `W_Q,W_O`, then the FFN) at their link's cost, and the part recompute
+/// waits for is `W_K,W_V`'s; with the weights on the GPU, or in the paper's model, there are
+/// none.
+#[test]
+fn offloaded_weights_are_their_three_parts_copies() {
+    let m = ModelSpec::preset("opt-6.7b").unwrap();
+    let cost = CostModel::new(&HardwareProfile::preset("a100-40g-pcie4").unwrap());
+    let w = m.layer_weights();
+    let link = cost.h2d(HostMemory::Pinned);
+    let p = preset_problem(
+        "opt-6.7b",
+        "a100-40g-pcie4",
+        8,
+        1,
+        512,
+        4,
+        false,
+        HostMemory::Pinned,
+    );
+    let want = link.time(w.kv_proj) + link.time(w.q_o_proj) + link.time(w.ffn);
+    assert!(
+        (p.weights_s - want).abs() <= 1e-12 * want,
+        "{} vs {want}",
+        p.weights_s
+    );
+    assert_eq!(p.weights_kv_s, link.time(w.kv_proj));
+    assert!(p.weights_s > p.weights_kv_s);
+    let on_gpu = preset_problem(
+        "opt-6.7b",
+        "a100-40g-pcie4",
+        8,
+        1,
+        512,
+        4,
+        true,
+        HostMemory::Pinned,
+    );
+    assert_eq!((on_gpu.weights_s, on_gpu.weights_kv_s), (0.0, 0.0));
+}

@@ -273,9 +273,11 @@ impl SplitProblem {
         let hi = (lp.ceil() as u32).min(n);
         let mut best = 0u32;
         let mut best_t = self.eval(0);
+        // Candidates come in ascending order (0 <= lo <= hi <= n), so on a tie the one kept is
+        // already the smaller.
         for c in [lo, hi, n] {
             let t = self.eval(c);
-            if t < best_t || (t == best_t && c < best) {
+            if t < best_t {
                 best = c;
                 best_t = t;
             }
