@@ -284,3 +284,74 @@ fn probe_step_s(probe: &Probe, step: u32, l: u32, keeps_x: bool) -> Result<f64> 
     };
     Ok(end_b - end(a))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kvplan_vocab::HardwareProfile;
+    use kvplan_vocab::schedule::HostMemory;
+
+    /// Steps between anchors take the straight line between the anchors' splits, rounded.
+    #[test]
+    fn interpolation_between_anchors_is_linear() {
+        let (anchors, values) = ([1, 11, 15], [0, 100, 20]);
+        assert_eq!(interpolate(&anchors, &values, 1), 0);
+        assert_eq!(interpolate(&anchors, &values, 6), 50);
+        assert_eq!(interpolate(&anchors, &values, 8), 70);
+        assert_eq!(interpolate(&anchors, &values, 11), 100);
+        assert_eq!(interpolate(&anchors, &values, 14), 40);
+        assert_eq!(anchor_steps(5), vec![1, 2, 3, 4, 5]);
+        let a = anchor_steps(100);
+        assert_eq!((a.len(), a[0], a[11]), (12, 1, 100));
+    }
+
+    /// A fixed split gives one decision per decode step, numbered from 1, each clamped to the
+    /// step's cached length.
+    #[test]
+    fn fixed_splits_are_numbered_from_the_first_decode_step() {
+        let m = ModelSpec::preset("opt-125m").unwrap();
+        let cost = CostModel::new(&HardwareProfile::preset("a100-40g-pcie4").unwrap());
+        let shape = Shape {
+            batch: 2,
+            gpu_batches: 1,
+            prompt: 16,
+            gen_len: 5,
+        };
+        let splits = kvpr_splits(
+            &cost,
+            &m,
+            &shape,
+            true,
+            MemoryKinds::uniform(HostMemory::Pinned),
+            SplitPolicy::Tokens(17),
+            SplitModel::Schedule,
+        )
+        .unwrap();
+        let steps: Vec<u32> = splits.iter().map(|s| s.step).collect();
+        assert_eq!(steps, vec![1, 2, 3, 4]);
+        for s in &splits {
+            assert_eq!(s.seq_len, 16 + s.step - 1, "{s:?}");
+            assert_eq!(s.split.recompute_tokens, 17.min(s.seq_len), "{s:?}");
+        }
+    }
+
+    /// The recompute GEMM's memory terms: its weights `[h, 2 kv_dim]` once per layer, and per
+    /// token a row of X in and a row of K,V out per sequence, so their ratio is
+    /// `batch (h + 2 kv_dim) / (2 h kv_dim)` whatever the rates (OPT-6.7B: h = kv_dim = 4096).
+    #[test]
+    fn recompute_memory_terms_are_weights_once_and_rows_per_token() {
+        let m = ModelSpec::preset("opt-6.7b").unwrap();
+        let cost = CostModel::new(&HardwareProfile::preset("a100-40g-pcie4").unwrap());
+        let shape = Shape {
+            batch: 8,
+            gpu_batches: 1,
+            prompt: 512,
+            gen_len: 8,
+        };
+        let mem = MemoryKinds::uniform(HostMemory::Pinned);
+        let p = split_problem(&cost, &m, &shape, true, mem, 3, SplitModel::Schedule);
+        let ratio = p.recompute_mem_s_per_token / p.recompute_mem_fixed_s;
+        let want = 8.0 * (4096.0 + 2.0 * 4096.0) / (2.0 * 4096.0 * 4096.0);
+        assert!((ratio - want).abs() <= 1e-12 * want, "{ratio} vs {want}");
+    }
+}
