@@ -354,4 +354,39 @@ mod tests {
         let want = 8.0 * (4096.0 + 2.0 * 4096.0) / (2.0 * 4096.0 * 4096.0);
         assert!((ratio - want).abs() <= 1e-12 * want, "{ratio} vs {want}");
     }
+
+    /// Past the exhaustive range the search takes a grid and then refines around its best
+    /// point; it finds the same fastest split as timing every split.
+    #[test]
+    fn the_refined_search_finds_the_fastest_split_of_a_long_context() {
+        let m = ModelSpec::preset("opt-125m").unwrap();
+        let cost = CostModel::new(&HardwareProfile::preset("a100-40g-pcie4").unwrap());
+        for prompt in [70u32, 101] {
+            let shape = Shape {
+                batch: 16,
+                gpu_batches: 1,
+                prompt,
+                gen_len: 3,
+            };
+            let probe = Probe {
+                cost: &cost,
+                m: &m,
+                shape: &shape,
+                weights_on_gpu: true,
+                memory: MemoryKinds::uniform(HostMemory::Pinned),
+            };
+            let step = 2;
+            let n = shape.cached_at(step);
+            assert!(n > EXHAUSTIVE_UP_TO);
+            let (l, t) = search_split(&probe, step, n, 0).unwrap();
+            let mut best = (f64::INFINITY, 0);
+            for c in 0..=n {
+                let tc = probe_step_s(&probe, step, c, true).unwrap();
+                if tc < best.0 {
+                    best = (tc, c);
+                }
+            }
+            assert_eq!((l, t), (best.1, best.0), "prompt {prompt}");
+        }
+    }
 }
