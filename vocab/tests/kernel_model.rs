@@ -94,6 +94,12 @@ fn work_units_run_in_rounds_or_wait_for_the_longest() {
     // 50 units: 0.5 + 0.5 x 0.5 = 0.75 rounds (0.751 ms); the longest unit (2.001 ms) decides.
     let t = f.device_seconds(&work(50.0, 1), SPF, HBM);
     assert!(close(t, 2.003e-3), "{t}");
+    // A compute-bound unit: 1e9 FLOPs x 2e-12 s = 2 ms (more than its 1 ms of bytes), 3
+    // rounds of 2.001 ms.
+    let mut w = work(250.0, 1);
+    w.unit_flops = 1e9;
+    let t = f.device_seconds(&w, SPF, HBM);
+    assert!(close(t, 6.005e-3), "{t}");
     // No units (an empty batch): the floor alone.
     let t = f.device_seconds(&work(0.0, 1), SPF, HBM);
     assert!(close(t, 2e-6), "{t}");
