@@ -431,3 +431,51 @@ fn offloaded_weights_are_their_three_parts_copies() {
     );
     assert_eq!((on_gpu.weights_s, on_gpu.weights_kv_s), (0.0, 0.0));
 }
+
+/// The recompute GEMM's FLOPs per token: X's row `[b, h]` times `[h, 2 kv_dim]` is
+/// `2 x b x h x 2 kv_dim` FLOPs, against its weights' `h x 2 kv_dim x 2` bytes read once: the
+/// ratio of the two terms is `2 b x (s per FLOP) / (2 x s per byte)` at the GEMM's rates,
+/// whatever the calibrated scaling (it scales both).
+#[test]
+fn recompute_flops_per_token_are_the_gemms() {
+    let p = preset_problem(
+        "opt-6.7b",
+        "a100-40g-pcie4",
+        8,
+        1,
+        512,
+        4,
+        true,
+        HostMemory::Pinned,
+    );
+    let cost = CostModel::new(&HardwareProfile::preset("a100-40g-pcie4").unwrap());
+    let g = cost.gemm_cost(kvplan_vocab::DType::Fp16);
+    let ratio = p.recompute_flop_s_per_token / p.recompute_mem_fixed_s;
+    let want = 2.0 * 8.0 * g.secs_per_flop / (2.0 * g.secs_per_byte);
+    assert!((ratio - want).abs() <= 1e-12 * want, "{ratio} vs {want}");
+}
+
+/// Where a split leaves the step: transferring the whole cache of a long prompt is link-bound,
+/// recomputing all of it is compute-bound.
+#[test]
+fn a_split_says_which_side_binds() {
+    use kvplan_planner::offload::kvpr::Bound;
+    let p = preset_problem(
+        "opt-6.7b",
+        "a100-40g-pcie4",
+        32,
+        1,
+        2048,
+        4,
+        true,
+        HostMemory::Pinned,
+    );
+    let n = p.seq_len;
+    // At l = 0 the link carries the whole cache (44 ms against 1.1 ms of kernels); at l = n it
+    // carries the activations, half the cache's bytes (22.0 ms), and recomputing every token
+    // takes 23.0 ms: more than the 2% apart that counts as balanced.
+    assert!(p.link_s(0) > 1.5 * p.compute_s(0));
+    assert!(p.compute_s(n) > 1.03 * p.link_s(n));
+    assert_eq!(p.fixed(0).bound, Bound::Link);
+    assert_eq!(p.fixed(n).bound, Bound::Compute);
+}

@@ -478,7 +478,13 @@ fn gemm_device_reads_tables_and_corrects_the_model_elsewhere() {
 fn mem_device_reads_the_nearest_width_at_its_rows() {
     let tables = vec![
         table(TableKind::Norm, 0, 0, 1000, &[(1, 3.0), (100, 30.0)]),
-        table(TableKind::Norm, 0, 0, 4000, &[(1, 5.0), (100, 50.0)]),
+        table(
+            TableKind::Norm,
+            0,
+            0,
+            4000,
+            &[(1, 5.0), (100, 50.0), (400, 100.0)],
+        ),
     ];
     let km = model(roofline_gemm(), tables, HBM);
     let mm = |b: f64| 2e-6 + b / 5e11;
@@ -496,6 +502,9 @@ fn mem_device_reads_the_nearest_width_at_its_rows() {
     assert!(near(t, 5e-6 * 2f64.sqrt()), "{t}");
     let t = km.mem_device(ElemKind::Norm, 10_000, None);
     assert!(near(t, 5e-6 * 2.5f64.sqrt()), "{t}");
+    // 200 rows of 4000 bytes: between the table's second and third rows, 50 us x 2^(1/2).
+    let t = km.mem_device(ElemKind::Norm, 800_000, Some(200));
+    assert!(near(t, 50e-6 * 2f64.sqrt()), "{t}");
     // Half a row of the 1000-byte table: the model (2.001 us), below the first row's 3 us.
     let t = km.mem_device(ElemKind::Norm, 500, Some(1));
     assert!(near(t, mm(500.0)), "{t}");
