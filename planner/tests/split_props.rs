@@ -435,7 +435,8 @@ fn offloaded_weights_are_their_three_parts_copies() {
 /// The recompute GEMM's FLOPs per token: X's row `[b, h]` times `[h, 2 kv_dim]` is
 /// `2 x b x h x 2 kv_dim` FLOPs, against its weights' `h x 2 kv_dim x 2` bytes read once: the
 /// ratio of the two terms is `2 b x (s per FLOP) / (2 x s per byte)` at the GEMM's rates,
-/// whatever the calibrated scaling (it scales both).
+/// whatever the calibrated scaling (it scales both). The concatenation moves each token's K,V
+/// twice.
 #[test]
 fn recompute_flops_per_token_are_the_gemms() {
     let p = preset_problem(
@@ -453,6 +454,12 @@ fn recompute_flops_per_token_are_the_gemms() {
     let ratio = p.recompute_flop_s_per_token / p.recompute_mem_fixed_s;
     let want = 2.0 * 8.0 * g.secs_per_flop / (2.0 * g.secs_per_byte);
     assert!((ratio - want).abs() <= 1e-12 * want, "{ratio} vs {want}");
+    // Concatenating the recomputed K,V into the cache reads and writes each token's K,V once
+    // per sequence, at the memory-bound kernels' rate.
+    let m = ModelSpec::preset("opt-6.7b").unwrap();
+    let e = cost.elementwise_cost();
+    let want = 2.0 * 8.0 * m.kv_bytes_per_token_layer() as f64 * e.secs_per_byte;
+    assert!((p.concat_s_per_token - want).abs() <= 1e-12 * want);
 }
 
 /// Where a split leaves the step: transferring the whole cache of a long prompt is link-bound,
