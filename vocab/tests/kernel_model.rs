@@ -337,6 +337,8 @@ fn gemm_model_is_the_floor_plus_the_roofline() {
     // Prefill: compute-bound.
     let t = km.gemm_model(4096, 4096, 4096, 1, DType::Fp16);
     assert!(near(t, 1e-6 + comp(4096.0, 4096.0, 4096.0, 1.0)), "{t}");
+    let t = km.gemm_model(4096, 4096, 4096, 2, DType::Fp16);
+    assert!(near(t, 1e-6 + comp(4096.0, 4096.0, 4096.0, 2.0)), "{t}");
     // A p-norm of 2.
     let km = model(
         GemmFit {
@@ -451,6 +453,21 @@ fn gemm_device_reads_tables_and_corrects_the_model_elsewhere() {
     ];
     let km2 = model(roofline_gemm(), tables, HBM);
     assert!(near(km2.gemm_device(8, 4096, 6000, 1, DType::Fp16), want));
+    // A third, farther shape (n = 16384: distance ln 4 + 0.38) is left out, wherever it
+    // sits in the list.
+    let far = table(TableKind::Gemm, 16384, 4096, 0, &[(1, 80.0), (64, 300.0)]);
+    let t1 = table(TableKind::Gemm, 4096, 4096, 0, &[(1, 10.0), (64, 20.0)]);
+    let t2 = table(TableKind::Gemm, 4096, 16384, 0, &[(1, 40.0), (64, 90.0)]);
+    for order in [
+        vec![far.clone(), t1.clone(), t2.clone()],
+        vec![t1.clone(), far.clone(), t2.clone()],
+        vec![t2.clone(), t1.clone(), far.clone()],
+        vec![t1.clone(), t2.clone(), far.clone()],
+    ] {
+        let k3 = model(roofline_gemm(), order, HBM);
+        let t = k3.gemm_device(8, 4096, 6000, 1, DType::Fp16);
+        assert!(near(t, want), "{t} vs {want}");
+    }
     // One table only: its ratio alone.
     let km1 = model(
         roofline_gemm(),
