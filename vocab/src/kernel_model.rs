@@ -851,7 +851,7 @@ impl KernelModel {
     fn mem_table_time(&self, kind: ElemKind, c: &MemCurve, bytes: f64) -> f64 {
         let rows = bytes / c.width as f64;
         match interpolate(&c.curve, rows.max(1.0).ln()) {
-            Some(t) if rows >= 1.0 => t,
+            // From one row up this is `t` (then `t * rows >= t`).
             Some(t) => t.min(self.mem_model(kind, bytes).max(t * rows)),
             None => {
                 let (x, t) = last(&c.curve);

@@ -519,6 +519,9 @@ fn mem_device_reads_the_nearest_width_at_its_rows() {
     assert!(near(t, 5e-6 * 2f64.sqrt()), "{t}");
     let t = km.mem_device(ElemKind::Norm, 10_000, None);
     assert!(near(t, 5e-6 * 2.5f64.sqrt()), "{t}");
+    // A row count of 0 says nothing either: the widest table (listed second).
+    let t = km.mem_device(ElemKind::Norm, 10_000, Some(0));
+    assert!(near(t, 5e-6 * 2.5f64.sqrt()), "{t}");
     // 200 rows of 4000 bytes: between the table's second and third rows, 50 us x 2^(1/2).
     let t = km.mem_device(ElemKind::Norm, 800_000, Some(200));
     assert!(near(t, 50e-6 * 2f64.sqrt()), "{t}");
