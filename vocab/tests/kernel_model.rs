@@ -468,6 +468,20 @@ fn gemm_device_reads_tables_and_corrects_the_model_elsewhere() {
         let t = k3.gemm_device(8, 4096, 6000, 1, DType::Fp16);
         assert!(near(t, want), "{t} vs {want}");
     }
+    // Three shapes at the same distance from (8192, 8192) (ln 2 + ln 2 each): the first two
+    // listed are used, with equal weights.
+    let k3 = model(
+        roofline_gemm(),
+        vec![t1.clone(), t2.clone(), far.clone()],
+        HBM,
+    );
+    let r = |c: &KernelTable, rows: f64| {
+        let (a, b) = (c.points[0].1, c.points[1].1);
+        (a * 1e-6 * (b / a).powf(rows.ln() / 64f64.ln()) / md(8, c.n, c.k)).ln()
+    };
+    let want3 = md(8, 8192, 8192) * ((r(&t1, 8.0) + r(&t2, 8.0)) / 2.0).exp();
+    let t = k3.gemm_device(8, 8192, 8192, 1, DType::Fp16);
+    assert!(near(t, want3), "{t} vs {want3}");
     // One table only: its ratio alone.
     let km1 = model(
         roofline_gemm(),
