@@ -486,3 +486,54 @@ fn a_split_says_which_side_binds() {
     assert_eq!(p.fixed(0).bound, Bound::Link);
     assert_eq!(p.fixed(n).bound, Bound::Compute);
 }
+
+/// On a profile with measured GEMM tables the recompute GEMM's terms are the roofline's scaled by
+/// the measured / model ratio at this step's recompute shape, and the layer's other kernels are
+/// timed at the context the decode token attends to: the `s` cached keys and its own.
+#[test]
+fn split_problem_scales_to_measured_gemms_and_times_the_step_at_its_context() {
+    use kvplan_vocab::layers::{layer_compute_s, recompute_gemm};
+    use kvplan_vocab::schedule::OpKind;
+    let m = ModelSpec::preset("opt-6.7b").unwrap();
+    let cost = CostModel::new(&HardwareProfile::preset("a100-80g-sxm").unwrap());
+    let p = preset_problem(
+        "opt-6.7b",
+        "a100-80g-sxm",
+        8,
+        1,
+        512,
+        4,
+        true,
+        HostMemory::Pinned,
+    );
+    let s = p.seq_len;
+    let OpKind::Gemm {
+        m: rows,
+        n,
+        k,
+        dtype,
+        ..
+    } = recompute_gemm(&m, 8, s)
+    else {
+        panic!("the recompute is a GEMM")
+    };
+    let ratio = cost.gemm_ratio(rows, n, k, dtype);
+    assert!(
+        (ratio - 1.0).abs() > 1e-3,
+        "the tables move this shape: {ratio}"
+    );
+    let g = cost.gemm_cost(dtype);
+    let want = 4096.0 * 2.0 * 4096.0 * 2.0 * g.secs_per_byte * ratio;
+    assert!(
+        (p.recompute_mem_fixed_s - want).abs() <= 1e-12 * want,
+        "{} vs {want}",
+        p.recompute_mem_fixed_s
+    );
+    let main = layer_compute_s(&cost, &m, 8, 1, s + 1);
+    assert!(
+        (p.main_compute_s - main).abs() <= 1e-15,
+        "{} vs {main}",
+        p.main_compute_s
+    );
+    assert!(p.main_compute_s > layer_compute_s(&cost, &m, 8, 1, s - 1));
+}
