@@ -74,10 +74,6 @@ fn work(units: f64, splits: u32) -> AttentionWork {
 const SPF: f64 = 1e-14; // 100 TFLOP/s
 const HBM: f64 = 1e12; // 1 TB/s
 
-fn close(a: f64, b: f64) -> bool {
-    (a - b).abs() <= 1e-12 * b.abs().max(1e-9)
-}
-
 /// The work-unit model: a unit streams at its SM's share of HBM (1e12 x 0.5 / 100 = 5 GB/s) and
 /// computes at 1e-14 x 100 / 0.5 = 2e-12 s per FLOP. A mean unit: 1 us + max(5e6 B / 5 GB/s,
 /// 1e8 x 2e-12) = 1.001 ms; the longest: 1 us + 1e7 / 5e9 = 2.001 ms.
@@ -87,22 +83,22 @@ fn work_units_run_in_rounds_or_wait_for_the_longest() {
     // 250 units on 100 SMs: 2.5 rounds plus half a round of tail = 3 mean units (3.003 ms),
     // longer than the longest unit; + 2 us floor + 3 us for the split-KV combine.
     let t = f.device_seconds(&work(250.0, 2), SPF, HBM);
-    assert!(close(t, 3.008e-3), "{t}");
+    assert!(near(t, 3.008e-3), "{t}");
     // Without splits, no combine.
     let t = f.device_seconds(&work(250.0, 1), SPF, HBM);
-    assert!(close(t, 3.005e-3), "{t}");
+    assert!(near(t, 3.005e-3), "{t}");
     // 50 units: 0.5 + 0.5 x 0.5 = 0.75 rounds (0.751 ms); the longest unit (2.001 ms) decides.
     let t = f.device_seconds(&work(50.0, 1), SPF, HBM);
-    assert!(close(t, 2.003e-3), "{t}");
+    assert!(near(t, 2.003e-3), "{t}");
     // A compute-bound unit: 1e9 FLOPs x 2e-12 s = 2 ms (more than its 1 ms of bytes), 3
     // rounds of 2.001 ms.
     let mut w = work(250.0, 1);
     w.unit_flops = 1e9;
     let t = f.device_seconds(&w, SPF, HBM);
-    assert!(close(t, 6.005e-3), "{t}");
+    assert!(near(t, 6.005e-3), "{t}");
     // No units (an empty batch): the floor alone.
     let t = f.device_seconds(&work(0.0, 1), SPF, HBM);
-    assert!(close(t, 2e-6), "{t}");
+    assert!(near(t, 2e-6), "{t}");
 }
 
 /// Appending the new tokens' K and V: each unit also copies its share (1e6 B of 2.5e8 over 250
@@ -121,10 +117,10 @@ fn appending_kv_adds_copies_per_unit_and_a_time_per_token() {
     // 3 rounds x 1.401 ms = 4.203 ms (the longest, 2.801 ms, is shorter) + 2 us floor + 2 us
     // of tokens + 3 us combine.
     let t = f.device_seconds_appending(&work(250.0, 2), SPF, HBM, Some(&a));
-    assert!(close(t, 4.210e-3), "{t}");
+    assert!(near(t, 4.210e-3), "{t}");
     // 50 units: 0.75 x 1.401 ms = 1.051 ms < the longest's 2.801 ms.
     let t = f.device_seconds_appending(&work(50.0, 1), SPF, HBM, Some(&a));
-    assert!(close(t, 2.805e-3), "{t}");
+    assert!(near(t, 2.805e-3), "{t}");
 }
 
 /// Without an SM count, the roofline: max(1e9 FLOPs x 1e-14 / 0.5, 5e7 B / (1e12 x 0.5)) =
@@ -133,7 +129,7 @@ fn appending_kv_adds_copies_per_unit_and_a_time_per_token() {
 fn without_sms_attention_is_the_roofline() {
     let f = AttentionFit::roofline(2.0, 0.5, 0.5);
     let t = f.device_seconds(&work(250.0, 1), SPF, HBM);
-    assert!(close(t, 1.02e-4), "{t}");
+    assert!(near(t, 1.02e-4), "{t}");
 }
 
 /// Every figure of an attention fit is range-checked, and the error names it.
