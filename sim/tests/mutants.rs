@@ -131,6 +131,30 @@ fn engines_at_one_instant_choose_in_engine_order() {
     assert_eq!(spans[w.index()].start, 2.0, "w waits for y");
 }
 
+/// Runs `s` with the host thread on the engines `engine_of`: each op's (duration, occupancy)
+/// and the host's non-blocking issue time. Returns the ops' spans and the host's.
+fn issued(
+    s: &kvplan_vocab::Schedule,
+    engine_of: Vec<u32>,
+    timing: &[(f64, f64)],
+    issue: &[f64],
+) -> (
+    Vec<kvplan_vocab::timeline::Span>,
+    Vec<kvplan_vocab::timeline::Span>,
+) {
+    kvplan_sim::engine::run_hosted_occupying(
+        s,
+        &EngineMap { engine_of },
+        |i| timing[i],
+        |i| kvplan_vocab::host::HostIssue {
+            issue_s: issue[i],
+            blocking: false,
+            sync_before_s: None,
+        },
+    )
+    .unwrap()
+}
+
 /// An issue that ends at the same instant as an op the host issued before that op started is
 /// applied first (events at one instant in the order they were created), and the engines choose
 /// right after it: `b`, issued at 0.85, takes the engine that `a` (a lower index, waiting for
@@ -148,22 +172,8 @@ fn a_host_issue_and_an_end_at_one_instant_go_in_creation_order() {
     let a = b.push(OP, s0, l, TAG, &[Some(d)]); // issued 0.375
     let bb = b.push(OP, s1, l, TAG, &[]); // issue begins 0.375, ends 0.875
     let s = b.build();
-    let engines = EngineMap {
-        engine_of: vec![1, 0, 0],
-    };
-    let durations = [0.625, 0.125, 1.0, 1.0];
-    let issue = [0.125, 0.125, 0.125, 0.5];
-    let (spans, host) = kvplan_sim::engine::run_hosted(
-        &s,
-        &engines,
-        |i| durations[i],
-        |i| kvplan_vocab::host::HostIssue {
-            issue_s: issue[i],
-            blocking: false,
-            sync_before_s: None,
-        },
-    )
-    .unwrap();
+    let timing = [(0.625, 0.625), (0.125, 0.125), (1.0, 1.0), (1.0, 1.0)];
+    let (spans, host) = issued(&s, vec![1, 0, 0], &timing, &[0.125, 0.125, 0.125, 0.5]);
     assert_eq!(spans[d.index()].end, 0.875);
     assert_eq!(host[bb.index()].end, 0.875);
     assert_eq!(spans[bb.index()].start, 0.875, "b takes the engine");
@@ -191,22 +201,15 @@ fn an_end_created_before_the_host_issue_goes_first_with_every_end_at_that_instan
         let a = b.push(OP, s0, l, TAG, &[Some(d)]); // issued 0.5
         let bb = b.push(OP, s1, l, TAG, &[]); // issue 0.5 to 0.875
         let s = b.build();
-        let engines = EngineMap {
-            engine_of: vec![f_engine, g_engine, 0, 0],
-        };
-        let durations = [0.625, 0.625, 0.125, 1.0, 1.0];
+        let timing = [
+            (0.625, 0.625),
+            (0.625, 0.625),
+            (0.125, 0.125),
+            (1.0, 1.0),
+            (1.0, 1.0),
+        ];
         let issue = [0.125, 0.125, 0.125, 0.125, 0.375];
-        let (spans, host) = kvplan_sim::engine::run_hosted(
-            &s,
-            &engines,
-            |i| durations[i],
-            |i| kvplan_vocab::host::HostIssue {
-                issue_s: issue[i],
-                blocking: false,
-                sync_before_s: None,
-            },
-        )
-        .unwrap();
+        let (spans, host) = issued(&s, vec![f_engine, g_engine, 0, 0], &timing, &issue);
         let why = format!("f on engine {f_engine}, g on {g_engine}");
         assert_eq!(spans[e.index()].end, 0.875, "{why}");
         assert_eq!(spans[d.index()].end, 0.875, "{why}");
@@ -230,22 +233,8 @@ fn a_completion_created_before_a_host_issue_goes_first() {
     let a = b.push(OP, s0, l, TAG, &[Some(c)]); // issued 0.625
     let bb = b.push(OP, s1, l, TAG, &[]); // issue 0.625 to 1.125
     let s = b.build();
-    let engines = EngineMap {
-        engine_of: vec![1, 0, 0],
-    };
     let timing = [(1.0, 0.25), (1.0, 1.0), (1.0, 1.0)];
-    let issue = [0.125, 0.5, 0.5];
-    let (spans, host) = kvplan_sim::engine::run_hosted_occupying(
-        &s,
-        &engines,
-        |i| timing[i],
-        |i| kvplan_vocab::host::HostIssue {
-            issue_s: issue[i],
-            blocking: false,
-            sync_before_s: None,
-        },
-    )
-    .unwrap();
+    let (spans, host) = issued(&s, vec![1, 0, 0], &timing, &[0.125, 0.5, 0.5]);
     assert_eq!(spans[c.index()].end, 1.125);
     assert_eq!(host[bb.index()].end, 1.125);
     assert_eq!(spans[a.index()].start, 1.125, "a takes the engine");
