@@ -200,12 +200,23 @@ const EXHAUSTIVE_UP_TO: u32 = 32;
 /// for short contexts, else a 17-point grid plus the LP `seed`, then a ternary search between
 /// the best point's neighbours. Ties go to the smaller `l` (fewer activations stored).
 fn search_split(probe: &Probe, step: u32, seq_len: u32, seed: u32) -> Result<(u32, f64)> {
+    search_min(seq_len, seed, |l| probe_step_s(probe, step, l, true))
+}
+
+/// The `l` in `0..=seq_len` where `time` is least, as [`search_split`] describes, each `l`
+/// timed at most once. Apart from the probe, so that its rules (the grid, the bracket around the
+/// grid's best, ties to the smaller `l`) are tested on step times written in the tests.
+fn search_min(
+    seq_len: u32,
+    seed: u32,
+    mut time: impl FnMut(u32) -> Result<f64>,
+) -> Result<(u32, f64)> {
     let mut cache: std::collections::BTreeMap<u32, f64> = Default::default();
     let mut eval = |l: u32| -> Result<f64> {
         if let Some(&t) = cache.get(&l) {
             return Ok(t);
         }
-        let t = probe_step_s(probe, step, l, true)?;
+        let t = time(l)?;
         cache.insert(l, t);
         Ok(t)
     };
@@ -388,5 +399,85 @@ mod tests {
             }
             assert_eq!((l, t), (best.1, best.0), "prompt {prompt}");
         }
+    }
+
+    /// The first `l` in `0..=n` with the least `f(l)`: the search's answer where it is exact.
+    fn argmin(n: u32, f: impl Fn(u32) -> f64) -> (u32, f64) {
+        (0..=n).fold(
+            (0, f64::INFINITY),
+            |b, l| if f(l) < b.1 { (l, f(l)) } else { b },
+        )
+    }
+
+    #[test]
+    fn the_search_finds_the_minimum_of_a_valley_on_and_off_the_grid() {
+        // Short contexts: every split. Long ones: the grid, then the bracket around its best.
+        for (n, at) in [
+            (30u32, 23u32),
+            (5000, 1234),
+            (5000, 0),
+            (5000, 5000),
+            (160, 80),
+        ] {
+            let f = |l: u32| 1.0 + (f64::from(l) - f64::from(at)).powi(2);
+            assert_eq!(
+                search_min(n, 0, |l| Ok(f(l))).unwrap(),
+                (at, 1.0),
+                "n {n}, minimum at {at}"
+            );
+        }
+    }
+
+    #[test]
+    fn ties_go_to_the_smallest_split_of_a_flat_minimum() {
+        // Flat everywhere: split 0, on the exhaustive path and on the grid's.
+        for n in [20u32, 100] {
+            assert_eq!(search_min(n, 7, |_| Ok(1.0)).unwrap(), (0, 1.0), "n {n}");
+        }
+        // A plateau at 40..=60: the grid's first point on it is 43, the refinement reaches 40.
+        let f = |l: u32| 1.0 + 0.01 * f64::from(40u32.saturating_sub(l).max(l.saturating_sub(60)));
+        assert_eq!(argmin(100, f), (40, 1.0));
+        assert_eq!(search_min(100, 0, |l| Ok(f(l))).unwrap(), (40, 1.0));
+    }
+
+    #[test]
+    fn a_faster_grid_point_is_kept_when_the_bracket_holds_none() {
+        // One fast split on the grid (160 / 16 = 10 apart) and flat elsewhere: the ternary search
+        // walks off it into a flat stretch, which must not displace it.
+        let f = |l: u32| if l == 80 { 0.5 } else { 1.0 };
+        assert_eq!(search_min(160, 0, |l| Ok(f(l))).unwrap(), (80, 0.5));
+    }
+
+    #[test]
+    fn the_search_times_each_split_once_and_few_of_a_long_context() {
+        let mut timed = Vec::new();
+        let (l, _) = search_min(100_000, 31_415, |l| {
+            timed.push(l);
+            Ok((f64::from(l) - 31_000.0).abs())
+        })
+        .unwrap();
+        assert_eq!(l, 31_000);
+        let mut unique = timed.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), timed.len(), "a split timed twice");
+        // 17 grid points, the seed, two per ternary round (log1.5 of 12,500), the last three.
+        assert!(timed.len() < 70, "{} splits timed", timed.len());
+        assert!(timed.contains(&31_415), "the seed is a candidate");
+    }
+
+    #[test]
+    fn a_failed_probe_fails_the_search() {
+        let r = search_min(100, 0, |l| {
+            if l == 50 {
+                Err(Error::Solver {
+                    what: "probe".into(),
+                    message: "boom".into(),
+                })
+            } else {
+                Ok(1.0)
+            }
+        });
+        assert!(matches!(r, Err(Error::Solver { .. })), "{r:?}");
     }
 }
