@@ -28,6 +28,16 @@ const ARRIVAL_FORMS: &str =
 const LENGTH_FORMS: &str = "`N` or `fixed:N`, `uniform:LO:HI`, `zipf:LO:HI[:THETA]`, \
      `lognormal:MEDIAN:SIGMA[:MAX]`, `trace:FILE` (token counts are whole numbers 1..=4294967295)";
 const TOKENS: &str = "a whole number of tokens from 1 to 4294967295";
+const TURNS: &str = "a whole number of turns from 1 to 4294967295";
+
+/// What a length spec counts, for its errors: turns for `conversation.turns`, else tokens.
+fn counted(field: &str) -> &'static str {
+    if field.ends_with("turns") {
+        TURNS
+    } else {
+        TOKENS
+    }
+}
 const THINK_FORMS: &str = "`S` or `fixed:S` (seconds ≥ 0), `exp:MEAN` (exponential, MEAN > 0), \
      `uniform:LO:HI` (0 ≤ LO ≤ HI), all finite";
 
@@ -203,13 +213,13 @@ fn parse_tokens(field: &'static str, s: &str) -> Result<u32> {
     let v = s.trim().parse::<u32>().map_err(|_| Error::OutOfRange {
         field,
         got: s.to_string(),
-        expected: TOKENS.into(),
+        expected: counted(field).into(),
     })?;
     if v == 0 {
         return Err(Error::OutOfRange {
             field,
             got: s.to_string(),
-            expected: TOKENS.into(),
+            expected: counted(field).into(),
         });
     }
     Ok(v)
@@ -323,11 +333,11 @@ impl LengthSpec {
             })
         };
         match self {
-            LengthSpec::Fixed(0) => range("0".into(), TOKENS.into()),
+            LengthSpec::Fixed(0) => range("0".into(), counted(field).into()),
             LengthSpec::Fixed(_) => Ok(()),
             LengthSpec::Uniform { lo, hi } | LengthSpec::Zipf { lo, hi, .. } => {
                 if *lo == 0 {
-                    return range("LO = 0".into(), TOKENS.into());
+                    return range("LO = 0".into(), counted(field).into());
                 }
                 if lo > hi {
                     return range(
@@ -350,7 +360,7 @@ impl LengthSpec {
                     return range(format!("SIGMA = {sigma}"), SIGMA.into());
                 }
                 if *max == 0 {
-                    return range("MAX = 0".into(), TOKENS.into());
+                    return range("MAX = 0".into(), counted(field).into());
                 }
                 Ok(())
             }

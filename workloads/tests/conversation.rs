@@ -252,6 +252,24 @@ fn bad_conversation_tables_name_the_field() {
             &["not turns"][..],
         ),
         (
+            BASE.replace("uniform:1:8", "0"),
+            "conversation.turns",
+            &["whole number of turns"][..],
+        ),
+        (
+            BASE.replace("uniform:1:8", "uniform:0:3"),
+            "conversation.turns",
+            &["`0`", "whole number of turns"][..],
+        ),
+        (
+            BASE.replace(
+                "message_len = \"uniform:10:120\"",
+                "message_len = \"uniform:0:3\"",
+            ),
+            "conversation.message_len",
+            &["`0`", "whole number of tokens"][..],
+        ),
+        (
             BASE.replace("uniform:1:8", "uniform:1:5000"),
             "conversation.turns",
             &["up to 5000 turns", "at most 1000"][..],
