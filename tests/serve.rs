@@ -235,7 +235,23 @@ fn bad_input_is_one_line_and_exit_2() {
                 .iter()
                 .map(|s| s.to_string())
                 .collect(),
-            vec!["neg.csv:3", "arrived_at"],
+            vec![
+                "--requests-trace (workload.trace)",
+                "neg.csv:3",
+                "arrived_at",
+            ],
+        ),
+        (
+            [&["serve"][..], &MODEL, &["--requests-trace", "missing.csv"]]
+                .concat()
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            vec!["--requests-trace (workload.trace): missing.csv"],
+        ),
+        (
+            synth(&["--lengths", "trace:missing.csv"]),
+            vec!["--lengths (workload.prompt_lengths): missing.csv"],
         ),
         (synth(&["--qps", "0"]), vec!["--qps", "> 0"]),
         (

@@ -87,7 +87,8 @@ fn serve_field(e: &kvplan_serve::scenario::ScenarioError) -> Option<(&'static st
             | W::BadSpec { field, .. }
             | W::OutOfRange { field, .. }
             | W::Missing { field, .. }
-            | W::Conflict { field, .. },
+            | W::Conflict { field, .. }
+            | W::TraceFile { field, .. },
         ) => Some(("workload", field)),
         S::Workload(W::TooMany { .. }) | S::Serve(kvplan_serve::Error::TooManyRecords { .. }) => {
             Some(("workload", "requests"))

@@ -196,6 +196,14 @@ pub struct Workload {
     plan: Plan,
 }
 
+/// The trace file `path`, named by `field` in its errors.
+fn read_trace(field: &'static str, path: &std::path::Path) -> Result<Trace> {
+    Trace::from_path(path).map_err(|e| Error::TraceFile {
+        field,
+        source: Box::new(e),
+    })
+}
+
 fn lengths(spec: &LengthSpec, field: &'static str, column: usize) -> Result<Lengths> {
     spec.check(field)?;
     let range = |got: String, expected: &str| Error::OutOfRange {
@@ -218,7 +226,7 @@ fn lengths(spec: &LengthSpec, field: &'static str, column: usize) -> Result<Leng
             Lengths::LogNormal { dist, max: *max }
         }
         LengthSpec::Trace(path) => {
-            let trace = Trace::from_path(path)?;
+            let trace = read_trace(field, path)?;
             Lengths::Empirical(
                 trace
                     .rows()
@@ -242,7 +250,7 @@ impl Workload {
         let plan = match spec {
             WorkloadSpec::Replay { path, options } => {
                 options.check()?;
-                Plan::Replay(Trace::from_path(path)?.replay(options)?)
+                Plan::Replay(read_trace("trace", path)?.replay(options)?)
             }
             WorkloadSpec::Synthetic(s) => Workload::synthetic(s)?,
             WorkloadSpec::SharedPrefix(s) => Workload::shared_prefix(s)?,
@@ -291,7 +299,7 @@ impl Workload {
             _ => None,
         };
         if let Some(p) = same_trace {
-            let trace = Trace::from_path(p)?;
+            let trace = read_trace("prompt_lengths", p)?;
             let rows = trace
                 .rows()
                 .iter()

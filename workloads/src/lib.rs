@@ -248,6 +248,15 @@ pub enum Error {
         /// Bytes asked for.
         bytes: u64,
     },
+    /// A trace file named by a field (`trace`, `prompt_lengths = "trace:FILE"`) that could not
+    /// be read or does not parse: the field, then the file's own error.
+    #[error("{field}: {source}")]
+    TraceFile {
+        /// The field that names the file.
+        field: &'static str,
+        /// What went wrong with the file ([`Error::Io`], [`Error::TraceEmpty`], [`Error::TraceRow`]).
+        source: Box<Error>,
+    },
     /// A bad line in a trace file.
     #[error("{path}:{line}: {message}")]
     TraceRow {

@@ -138,8 +138,16 @@ fn empty_and_missing_traces() {
     );
     // Through a length spec too.
     let spec = crate::synthetic("poisson", Some(1.0), "trace:/nonexistent/x.csv", "1", 3);
-    let e = generate(&spec, 0).unwrap_err().to_string();
-    assert!(e.contains("/nonexistent/x.csv"), "{e}");
+    let e = generate(&spec, 0).unwrap_err();
+    assert!(
+        matches!(&e, Error::TraceFile { field: "prompt_lengths", source } if matches!(**source, Error::Io { .. })),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string()
+            .starts_with("prompt_lengths: /nonexistent/x.csv: "),
+        "{e}"
+    );
 }
 
 /// Parse `s` as `field`'s spec and check the error names the field and contains `words`.
