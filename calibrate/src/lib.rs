@@ -211,6 +211,8 @@ pub type Progress<'a> = &'a mut dyn FnMut(usize, usize, &str);
 pub struct Measurements {
     /// The device.
     pub info: DeviceInfo,
+    /// This host's RAM in bytes, if the OS says (the profile's `[host] ram_gib`).
+    pub host_ram_bytes: Option<u64>,
     /// Copy curves.
     pub copy: CopyTables,
     /// Bytes/s of one direction alone and of both directions at once at the largest size.
@@ -368,9 +370,12 @@ pub fn build_profile(
         copy_completion_us: None,
     };
     let host = HostSection {
-        ram_gib: match base {
-            Some(b) => b.host.ram_bytes as f64 / gib,
-            None => memory_bytes as f64 / gib,
+        // The machine measured, where it says; else the base's datasheet or, on the CPU, its
+        // memory.
+        ram_gib: match (m.host_ram_bytes, base) {
+            (Some(b), _) => b as f64 / gib,
+            (None, Some(b)) => b.host.ram_bytes as f64 / gib,
+            (None, None) => memory_bytes as f64 / gib,
         },
     };
     let peer = match base {

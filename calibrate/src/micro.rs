@@ -271,6 +271,7 @@ pub fn measure_all(
 
     Ok(Measurements {
         info,
+        host_ram_bytes: kvplan_exec::host_ram_bytes(),
         copy,
         duplex_check: (one_way, both),
         gemm,

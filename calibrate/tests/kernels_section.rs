@@ -28,6 +28,8 @@ fn tiny() -> ModelSpec {
 const GRID: [u32; 5] = [1, 2, 4, 8, 16];
 
 /// Measurements with synthetic copies, attention and elementwise sweeps, and `kernels`.
+const GIB: f64 = (1u64 << 30) as f64;
+
 pub(crate) fn synthetic(kernels: Vec<KernelTable>) -> Measurements {
     let curve = |lat: f64, gbps: f64| {
         Curve(
@@ -52,6 +54,7 @@ pub(crate) fn synthetic(kernels: Vec<KernelTable>) -> Measurements {
             memory_bytes: Some(16 << 30),
             parallelism: Some(2),
         },
+        host_ram_bytes: None,
         copy: CopyTables {
             h2d_pinned: curve(1e-6, 10.0),
             d2h_pinned: curve(1e-6, 10.0),
@@ -185,6 +188,12 @@ fn synthetic_cuda_tables_fit_and_record_the_sm_count() {
     meas.info.parallelism = Some(132);
     let base = HardwareProfile::preset("h100-sxm").unwrap();
     let file = build_profile(&meas, "h100-cal", Some(&base), false).unwrap();
+    // Host RAM not measured: the base's datasheet. Measured: the machine's.
+    assert_eq!(file.host.ram_gib, base.host.ram_bytes as f64 / GIB);
+    meas.host_ram_bytes = Some(96 << 30);
+    let measured = build_profile(&meas, "h100-cal", Some(&base), false).unwrap();
+    assert_eq!(measured.host.ram_gib, 96.0);
+    assert_ne!(base.host.ram_bytes, 96 << 30);
     let k = file.kernels.unwrap();
     assert_eq!(k.gemm.sms, Some(132));
     for kind in kvplan_vocab::schedule::ElemKind::ALL {
@@ -224,6 +233,13 @@ fn quick_cpu_calibration_writes_kernels_on_a_reduced_grid() {
     let tables = meas.kernels.clone().expect("kernel tables");
     check_tables(&tiny(), &tables, &GRID);
     let file = build_profile(&meas, "cpu", None, true).unwrap();
+    // This machine's RAM, as the OS reports it (Linux: always).
+    let ram = kvplan_exec::host_ram_bytes();
+    assert!(cfg!(not(target_os = "linux")) || ram.is_some());
+    assert_eq!(meas.host_ram_bytes, ram);
+    if let Some(b) = ram {
+        assert_eq!(file.host.ram_gib, b as f64 / GIB);
+    }
     let text = file.to_toml();
     let hw = HardwareProfile::from_toml_str(&text, "test").unwrap();
     // The host's side of the CPU executor, measured: its dispatch between two ops and a wait

@@ -69,6 +69,7 @@ fn synthetic(attention: Vec<(f64, f64, f64, bool)>) -> Measurements {
             memory_bytes: Some(80 << 30),
             parallelism: None,
         },
+        host_ram_bytes: None,
         copy: CopyTables {
             h2d_pinned: curve(1e-5, 24.0),
             d2h_pinned: curve(1e-5, 24.0),
