@@ -255,6 +255,10 @@ fn bad_input_is_one_line_and_exit_2() {
         ),
         (synth(&["--qps", "0"]), vec!["--qps", "> 0"]),
         (
+            synth(&["--qps", "1e-300"]),
+            vec!["--qps", "`1e-300`", "4294967296 s", "at least 9.313e-10"],
+        ),
+        (
             synth(&["--block-size", "0"]),
             vec!["--block-size", "1..=1024"],
         ),

@@ -65,6 +65,12 @@
 //! `max_context` (tokens of a turn's prompt plus output; the conversation ends before a turn that
 //! would exceed it). Errors name these fields as `shared_prefix.groups`, `conversation.turns`, ….
 //!
+//! Every arrival must come within [`MAX_ARRIVAL_S`] (2^32 s) of time 0, where simulated time
+//! (`f64` seconds) still resolves a microsecond: `requests / qps` (or `conversations / qps`) at
+//! most that, think times at most [`MAX_THINK_S`], and a replay's last arrival after `start_s` and
+//! scaling at most that (absolute Unix timestamps of today fit). Past it the error names `qps`,
+//! `think_time_s`, `time_scale` or `start_s`.
+//!
 //! # Trace files
 //!
 //! Trace replay ([`Trace`], [`ReplayOptions`]) reads CSV files with the header
@@ -149,6 +155,7 @@ use serde::{Deserialize, Serialize};
 
 mod generate;
 mod limits;
+pub use limits::MAX_ARRIVAL_S;
 mod segment;
 mod spec;
 mod trace;
@@ -157,7 +164,7 @@ pub use generate::{RequestStream, Workload, generate, stream_requests, write_csv
 pub use segment::{Segment, fnv1a_64, format_prefix, format_segment_id, parse_prefix, segment_id};
 pub use spec::{
     ArrivalKind, Arrivals, ConversationConfig, ConversationSpec, DEFAULT_LOGNORMAL_MAX,
-    DEFAULT_SEED, DEFAULT_ZIPF_THETA, LengthSpec, MAX_CV, MAX_REQUESTS, MAX_TURNS,
+    DEFAULT_SEED, DEFAULT_ZIPF_THETA, LengthSpec, MAX_CV, MAX_REQUESTS, MAX_THINK_S, MAX_TURNS,
     SharedPrefixConfig, SharedPrefixSpec, SyntheticSpec, ThinkTime, WorkloadConfig, WorkloadSpec,
 };
 pub use trace::{ReplayOptions, TRACE_HEADER, TRACE_OPTIONAL_COLUMNS, TimeScale, Trace, TraceRow};

@@ -7,7 +7,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 pub use crate::limits::MAX_REQUESTS;
-use crate::limits::{check_qps, check_requests};
+use crate::limits::{MAX_ARRIVAL_S, check_arrival_span, check_qps, check_requests};
 use crate::trace::{ReplayOptions, TimeScale};
 use crate::{Error, Result};
 
@@ -20,6 +20,10 @@ pub const DEFAULT_LOGNORMAL_MAX: u32 = 1 << 20;
 /// Most turns one conversation may have (turn `k`'s prefix holds `2k - 1` segments, so a
 /// conversation's chains hold about `turns²` segments).
 pub const MAX_TURNS: u32 = 1000;
+
+/// Longest think time (its value, mean or largest) a conversation may give, seconds:
+/// [`MAX_ARRIVAL_S`] over [`MAX_TURNS`], 49.7 days.
+pub const MAX_THINK_S: f64 = MAX_ARRIVAL_S / MAX_TURNS as f64;
 /// Largest accepted coefficient of variation for Gamma arrivals.
 pub const MAX_CV: f64 = 100.0;
 
@@ -168,6 +172,18 @@ impl Arrivals {
             Arrivals::Gamma { qps, cv } => {
                 check_qps(qps)?;
                 check_cv(cv)
+            }
+        }
+    }
+
+    /// Checks the rate and that `count` arrivals (`what`: `requests`, `conversations`) come
+    /// within [`MAX_ARRIVAL_S`] on average.
+    pub fn check_for(&self, count: u64, what: &str) -> Result<()> {
+        self.check()?;
+        match *self {
+            Arrivals::AllAtOnce => Ok(()),
+            Arrivals::Poisson { qps } | Arrivals::Gamma { qps, .. } => {
+                check_arrival_span(qps, count, what)
             }
         }
     }
@@ -432,7 +448,8 @@ impl SyntheticSpec {
         self.arrivals.check()?;
         self.prompt.check("prompt_lengths")?;
         self.output.check("output_lengths")?;
-        check_requests(self.requests)
+        check_requests(self.requests)?;
+        self.arrivals.check_for(self.requests, "requests")
     }
 }
 
@@ -496,15 +513,29 @@ impl ThinkTime {
                 lo.is_finite() && hi.is_finite() && 0.0 <= lo && lo <= hi
             }
         };
-        if ok {
-            Ok(())
-        } else {
-            Err(Error::OutOfRange {
+        if !ok {
+            return Err(Error::OutOfRange {
                 field,
                 got: self.to_string(),
                 expected: THINK_FORMS.into(),
-            })
+            });
         }
+        // The most turns of thinking, each at its mean or largest, within the simulated clock.
+        let longest = match *self {
+            ThinkTime::Fixed(v) => v,
+            ThinkTime::Exponential { mean } => mean,
+            ThinkTime::Uniform { hi, .. } => hi,
+        };
+        if longest > MAX_THINK_S {
+            return Err(Error::OutOfRange {
+                field,
+                got: self.to_string(),
+                expected: format!(
+                    "think times of at most {MAX_THINK_S} s, so that {MAX_TURNS} turns of them stay within {MAX_ARRIVAL_S} s of simulated time"
+                ),
+            });
+        }
+        Ok(())
     }
 }
 
@@ -583,7 +614,8 @@ impl SharedPrefixSpec {
         ) {
             check_prompt_fits(s, q)?;
         }
-        check_requests(self.requests)
+        check_requests(self.requests)?;
+        self.arrivals.check_for(self.requests, "requests")
     }
 }
 
@@ -654,6 +686,8 @@ impl ConversationSpec {
                 expected: format!("a number of conversations from 1 to {MAX_REQUESTS}"),
             });
         }
+        self.arrivals
+            .check_for(self.conversations, "conversations")?;
         self.turns.check("conversation.turns")?;
         if let LengthSpec::Trace(_) = self.turns {
             return Err(Error::Conflict {
@@ -1002,13 +1036,14 @@ impl WorkloadConfig {
             field: "requests",
             why: "the number of requests to generate, ≥ 1",
         })?;
-        check_requests(requests)?;
-        Ok(WorkloadSpec::Synthetic(SyntheticSpec {
+        let spec = SyntheticSpec {
             arrivals,
             prompt,
             output,
             requests,
-        }))
+        };
+        spec.check()?;
+        Ok(WorkloadSpec::Synthetic(spec))
     }
 
     fn output(&self) -> Result<LengthSpec> {

@@ -7,7 +7,7 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::limits::{check_qps, check_requests};
+use crate::limits::{MAX_ARRIVAL_S, check_qps, check_requests};
 use crate::segment::{NAME_FORMS, Segment, parse_chain, parse_id};
 use crate::{Error, Follows, Request, Result};
 
@@ -408,6 +408,24 @@ impl Trace {
                 observed / q
             }
         };
+        let last = (rows[rows.len() - 1].arrived_at - options.start_s) * factor;
+        if last > MAX_ARRIVAL_S {
+            let (field, fix) = match options.scale {
+                TimeScale::Original => (
+                    "start_s",
+                    "replay from a start_s near the trace's first arrival (absolute timestamps?)",
+                ),
+                TimeScale::Factor(_) => ("time_scale", "a smaller time_scale"),
+                TimeScale::TargetQps(_) => ("qps", "a higher qps"),
+            };
+            return Err(Error::Conflict {
+                field,
+                why: format!(
+                    "the last replayed request of `{}` would arrive at {last:.3e} s, past {MAX_ARRIVAL_S} s, where simulated time loses its microseconds; give {fix}",
+                    self.name
+                ),
+            });
+        }
         Ok(rows
             .iter()
             .enumerate()

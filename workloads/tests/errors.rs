@@ -2,7 +2,8 @@
 //! and what is accepted; none panics.
 
 use kvplan_workloads::{
-    ArrivalKind, Error, LengthSpec, ReplayOptions, TimeScale, Trace, WorkloadConfig, generate,
+    ArrivalKind, Error, LengthSpec, MAX_ARRIVAL_S, MAX_THINK_S, MAX_TURNS, ReplayOptions,
+    TimeScale, Trace, WorkloadConfig, generate,
 };
 
 use crate::{fixture, temp_file};
@@ -549,4 +550,98 @@ fn impossible_replays() {
         })
         .unwrap_err();
     spec_err("qps", e, &["all arrive at 1.5 s"]);
+}
+
+/// Arrivals past [`MAX_ARRIVAL_S`] (2^32 s) are refused by the field that puts them there: the
+/// simulated clock's step there passes the microsecond the reports print.
+#[test]
+fn arrivals_beyond_the_clock_are_refused() {
+    assert_eq!(MAX_ARRIVAL_S, 2f64.powi(32));
+    // The step of f64 seconds just below the bound is under a microsecond, just past it not.
+    assert!(MAX_ARRIVAL_S - MAX_ARRIVAL_S.next_down() < 1e-6);
+    assert!(MAX_ARRIVAL_S.next_up() - MAX_ARRIVAL_S < 1e-6);
+    assert!((2.0 * MAX_ARRIVAL_S).next_up() - 2.0 * MAX_ARRIVAL_S > 1e-6);
+    // 10 requests: a mean span of 10 / qps.
+    let at = 10.0 / MAX_ARRIVAL_S;
+    for arrivals in ["poisson", "gamma:2"] {
+        assert!(config(arrivals, Some(at), None).validate().is_ok());
+        for q in [at * 0.99, 1e-300] {
+            spec_err(
+                "qps",
+                config(arrivals, Some(q), None).validate().unwrap_err(),
+                &["10 requests", "at least 2.328e-9"],
+            );
+        }
+    }
+    // Conversations: their starts, and the think time of up to MAX_TURNS turns.
+    let conv = |qps: f64, think: &str| WorkloadConfig {
+        arrivals: Some("poisson".into()),
+        qps: Some(qps),
+        output_lengths: Some("64".into()),
+        conversation: Some(kvplan_workloads::ConversationConfig {
+            conversations: Some(10),
+            turns: Some("uniform:1:4".into()),
+            first_message_len: Some("100".into()),
+            message_len: Some("20".into()),
+            think_time_s: Some(think.into()),
+            max_context: None,
+        }),
+        ..Default::default()
+    };
+    assert!(conv(at, "exp:5").validate().is_ok());
+    spec_err(
+        "qps",
+        conv(at * 0.99, "exp:5").validate().unwrap_err(),
+        &["10 conversations"],
+    );
+    assert_eq!(MAX_THINK_S, MAX_ARRIVAL_S / f64::from(MAX_TURNS));
+    for think in [
+        "fixed:4294967.296",
+        "exp:4294967.296",
+        "uniform:0:4294967.296",
+    ] {
+        assert!(conv(1.0, think).validate().is_ok(), "{think}");
+    }
+    for think in ["fixed:4294968", "exp:1e300", "uniform:0:4294968"] {
+        spec_err(
+            "conversation.think_time_s",
+            conv(1.0, think).validate().unwrap_err(),
+            &["at most 4294967.296 s"],
+        );
+    }
+    // Replays: absolute timestamps (2026 in Unix time) are within the bound; scaled past it or
+    // a trace that starts past it is refused by the field that does it.
+    let path = temp_file(
+        "epoch.csv",
+        &format!("{H}1764000000,10,10\n1764000010,10,10\n"),
+    );
+    let t = Trace::from_path(&path).unwrap();
+    let r = t.replay(&ReplayOptions::default()).unwrap();
+    assert_eq!(r[1].arrival_s, 1_764_000_010.0);
+    for (scale, field) in [
+        (TimeScale::Factor(3.0), "time_scale"),
+        (TimeScale::TargetQps(1e-10), "qps"),
+    ] {
+        let e = t
+            .replay(&ReplayOptions {
+                scale,
+                ..Default::default()
+            })
+            .unwrap_err();
+        spec_err(field, e, &["epoch.csv", "loses its microseconds"]);
+    }
+    let path = temp_file("far.csv", &format!("{H}5e9,10,10\n5.1e9,10,10\n"));
+    let t = Trace::from_path(&path).unwrap();
+    spec_err(
+        "start_s",
+        t.replay(&ReplayOptions::default()).unwrap_err(),
+        &["5.100e9 s", "start_s near the trace's first arrival"],
+    );
+    let r = t
+        .replay(&ReplayOptions {
+            start_s: 5e9,
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(r[1].arrival_s, 1e8);
 }
