@@ -371,7 +371,7 @@ impl Workload {
 }
 
 /// A workload's requests in arrival order, drawn as they are consumed
-/// ([`Workload::into_stream`], [`stream`]).
+/// ([`Workload::into_stream`], [`stream_requests`]).
 pub struct RequestStream {
     len: u64,
     closed_loop: bool,
