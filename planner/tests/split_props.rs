@@ -529,6 +529,22 @@ fn split_problem_scales_to_measured_gemms_and_times_the_step_at_its_context() {
         "{} vs {want}",
         p.recompute_mem_fixed_s
     );
+    // The launch and FLOP terms scale by the same ratio; the concatenation's launch is added.
+    let e = cost.elementwise_cost();
+    let (b, h, kvd) = (8.0, 4096.0, 4096.0);
+    for (got, want) in [
+        (p.recompute_overhead_s, g.overhead_s * ratio + e.overhead_s),
+        (
+            p.recompute_flop_s_per_token,
+            2.0 * b * 2.0 * kvd * h * g.secs_per_flop * ratio,
+        ),
+        (
+            p.recompute_mem_s_per_token,
+            b * (h + 2.0 * kvd) * 2.0 * g.secs_per_byte * ratio,
+        ),
+    ] {
+        assert!((got - want).abs() <= 1e-12 * want, "{got} vs {want}");
+    }
     let main = layer_compute_s(&cost, &m, 8, 1, s + 1);
     assert!(
         (p.main_compute_s - main).abs() <= 1e-15,
@@ -536,4 +552,37 @@ fn split_problem_scales_to_measured_gemms_and_times_the_step_at_its_context() {
         p.main_compute_s
     );
     assert!(p.main_compute_s > layer_compute_s(&cost, &m, 8, 1, s - 1));
+}
+
+/// The recompute kernels' time: launch, the slower of FLOPs and memory (weights once plus rows
+/// per token), and the K,V concatenation per token; nothing at `l = 0`. Worked by hand.
+#[test]
+fn recompute_time_is_launch_plus_the_slower_roofline_term_plus_concatenation() {
+    let p = SplitProblem {
+        seq_len: 1000,
+        gpu_batches: 1,
+        weights_s: 0.0,
+        weights_kv_s: 0.0,
+        copy_latency_s: 0.0,
+        act_s_per_token: 1.0,
+        kv_s_per_token: 2.0,
+        recompute_overhead_s: 1.0,
+        recompute_flop_s_per_token: 2.0,
+        recompute_mem_fixed_s: 100.0,
+        recompute_mem_s_per_token: 3.0,
+        concat_s_per_token: 0.5,
+        main_compute_s: 0.0,
+        serial_prefetch: false,
+    };
+    assert_eq!(p.recompute_s(0), 0.0);
+    // Memory-bound: max(2 l, 100 + 3 l) = 100 + 3 l.
+    assert_eq!(p.recompute_s(10), 1.0 + 130.0 + 5.0);
+    assert_eq!(p.recompute_s(100), 1.0 + 400.0 + 50.0);
+    // FLOP-bound once the weights are small: max(2 l, 1 + l).
+    let q = SplitProblem {
+        recompute_mem_fixed_s: 1.0,
+        recompute_mem_s_per_token: 1.0,
+        ..p
+    };
+    assert_eq!(q.recompute_s(10), 1.0 + 20.0 + 5.0);
 }
