@@ -728,3 +728,32 @@ impl IterationTimer {
         IterationModel::time(self, it)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kvplan_vocab::{CostModel, HardwareProfile, ModelSpec};
+
+    /// On an exact tie between plain swap and a hybrid split, hybrid keeps the swap (nothing
+    /// recomputed, no activations stored); a hybrid split a hair faster is taken.
+    #[test]
+    fn a_tie_with_plain_swap_keeps_the_swap() {
+        let m = ModelSpec::preset("yarn-llama-2-7b").unwrap();
+        let cost = CostModel::new(&HardwareProfile::preset("a100-40g-pcie4").unwrap());
+        let mut t = IterationTimer::new(&m, &cost, 16, 2 * m.num_layers, true);
+        // One block of 16 tokens: swap takes one block of K,V; hybrid one block of X and then
+        // the recompute. Make the two equal to the last bit.
+        let r = t.recompute_s(16);
+        t.kv_in_block_s = t.act_in_block_s + r;
+        assert_eq!(t.hybrid_resume_s(16, 1), t.hybrid_resume_s(16, 0));
+        assert_eq!(t.hybrid_split(16), HybridResume::default());
+        t.kv_in_block_s = (t.act_in_block_s + r).next_up();
+        assert_eq!(
+            t.hybrid_split(16),
+            HybridResume {
+                act_blocks: 1,
+                recompute_tokens: 16
+            }
+        );
+    }
+}
