@@ -412,9 +412,11 @@ mod tests {
     #[test]
     fn the_search_finds_the_minimum_of_a_valley_on_and_off_the_grid() {
         // Short contexts: every split. Long ones: the grid, then the bracket around its best.
+        // 5000 / 16 = 312.5 apart: 1234 lies left of the grid point 1250, 1260 right of it.
         for (n, at) in [
             (30u32, 23u32),
             (5000, 1234),
+            (5000, 1260),
             (5000, 0),
             (5000, 5000),
             (160, 80),
