@@ -67,12 +67,12 @@ pub use check::{
     kvpr_attention_equivalence,
 };
 pub use cuda::fake;
+pub use kernel::AttentionShape;
 
 /// Bytes of this host's RAM (`MemTotal` in `/proc/meminfo`), if the OS says (Linux).
 pub fn host_ram_bytes() -> Option<u64> {
     sched::host_total_bytes()
 }
-pub use kernel::AttentionShape;
 
 /// Which backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

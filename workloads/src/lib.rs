@@ -155,12 +155,12 @@ use serde::{Deserialize, Serialize};
 
 mod generate;
 mod limits;
-pub use limits::MAX_ARRIVAL_S;
 mod segment;
 mod spec;
 mod trace;
 
 pub use generate::{RequestStream, Workload, generate, stream_requests, write_csv};
+pub use limits::MAX_ARRIVAL_S;
 pub use segment::{Segment, fnv1a_64, format_prefix, format_segment_id, parse_prefix, segment_id};
 pub use spec::{
     ArrivalKind, Arrivals, ConversationConfig, ConversationSpec, DEFAULT_LOGNORMAL_MAX,

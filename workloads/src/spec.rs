@@ -24,6 +24,7 @@ pub const MAX_TURNS: u32 = 1000;
 /// Longest think time (its value, mean or largest) a conversation may give, seconds:
 /// [`MAX_ARRIVAL_S`] over [`MAX_TURNS`], 49.7 days.
 pub const MAX_THINK_S: f64 = MAX_ARRIVAL_S / MAX_TURNS as f64;
+
 /// Largest accepted coefficient of variation for Gamma arrivals.
 pub const MAX_CV: f64 = 100.0;
 
@@ -33,6 +34,8 @@ const LENGTH_FORMS: &str = "`N` or `fixed:N`, `uniform:LO:HI`, `zipf:LO:HI[:THET
      `lognormal:MEDIAN:SIGMA[:MAX]`, `trace:FILE` (token counts are whole numbers 1..=4294967295)";
 const TOKENS: &str = "a whole number of tokens from 1 to 4294967295";
 const TURNS: &str = "a whole number of turns from 1 to 4294967295";
+const THINK_FORMS: &str = "`S` or `fixed:S` (seconds ≥ 0), `exp:MEAN` (exponential, MEAN > 0), \
+     `uniform:LO:HI` (0 ≤ LO ≤ HI), all finite";
 
 /// What a length spec counts, for its errors: turns for `conversation.turns`, else tokens.
 fn counted(field: &str) -> &'static str {
@@ -42,8 +45,6 @@ fn counted(field: &str) -> &'static str {
         TOKENS
     }
 }
-const THINK_FORMS: &str = "`S` or `fixed:S` (seconds ≥ 0), `exp:MEAN` (exponential, MEAN > 0), \
-     `uniform:LO:HI` (0 ≤ LO ≤ HI), all finite";
 
 /// The kind of arrival process, as written in a spec string (rates are given beside it).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -176,10 +177,9 @@ impl Arrivals {
         }
     }
 
-    /// Checks the rate and that `count` arrivals (`what`: `requests`, `conversations`) come
-    /// within [`MAX_ARRIVAL_S`] on average.
-    pub fn check_for(&self, count: u64, what: &str) -> Result<()> {
-        self.check()?;
+    /// Checks that `count` arrivals (`what`: `requests`, `conversations`) at this (checked) rate
+    /// come within [`MAX_ARRIVAL_S`] on average.
+    pub fn check_span(&self, count: u64, what: &str) -> Result<()> {
         match *self {
             Arrivals::AllAtOnce => Ok(()),
             Arrivals::Poisson { qps } | Arrivals::Gamma { qps, .. } => {
@@ -449,7 +449,7 @@ impl SyntheticSpec {
         self.prompt.check("prompt_lengths")?;
         self.output.check("output_lengths")?;
         check_requests(self.requests)?;
-        self.arrivals.check_for(self.requests, "requests")
+        self.arrivals.check_span(self.requests, "requests")
     }
 }
 
@@ -615,7 +615,7 @@ impl SharedPrefixSpec {
             check_prompt_fits(s, q)?;
         }
         check_requests(self.requests)?;
-        self.arrivals.check_for(self.requests, "requests")
+        self.arrivals.check_span(self.requests, "requests")
     }
 }
 
@@ -687,7 +687,7 @@ impl ConversationSpec {
             });
         }
         self.arrivals
-            .check_for(self.conversations, "conversations")?;
+            .check_span(self.conversations, "conversations")?;
         self.turns.check("conversation.turns")?;
         if let LengthSpec::Trace(_) = self.turns {
             return Err(Error::Conflict {
