@@ -756,4 +756,43 @@ mod tests {
             }
         );
     }
+
+    /// Where the swap-ins of a step start. Half duplex: after the swap-outs, and at once when
+    /// there are none (no pipeline fill of copies that do not run). Full duplex with a host
+    /// thread: once the host has issued every swap-out, each kind at its own issue cost.
+    #[test]
+    fn swap_ins_start_after_what_holds_the_link_or_the_host() {
+        use kvplan_vocab::host::Implementation;
+        let m = ModelSpec::preset("llama-2-7b").unwrap();
+        let mut hw = HardwareProfile::preset("a100-40g-pcie4").unwrap();
+        hw.link.duplex = Duplex::Half;
+        let host = || Implementation::VllmV0.profile();
+        let cost = CostModel::new(&hw).with_host(host());
+        let mut t = IterationTimer::new(&m, &cost, 16, 2 * m.num_layers, true);
+        let it = IterationShape {
+            seqs: vec![(1, 100)],
+            logits: 1,
+            swap_in_blocks: 3,
+            ..Default::default()
+        };
+        let kv_in = 3.0 * t.kv_in_block_s + t.in_fill_s;
+        assert!(t.out_fill_s > 0.0);
+        assert_eq!(t.time(&it).forward_start_s, kv_in);
+
+        hw.link.duplex = Duplex::Full;
+        let cost = CostModel::new(&hw).with_host(host());
+        let mut t = IterationTimer::new(&m, &cost, 16, 2 * m.num_layers, true);
+        assert!(t.kv_out_host_s > 0.0 && t.act_out_host_s > 0.0);
+        let it = IterationShape {
+            swap_out_blocks: 2,
+            act_out_blocks: 1,
+            swap_in_blocks: 40,
+            ..it
+        };
+        let host_out = 2.0 * t.kv_out_host_s + t.act_out_host_s;
+        let d = 2.0 * t.kv_out_block_s + t.act_out_block_s + t.out_fill_s;
+        let h_done = host_out + 40.0 * t.kv_in_block_s + t.in_fill_s;
+        assert!(h_done > d, "the swap-ins hold the step: {h_done} vs {d}");
+        assert_eq!(t.time(&it).forward_start_s, h_done);
+    }
 }
