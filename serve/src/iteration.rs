@@ -758,7 +758,7 @@ mod tests {
     }
 
     /// Where the swap-ins of a step start. Half duplex: after the swap-outs, and at once when
-    /// there are none (no pipeline fill of copies that do not run). Full duplex with a host
+    /// there are none (no pipeline fill of copies that do not run, in or out). Full duplex with a host
     /// thread: once the host has issued every swap-out, each kind at its own issue cost.
     #[test]
     fn swap_ins_start_after_what_holds_the_link_or_the_host() {
@@ -778,6 +778,15 @@ mod tests {
         let kv_in = 3.0 * t.kv_in_block_s + t.in_fill_s;
         assert!(t.out_fill_s > 0.0);
         assert_eq!(t.time(&it).forward_start_s, kv_in);
+        // Swap-outs alone: the step waits for them, with no fill of swap-ins that do not run.
+        let out = IterationShape {
+            swap_out_blocks: 2,
+            swap_in_blocks: 0,
+            ..it.clone()
+        };
+        assert!(t.in_fill_s > 0.0);
+        let d = 2.0 * t.kv_out_block_s + t.out_fill_s;
+        assert_eq!(t.time(&out).forward_start_s, d);
 
         hw.link.duplex = Duplex::Full;
         let cost = CostModel::new(&hw).with_host(host());
