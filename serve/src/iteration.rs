@@ -732,7 +732,7 @@ impl IterationTimer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kvplan_vocab::{CostModel, HardwareProfile, ModelSpec};
+    use kvplan_vocab::HardwareProfile;
 
     /// On an exact tie between plain swap and a hybrid split, hybrid keeps the swap (nothing
     /// recomputed, no activations stored); a hybrid split a hair faster is taken.
@@ -758,8 +758,8 @@ mod tests {
     }
 
     /// Where the swap-ins of a step start. Half duplex: after the swap-outs, and at once when
-    /// there are none (no pipeline fill of copies that do not run, in or out). Full duplex with a host
-    /// thread: once the host has issued every swap-out, each kind at its own issue cost.
+    /// there are none (no pipeline fill of copies that do not run, in or out). Full duplex with
+    /// a host thread: once the host has issued every swap-out, each kind at its own issue cost.
     #[test]
     fn swap_ins_start_after_what_holds_the_link_or_the_host() {
         use kvplan_vocab::host::Implementation;
