@@ -264,3 +264,59 @@ impl RequestsArgs {
 fn given<T: Default + PartialEq>(group: T) -> Option<T> {
     (group != T::default()).then_some(group)
 }
+
+/// Replicas behind a router, prefill/decode pools (`serve`): the scenario's `[cluster]`.
+#[derive(Debug, Default, Args)]
+pub struct ClusterArgs {
+    /// Identical replicas of the engine behind the router (vLLM's --data-parallel-size), each
+    /// with its own KV blocks and prefix cache [default: 1]
+    #[arg(long, visible_alias = "replicas", value_name = "N")]
+    pub data_parallel_size: Option<u32>,
+    /// How requests are spread over the replicas [default: vllm-dp]
+    #[arg(long, value_enum, value_name = "ROUTER")]
+    pub router: Option<kvplan_serve::router::RouterKind>,
+    /// Seconds by which the load and KV events the router sees are older than its own rules
+    /// make them [default: 0]
+    #[arg(long, value_name = "S", allow_negative_numbers = true)]
+    pub router_staleness: Option<f64>,
+    /// The router's time per request, microseconds (part of TTFT) [default: 0]
+    #[arg(long, value_name = "US", allow_negative_numbers = true)]
+    pub router_latency_us: Option<f64>,
+    /// The llm-d router's scorer weights [default: queue=2,kv=2,prefix=3]
+    #[arg(long, value_name = "queue=W,kv=W,prefix=W")]
+    pub router_weights: Option<String>,
+    /// A group of replicas that differ from the scenario's (repeat for more groups):
+    /// count=N,hardware=NAME,tp=N,quantization=fp8|awq|gptq,kv-cache-dtype=auto|fp8,
+    /// max-num-seqs=N,max-num-batched-tokens=N
+    #[arg(long = "replica", value_name = "SPEC")]
+    pub replica: Vec<String>,
+    /// Disaggregated serving: replicas that only prefill (with --decode-replicas)
+    #[arg(long, value_name = "P")]
+    pub prefill_replicas: Option<u32>,
+    /// Disaggregated serving: replicas that decode, reading each prompt's KV from a prefill
+    /// replica
+    #[arg(long, value_name = "D")]
+    pub decode_replicas: Option<u32>,
+    /// The prefill pool's GPU [default: --hardware]
+    #[arg(long, value_name = "NAME|PATH")]
+    pub prefill_hardware: Option<String>,
+    /// The prefill pool's tensor-parallel GPUs per replica [default: --tensor-parallel-size]
+    #[arg(long, value_name = "N")]
+    pub prefill_tp: Option<u32>,
+    /// The decode pool's GPU [default: --hardware]
+    #[arg(long, value_name = "NAME|PATH")]
+    pub decode_hardware: Option<String>,
+    /// The decode pool's tensor-parallel GPUs per replica [default: --tensor-parallel-size]
+    #[arg(long, value_name = "N")]
+    pub decode_tp: Option<u32>,
+    /// How a prompt's KV reaches the decode replica [default: pull]
+    #[arg(long, value_enum)]
+    pub kv_transfer: Option<kvplan_serve::cluster::KvTransfer>,
+    /// The network between replicas, one direction per GPU, GB/s [default: the profile's
+    /// [interconnect], else 45 (InfiniBand NDR 400G)]
+    #[arg(long, value_name = "GBPS", allow_negative_numbers = true)]
+    pub interconnect_gbps: Option<f64>,
+    /// The network's latency per transfer, microseconds [default: the profile's, else 5]
+    #[arg(long, value_name = "US", allow_negative_numbers = true)]
+    pub interconnect_latency_us: Option<f64>,
+}

@@ -403,6 +403,17 @@ pub fn build_profile(
         link,
         host,
         peer,
+        // The base's network, written out when it gives one.
+        interconnect: base.and_then(|b| {
+            (b.interconnect != kvplan_vocab::hardware::Interconnect::default()).then(|| {
+                kvplan_vocab::hardware::InterconnectSection {
+                    kind: b.interconnect.kind.clone(),
+                    gbps: b.interconnect.bandwidth / 1e9,
+                    latency_us: b.interconnect.latency_s * 1e6,
+                    per_transfer_us: b.interconnect.per_transfer_s * 1e6,
+                }
+            })
+        }),
         kernels: None,
         // Attention comes from the measurements ([calibration], then [kernels]).
         attention: None,

@@ -57,7 +57,7 @@ pub fn draw_table(
 /// The SVG of a serving run's KV blocks and sequences against time (the option `what`).
 pub fn serve_timeseries(out: &ServeReport, title: &str, what: &str) -> Result<String, Error> {
     let points: Vec<ServingPoint> = out
-        .iterations
+        .series()
         .iter()
         .map(|r| ServingPoint {
             t_s: r.t_s,

@@ -229,7 +229,29 @@ fn table(sc: &ServeScenario, out: &ServeReport) -> String {
         text,
         "serve (simulated): {} on {}{}, {workload}, {} scheduler, {} preemption, block {} tokens, {} GPU blocks, max_model_len {}, {} seqs / {} tokens per step{}{}",
         sc.model.name,
-        sc.hardware.name,
+        match &sc.cluster {
+            None => sc.hardware.name.clone(),
+            Some(c) if c.disaggregated => format!(
+                "{} prefill + {} decode replicas ({} GPUs, {} KV transfer, {} router)",
+                c.replicas
+                    .iter()
+                    .filter(|r| r.role == kvplan_serve::cluster::Role::Prefill)
+                    .count(),
+                c.replicas
+                    .iter()
+                    .filter(|r| r.role == kvplan_serve::cluster::Role::Decode)
+                    .count(),
+                c.gpus(),
+                c.transfer.as_str(),
+                c.router,
+            ),
+            Some(c) => format!(
+                "{} replicas ({} GPUs, {} router)",
+                c.replicas.len(),
+                c.gpus(),
+                c.router
+            ),
+        },
         precision(&sc.model),
         kebab(&c.scheduler),
         kebab(&c.preemption),
@@ -285,11 +307,50 @@ fn table(sc: &ServeScenario, out: &ServeReport) -> String {
             ),
         ]);
     }
-    if sc.config.scheduler != kvplan_serve::SchedulerKind::VllmV1 {
+    if (sc.config.scheduler.spec().preemption).contains(&kvplan_serve::Preemption::Swap) {
         t.row(&[
             "swap out / in".to_string(),
             format!("{} / {}", gib(s.swap_out_bytes), gib(s.swap_in_bytes)),
         ]);
+    }
+    if let Some(tier) = &out.tier {
+        let mean_load = if tier.loads > 0 {
+            secs(tier.load_s / tier.loads as f64)
+        } else {
+            "-".into()
+        };
+        t.row(&[
+            "CPU KV tier hits".to_string(),
+            format!(
+                "{} hit rate, {} tokens in {} loads, mean load {mean_load}",
+                pct(if tier.queried_tokens > 0 {
+                    tier.hit_tokens as f64 / tier.queried_tokens as f64
+                } else {
+                    0.0
+                }),
+                tier.hit_tokens,
+                tier.loads,
+            ),
+        ]);
+        t.row(&[
+            "CPU KV tier traffic".to_string(),
+            format!(
+                "{} out, {} in, peak {} of {}",
+                gib(tier.stored_bytes),
+                gib(tier.loaded_bytes),
+                gib(tier.peak_bytes),
+                gib(tier.capacity_bytes),
+            ),
+        ]);
+        if tier.recomputed_tokens > 0 {
+            t.row(&[
+                "hybrid reload".to_string(),
+                format!(
+                    "{} tokens' K and V recomputed from stored layer inputs",
+                    tier.recomputed_tokens
+                ),
+            ]);
+        }
     }
     t.row(&["GPU busy".to_string(), pct(s.gpu_busy)]);
     t.row(&["makespan".to_string(), secs(s.makespan_s)]);
@@ -299,6 +360,109 @@ fn table(sc: &ServeScenario, out: &ServeReport) -> String {
     for why in &s.rejected_order {
         let n = s.rejected_by_reason.get(why).copied().unwrap_or(0);
         let _ = writeln!(text, "rejected: {n} ({why})");
+    }
+    if let (Some(c), Some(cs)) = (&out.cluster, &sc.cluster) {
+        text.push_str(&cluster_tables(c, cs));
+    }
+    text
+}
+
+/// A cluster's per-replica table, the router's spread and, disaggregated, the transfers and
+/// what binds.
+fn cluster_tables(
+    c: &kvplan_serve::cluster::ClusterOutput,
+    cs: &kvplan_serve::cluster::scenario::ClusterScenario,
+) -> String {
+    let mut text = String::new();
+    let disagg = c.transfer.is_some();
+    let mut head = vec![
+        "replica",
+        "role",
+        "GPU",
+        "TP",
+        "routed",
+        "TTFT p50",
+        "TTFT p99",
+        "TPOT p50",
+        "TPOT p99",
+        "GPU busy",
+        "prefix hits",
+    ];
+    if disagg {
+        head.push("link busy");
+    }
+    let mut t = Table::new(&head);
+    for r in &c.replicas {
+        let p = |f: fn(&kvplan_serve::Summary) -> f64| {
+            r.summary.as_ref().map_or("-".into(), |s| secs(f(s)))
+        };
+        let mut row = vec![
+            r.name.clone(),
+            r.role.as_str().to_string(),
+            r.hardware.clone(),
+            r.tensor_parallel_size.to_string(),
+            r.routed.to_string(),
+            p(|s| s.ttft_s.p50),
+            p(|s| s.ttft_s.p99),
+            p(|s| s.tpot_s.p50),
+            p(|s| s.tpot_s.p99),
+            pct(r.gpu_busy),
+            r.prefix_hit_tokens.to_string(),
+        ];
+        if disagg {
+            row.push(pct(r.network_busy));
+        }
+        t.row(&row);
+    }
+    text.push_str(&t.render());
+    for (i, pool) in c.pools.iter().enumerate() {
+        let what = match (disagg, i) {
+            (false, _) => "",
+            (true, 0) => " (prefill pool)",
+            (true, _) => " (decode pool)",
+        };
+        let _ = writeln!(
+            text,
+            "router {}{what}: {} requests over {} replicas, imbalance {:.2} (most routed to one \
+             replica over the mean)",
+            cs.router,
+            pool.routed.iter().sum::<u64>(),
+            pool.routed.len(),
+            pool.imbalance
+        );
+    }
+    if let (Some(tr), Some(b)) = (&c.transfer, c.binding) {
+        let n = tr.transfers.max(1) as f64;
+        let _ = writeln!(
+            text,
+            "KV transfer ({}): {} transfers, {}, mean {} from the read posted to the KV there \
+             ({} of it waiting for a busy link)",
+            tr.mode.as_str(),
+            tr.transfers,
+            gib(tr.bytes),
+            secs(tr.seconds / n),
+            secs(tr.wait_s / n),
+        );
+        let mean = |role| {
+            let v: Vec<f64> = (c.replicas.iter())
+                .filter(|r| r.role == role)
+                .map(|r| r.gpu_busy)
+                .collect();
+            v.iter().sum::<f64>() / v.len().max(1) as f64
+        };
+        let link = c
+            .replicas
+            .iter()
+            .map(|r| r.network_busy)
+            .fold(0.0, f64::max);
+        let _ = writeln!(
+            text,
+            "binds: {} (prefill GPUs {} busy, decode GPUs {}, busiest link {})",
+            b.as_str(),
+            pct(mean(kvplan_serve::cluster::Role::Prefill)),
+            pct(mean(kvplan_serve::cluster::Role::Decode)),
+            pct(link),
+        );
     }
     text
 }

@@ -106,6 +106,7 @@ fn served(max_model_len: Option<u32>) -> kvplan_serve::ServeReport {
             max_model_len,
             ..Default::default()
         },
+        cluster: Default::default(),
     };
     let sc = raw.resolve().unwrap();
     sc.run(&sc.requests().unwrap()).unwrap()

@@ -94,6 +94,11 @@ fn serve_field(e: &kvplan_serve::scenario::ScenarioError) -> Option<(&'static st
             Some(("workload", "requests"))
         }
         S::Serve(kvplan_serve::Error::InvalidConfig { field, .. }) => Some(("serve", field)),
+        S::Cluster { field, .. } => Some(("", field)),
+        S::Replica {
+            path,
+            source: kvplan_serve::Error::InvalidConfig { field, .. },
+        } => Some((path, field)),
         _ => None,
     }
 }

@@ -32,6 +32,8 @@ pub struct BlockPool {
     cached: FxHashMap<u64, u32>,
     caching: bool,
     evictions: u64,
+    /// KV events since the last drain, when recorded: `(hash, stored)`.
+    events: Option<Vec<(u64, bool)>>,
 }
 
 impl BlockPool {
@@ -54,6 +56,7 @@ impl BlockPool {
             cached: FxHashMap::default(),
             caching,
             evictions: 0,
+            events: None,
         };
         if n > 0 {
             // The null block.
@@ -132,6 +135,9 @@ impl BlockPool {
             if let Some(h) = self.hash[b as usize].take() {
                 self.cached.remove(&h);
                 self.evictions += 1;
+                if let Some(e) = &mut self.events {
+                    e.push((h, false));
+                }
             }
             self.ref_cnt[b as usize] = 1;
             out.push(b);
@@ -181,6 +187,22 @@ impl BlockPool {
         if let std::collections::hash_map::Entry::Vacant(e) = self.cached.entry(h) {
             e.insert(b);
             self.hash[b as usize] = Some(h);
+            if let Some(e) = &mut self.events {
+                e.push((h, true));
+            }
+        }
+    }
+
+    /// Records KV events from now on (vLLM's `BlockStored` / `BlockRemoved`, which a KV-aware
+    /// router indexes).
+    pub fn record_events(&mut self) {
+        self.events.get_or_insert_with(Vec::new);
+    }
+
+    /// The KV events since the last call, `(hash, stored)` in order.
+    pub fn drain_events(&mut self, out: &mut Vec<(u64, bool)>) {
+        if let Some(e) = &mut self.events {
+            out.append(e);
         }
     }
 }

@@ -15,6 +15,17 @@ use kvplan_vocab::{DType, HardwareProfile, KvCacheDtype, ModelSpec, Quantization
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
+use crate::sched::registry::Support;
+
+/// `a, b or c`.
+fn names<'a>(v: impl Iterator<Item = &'a str>) -> String {
+    let v: Vec<&str> = v.collect();
+    match v.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        Some((last, _)) => (*last).to_string(),
+        None => String::new(),
+    }
+}
 
 /// Which sequences an iteration runs.
 ///
@@ -200,6 +211,19 @@ macro_rules! config_fields {
             /// Unset: the `[serving]` section's launch figures and copies without a host thread.
             /// The swap space's memory kind stays `pinned`'s.
             implementation: Option<kvplan_vocab::host::Implementation> = None,
+            /// A CPU tier for the KV cache (vLLM's `--kv-offloading-size`, GiB, the total over
+            /// the tensor-parallel ranks): full blocks are stored to pinned host memory and a
+            /// prefix found there is loaded back ([`crate::tier`]). Unset: none.
+            kv_offloading_size_gib: Option<f64> = None,
+            /// How the CPU tier moves blocks (`--kv-offloading-backend`: `native`, vLLM's
+            /// OffloadingConnector, or `lmcache`).
+            kv_offloading_backend: crate::tier::BackendKind = crate::tier::BackendKind::Native,
+            /// Which block the CPU tier gives up when full (`lru`, vLLM's default, or `arc`).
+            kv_offloading_eviction: crate::tier::EvictionKind = crate::tier::EvictionKind::Lru,
+            /// How a CPU-tier hit comes back (`transfer`: its K and V copied, as vLLM does;
+            /// `hybrid`: KVPR's split, the first tokens' layer inputs stored instead and their K
+            /// and V recomputed while the rest is copied).
+            kv_reload: crate::tier::Reload = crate::tier::Reload::Transfer,
         }
     };
 }
@@ -274,6 +298,8 @@ pub struct Resolved {
     pub weights_bytes: u64,
     /// Activation working set of a `max_num_batched_tokens` pass.
     pub activation_bytes: u64,
+    /// The CPU tier's size, bytes over all ranks (0: none).
+    pub offload_bytes: u64,
 }
 
 fn check(field: &'static str, ok: bool, value: String, expect: &'static str) -> Result<(), Error> {
@@ -285,18 +311,6 @@ fn check(field: &'static str, ok: bool, value: String, expect: &'static str) -> 
             value,
             expect: expect.into(),
         })
-    }
-}
-
-/// vLLM v0.15.1's OpenAI-server defaults (`EngineArgs.get_batch_defaults`): GPUs with at least
-/// 70 GiB that are not A100s get 8192 batched tokens and 1024 sequences, the rest 2048 and 256.
-fn v1_defaults(hw: &HardwareProfile) -> (u32, u32) {
-    let gib = hw.gpu.memory_bytes as f64 / (1u64 << 30) as f64;
-    let a100 = hw.gpu.name.contains("A100") || hw.name.starts_with("a100");
-    if gib >= 70.0 && !a100 {
-        (8192, 1024)
-    } else {
-        (2048, 256)
     }
 }
 
@@ -353,7 +367,8 @@ impl Config {
                 .into(),
             });
         }
-        let v1 = self.scheduler == SchedulerKind::VllmV1;
+        let spec = self.scheduler.spec();
+        let offload_bytes = self.check_offloading(spec, hw)?;
         check(
             "block_size",
             (1..=1024).contains(&self.block_size),
@@ -381,17 +396,22 @@ impl Config {
             kvplan_vocab::limits::show(s),
             "a non-negative number",
         )?;
-        if v1 && self.preemption != Preemption::Recompute {
+        if !spec.preemption.contains(&self.preemption) {
             return Err(Error::InvalidConfig {
                 field: "preemption",
                 value: self.preemption.as_str().into(),
-                expect: "recompute with the vllm-v1 scheduler (vLLM V1 preempts by recompute; \
-                         swap and hybrid need scheduler vllm-v0, mixed or chunked)"
-                    .into(),
+                expect: format!(
+                    "{} with the {} scheduler ({} preempts by {}; swap and hybrid need \
+                     scheduler vllm-v0, mixed or chunked)",
+                    names(spec.preemption.iter().map(|p| p.as_str())),
+                    self.scheduler.as_str(),
+                    spec.engine,
+                    names(spec.preemption.iter().map(|p| p.as_str())),
+                )
+                .into(),
             });
         }
-        let caching = self.enable_prefix_caching.unwrap_or(v1);
-        if caching && !v1 {
+        let Some(caching) = spec.prefix_caching.resolve(self.enable_prefix_caching) else {
             return Err(Error::InvalidConfig {
                 field: "enable_prefix_caching",
                 value: "true".into(),
@@ -399,8 +419,8 @@ impl Config {
                          scheduler vllm-v1)"
                     .into(),
             });
-        }
-        if !v1 && self.enable_chunked_prefill.is_some() {
+        };
+        if spec.chunked_prefill == Support::No && self.enable_chunked_prefill.is_some() {
             return Err(Error::InvalidConfig {
                 field: "enable_chunked_prefill",
                 value: format!("{}", self.enable_chunked_prefill.unwrap_or_default()),
@@ -409,11 +429,11 @@ impl Config {
                     .into(),
             });
         }
-        let chunked = match self.scheduler {
-            SchedulerKind::VllmV1 => self.enable_chunked_prefill.unwrap_or(true),
-            SchedulerKind::Chunked => true,
-            _ => false,
-        };
+        let chunked = spec.always_chunks
+            || spec
+                .chunked_prefill
+                .resolve(self.enable_chunked_prefill)
+                .unwrap_or(false);
         let max_model_len = self.max_model_len.unwrap_or(model.max_position);
         check(
             "max_model_len",
@@ -421,15 +441,14 @@ impl Config {
             max_model_len.to_string(),
             "at least 2 tokens (a prompt of one token and one output token)",
         )?;
-        let (default_tokens, default_seqs) = if v1 { v1_defaults(hw) } else { (2048, 256) };
+        let (default_tokens, default_seqs) = (spec.batch_defaults)(hw);
         let seqs = self.max_num_seqs.unwrap_or(default_seqs);
         check("max_num_seqs", seqs >= 1, seqs.to_string(), "at least 1")?;
-        let tokens = match (self.max_num_batched_tokens, self.scheduler) {
-            (Some(t), _) => t,
-            (None, SchedulerKind::Chunked) => 2048,
+        let tokens = match self.max_num_batched_tokens {
+            Some(t) => t,
             // Chunking off: a whole prompt of the longest length must fit one step.
-            (None, _) if !chunked => default_tokens.max(max_model_len),
-            (None, _) => default_tokens,
+            None if !chunked => default_tokens.max(max_model_len),
+            None => default_tokens,
         };
         check(
             "max_num_batched_tokens",
@@ -437,7 +456,7 @@ impl Config {
             tokens.to_string(),
             "at least 1",
         )?;
-        if v1 && !chunked && tokens < max_model_len {
+        if !spec.rejects_unfittable && !chunked && tokens < max_model_len {
             return Err(Error::InvalidConfig {
                 field: "max_num_batched_tokens",
                 value: tokens.to_string(),
@@ -446,7 +465,12 @@ impl Config {
                     .into(),
             });
         }
-        let seqs = if v1 { seqs.min(tokens) } else { seqs };
+        // V1's scheduler caps running requests at the token budget (each needs one token).
+        let seqs = if spec.null_block {
+            seqs.min(tokens)
+        } else {
+            seqs
+        };
         let graph_max = match self.max_cudagraph_capture_size {
             _ if self.enforce_eager => 0,
             Some(m) => m.min(tokens),
@@ -493,8 +517,14 @@ impl Config {
                 blocks.min(f64::from(u32::MAX)) as u32
             }
         };
-        let usable_blocks = if v1 { gpu_blocks - 1 } else { gpu_blocks };
-        if v1 && u64::from(usable_blocks) * u64::from(self.block_size) < u64::from(max_model_len) {
+        let usable_blocks = if spec.null_block {
+            gpu_blocks - 1
+        } else {
+            gpu_blocks
+        };
+        if !spec.rejects_unfittable
+            && u64::from(usable_blocks) * u64::from(self.block_size) < u64::from(max_model_len)
+        {
             return Err(Error::MaxModelLenTooLong {
                 max_model_len,
                 kv_tokens: u64::from(usable_blocks) * u64::from(self.block_size),
@@ -507,21 +537,91 @@ impl Config {
             max_model_len,
             prefix_caching: caching,
             chunked_prefill: chunked,
-            async_scheduling: self.async_scheduling.unwrap_or(v1),
+            async_scheduling: self.async_scheduling.unwrap_or(spec.async_default),
             cudagraph_sizes: cudagraph_sizes(graph_max),
             gpu_blocks,
             usable_blocks,
-            watermark_blocks: if v1 {
-                0
-            } else {
+            watermark_blocks: if spec.watermark {
                 (w * f64::from(gpu_blocks)) as u32
+            } else {
+                0
             },
             host_bytes: (s * (1u64 << 30) as f64) as u64,
             block_bytes,
             copies_per_block: copies,
             weights_bytes: weights,
             activation_bytes: act,
+            offload_bytes,
         })
+    }
+
+    /// The CPU tier's settings: its size (bytes; 0 for none) against the host's RAM, a
+    /// scheduler with KV connectors, a reload its backend can do.
+    fn check_offloading(
+        &self,
+        spec: &crate::sched::registry::SchedulerSpec,
+        hw: &HardwareProfile,
+    ) -> Result<u64, Error> {
+        let show = kvplan_vocab::limits::show;
+        let gib = (1u64 << 30) as f64;
+        let Some(g) = self.kv_offloading_size_gib else {
+            if self.kv_reload == crate::tier::Reload::Hybrid {
+                return Err(Error::InvalidConfig {
+                    field: "kv_reload",
+                    value: "hybrid".into(),
+                    expect: "transfer without a CPU tier (hybrid reloads from the tier: set \
+                             kv_offloading_size_gib)"
+                        .into(),
+                });
+            }
+            return Ok(0);
+        };
+        check(
+            "kv_offloading_size_gib",
+            g.is_finite() && g > 0.0,
+            show(g),
+            "more than 0 GiB (leave it unset for no CPU tier)",
+        )?;
+        let ram = hw.host.ram_bytes as f64;
+        if g * gib > ram {
+            return Err(Error::InvalidConfig {
+                field: "kv_offloading_size_gib",
+                value: show(g),
+                expect: format!(
+                    "at most the host's {} GiB of RAM ({}); the tier is pinned host memory",
+                    show((ram / gib * 100.0).floor() / 100.0),
+                    hw.name
+                )
+                .into(),
+            });
+        }
+        if !spec.kv_connector {
+            return Err(Error::InvalidConfig {
+                field: "kv_offloading_size_gib",
+                value: show(g),
+                expect: format!(
+                    "unset with scheduler {} (vLLM's KV offloading is a V1 engine connector: use \
+                     scheduler vllm-v1)",
+                    self.scheduler.as_str()
+                )
+                .into(),
+            });
+        }
+        if self.kv_reload == crate::tier::Reload::Hybrid
+            && !self.kv_offloading_backend.spec().async_load
+        {
+            return Err(Error::InvalidConfig {
+                field: "kv_reload",
+                value: "hybrid".into(),
+                expect: format!(
+                    "transfer with kv_offloading_backend {} (hybrid overlaps the copies with the \
+                     recomputation beside the steps, as the native backend loads)",
+                    self.kv_offloading_backend.as_str()
+                )
+                .into(),
+            });
+        }
+        Ok((g * gib) as u64)
     }
 }
 

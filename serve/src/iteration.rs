@@ -87,6 +87,13 @@ pub struct IterationShape {
     pub swap_in_blocks: u32,
     /// Hybrid resumes.
     pub hybrid: Vec<HybridResume>,
+    /// Seconds of a KV connector's loads the step waits for before its forward pass (LMCache
+    /// loads in the step).
+    pub connector_in_s: f64,
+    /// Seconds of a KV connector's stores after the forward pass (LMCache's `wait_for_save`).
+    pub connector_out_s: f64,
+    /// Seconds of GPU work before the forward pass (recomputation of reloaded K and V).
+    pub extra_gpu_s: f64,
 }
 
 impl IterationShape {
@@ -98,6 +105,9 @@ impl IterationShape {
         self.act_out_blocks = 0;
         self.swap_in_blocks = 0;
         self.hybrid.clear();
+        self.connector_in_s = 0.0;
+        self.connector_out_s = 0.0;
+        self.extra_gpu_s = 0.0;
     }
 
     /// Tokens run through the model.
@@ -108,6 +118,26 @@ impl IterationShape {
     /// Every sequence decodes one token (vLLM's uniform decode batch).
     pub fn uniform_decode(&self) -> bool {
         !self.seqs.is_empty() && self.seqs.iter().all(|&(q, _)| q == 1)
+    }
+}
+
+/// The time of a run of equal copies: `n period + fill` for `n > 0`.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct CopyRun {
+    /// Seconds per copy in a run.
+    pub period_s: f64,
+    /// Seconds a run pays once.
+    pub fill_s: f64,
+}
+
+impl CopyRun {
+    /// Seconds for `n` copies.
+    pub fn time(&self, n: u64) -> f64 {
+        if n == 0 {
+            0.0
+        } else {
+            n as f64 * self.period_s + self.fill_s
+        }
     }
 }
 
@@ -321,6 +351,42 @@ impl IterationTimer {
     /// The cost model.
     pub fn cost(&self) -> &CostModel {
         &self.cost
+    }
+
+    /// A run of `n` copies of `bytes` each in one direction (`out`: device to host), issued
+    /// one after another as vLLM's `swap_blocks` issues them (one `cudaMemcpyAsync` each):
+    /// `(period, fill)`, the run taking `n period + fill`.
+    pub fn copy_run(&self, bytes: u64, out: bool) -> CopyRun {
+        let host = self.host;
+        let kind = if out {
+            OpKind::D2H {
+                bytes,
+                payload: Payload::Cache,
+                host,
+            }
+        } else {
+            OpKind::H2D {
+                bytes,
+                payload: Payload::Cache,
+                host,
+            }
+        };
+        let cost = &self.cost;
+        let c = cost.duration(&kind);
+        let (period_s, fill_s) = match cost.host() {
+            None => (c, 0.0),
+            Some(h) => {
+                let issue = h.issue(&kind, true, false);
+                let i = issue.issue_s;
+                if issue.blocking {
+                    (i + c, 0.0)
+                } else {
+                    let o = cost.occupancy(&kind);
+                    (i.max(o), i.min(o) + (c - o))
+                }
+            }
+        };
+        CopyRun { period_s, fill_s }
     }
 
     /// Seconds to swap one KV block out / in.
@@ -706,13 +772,17 @@ impl IterationModel for IterationTimer {
             0.0
         };
         let recompute_done = if r > 0.0 { x_wait + r } else { 0.0 };
-        let start = d.max(h_done).max(recompute_done);
+        let start = d
+            .max(h_done)
+            .max(recompute_done)
+            .max(it.connector_in_s)
+            .max(recompute_done.max(0.0) + it.extra_gpu_s);
         let launch = self.launch(it);
         let fwd = self.forward_launched(&it.seqs, it.logits, launch);
         let (before, launching, after) = self.host_s(it, launch);
         IterationTime {
-            total_s: start + fwd,
-            compute_s: r + fwd,
+            total_s: start + fwd + it.connector_out_s,
+            compute_s: r + fwd + it.extra_gpu_s,
             forward_start_s: start,
             cpu_before_s: before,
             cpu_launch_s: launching,

@@ -95,7 +95,7 @@ impl ReqKv {
     }
 
     /// Hashes of the first `n` full blocks (computing the missing ones).
-    fn hashes_upto(&mut self, layout: &Layout, n: usize, block_size: u32) -> &[u64] {
+    pub(crate) fn hashes_upto(&mut self, layout: &Layout, n: usize, block_size: u32) -> &[u64] {
         while self.hashes.len() < n {
             let parent = self.hashes.last().copied().unwrap_or(0);
             let mut h = mix(parent, u64::from(block_size));
@@ -117,6 +117,18 @@ impl ReqKv {
         }
         &self.hashes[..n]
     }
+}
+
+/// The hashes of the first full blocks of `r`'s prompt at `block_size` tokens per block, at
+/// most `max_blocks` of them, into `out`: the hashes the engine's prefix cache gives those
+/// blocks (a router hashing the prompt as the engine does).
+pub fn prompt_hashes(r: &Request, block_size: u32, max_blocks: usize, out: &mut Vec<u64>) {
+    out.clear();
+    let bs = block_size.max(1);
+    let n = ((r.prompt_tokens / bs) as usize).min(max_blocks);
+    let layout = Layout::of(r);
+    let mut kv = ReqKv::default();
+    out.extend_from_slice(kv.hashes_upto(&layout, n, bs));
 }
 
 /// Prefix-cache counters (vLLM's `PrefixCacheStats`).
@@ -244,6 +256,58 @@ impl KvCacheManager {
             }
         }
         true
+    }
+
+    /// `allocate_slots` for tokens that will come from outside the GPU (a KV connector's load):
+    /// the prefix hits taken and blocks for `num_external` more tokens after `num_computed`
+    /// allocated, none of them entered in the prefix cache until their KV has arrived
+    /// ([`KvCacheManager::cache_upto`]; vLLM's `delay_cache_blocks`). `false` (changing
+    /// nothing) when the free queue cannot provide them.
+    pub fn allocate_uncached(
+        &mut self,
+        kv: &mut ReqKv,
+        num_computed: u32,
+        num_external: u32,
+        new_computed: &[u32],
+    ) -> bool {
+        let bs = self.block_size;
+        let need = (num_computed + num_external).div_ceil(bs);
+        let have = kv.blocks.len() as u32 + new_computed.len() as u32;
+        let evictable = new_computed
+            .iter()
+            .filter(|&&b| self.pool.is_free(b))
+            .count() as u32;
+        if need.saturating_sub(have) + evictable > self.pool.num_free() {
+            return false;
+        }
+        for &b in new_computed {
+            self.pool.touch(b);
+        }
+        kv.blocks.extend_from_slice(new_computed);
+        let new = need.saturating_sub(kv.blocks.len() as u32);
+        self.pool.get_new_blocks(new, &mut kv.blocks);
+        true
+    }
+
+    /// Enters the full blocks of a request's first `tokens` tokens in the prefix cache (vLLM's
+    /// `cache_blocks` once a connector's load is done).
+    pub fn cache_upto(&mut self, kv: &mut ReqKv, layout: &Layout, tokens: u32) {
+        if !self.pool.caching() {
+            return;
+        }
+        let full = ((tokens / self.block_size) as usize).min(kv.blocks.len());
+        if full > kv.cached as usize {
+            kv.hashes_upto(layout, full, self.block_size);
+            for i in kv.cached as usize..full {
+                self.pool.cache_block(kv.blocks[i], kv.hashes[i]);
+            }
+            kv.cached = full as u32;
+        }
+    }
+
+    /// The pool, to record its KV events.
+    pub fn pool_mut(&mut self) -> &mut BlockPool {
+        &mut self.pool
     }
 
     /// Frees a request's blocks, last block first (so a request's tail is evicted before its

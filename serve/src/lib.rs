@@ -32,14 +32,19 @@
 
 pub mod block_pool;
 pub mod capacity;
+pub mod cluster;
 pub mod config;
+pub mod engine;
 pub mod iteration;
 pub mod kv_cache;
+pub mod lru;
 pub mod output;
+pub mod router;
 pub mod runs;
 pub mod scenario;
 pub mod sched;
 pub mod server;
+pub mod tier;
 
 pub use config::{Config, Preemption, Resolved, SchedulerKind};
 pub use iteration::{IterationModel, IterationShape, IterationTimer};

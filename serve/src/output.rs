@@ -114,6 +114,23 @@ pub struct RequestRecord {
     pub swapped_tokens: u64,
     /// Tokens dropped for recomputation (summed over preemptions).
     pub recomputed_tokens: u64,
+    /// The replica that served it (a cluster's; 0 on one engine).
+    #[serde(skip_serializing_if = "is_zero_u32")]
+    pub replica: u32,
+    /// The prefill replica, in a disaggregated cluster.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefill_replica: Option<u32>,
+    /// Seconds from the decode replica posting the read of its KV to the KV being there
+    /// (disaggregated; NaN otherwise).
+    pub kv_transfer_s: f64,
+    /// Prompt tokens a KV connector loaded (a CPU tier's hit, or a remote prefill's).
+    pub external_tokens: u32,
+    /// Seconds its connector load took, to its being schedulable (0: none).
+    pub kv_load_s: f64,
+}
+
+fn is_zero_u32(x: &u32) -> bool {
+    *x == 0
 }
 
 /// Percentiles of one metric over finished requests.
@@ -313,11 +330,35 @@ fn spill_file() -> io::Result<std::fs::File> {
     }
 }
 
+/// Engine-wide totals a summary reports, summed over a cluster's engines.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Totals {
+    pub counters: Counters,
+    pub cache: CacheStats,
+    pub gpu_blocks: u32,
+    pub host_bytes: u64,
+    pub iterations: u64,
+}
+
+impl Totals {
+    /// Adds one engine's.
+    pub(crate) fn add(&mut self, c: &Counters, cache: CacheStats, r: &Resolved) {
+        self.counters.preemptions += c.preemptions;
+        self.counters.swap_out_bytes += c.swap_out_bytes;
+        self.counters.swap_in_bytes += c.swap_in_bytes;
+        self.cache.lookups += cache.lookups;
+        self.cache.queried_tokens += cache.queried_tokens;
+        self.cache.hit_tokens += cache.hit_tokens;
+        self.gpu_blocks = self.gpu_blocks.saturating_add(r.gpu_blocks);
+        self.host_bytes = self.host_bytes.saturating_add(r.host_bytes);
+    }
+}
+
 /// The summary built one request at a time, as requests retire: counts and sums as they come,
 /// the latency values kept for exact percentiles (the same [`Percentiles::of`] over the same
 /// values as a summary of the whole list, so the same bytes).
 #[derive(Default)]
-pub(crate) struct SummaryAcc {
+pub struct SummaryAcc {
     requests: u64,
     finished: u64,
     rejected_by_reason: BTreeMap<&'static str, u64>,
@@ -367,11 +408,9 @@ impl SummaryAcc {
         self,
         makespan_s: f64,
         compute_s: f64,
-        iterations: u64,
-        counters: &Counters,
-        cache: CacheStats,
-        r: &Resolved,
+        totals: &Totals,
     ) -> Result<Summary, Error> {
+        let (counters, cache) = (&totals.counters, totals.cache);
         let per_s = |x: f64| {
             if makespan_s > 0.0 {
                 x / makespan_s
@@ -411,15 +450,15 @@ impl SummaryAcc {
                 0.0
             },
             gpu_busy: per_s(compute_s),
-            iterations,
-            gpu_blocks: r.gpu_blocks,
-            host_bytes: r.host_bytes,
+            iterations: totals.iterations,
+            gpu_blocks: totals.gpu_blocks,
+            host_bytes: totals.host_bytes,
         })
     }
 }
 
 /// The engine's state at the start of one iteration (after scheduling it).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
 pub struct IterationRecord {
     /// Start time.
     pub t_s: f64,
@@ -450,8 +489,14 @@ pub struct ServeReport {
     pub requests: Vec<RequestRecord>,
     /// The summary.
     pub summary: Summary,
-    /// Per iteration (empty when not recorded).
+    /// Per iteration (empty when not recorded; a cluster's are its replicas').
     pub iterations: Vec<IterationRecord>,
+    /// A cluster's replicas, router and transfers (`None`: one engine).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<Box<crate::cluster::ClusterOutput>>,
+    /// The CPU tiers' counters, summed (`None`: no tier).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tier: Option<crate::tier::TierStats>,
 }
 
 fn num(w: &mut impl Write, x: f64) -> io::Result<()> {
@@ -463,12 +508,56 @@ fn num(w: &mut impl Write, x: f64) -> io::Result<()> {
 }
 
 impl ServeReport {
-    /// Per-request CSV (header + one row per request; times empty for rejected requests).
+    /// The per-step series of the whole run: one engine's own, or a cluster's replicas' summed
+    /// at each step of any replica (each replica counted at its last step before).
+    pub fn series(&self) -> Vec<IterationRecord> {
+        let Some(c) = &self.cluster else {
+            return self.iterations.clone();
+        };
+        let mut all: Vec<(usize, &IterationRecord)> = (c.replicas.iter().enumerate())
+            .flat_map(|(i, r)| r.iterations.iter().map(move |x| (i, x)))
+            .collect();
+        all.sort_by(|a, b| a.1.t_s.total_cmp(&b.1.t_s).then(a.0.cmp(&b.0)));
+        let mut last = vec![None::<IterationRecord>; c.replicas.len()];
+        let mut out = Vec::with_capacity(all.len());
+        for (i, x) in all {
+            last[i] = Some(*x);
+            let mut t = IterationRecord {
+                t_s: x.t_s,
+                duration_s: x.duration_s,
+                ..IterationRecord::default()
+            };
+            for r in last.iter().flatten() {
+                t.gpu_blocks_used += r.gpu_blocks_used;
+                t.host_blocks_used += r.host_blocks_used;
+                t.running += r.running;
+                t.waiting += r.waiting;
+                t.swapped += r.swapped;
+            }
+            t.batch_tokens = x.batch_tokens;
+            t.kv_bytes_read = x.kv_bytes_read;
+            t.kv_bytes_written = x.kv_bytes_written;
+            out.push(t);
+        }
+        out
+    }
+
+    /// Per-request CSV (header + one row per request; times empty for rejected requests). A
+    /// cluster's adds `replica,prefill_replica,kv_transfer_s`, a run with a CPU tier
+    /// `external_tokens,kv_load_s`.
     pub fn write_requests_csv(&self, mut w: impl Write) -> io::Result<()> {
-        writeln!(
+        let (cluster, tier) = (self.cluster.is_some(), self.tier.is_some());
+        write!(
             w,
             "id,arrival_s,prompt_tokens,output_tokens,status,reason,finish_reason,cached_tokens,queue_s,ttft_s,tpot_s,e2e_s,preemptions,swapped_tokens,recomputed_tokens"
         )?;
+        if cluster {
+            write!(w, ",replica,prefill_replica,kv_transfer_s")?;
+        }
+        if tier {
+            write!(w, ",external_tokens,kv_load_s")?;
+        }
+        writeln!(w)?;
         for r in &self.requests {
             let (status, reason) = match r.status {
                 Status::Finished => ("finished", ""),
@@ -488,22 +577,50 @@ impl ServeReport {
                 num(&mut w, x)?;
                 write!(w, ",")?;
             }
-            writeln!(
+            write!(
                 w,
                 "{},{},{}",
                 r.preemptions, r.swapped_tokens, r.recomputed_tokens
             )?;
+            if cluster {
+                write!(w, ",{},", r.replica)?;
+                if let Some(p) = r.prefill_replica {
+                    write!(w, "{p}")?;
+                }
+                write!(w, ",")?;
+                num(&mut w, r.kv_transfer_s)?;
+            }
+            if tier {
+                write!(w, ",{},", r.external_tokens)?;
+                num(&mut w, r.kv_load_s)?;
+            }
+            writeln!(w)?;
         }
         Ok(())
     }
 
-    /// Per-iteration time series CSV.
+    /// Per-iteration time series CSV (a cluster's: a `replica` column first, each replica's
+    /// steps in turn).
     pub fn write_timeseries_csv(&self, mut w: impl Write) -> io::Result<()> {
+        if self.cluster.is_some() {
+            write!(w, "replica,")?;
+        }
         writeln!(
             w,
             "t_s,duration_s,gpu_blocks_used,host_blocks_used,running,waiting,swapped,batch_tokens,kv_bytes_read,kv_bytes_written"
         )?;
-        for r in &self.iterations {
+        let one = [(String::new(), &self.iterations)];
+        let replicas: Vec<(String, &Vec<IterationRecord>)> = match &self.cluster {
+            Some(c) => (c.replicas.iter())
+                .map(|r| (format!("{},", r.name), &r.iterations))
+                .collect(),
+            None => one.to_vec(),
+        };
+        for (name, r) in replicas
+            .iter()
+            .flat_map(|(n, v)| v.iter().map(move |r| (n, r)))
+        {
+            write!(w, "{name}")?;
             num(&mut w, r.t_s)?;
             write!(w, ",")?;
             num(&mut w, r.duration_s)?;
@@ -523,28 +640,82 @@ impl ServeReport {
         Ok(())
     }
 
-    /// The summary as pretty JSON.
+    /// The summary as pretty JSON: the summary's fields, then a CPU tier's counters
+    /// (`tier`) and a cluster's replicas, router pools and transfers where the run has them.
     pub fn write_summary_json(&self, mut w: impl Write) -> io::Result<()> {
-        serde_json::to_writer_pretty(&mut w, &self.summary)?;
+        if self.cluster.is_none() && self.tier.is_none() {
+            serde_json::to_writer_pretty(&mut w, &self.summary)?;
+            return writeln!(w);
+        }
+        #[derive(Serialize)]
+        struct Full<'a> {
+            #[serde(flatten)]
+            summary: &'a Summary,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            tier: Option<&'a crate::tier::TierStats>,
+            #[serde(flatten, skip_serializing_if = "Option::is_none")]
+            cluster: Option<&'a crate::cluster::ClusterOutput>,
+        }
+        serde_json::to_writer_pretty(
+            &mut w,
+            &Full {
+                summary: &self.summary,
+                tier: self.tier.as_ref(),
+                cluster: self.cluster.as_deref(),
+            },
+        )?;
         writeln!(w)
     }
 
-    /// A Chrome trace (open in Perfetto): one slice per iteration on one track, microseconds.
+    /// A Chrome trace (open in Perfetto): one slice per iteration, microseconds; a cluster's
+    /// replicas are one process each, named.
     pub fn write_chrome_trace(&self, mut w: impl Write) -> io::Result<()> {
         write!(w, "{{\"traceEvents\":[")?;
-        for (i, r) in self.iterations.iter().enumerate() {
-            if i > 0 {
-                write!(w, ",")?;
+        let one = [(0usize, &self.iterations)];
+        let tracks: Vec<(usize, &Vec<IterationRecord>)> = match &self.cluster {
+            Some(c) => c
+                .replicas
+                .iter()
+                .map(|r| &r.iterations)
+                .enumerate()
+                .collect(),
+            None => one.to_vec(),
+        };
+        let mut first = true;
+        if let Some(c) = &self.cluster {
+            for (pid, r) in c.replicas.iter().enumerate() {
+                if !first {
+                    write!(w, ",")?;
+                }
+                first = false;
+                write!(
+                    w,
+                    "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{pid},\"args\":{{\"name\":{}}}}}",
+                    serde_json::to_string(&format!(
+                        "{} ({}, {})",
+                        r.name,
+                        r.role.as_str(),
+                        r.hardware
+                    ))?
+                )?;
             }
-            write!(
-                w,
-                "{{\"name\":\"iteration\",\"ph\":\"X\",\"pid\":0,\"tid\":0,\"ts\":{},\"dur\":{},\"args\":{{\"batch_tokens\":{},\"running\":{},\"gpu_blocks_used\":{}}}}}",
-                r.t_s * 1e6,
-                r.duration_s * 1e6,
-                r.batch_tokens,
-                r.running,
-                r.gpu_blocks_used
-            )?;
+        }
+        for (pid, series) in tracks {
+            for r in series.iter() {
+                if !first {
+                    write!(w, ",")?;
+                }
+                first = false;
+                write!(
+                    w,
+                    "{{\"name\":\"iteration\",\"ph\":\"X\",\"pid\":{pid},\"tid\":0,\"ts\":{},\"dur\":{},\"args\":{{\"batch_tokens\":{},\"running\":{},\"gpu_blocks_used\":{}}}}}",
+                    r.t_s * 1e6,
+                    r.duration_s * 1e6,
+                    r.batch_tokens,
+                    r.running,
+                    r.gpu_blocks_used
+                )?;
+            }
         }
         writeln!(w, "]}}")
     }

@@ -673,6 +673,9 @@ pub struct StageRun {
     pub chunked_prefill: bool,
     /// GPU KV blocks the server reported, when known.
     pub kv_blocks_gpu: Option<u32>,
+    /// The CPU offloading connector's size, GiB (optional `cpu_offload` column: `yes (8 GiB
+    /// OffloadingConnector)`, `no`).
+    pub cpu_offload_gib: Option<f64>,
     /// System prompts.
     pub num_groups: u32,
     /// Users per system prompt.
@@ -761,15 +764,13 @@ impl StageRun {
             .map_err(|e| format_err(name, e.to_string()))?
             .clone();
         let mut idx = std::collections::HashMap::new();
-        for c in STAGE_COLUMNS
-            .iter()
-            .chain(["tpot_true_ms", "throughput_rps"].iter())
-        {
+        const OPTIONAL: [&str; 3] = ["tpot_true_ms", "throughput_rps", "cpu_offload"];
+        for c in STAGE_COLUMNS.iter().chain(OPTIONAL.iter()) {
             match header.iter().position(|h| h == *c) {
                 Some(i) => {
                     idx.insert(*c, i);
                 }
-                None if *c == "tpot_true_ms" || *c == "throughput_rps" => {}
+                None if OPTIONAL.contains(c) => {}
                 None => {
                     return Err(format_err(
                         name,
@@ -832,6 +833,8 @@ impl StageRun {
                 } else {
                     Some(whole("kv_blocks_gpu")?)
                 },
+                cpu_offload_gib: offload_gib(get("cpu_offload"))
+                    .map_err(|why| format_err(&at, format!("cpu_offload: {why}")))?,
                 num_groups: whole("num_groups")?,
                 users_per_group: whole("users_per_group")?,
                 system_prompt_len: whole("system_prompt_len")?,
@@ -856,6 +859,25 @@ impl StageRun {
             return Err(format_err(name, "no stage rows (stage_index 0 or more)"));
         }
         Ok(out)
+    }
+}
+
+/// A stage table's `cpu_offload` cell: `no` / empty (none), or `yes (N GiB ...)`.
+fn offload_gib(cell: &str) -> Result<Option<f64>, String> {
+    let c = cell.trim().to_ascii_lowercase();
+    if c.is_empty() || c.starts_with("no") || c == "off" {
+        return Ok(None);
+    }
+    let gib = c
+        .split(|ch: char| !(ch.is_ascii_digit() || ch == '.'))
+        .find(|t| !t.is_empty())
+        .and_then(|t| t.parse::<f64>().ok())
+        .filter(|g| g.is_finite() && *g > 0.0);
+    match gib {
+        Some(g) => Ok(Some(g)),
+        None => Err(format!(
+            "`{cell}` names no size: write `no`, or `yes (8 GiB ...)` with the size in GiB"
+        )),
     }
 }
 
@@ -951,8 +973,11 @@ impl StageRun {
                 num_gpu_blocks_override: self.kv_blocks_gpu,
                 tensor_parallel_size: Some(self.tp),
                 record_timeseries: Some(false),
+                // The server's CPU offloading connector, as it ran (vLLM's native backend).
+                kv_offloading_size_gib: self.cpu_offload_gib,
                 ..Default::default()
             },
+            cluster: Default::default(),
         })
     }
 }

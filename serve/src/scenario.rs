@@ -25,6 +25,7 @@ use kvplan_vocab::{HardwareProfile, KvCacheDtype, ModelSpec, Quantization};
 use kvplan_workloads::{Request, RequestStream, WorkloadConfig, WorkloadSpec, generate};
 use serde::{Deserialize, Serialize};
 
+use crate::cluster::scenario::{ClusterScenario, RawCluster};
 use crate::{Config, Preemption, Resolved, SchedulerKind, ServeReport};
 
 /// ServeReport lengths of a synthetic workload that gives none (tokens).
@@ -115,6 +116,9 @@ pub struct RawServeScenario {
     /// Engine settings.
     #[serde(default)]
     pub serve: RawConfig,
+    /// Replicas, router, prefill/decode pools.
+    #[serde(default, skip_serializing_if = "RawCluster::is_empty")]
+    pub cluster: RawCluster,
 }
 
 /// Why a serving scenario cannot run. Each names the scenario field.
@@ -136,6 +140,24 @@ pub enum ScenarioError {
     /// A bad `[serve]` setting, or no room for the KV cache (fields without the `serve.` prefix).
     #[error(transparent)]
     Serve(#[from] crate::Error),
+    /// A bad `[cluster]` setting (the field by its dotted path).
+    #[error("{field}: expected {expect} (got {value})")]
+    Cluster {
+        /// The field, `cluster.data_parallel_size`.
+        field: &'static str,
+        /// Its value.
+        value: String,
+        /// What it should be.
+        expect: std::borrow::Cow<'static, str>,
+    },
+    /// A replica group's or pool's engine settings (`cluster.prefill.serve`) are bad.
+    #[error("{path}.{source}")]
+    Replica {
+        /// The table the settings are in.
+        path: &'static str,
+        /// What is wrong.
+        source: crate::Error,
+    },
 }
 
 impl RawServeScenario {
@@ -205,6 +227,7 @@ impl RawServeScenario {
             pick(&mut c.max_context, oc.max_context);
         }
         self.serve = self.serve.overlay(other.serve);
+        self.cluster = self.cluster.overlay(other.cluster);
         self
     }
 
@@ -232,11 +255,11 @@ impl RawServeScenario {
                 }
                 other => other,
             })?;
-        let hardware = HardwareProfile::resolve(
-            self.hardware
-                .as_deref()
-                .ok_or(ScenarioError::Missing { field: "hardware" })?,
-        )?;
+        let hardware_name = self
+            .hardware
+            .as_deref()
+            .ok_or(ScenarioError::Missing { field: "hardware" })?;
+        let hardware = HardwareProfile::resolve(hardware_name)?;
         let mut w = self.workload;
         if w.trace.is_none() && w.output_lengths.is_none() {
             w.output_lengths = Some(DEFAULT_OUTPUT_LENGTHS.into());
@@ -254,6 +277,19 @@ impl RawServeScenario {
                 block_bytes: resolved.block_bytes,
             });
         }
+        if config.kv_reload == crate::tier::Reload::Hybrid {
+            let m = config.apply(&model);
+            let (x, kv) = (m.act_bytes_per_token_layer(), m.kv_bytes_per_token_layer());
+            if x >= kv {
+                notes.push(Note::HybridNoGain {
+                    model: m.name.clone(),
+                    x_bytes: x,
+                    kv_bytes: kv,
+                });
+            }
+        }
+        let cluster =
+            crate::cluster::scenario::resolve(&self.cluster, &whole, hardware_name, &self.serve)?;
         let model = config.apply(&model);
         Ok(ServeScenario {
             model,
@@ -263,6 +299,8 @@ impl RawServeScenario {
             config,
             resolved,
             notes,
+            cluster,
+            tensor_parallel_size: tp,
         })
     }
 }
@@ -284,6 +322,10 @@ pub struct ServeScenario {
     pub resolved: Resolved,
     /// Settings that have no effect or are close to a limit, for the front end to show.
     pub notes: Vec<Note>,
+    /// Replicas behind a router, or prefill and decode pools (`None`: one engine).
+    pub cluster: Option<ClusterScenario>,
+    /// Tensor-parallel GPUs of the one engine (`serve.tensor_parallel_size`).
+    pub tensor_parallel_size: u32,
 }
 
 /// Fraction of host RAM (all tensor-parallel GPUs' swap space together) above which vLLM
@@ -313,6 +355,19 @@ pub enum Note {
         host_bytes: u64,
         /// One KV block, bytes.
         block_bytes: u64,
+    },
+    /// Hybrid reload asked for where it cannot gain: a token's layer input is no smaller than
+    /// its K and V (grouped-query attention), so the tier keeps K and V (a plain transfer).
+    #[error(
+        "`serve.kv_reload` hybrid gains nothing on {model}: a token's layer input ({x_bytes} bytes per layer) is no smaller than its K and V ({kv_bytes} bytes, grouped-query attention), so the CPU tier keeps K and V and reloads them as `transfer` does"
+    )]
+    HybridNoGain {
+        /// The model.
+        model: String,
+        /// Layer-input bytes per token and layer (one rank).
+        x_bytes: u64,
+        /// K and V bytes per token and layer (one rank).
+        kv_bytes: u64,
     },
     /// A swap space above [`SWAP_SPACE_WARN_FRACTION`] of host RAM (vLLM's warning).
     #[error(
@@ -388,7 +443,50 @@ impl ServeScenario {
 
     /// Serves `requests` (from [`requests`](Self::requests)).
     pub fn run(&self, requests: &[Request]) -> Result<ServeReport, crate::Error> {
-        crate::simulate(&self.model, &self.hardware, &self.config, requests)
+        match &self.cluster {
+            Some(c) => crate::cluster::simulate_cluster(c.plan(self.seed, true), requests),
+            None => {
+                let (timer, resolved) =
+                    crate::server::prepare(&self.model, &self.hardware, &self.config)?;
+                let tier = crate::tier::for_engine(&resolved, timer.model(), self.tp());
+                crate::cluster::simulate_cluster(self.one(timer, resolved, tier), requests)
+            }
+        }
+    }
+
+    /// Tensor-parallel GPUs of the one engine.
+    fn tp(&self) -> u32 {
+        self.tensor_parallel_size.max(1)
+    }
+
+    /// The plan of the one engine.
+    fn one(
+        &self,
+        timer: crate::IterationTimer,
+        resolved: Resolved,
+        tier: Option<crate::tier::CpuTier>,
+    ) -> crate::cluster::ClusterPlan {
+        crate::cluster::ClusterPlan {
+            replicas: vec![crate::cluster::ReplicaPlan {
+                name: "r0".into(),
+                role: crate::cluster::Role::Colocated,
+                hardware: self.hardware.name.clone(),
+                tensor_parallel_size: self.tp(),
+                timer,
+                resolved,
+                frontend_s: self.hardware.serving.frontend_us * 1e-6,
+                interconnect: self.hardware.interconnect.clone(),
+                tier,
+            }],
+            router: Default::default(),
+            staleness_s: 0.0,
+            router_latency_s: 0.0,
+            weights: Default::default(),
+            seed: self.seed,
+            transfer: Default::default(),
+            moe: self.model.moe.is_some(),
+            per_replica: false,
+        }
     }
 
     /// Serves a stream of requests (from [`request_stream`](Self::request_stream), or a
@@ -400,9 +498,16 @@ impl ServeScenario {
         requests: RequestStream,
         progress: &dyn Progress,
     ) -> Result<ServeReport, crate::Error> {
-        let (timer, resolved) = crate::server::prepare(&self.model, &self.hardware, &self.config)?;
-        let frontend_s = self.hardware.serving.frontend_us * 1e-6;
-        crate::simulate_stream(timer, resolved, frontend_s, requests, progress)
+        let plan = match &self.cluster {
+            Some(c) => c.plan(self.seed, true),
+            None => {
+                let (timer, resolved) =
+                    crate::server::prepare(&self.model, &self.hardware, &self.config)?;
+                let tier = crate::tier::for_engine(&resolved, timer.model(), self.tp());
+                self.one(timer, resolved, tier)
+            }
+        };
+        crate::cluster::simulate_cluster_stream(plan, requests, progress)
     }
 }
 

@@ -17,6 +17,7 @@ fn scenario() -> RawServeScenario {
             ..Default::default()
         },
         serve: Default::default(),
+        cluster: Default::default(),
     }
 }
 

@@ -5,10 +5,12 @@
 mod props;
 
 mod capacity;
+mod cluster;
 mod host;
 mod quant;
 mod real_vllm;
 mod roofline;
 mod serve;
 mod stream;
+mod tier;
 mod v1;

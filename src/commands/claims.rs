@@ -37,7 +37,9 @@ fn files(command: &Command) -> (Named, Named) {
             // The workload as the run will see it: the file's, with the flags over it.
             let file =
                 (a.scenario.as_deref()).and_then(|p| kvplan_run::RawScenario::read_serve(p).ok());
-            let raw = file.unwrap_or_default().overlay(a.to_raw());
+            let raw = file
+                .unwrap_or_default()
+                .overlay(a.to_raw().unwrap_or_default());
             let mut inputs = vec![
                 ("SCENARIO", a.scenario.clone()),
                 ("--compare-to", a.compare_to.clone()),

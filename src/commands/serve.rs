@@ -9,6 +9,7 @@ use crate::args::*;
 use crate::error::CliError;
 use crate::messages::serve_error;
 use kvplan_report as report;
+use kvplan_serve::cluster::scenario::{RawCluster, RawInterconnect, RawPool, RawReplica};
 use kvplan_serve::scenario::{RawConfig, RawServeScenario};
 use kvplan_serve::{Preemption, SchedulerKind};
 use kvplan_vocab::{KvCacheDtype, Quantization};
@@ -105,6 +106,23 @@ pub struct ServeArgs {
     /// the model's dtype]
     #[arg(long, value_enum)]
     pub kv_cache_dtype: Option<KvCacheDtype>,
+    /// A CPU tier for the KV cache (vLLM's flag), GiB of pinned host memory in all (over the
+    /// tensor-parallel GPUs): full blocks are copied out, a prefix found there is loaded back
+    /// [default: none]
+    #[arg(long, value_name = "GIB", allow_negative_numbers = true)]
+    pub kv_offloading_size: Option<f64>,
+    /// How the CPU tier moves blocks (vLLM's flag) [default: native]
+    #[arg(long, value_enum)]
+    pub kv_offloading_backend: Option<kvplan_serve::tier::BackendKind>,
+    /// Which block the CPU tier gives up when full [default: lru]
+    #[arg(long, value_enum)]
+    pub kv_offloading_eviction: Option<kvplan_serve::tier::EvictionKind>,
+    /// How a CPU-tier hit comes back [default: transfer]
+    #[arg(long, value_enum)]
+    pub kv_reload: Option<kvplan_serve::tier::Reload>,
+    /// Replicas, router, prefill/decode pools
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
     /// Replay a measured run and report predicted against measured per metric: a per-request
     /// CSV (arrival_s, prompt_tokens, output_tokens, ttft_s, e2e_s; kvplan's own --requests-csv
     /// reads back) or `vllm bench serve --save-detailed` result JSON; the requests come from FILE
@@ -150,9 +168,11 @@ impl ServeArgs {
         .collect()
     }
 
-    /// These flags as a raw serving scenario, to overlay on a scenario file's.
-    pub fn to_raw(&self) -> RawServeScenario {
-        RawServeScenario {
+    /// These flags as a raw serving scenario, to overlay on a scenario file's; a malformed
+    /// `--replica` or `--router-weights` is an error naming the flag.
+    pub fn to_raw(&self) -> Result<RawServeScenario, CliError> {
+        Ok(RawServeScenario {
+            cluster: self.cluster.to_raw()?,
             model: self.target.model.clone(),
             hardware: self.target.hardware.clone(),
             workload: self.requests.to_config(),
@@ -168,6 +188,10 @@ impl ServeArgs {
                 enable_expert_parallel: self.enable_expert_parallel.then_some(true),
                 quantization: self.quantization,
                 kv_cache_dtype: self.kv_cache_dtype,
+                kv_offloading_size_gib: self.kv_offloading_size,
+                kv_offloading_backend: self.kv_offloading_backend,
+                kv_offloading_eviction: self.kv_offloading_eviction,
+                kv_reload: self.kv_reload,
                 enable_prefix_caching: on_off(
                     self.enable_prefix_caching,
                     self.no_enable_prefix_caching,
@@ -199,8 +223,132 @@ impl ServeArgs {
                 ),
                 ..RawConfig::default()
             },
+        })
+    }
+}
+
+impl ClusterArgs {
+    /// These flags as the scenario's `[cluster]`.
+    fn to_raw(&self) -> Result<RawCluster, CliError> {
+        let pool = |hardware: &Option<String>, tp: Option<u32>| {
+            (hardware.is_some() || tp.is_some()).then(|| RawPool {
+                hardware: hardware.clone(),
+                serve: RawConfig {
+                    tensor_parallel_size: tp,
+                    ..RawConfig::default()
+                },
+            })
+        };
+        let interconnect = (self.interconnect_gbps.is_some()
+            || self.interconnect_latency_us.is_some())
+        .then(|| RawInterconnect {
+            gbps: self.interconnect_gbps,
+            latency_us: self.interconnect_latency_us,
+            ..RawInterconnect::default()
+        });
+        Ok(RawCluster {
+            data_parallel_size: self.data_parallel_size,
+            router: self.router,
+            router_staleness_s: self.router_staleness,
+            router_latency_us: self.router_latency_us,
+            router_weights: self.router_weights.as_deref().map(weights).transpose()?,
+            prefill_replicas: self.prefill_replicas,
+            decode_replicas: self.decode_replicas,
+            kv_transfer: self.kv_transfer,
+            prefill: pool(&self.prefill_hardware, self.prefill_tp),
+            decode: pool(&self.decode_hardware, self.decode_tp),
+            replicas: self
+                .replica
+                .iter()
+                .map(|s| replica(s))
+                .collect::<Result<_, _>>()?,
+            interconnect,
+        })
+    }
+}
+
+/// `key=value,...` pairs of a flag's value.
+fn pairs<'a>(flag: &str, spec: &'a str) -> Result<Vec<(&'a str, &'a str)>, CliError> {
+    spec.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| {
+            p.split_once('=')
+                .map(|(k, v)| (k.trim(), v.trim()))
+                .ok_or_else(|| {
+                    CliError::input(format!(
+                        "{flag} {spec}: `{p}` is not key=value (write e.g. {})",
+                        if flag == "--replica" {
+                            "count=2,hardware=a100-80g-sxm,tp=2"
+                        } else {
+                            "queue=2,kv=2,prefix=3"
+                        }
+                    ))
+                })
+        })
+        .collect()
+}
+
+/// `--router-weights queue=2,kv=2,prefix=3`.
+fn weights(spec: &str) -> Result<kvplan_serve::router::Weights, CliError> {
+    let mut w = kvplan_serve::router::Weights::default();
+    for (k, v) in pairs("--router-weights", spec)? {
+        let x: f64 = v.parse().map_err(|_| {
+            CliError::input(format!("--router-weights: {k}={v}: `{v}` is not a number"))
+        })?;
+        match k {
+            "queue" => w.queue = x,
+            "kv" => w.kv = x,
+            "prefix" => w.prefix = x,
+            _ => {
+                return Err(CliError::input(format!(
+                    "--router-weights: unknown scorer `{k}` (queue, kv or prefix)"
+                )));
+            }
         }
     }
+    Ok(w)
+}
+
+/// `--replica count=2,hardware=a100-80g-sxm,tp=2,...`.
+fn replica(spec: &str) -> Result<RawReplica, CliError> {
+    let mut r = RawReplica::default();
+    let num = |k: &str, v: &str| -> Result<u32, CliError> {
+        v.parse().map_err(|_| {
+            CliError::input(format!(
+                "--replica {spec}: {k}={v}: `{v}` is not a whole number"
+            ))
+        })
+    };
+    for (k, v) in pairs("--replica", spec)? {
+        match k {
+            "count" => r.count = Some(num(k, v)?),
+            "hardware" => r.hardware = Some(v.to_string()),
+            "tp" | "tensor-parallel-size" => r.serve.tensor_parallel_size = Some(num(k, v)?),
+            "max-num-seqs" => r.serve.max_num_seqs = Some(num(k, v)?),
+            "max-num-batched-tokens" => r.serve.max_num_batched_tokens = Some(num(k, v)?),
+            "quantization" | "kv-cache-dtype" => {
+                let field = k.replace('-', "_");
+                let table: toml::Table = [(field, toml::Value::String(v.to_string()))]
+                    .into_iter()
+                    .collect();
+                let parsed: RawConfig = table.try_into().map_err(|e: toml::de::Error| {
+                    CliError::input(format!("--replica {spec}: {k}={v}: {}", e.message().trim()))
+                })?;
+                if k == "quantization" {
+                    r.serve.quantization = parsed.quantization;
+                } else {
+                    r.serve.kv_cache_dtype = parsed.kv_cache_dtype;
+                }
+            }
+            _ => {
+                return Err(CliError::input(format!(
+                    "--replica {spec}: unknown key `{k}` (count, hardware, tp, quantization, \
+                     kv-cache-dtype, max-num-seqs, max-num-batched-tokens)"
+                )));
+            }
+        }
+    }
+    Ok(r)
 }
 
 /// A `--flag` / `--no-flag` pair as an optional setting (neither: the default).
@@ -220,7 +368,7 @@ pub(crate) fn read_scenario(path: &Path) -> Result<RawServeScenario, CliError> {
 pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
     use kvplan_serve::runs::Measured;
     let base = args.scenario.as_deref().map(read_scenario).transpose()?;
-    let mut raw = base.unwrap_or_default().overlay(args.to_raw());
+    let mut raw = base.unwrap_or_default().overlay(args.to_raw()?);
     let measured = match args.compare_to.as_deref().map(Measured::open).transpose() {
         Err(e) => return Err(CliError::input(format!("--compare-to: {e}"))),
         Ok(Some(Measured::Stages(stages))) => {

@@ -180,6 +180,36 @@ pub struct PeerLink {
     pub latency_s: f64,
 }
 
+/// The network between GPUs of different servers, per GPU (`[interconnect]`): what a KV cache
+/// crosses from a prefill replica to a decode replica (vLLM's NIXL connector reads it with
+/// RDMA).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Interconnect {
+    /// e.g. `InfiniBand NDR`.
+    pub kind: String,
+    /// One-direction bandwidth per GPU, bytes/s.
+    pub bandwidth: f64,
+    /// Latency of one transfer, seconds.
+    pub latency_s: f64,
+    /// Fixed cost of one transfer (posting it, its completion and notification), seconds.
+    pub per_transfer_s: f64,
+}
+
+/// `[interconnect]` of a profile that gives none: one 400 Gb/s InfiniBand NDR NIC per GPU (a
+/// ConnectX-7 per GPU, as in DGX H100 and HGX systems), 45 GB/s of RDMA reads of its 50 GB/s
+/// line rate (an estimate: RDMA reads of MiB-sized descriptors reach ~90% of line rate), 5 us per
+/// transfer and 20 us to post one and hear its notification (estimates; calibrate to replace).
+impl Default for Interconnect {
+    fn default() -> Self {
+        Interconnect {
+            kind: "InfiniBand NDR 400G (default)".into(),
+            bandwidth: 45e9,
+            latency_s: 5e-6,
+            per_transfer_s: 20e-6,
+        }
+    }
+}
+
 /// A validated hardware profile. Construct with [`HardwareProfile::resolve`],
 /// [`HardwareProfile::preset`] or [`HardwareProfile::from_toml_str`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -198,6 +228,8 @@ pub struct HardwareProfile {
     pub host: Host,
     /// Device-to-device link.
     pub peer: PeerLink,
+    /// The network to GPUs of other servers (`[interconnect]`, or [`Interconnect::default`]).
+    pub interconnect: Interconnect,
     /// The kernel model by shape (`[kernels]`); `None`: derived from `gpu` and `efficiency`
     /// (see [`crate::cost::derived_kernels`]).
     pub kernels: Option<KernelsSection>,
@@ -232,6 +264,9 @@ pub struct ProfileFile {
     pub host: HostSection,
     /// `[peer]`.
     pub peer: PeerSection,
+    /// `[interconnect]`: the network to other servers' GPUs (optional).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interconnect: Option<InterconnectSection>,
     /// `[kernels]`: the kernel model by shape, when fitted or calibrated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernels: Option<KernelsSection>,
@@ -351,6 +386,21 @@ pub struct PeerSection {
     pub gbps: f64,
     /// Microseconds.
     pub latency_us: f64,
+}
+
+/// `[interconnect]` of a profile file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InterconnectSection {
+    /// e.g. `InfiniBand NDR`, `RoCE 400G`, `NVLink 4`.
+    pub kind: String,
+    /// One direction per GPU, GB/s.
+    pub gbps: f64,
+    /// Microseconds per transfer.
+    pub latency_us: f64,
+    /// Microseconds to post a transfer and hear its completion.
+    #[serde(default)]
+    pub per_transfer_us: f64,
 }
 
 impl ProfileFile {
@@ -491,6 +541,17 @@ fn validate(file: ProfileFile, origin: &str) -> Result<HardwareProfile> {
             kind: s.peer.kind,
             bandwidth: gbps("peer.gbps", s.peer.gbps)?,
             latency_s: micros("peer.latency_us", s.peer.latency_us)?,
+        },
+        interconnect: match s.interconnect {
+            None => Interconnect::default(),
+            Some(i) => Interconnect {
+                kind: i.kind,
+                bandwidth: gbps("interconnect.gbps", i.gbps)?,
+                latency_s: micros("interconnect.latency_us", i.latency_us)?,
+                per_transfer_s: c
+                    .non_negative("interconnect.per_transfer_us", i.per_transfer_us)?
+                    * 1e-6,
+            },
         },
         kernels: s.kernels,
         attention: s.attention,

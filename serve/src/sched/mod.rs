@@ -19,6 +19,7 @@ use crate::iteration::IterationShape;
 use crate::kv_cache::{KvCacheManager, Layout, ReqKv};
 use crate::output::{Counters, FinishReason, RejectReason, Status};
 
+pub mod registry;
 pub mod v0;
 pub mod v1;
 
@@ -35,6 +36,31 @@ pub enum Place {
     Swapped,
     /// Finished or rejected.
     Done,
+}
+
+/// A KV connector's load in progress (vLLM's `WAITING_FOR_REMOTE_KVS`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Load {
+    /// None.
+    None,
+    /// Issued; its end is not known yet (a remote pull the driver times, a recomputation not yet
+    /// placed on the GPU).
+    Pending,
+    /// Done at this time (engine clock).
+    Until(f64),
+}
+
+/// Where a request's prompt KV comes from besides its own computation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Source {
+    /// Computed here (or found in this engine's tiers).
+    #[default]
+    Local,
+    /// Computed by a prefill replica (the cluster's engine `from`) and pulled from it.
+    Remote {
+        /// The prefill replica.
+        from: u32,
+    },
 }
 
 /// One request's state in the engine.
@@ -74,6 +100,27 @@ pub struct Seq {
     pub cached_tokens: Option<u32>,
     /// Why it stopped.
     pub finish_reason: FinishReason,
+    /// Where its prompt KV comes from.
+    pub source: Source,
+    /// Keep its blocks when it finishes, until the cluster releases them (a prefill replica's
+    /// request whose KV a decode replica will pull).
+    pub hold_kv: bool,
+    /// Push its KV layer by layer as its prefill runs (a prefill replica in layer-wise mode).
+    pub push_kv: bool,
+    /// A connector's load in progress.
+    pub load: Load,
+    /// Tokens loaded by a connector (a CPU tier's hit, a remote prefill), when first scheduled.
+    pub external_tokens: u32,
+    /// When its load started (NaN: none).
+    pub load_start: f64,
+    /// Seconds its load took, to its being schedulable again.
+    pub load_s: f64,
+    /// CPU tier: the next unit of its chain to store.
+    pub next_store: u32,
+    /// CPU tier: when its store copies end.
+    pub store_end: f64,
+    /// CPU tier with hybrid reload: units of its chain stored as layer inputs.
+    pub x_units: u32,
 }
 
 impl Seq {
@@ -219,6 +266,23 @@ pub struct State<'a> {
     /// Requests that finished in the last [`State::complete`] (the engine releases their
     /// closed-loop followers).
     pub just_finished: Vec<usize>,
+    /// Requests whose first token the last [`State::complete`] processed.
+    pub just_first: Vec<usize>,
+    /// Finished requests whose blocks are kept (held for a pull, or stores in flight), for the
+    /// engine to release.
+    pub kept: Vec<(usize, ReqKv)>,
+    /// The CPU tier (KV offloading), if any.
+    pub tier: Option<crate::tier::CpuTier>,
+    /// Whether remote prefills may hand requests over (a decode replica).
+    pub remote: bool,
+    /// Loads the last schedule issued, for the engine to time.
+    pub new_loads: Vec<usize>,
+    /// Requests with a load in progress.
+    pub loading: Vec<usize>,
+    /// Scratch for a request's unit hashes.
+    pub unit_hashes: Vec<u64>,
+    /// The tokens the last CPU-tier lookup asked for, counted when its request is scheduled.
+    pub tier_query: Option<u32>,
 }
 
 static EMPTY_LAYOUT: Layout = Layout::empty();
@@ -242,6 +306,14 @@ impl<'a> State<'a> {
             hybrid: None,
             act_block_bytes: 0,
             just_finished: Vec::new(),
+            just_first: Vec::new(),
+            kept: Vec::new(),
+            tier: None,
+            remote: false,
+            new_loads: Vec::new(),
+            loading: Vec::new(),
+            unit_hashes: Vec::new(),
+            tier_query: None,
             r,
         }
     }
@@ -267,10 +339,28 @@ impl<'a> State<'a> {
             recomputed_tokens: 0,
             cached_tokens: None,
             finish_reason: FinishReason::Stop,
+            source: Source::Local,
+            hold_kv: false,
+            push_kv: false,
+            load: Load::None,
+            external_tokens: 0,
+            load_start: f64::NAN,
+            load_s: 0.0,
+            next_store: 0,
+            store_end: f64::NEG_INFINITY,
+            x_units: u32::MAX,
         })?;
         self.status.push(Status::Finished)?;
         self.layouts.push(None)?;
         self.reqs.push(q)
+    }
+
+    /// Counts the last CPU-tier lookup (its request was scheduled or its load issued).
+    pub fn count_tier_query(&mut self) {
+        if let (Some(t), Some(q)) = (&mut self.tier, self.tier_query.take()) {
+            t.stats.lookups += 1;
+            t.stats.queried_tokens += u64::from(q);
+        }
     }
 
     /// Removes the oldest request when it is done (finished or rejected) and no step in flight
@@ -327,7 +417,7 @@ impl<'a> State<'a> {
             s.finish_reason = FinishReason::Length;
         }
         s.place = Place::Waiting;
-        if self.r.prefix_caching {
+        if self.r.prefix_caching || self.tier.is_some() {
             self.layouts[i] = Some(Layout::of(&self.reqs[i]));
         }
         self.waiting.push_back(i);
@@ -343,7 +433,7 @@ impl<'a> State<'a> {
         if s.prompt >= self.r.max_model_len {
             return Some(RejectReason::PromptTooLong);
         }
-        if self.r.config.scheduler == crate::SchedulerKind::VllmV1 {
+        if !self.r.config.scheduler.spec().rejects_unfittable {
             return None;
         }
         let total = (s.prompt + s.target).min(self.r.max_model_len);
@@ -377,6 +467,7 @@ impl<'a> State<'a> {
     /// all their tokens finish and free their blocks.
     pub fn complete(&mut self, step: &Step, now: f64) {
         self.just_finished.clear();
+        self.just_first.clear();
         let mut finished = false;
         for &(v, _, emits) in &step.members {
             if !emits {
@@ -387,14 +478,23 @@ impl<'a> State<'a> {
             s.generated += 1;
             if s.first_token.is_nan() {
                 s.first_token = now;
+                self.just_first.push(v);
             }
             if s.generated >= s.target && s.place != Place::Done {
                 s.finish = now;
                 let was = s.place;
                 s.place = Place::Done;
                 let mut kv = std::mem::take(&mut s.kv);
-                self.kv.free(&mut kv);
-                kv.clear();
+                if s.hold_kv || s.store_end > now {
+                    // Held for a pull, or its stores are still being copied.
+                    self.kept.push((v, kv));
+                } else {
+                    self.kv.free(&mut kv);
+                    kv.clear();
+                }
+                if let Some(t) = &mut self.tier {
+                    t.finish_stores(v, Some(s.store_end.max(now)));
+                }
                 finished = true;
                 self.just_finished.push(v);
                 if was == Place::Waiting {

@@ -13,7 +13,7 @@
 //!    (or, with chunked prefill off, it waits when they do not fit). A waiting request whose
 //!    blocks cannot be allocated stops the pass: waiting requests never preempt.
 
-use super::{Place, Policy, State, Step};
+use super::{Load, Place, Policy, Source, State, Step};
 
 /// vLLM V1's scheduling policy (first come, first served).
 #[derive(Debug, Clone, Copy, Default)]
@@ -71,10 +71,19 @@ impl Policy for V1 {
         if preempted {
             return;
         }
+        // Requests whose KV a connector is loading wait without using the budget; they go back
+        // to the front of the queue after the pass (vLLM's `skipped_waiting_requests`).
+        let mut skipped = std::mem::take(&mut st.scratch);
+        skipped.clear();
         while budget > 0 && (st.running.len() as u32) < r.max_num_seqs {
             let Some(&v) = st.waiting.front() else {
                 break;
             };
+            if st.seqs[v].load != Load::None {
+                st.waiting.pop_front();
+                skipped.push(v);
+                continue;
+            }
             let s = &mut st.seqs[v];
             let known = s.known();
             let layout = match st.layouts.get(v) {
@@ -87,6 +96,91 @@ impl Policy for V1 {
             } else {
                 st.hits.clear();
                 0
+            };
+            if s.computed == 0 {
+                match external(st, v, hit, known) {
+                    External::None => {}
+                    External::Skip => {
+                        st.waiting.pop_front();
+                        skipped.push(v);
+                        continue;
+                    }
+                    External::Async(n) => {
+                        let s = &mut st.seqs[v];
+                        if !st.kv.allocate_uncached(&mut s.kv, hit, n, &st.hits) {
+                            break;
+                        }
+                        st.waiting.pop_front();
+                        if s.cached_tokens.is_none() {
+                            s.cached_tokens = Some(hit);
+                        }
+                        s.computed = 0;
+                        s.external_tokens = n;
+                        st.count_tier_query();
+                        let s = &mut st.seqs[v];
+                        s.load = Load::Pending;
+                        s.load_start = now;
+                        st.new_loads.push(v);
+                        st.loading.push(v);
+                        skipped.push(v);
+                        continue;
+                    }
+                    External::Sync(n) => {
+                        // Loaded in this step, before its forward pass: scheduled at once past
+                        // the loaded tokens (the last token recomputed).
+                        let s = &mut st.seqs[v];
+                        let computed = (hit + n).min(known - 1);
+                        let mut m = known - computed;
+                        if threshold > 0 && m > threshold {
+                            m = threshold;
+                        }
+                        if !r.chunked_prefill && m > budget {
+                            break;
+                        }
+                        m = m.min(budget);
+                        if !st
+                            .kv
+                            .allocate_uncached(&mut s.kv, hit, computed - hit, &st.hits)
+                        {
+                            break;
+                        }
+                        let layout = match st.layouts.get(v) {
+                            Some(Some(l)) => l,
+                            _ => &super::EMPTY_LAYOUT,
+                        };
+                        st.kv.cache_upto(&mut s.kv, layout, computed);
+                        if !st
+                            .kv
+                            .allocate_slots(&mut s.kv, layout, computed, m, &[], known, mml)
+                        {
+                            // The loaded blocks stay with it; it runs when blocks free up.
+                            s.computed = computed;
+                            s.external_tokens = computed - hit;
+                            s.cached_tokens = Some(hit);
+                            st.new_loads.push(v);
+                            break;
+                        }
+                        st.waiting.pop_front();
+                        s.computed = computed;
+                        s.external_tokens = computed - hit;
+                        if s.cached_tokens.is_none() {
+                            s.cached_tokens = Some(hit);
+                        }
+                        st.count_tier_query();
+                        st.new_loads.push(v);
+                        let s = &mut st.seqs[v];
+                        s.place = Place::Running;
+                        st.running.push(v);
+                        st.schedule_tokens(step, v, m, now);
+                        budget -= m;
+                        continue;
+                    }
+                }
+            }
+            let s = &mut st.seqs[v];
+            let layout = match st.layouts.get(v) {
+                Some(Some(l)) => l,
+                _ => &super::EMPTY_LAYOUT,
             };
             let mut n = known - s.computed.max(hit);
             if threshold > 0 && n > threshold {
@@ -109,10 +203,81 @@ impl Policy for V1 {
                 s.cached_tokens = Some(hit);
             }
             s.place = Place::Running;
+            st.count_tier_query();
             st.running.push(v);
             st.schedule_tokens(step, v, n, now);
             budget -= n;
         }
+        for &v in skipped.iter().rev() {
+            st.waiting.push_front(v);
+        }
+        st.scratch = skipped;
+    }
+}
+
+/// What a KV connector offers a request with nothing computed, past its `hit` GPU tokens.
+enum External {
+    /// Nothing: compute it.
+    None,
+    /// Wait a step (a hit block is being loaded for another request).
+    Skip,
+    /// Load this many tokens while the request waits (vLLM's `load_kv_async`).
+    Async(u32),
+    /// Load this many tokens in the step that schedules it.
+    Sync(u32),
+}
+
+/// vLLM's `get_num_new_matched_tokens`: a remote prefill's prompt past the local hit, or the
+/// CPU tier's consecutive ready units past it.
+fn external(st: &mut State<'_>, v: usize, hit: u32, known: u32) -> External {
+    let s = &mut st.seqs[v];
+    if let Source::Remote { .. } = s.source {
+        // Every prompt token past the local hit (NIXL's `get_num_new_matched_tokens`).
+        let n = s.prompt.saturating_sub(hit);
+        return if n > 0 {
+            External::Async(n)
+        } else {
+            External::None
+        };
+    }
+    let Some(tier) = &mut st.tier else {
+        return External::None;
+    };
+    let unit = tier.unit;
+    let bs = st.r.config.block_size;
+    let layout = match st.layouts.get(v) {
+        Some(Some(l)) => l,
+        _ => return External::None,
+    };
+    // The request's full units (of its known tokens).
+    let units = (known / unit) as usize;
+    let hashes = &mut st.unit_hashes;
+    hashes.clear();
+    let mut kv = super::super::kv_cache::ReqKv::default();
+    let per = (unit / bs.max(1)) as usize;
+    let blocks = kv.hashes_upto(layout, units * per, bs);
+    // A unit is named by its last block's hash (vLLM's offloaded block hash).
+    hashes.extend((0..units).map(|u| blocks[u * per + per - 1]));
+    tier.eviction.touch(hashes);
+    // Counted once the request is scheduled or its load issued (a request that waits for
+    // blocks asks again next step).
+    st.tier_query = Some(known.saturating_sub(hit));
+    let start = (hit / unit) as usize;
+    if start >= units {
+        return External::None;
+    }
+    let (found, loading) = tier.eviction.lookup(&hashes[start..]);
+    let tokens = (unit * (start + found) as u32).saturating_sub(hit);
+    if found == 0 || tokens < unit {
+        return External::None;
+    }
+    if loading && st.r.prefix_caching {
+        return External::Skip;
+    }
+    if tier.backend.async_load {
+        External::Async(tokens)
+    } else {
+        External::Sync(tokens)
     }
 }
 
@@ -122,6 +287,11 @@ fn preempt(st: &mut State<'_>, v: usize) {
     st.counters.preemptions += 1;
     let s = &mut st.seqs[v];
     st.kv.free(&mut s.kv);
+    if let Some(t) = &mut st.tier {
+        // Its stored units become hits once copied (vLLM completes a preempted request's
+        // stores, blocking the next forward pass on them: not modelled).
+        t.finish_stores(v, Some(s.store_end));
+    }
     s.recomputed_tokens += u64::from(s.computed);
     s.computed = 0;
     s.preemptions += 1;

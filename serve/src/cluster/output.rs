@@ -1,0 +1,148 @@
+//! What a cluster run reports beside the cluster's summary: each replica's summary and series,
+//! the router's spread of requests, and for a disaggregated cluster the KV transfers and which
+//! of the prefill pool, the decode pool and the network binds.
+
+use serde::Serialize;
+
+use super::{KvTransfer, Role};
+use crate::output::{IterationRecord, Summary};
+use crate::tier::TierStats;
+
+/// One replica's share of a cluster run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReplicaOutput {
+    /// Its name (`r0`, `p0`, `d0`, ...).
+    pub name: String,
+    /// Its place.
+    pub role: Role,
+    /// Its GPU profile.
+    pub hardware: String,
+    /// Tensor-parallel GPUs.
+    pub tensor_parallel_size: u32,
+    /// Requests the router sent it.
+    pub routed: u64,
+    /// Kernel time over the cluster's makespan.
+    pub gpu_busy: f64,
+    /// Network link time (KV transfers) over the makespan.
+    pub network_busy: f64,
+    /// Prompt tokens its prefix cache gave back.
+    pub prefix_hit_tokens: u64,
+    /// Its summary over the requests (or prefills) it served.
+    pub summary: Option<Summary>,
+    /// Its per-step series (when recorded).
+    #[serde(skip)]
+    pub iterations: Vec<IterationRecord>,
+    /// Its CPU tier, if any.
+    pub tier: Option<TierStats>,
+}
+
+/// How a router spread the requests of one pool.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PoolStats {
+    /// Replicas (indices in [`ClusterOutput::replicas`]).
+    pub replicas: Vec<usize>,
+    /// Requests routed to each.
+    pub routed: Vec<u64>,
+    /// The most routed to one replica over the mean (1: even).
+    pub imbalance: f64,
+}
+
+impl PoolStats {
+    /// The stats of `routed` over `replicas`.
+    pub fn of(replicas: &[usize], routed: &[u64]) -> Self {
+        let total: u64 = routed.iter().sum();
+        let mean = total as f64 / routed.len().max(1) as f64;
+        let max = routed.iter().copied().max().unwrap_or(0) as f64;
+        PoolStats {
+            replicas: replicas.to_vec(),
+            routed: routed.to_vec(),
+            imbalance: if mean > 0.0 { max / mean } else { 1.0 },
+        }
+    }
+}
+
+/// The KV moved from prefill to decode replicas.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct TransferStats {
+    /// Pull (NIXL) or layer-wise push.
+    pub mode: KvTransfer,
+    /// Transfers.
+    pub transfers: u64,
+    /// Bytes moved (all ranks).
+    pub bytes: u64,
+    /// From a read being posted to its KV being there, summed, seconds.
+    pub seconds: f64,
+    /// Of that, waiting for a busy network link, seconds.
+    pub wait_s: f64,
+}
+
+/// What binds a disaggregated cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Binding {
+    /// The prefill pool's GPUs are the busiest.
+    PrefillPool,
+    /// The decode pool's GPUs are.
+    DecodePool,
+    /// A network link is.
+    Network,
+}
+
+impl Binding {
+    /// The words in a report.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Binding::PrefillPool => "the prefill pool",
+            Binding::DecodePool => "the decode pool",
+            Binding::Network => "the KV transfer link",
+        }
+    }
+}
+
+/// A cluster run's per-replica and router outputs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClusterOutput {
+    /// The replicas.
+    pub replicas: Vec<ReplicaOutput>,
+    /// The router's pools (one; prefill and decode when disaggregated).
+    pub pools: Vec<PoolStats>,
+    /// KV transfers (disaggregated).
+    pub transfer: Option<TransferStats>,
+    /// What binds (disaggregated): the busiest of the pools' mean GPU time and the busiest
+    /// network link.
+    pub binding: Option<Binding>,
+}
+
+impl ClusterOutput {
+    /// The outputs, with what binds.
+    pub fn new(
+        replicas: Vec<ReplicaOutput>,
+        pools: Vec<PoolStats>,
+        transfer: Option<TransferStats>,
+    ) -> Self {
+        let binding = transfer.map(|_| {
+            let mean = |role: Role| {
+                let v: Vec<f64> = (replicas.iter())
+                    .filter(|r| r.role == role)
+                    .map(|r| r.gpu_busy)
+                    .collect();
+                v.iter().sum::<f64>() / v.len().max(1) as f64
+            };
+            let net = replicas.iter().map(|r| r.network_busy).fold(0.0, f64::max);
+            let (p, d) = (mean(Role::Prefill), mean(Role::Decode));
+            if net >= p && net >= d {
+                Binding::Network
+            } else if p >= d {
+                Binding::PrefillPool
+            } else {
+                Binding::DecodePool
+            }
+        });
+        ClusterOutput {
+            replicas,
+            pools,
+            transfer,
+            binding,
+        }
+    }
+}

@@ -1,0 +1,297 @@
+//! The router: which replica of a pool serves a request, decided with what a real router sees
+//! (its own bookkeeping of what it sent where, the replicas' load as they last reported it, the
+//! blocks they cached as their KV events told it), on the cluster's clock.
+//!
+//! One file per router, one line each in [`ROUTERS`]. A router declares what it needs
+//! ([`Needs`]: the request's block hashes, periodic load reports, KV events) and gets it in a
+//! [`View`]; the driver ([`crate::cluster`]) keeps the view's reports as old as the router's
+//! own reporting rules and `router_staleness_s` make them.
+//!
+//! | name | after | sees | picks |
+//! |---|---|---|---|
+//! | `vllm-dp` | vLLM v0.15.1's internal DP load balancer | `[waiting, running]` published every 100 ms (dense models: never, zeros every 5 s) + its own increments | min `4 waiting + running` |
+//! | `random` | Vidur `random` | nothing | uniform |
+//! | `round-robin` | production-stack / Vidur | its counter | next in turn |
+//! | `least-requests` | least outstanding requests (Envoy, the routing benchmark's "least-loaded") | its own in-flight count | min, lowest index on ties |
+//! | `least-kv` | llm-d's kv-cache-utilization scorer alone | KV usage scraped every 50 ms | min usage, random ties |
+//! | `session` | production-stack `SessionRouter` | the session key | consistent hash; none: least QPS |
+//! | `prefix-aware` | production-stack `PrefixAwareRouter` | its own trie of routed prompts | longest match, random among them |
+//! | `llm-d` | llm-d / GIE's default profile | queue and KV scraped every 50 ms, its own prefix LRU | max `2 queue + 2 kv + 3 prefix` |
+//! | `kv-aware` | Dynamo's KV router | KV events, its own active blocks | min `prefill blocks + decode blocks` |
+
+use std::sync::LazyLock;
+
+use kvplan_workloads::Request;
+use rand::rngs::ChaCha8Rng;
+
+mod kv_aware;
+mod llm_d;
+mod load;
+mod prefix_aware;
+mod session;
+mod vllm_dp;
+
+pub use load::{KvIndex, Metrics};
+
+/// What a router needs the driver to keep for it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Needs {
+    /// The request's block hashes at this many tokens per block (its own chunking, or the
+    /// replicas' block size when `0`).
+    pub hash_block: Option<u32>,
+    /// Load reports scraped at this period (seconds; `0.0`: read when deciding).
+    pub scrape_s: Option<f64>,
+    /// The replicas' KV events (blocks cached and evicted).
+    pub kv_events: bool,
+    /// First-token notices (a router that counts prefill work until the first token).
+    pub first_tokens: bool,
+    /// The replicas must cache prefixes (`enable_prefix_caching`).
+    pub prefix_caching: bool,
+}
+
+/// A request being routed.
+#[derive(Debug)]
+pub struct Routed<'a> {
+    /// Its position in the run's input.
+    pub index: usize,
+    /// The request.
+    pub request: &'a Request,
+    /// Its prompt's full-block hashes at [`Needs::hash_block`] tokens per block (empty when
+    /// the router needs none).
+    pub hashes: &'a [u64],
+    /// Its session (a conversation, a user of a shared-prefix load), if it has one.
+    pub session: Option<u64>,
+}
+
+/// What the router sees of a pool's replicas when it decides.
+#[derive(Debug)]
+pub struct View<'a> {
+    /// Decision time (cluster clock).
+    pub now: f64,
+    /// Per replica: requests the router sent there that have not ended (its own count).
+    pub in_flight: &'a [u64],
+    /// Per replica: the load as last scraped (or live, without a scrape period).
+    pub metrics: &'a [Metrics],
+    /// Per replica: KV blocks that hold KV (for utilisation).
+    pub capacity_blocks: &'a [u32],
+    /// Per replica: tokens per KV block.
+    pub block_size: &'a [u32],
+    /// The replicas' cached blocks as their KV events reported them (routers with
+    /// [`Needs::kv_events`]).
+    pub kv: Option<&'a KvIndex>,
+}
+
+/// A routing policy. `pick` returns a position in the pool (`0..view.in_flight.len()`).
+pub trait Router: Send {
+    /// The replica for `q`.
+    fn pick(&mut self, q: &Routed<'_>, view: &View<'_>, rng: &mut ChaCha8Rng) -> usize;
+    /// `q` was sent to `replica` (the router's own bookkeeping).
+    fn routed(&mut self, _q: &Routed<'_>, _replica: usize) {}
+    /// Request `index` on `replica` produced its first token.
+    fn first_token(&mut self, _index: usize, _replica: usize) {}
+    /// Request `index` on `replica` ended.
+    fn ended(&mut self, _index: usize, _replica: usize) {}
+    /// A scrape of the replicas' load at `now` ([`Needs::scrape_s`]).
+    fn scrape(&mut self, _now: f64, _metrics: &[Metrics]) {}
+}
+
+/// What a router is made from.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    /// Replicas in the pool.
+    pub replicas: usize,
+    /// Per replica: KV blocks that hold KV.
+    pub capacity_blocks: Vec<u32>,
+    /// Whether the model is a mixture of experts (vLLM v0.15.1's DP ranks report their load
+    /// only then).
+    pub moe: bool,
+    /// Weights of the `llm-d` scorers (queue, KV utilisation, prefix).
+    pub weights: Weights,
+}
+
+/// Scorer weights of the `llm-d` router (GIE's default profile: queue 2, KV utilisation 2,
+/// prefix 3).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Weights {
+    /// queue-scorer.
+    pub queue: f64,
+    /// kv-cache-utilization-scorer.
+    pub kv: f64,
+    /// prefix-cache-scorer.
+    pub prefix: f64,
+}
+
+impl Default for Weights {
+    fn default() -> Self {
+        Weights {
+            queue: 2.0,
+            kv: 2.0,
+            prefix: 3.0,
+        }
+    }
+}
+
+/// One router: its name, what it follows, what it needs and its factory.
+pub struct RouterSpec {
+    /// The name in files and flags.
+    pub name: &'static str,
+    /// One line for `--help`.
+    pub about: &'static str,
+    /// What it needs.
+    pub needs: Needs,
+    /// A new router.
+    pub new: fn(&Setup) -> Box<dyn Router>,
+}
+
+impl std::fmt::Debug for RouterSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RouterSpec")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+/// Every router, one line each.
+pub static ROUTERS: &[RouterSpec] = &[
+    vllm_dp::SPEC,
+    simple::RANDOM,
+    simple::ROUND_ROBIN,
+    simple::LEAST_REQUESTS,
+    simple::LEAST_KV,
+    session::SPEC,
+    prefix_aware::SPEC,
+    llm_d::SPEC,
+    kv_aware::SPEC,
+];
+
+mod simple;
+
+/// A router by name ([`ROUTERS`]); the default is `vllm-dp`, vLLM's own.
+#[derive(Clone, Copy)]
+pub struct RouterKind(&'static RouterSpec);
+
+impl RouterKind {
+    /// The router named `name`.
+    pub fn from_name(name: &str) -> Option<RouterKind> {
+        ROUTERS.iter().find(|r| r.name == name).map(RouterKind)
+    }
+
+    /// Its name.
+    pub fn as_str(self) -> &'static str {
+        self.0.name
+    }
+
+    /// Its registry entry.
+    pub fn spec(self) -> &'static RouterSpec {
+        self.0
+    }
+
+    /// Every router's name, in registry order.
+    pub fn names() -> Vec<&'static str> {
+        ROUTERS.iter().map(|r| r.name).collect()
+    }
+}
+
+impl Default for RouterKind {
+    fn default() -> Self {
+        RouterKind(&ROUTERS[0])
+    }
+}
+
+impl PartialEq for RouterKind {
+    fn eq(&self, o: &Self) -> bool {
+        self.0.name == o.0.name
+    }
+}
+
+impl Eq for RouterKind {}
+
+impl std::fmt::Debug for RouterKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.name)
+    }
+}
+
+impl std::fmt::Display for RouterKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.name)
+    }
+}
+
+impl std::str::FromStr for RouterKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        RouterKind::from_name(s)
+            .ok_or_else(|| format!("one of {} (got `{s}`)", RouterKind::names().join(", ")))
+    }
+}
+
+impl serde::Serialize for RouterKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.0.name)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for RouterKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+static KINDS: LazyLock<Vec<RouterKind>> =
+    LazyLock::new(|| ROUTERS.iter().map(RouterKind).collect());
+
+#[cfg(feature = "clap")]
+impl clap::ValueEnum for RouterKind {
+    fn value_variants<'a>() -> &'a [Self] {
+        &KINDS
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.0.name).help(self.0.about))
+    }
+}
+
+/// Every router kind (for front ends that list them).
+pub fn kinds() -> &'static [RouterKind] {
+    &KINDS
+}
+
+/// The position of the smallest `score` (lowest position on ties).
+pub(crate) fn argmin_first(n: usize, mut score: impl FnMut(usize) -> f64) -> usize {
+    let mut best = (f64::INFINITY, 0);
+    for i in 0..n {
+        let s = score(i);
+        if s < best.0 {
+            best = (s, i);
+        }
+    }
+    best.1
+}
+
+/// A uniformly random position among those whose score equals the best (`max` or min).
+pub(crate) fn pick_best(
+    n: usize,
+    max: bool,
+    rng: &mut ChaCha8Rng,
+    mut score: impl FnMut(usize) -> f64,
+) -> usize {
+    use rand::RngExt;
+    let scores: Vec<f64> = (0..n).map(&mut score).collect();
+    let best = scores.iter().copied().fold(
+        if max {
+            f64::NEG_INFINITY
+        } else {
+            f64::INFINITY
+        },
+        |a, b| if max { a.max(b) } else { a.min(b) },
+    );
+    let ties: Vec<usize> = (0..n).filter(|&i| scores[i] == best).collect();
+    match ties.len() {
+        0 => 0,
+        1 => ties[0],
+        k => ties[rng.random_range(0..k)],
+    }
+}

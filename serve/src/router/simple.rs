@@ -1,0 +1,111 @@
+//! Routers that need no index: `random` and `round-robin` (Vidur's global schedulers,
+//! `vidur/scheduler/global_scheduler/`, and production-stack's `RoundRobinRouter`),
+//! `least-requests` (fewest requests in flight as the router counts them) and `least-kv`
+//! (llm-d's kv-cache-utilization scorer alone).
+
+use rand::RngExt;
+use rand::rngs::ChaCha8Rng;
+
+use super::{Needs, Routed, Router, RouterSpec, Setup, View, pick_best};
+
+/// `random`: uniform over the pool (Vidur's `RandomGlobalScheduler`: `randint(1, n) - 1`).
+pub const RANDOM: RouterSpec = RouterSpec {
+    name: "random",
+    about: "Uniformly random replica (Vidur's random global scheduler)",
+    needs: Needs {
+        hash_block: None,
+        scrape_s: None,
+        kv_events: false,
+        first_tokens: false,
+        prefix_caching: false,
+    },
+    new: |_| Box::new(Random),
+};
+
+struct Random;
+
+impl Router for Random {
+    fn pick(&mut self, _: &Routed<'_>, view: &View<'_>, rng: &mut ChaCha8Rng) -> usize {
+        rng.random_range(0..view.in_flight.len())
+    }
+}
+
+/// `round-robin`: each replica in turn (production-stack's `RoundRobinRouter`, a counter over
+/// the sorted endpoints; Vidur's default).
+pub const ROUND_ROBIN: RouterSpec = RouterSpec {
+    name: "round-robin",
+    about: "Each replica in turn (production-stack's and Vidur's round robin)",
+    needs: Needs {
+        hash_block: None,
+        scrape_s: None,
+        kv_events: false,
+        first_tokens: false,
+        prefix_caching: false,
+    },
+    new: |_| Box::new(RoundRobin(0)),
+};
+
+struct RoundRobin(usize);
+
+impl Router for RoundRobin {
+    fn pick(&mut self, _: &Routed<'_>, view: &View<'_>, _: &mut ChaCha8Rng) -> usize {
+        let r = self.0 % view.in_flight.len();
+        self.0 = self.0.wrapping_add(1);
+        r
+    }
+}
+
+/// `least-requests`: the replica with the fewest requests the router sent and has not seen end
+/// (least outstanding requests as a proxy counts them: llm-d's active-request scorer, +1 when a
+/// request is sent, -1 when its response completes, alone with the max-score picker, whose ties
+/// go uniformly at random; the routing benchmark's "least-loaded (in-flight)"). Vidur's `lor`
+/// counts only requests not yet admitted to a batch (a proxy cannot see that) and breaks ties to
+/// the lowest index, which at light load sends the first replica more than its share.
+pub const LEAST_REQUESTS: RouterSpec = RouterSpec {
+    name: "least-requests",
+    about: "Fewest requests in flight as the router counts them (least outstanding requests)",
+    needs: Needs {
+        hash_block: None,
+        scrape_s: None,
+        kv_events: false,
+        first_tokens: false,
+        prefix_caching: false,
+    },
+    new: |_| Box::new(LeastRequests),
+};
+
+struct LeastRequests;
+
+impl Router for LeastRequests {
+    fn pick(&mut self, _: &Routed<'_>, view: &View<'_>, rng: &mut ChaCha8Rng) -> usize {
+        pick_best(view.in_flight.len(), false, rng, |i| {
+            view.in_flight[i] as f64
+        })
+    }
+}
+
+/// `least-kv`: the lowest KV-cache usage as scraped (llm-d's kv-cache-utilization scorer,
+/// `1 - usage`, with the max-score picker's random tie-break; the EPP scrapes `/metrics` every
+/// 50 ms: GIE v1.5.0 `--refresh-metrics-interval`).
+pub const LEAST_KV: RouterSpec = RouterSpec {
+    name: "least-kv",
+    about: "Lowest KV-cache usage, scraped every 50 ms (llm-d's kv-cache-utilization scorer)",
+    needs: Needs {
+        hash_block: None,
+        scrape_s: Some(0.05),
+        kv_events: false,
+        first_tokens: false,
+        prefix_caching: false,
+    },
+    new: |_: &Setup| Box::new(LeastKv),
+};
+
+struct LeastKv;
+
+impl Router for LeastKv {
+    fn pick(&mut self, _: &Routed<'_>, view: &View<'_>, rng: &mut ChaCha8Rng) -> usize {
+        pick_best(view.metrics.len(), false, rng, |i| {
+            f64::from(view.metrics[i].kv_used) / f64::from(view.capacity_blocks[i].max(1))
+        })
+    }
+}
