@@ -11,7 +11,7 @@ use crate::error::CliError;
 /// 19 rows, [`Field`]'s names), the serving scenario (`workload.*`, `serve.*`) and the capacity
 /// commands' own settings. Every library error and note names a field; the binary names its
 /// flag through this table (a test holds every row to an option the command line has).
-const FLAGS: [(&str, &str); 61] = [
+const FLAGS: [(&str, &str); 78] = [
     ("model", "--model"),
     ("hardware", "--hardware"),
     ("strategy", "--strategy"),
@@ -85,6 +85,26 @@ const FLAGS: [(&str, &str); 61] = [
     ("workload.conversation.max_context", "--max-context"),
     ("serve.quantization", "--quantization"),
     ("serve.kv_cache_dtype", "--kv-cache-dtype"),
+    ("serve.kv_offloading_size_gib", "--kv-offloading-size"),
+    ("serve.kv_offloading_backend", "--kv-offloading-backend"),
+    ("serve.kv_offloading_eviction", "--kv-offloading-eviction"),
+    ("serve.kv_reload", "--kv-reload"),
+    ("cluster.data_parallel_size", "--data-parallel-size"),
+    ("cluster.router", "--router"),
+    ("cluster.router_staleness_s", "--router-staleness"),
+    ("cluster.router_latency_us", "--router-latency-us"),
+    ("cluster.router_weights", "--router-weights"),
+    ("cluster.replica.count", "--replica count=N"),
+    ("cluster.prefill_replicas", "--prefill-replicas"),
+    ("cluster.decode_replicas", "--decode-replicas"),
+    ("cluster.kv_transfer", "--kv-transfer"),
+    ("cluster.prefill.serve.tensor_parallel_size", "--prefill-tp"),
+    ("cluster.decode.serve.tensor_parallel_size", "--decode-tp"),
+    ("cluster.interconnect.gbps", "--interconnect-gbps"),
+    (
+        "cluster.interconnect.latency_us",
+        "--interconnect-latency-us",
+    ),
     // `kvplan capacity`, `kvplan serve-capacity`
     ("capacity.host_ram", "--host-ram"),
     ("capacity.runtime_reserve", "--runtime-reserve"),

@@ -799,3 +799,106 @@ fn flag_errors_name_what_is_missing_or_accepted() {
     let out = run_in(dir.path(), &["serve", "--scheduler", "fifo"]);
     expect_input_error(&out, &["'fifo'", "possible values: vllm-v1"]);
 }
+
+/// A cluster's bad settings, each one line naming its flag and field, exit 2, no file: a router
+/// that needs the prefix cache with it off, an empty pool, a network of no bandwidth, a CPU tier
+/// larger than the host's RAM, a malformed replica group.
+#[test]
+fn cluster_settings_name_their_flags() {
+    let dir = TempDir::new("cluster-errors");
+    let base = [
+        "serve",
+        "--model",
+        "llama-2-7b",
+        "--hardware",
+        "h100-sxm",
+        "--arrivals",
+        "poisson",
+        "--qps",
+        "2",
+        "--lengths",
+        "64",
+        "--requests",
+        "4",
+        "--requests-csv",
+        "out.csv",
+    ];
+    let fails = |extra: &[&str], needles: &[&str]| {
+        let before = dir.files();
+        let args: Vec<&str> = [&base[..], extra].concat();
+        expect_input_error(&run_in(dir.path(), &args), needles);
+        assert_eq!(dir.files(), before, "an output file was written: {extra:?}");
+    };
+    fails(
+        &[
+            "--data-parallel-size",
+            "2",
+            "--router",
+            "prefix-aware",
+            "--no-enable-prefix-caching",
+        ],
+        &["error: --router (cluster.router): ", "prefix cach"],
+    );
+    fails(
+        &["--prefill-replicas", "0", "--decode-replicas", "2"],
+        &[
+            "error: --prefill-replicas (cluster.prefill_replicas): ",
+            "got 0",
+        ],
+    );
+    fails(
+        &["--prefill-replicas", "2", "--decode-replicas", "0"],
+        &["error: --decode-replicas (cluster.decode_replicas): "],
+    );
+    fails(
+        &["--prefill-replicas", "1"],
+        &[
+            "error: --decode-replicas (cluster.decode_replicas): ",
+            "both pools",
+        ],
+    );
+    fails(
+        &[
+            "--prefill-replicas",
+            "1",
+            "--decode-replicas",
+            "1",
+            "--interconnect-gbps",
+            "0",
+        ],
+        &[
+            "error: --interconnect-gbps (cluster.interconnect.gbps): ",
+            "got 0",
+        ],
+    );
+    fails(
+        &["--kv-offloading-size", "5000"],
+        &[
+            "error: --kv-offloading-size (serve.kv_offloading_size_gib): ",
+            "RAM",
+        ],
+    );
+    fails(
+        &["--data-parallel-size", "0"],
+        &["error: --data-parallel-size (cluster.data_parallel_size): "],
+    );
+    fails(
+        &["--replica", "count=two"],
+        &["error: --replica count=two: count=two: `two` is not a whole number"],
+    );
+    fails(
+        &["--replica", "gpus=2"],
+        &["error: --replica gpus=2: unknown key `gpus`"],
+    );
+    fails(
+        &["--data-parallel-size", "2", "--router-weights", "queue=x"],
+        &["error: --router-weights: queue=x: `x` is not a number"],
+    );
+    fails(
+        &["--kv-reload", "hybrid"],
+        &[
+            "error: --kv-reload (serve.kv_reload): ",
+            "kv_offloading_size_gib",
+        ],
+    );
+}

@@ -386,6 +386,7 @@ fn cluster_tables(
         "TPOT p50",
         "TPOT p99",
         "GPU busy",
+        "KV used",
         "prefix hits",
     ];
     if disagg {
@@ -407,6 +408,7 @@ fn cluster_tables(
             p(|s| s.tpot_s.p50),
             p(|s| s.tpot_s.p99),
             pct(r.gpu_busy),
+            pct(r.kv_occupancy),
             r.prefix_hit_tokens.to_string(),
         ];
         if disagg {
@@ -443,24 +445,14 @@ fn cluster_tables(
             secs(tr.seconds / n),
             secs(tr.wait_s / n),
         );
-        let mean = |role| {
-            let v: Vec<f64> = (c.replicas.iter())
-                .filter(|r| r.role == role)
-                .map(|r| r.gpu_busy)
-                .collect();
-            v.iter().sum::<f64>() / v.len().max(1) as f64
-        };
-        let link = c
-            .replicas
-            .iter()
-            .map(|r| r.network_busy)
-            .fold(0.0, f64::max);
+        let (p, d, link) = kvplan_serve::cluster::output::pressures(&c.replicas);
         let _ = writeln!(
             text,
-            "binds: {} (prefill GPUs {} busy, decode GPUs {}, busiest link {})",
+            "binds: {} (prefill GPUs {} busy, decode KV blocks {} full on average, busiest \
+             link {} busy)",
             b.as_str(),
-            pct(mean(kvplan_serve::cluster::Role::Prefill)),
-            pct(mean(kvplan_serve::cluster::Role::Decode)),
+            pct(p),
+            pct(d),
             pct(link),
         );
     }

@@ -1,6 +1,9 @@
 //! 10,000 and 100,000 requests of the Splitwise conversation trace (tiled past its end) on
 //! llama-2-7b / a100-80g-sxm: vLLM V1 (chunked prefill, prefix caching, CUDA graphs,
-//! asynchronous scheduling, `max_model_len` 4096) and vLLM 0.4's prefill-first engine.
+//! asynchronous scheduling, `max_model_len` 4096) and vLLM 0.4's prefill-first engine; and the
+//! same 100,000 requests arriving 8 times as fast on 8 V1 replicas behind a router
+//! (round-robin, vLLM's DP balancer, and Dynamo's KV router, which indexes every replica's KV
+//! events).
 
 use std::hint::black_box;
 
@@ -52,6 +55,43 @@ fn bench(c: &mut Criterion) {
         });
         g.bench_function(format!("splitwise_conv_{n}_vllm_v0"), |b| {
             b.iter(|| black_box(simulate(&model, &hw, &v0, black_box(&reqs)).unwrap()))
+        });
+    }
+    g.finish();
+    let mut g = c.benchmark_group("cluster");
+    g.sample_size(10);
+    let reqs: Vec<Request> = trace(100_000)
+        .into_iter()
+        .map(|mut r| {
+            r.arrival_s /= 8.0;
+            r
+        })
+        .collect();
+    for router in ["round-robin", "vllm-dp", "kv-aware"] {
+        let raw = kvplan_serve::scenario::RawServeScenario {
+            model: Some("llama-2-7b".into()),
+            hardware: Some("a100-80g-sxm".into()),
+            workload: kvplan_workloads::WorkloadConfig {
+                arrivals: Some("all-at-once".into()),
+                prompt_lengths: Some("8".into()),
+                requests: Some(1),
+                ..Default::default()
+            },
+            serve: kvplan_serve::scenario::RawConfig {
+                max_model_len: Some(4096),
+                record_timeseries: Some(false),
+                record_requests: Some(false),
+                ..Default::default()
+            },
+            cluster: kvplan_serve::cluster::scenario::RawCluster {
+                data_parallel_size: Some(8),
+                router: Some(router.parse().unwrap()),
+                ..Default::default()
+            },
+        };
+        let sc = raw.resolve().unwrap();
+        g.bench_function(format!("splitwise_conv_100000_8_replicas_{router}"), |b| {
+            b.iter(|| black_box(sc.run(black_box(&reqs)).unwrap()))
         });
     }
     g.finish();

@@ -81,6 +81,11 @@ impl BlockPool {
         self.capacity() - self.num_free
     }
 
+    /// Blocks holding a cached hash.
+    pub fn num_cached(&self) -> usize {
+        self.cached.len()
+    }
+
     /// Cached blocks whose hash was evicted to hand the block out again.
     pub fn evictions(&self) -> u64 {
         self.evictions

@@ -190,6 +190,9 @@ pub struct Engine<'a> {
     loaded: FxHashMap<usize, Vec<u64>>,
     /// Scratch.
     scratch: Vec<u64>,
+    /// KV blocks in use integrated over time (block-seconds), and when it was last added to.
+    kv_area: f64,
+    kv_area_at: f64,
 }
 
 impl<'a> Engine<'a> {
@@ -228,7 +231,18 @@ impl<'a> Engine<'a> {
             gpu_debt: 0.0,
             loaded: FxHashMap::default(),
             scratch: Vec::new(),
+            kv_area: 0.0,
+            kv_area_at: 0.0,
         }
+    }
+
+    /// KV blocks in use, averaged over `0..until` (the cluster's makespan).
+    pub fn mean_kv_used(&self, until: f64) -> f64 {
+        if until <= 0.0 {
+            return 0.0;
+        }
+        let tail = f64::from(self.st.kv.pool().num_used()) * (until - self.kv_area_at).max(0.0);
+        (self.kv_area + tail) / until
     }
 
     /// Gives the engine a CPU tier for its KV cache.
@@ -394,6 +408,9 @@ impl<'a> Engine<'a> {
             Host::Ready => {}
         }
         self.host = Host::Ready;
+        let used = f64::from(self.st.kv.pool().num_used());
+        self.kv_area += used * (self.now - self.kv_area_at).max(0.0);
+        self.kv_area_at = self.kv_area_at.max(self.now);
         self.settle();
         self.take_arrivals(out)?;
         self.retire(out)?;

@@ -35,7 +35,9 @@ use crate::config::Resolved;
 use crate::engine::{Delivery, Engine, Outbox, Part};
 use crate::iteration::IterationTimer;
 use crate::output::{RequestRecord, ServeReport, Status, SummaryAcc, Totals};
-use crate::router::{KvIndex, Metrics, Needs, Routed, Router, RouterKind, Setup, View, Weights};
+use crate::router::{
+    KvIndex, KvView, Metrics, Needs, Routed, Router, RouterKind, Setup, View, Weights,
+};
 use crate::tier::{CpuTier, TierStats};
 
 pub mod output;
@@ -277,6 +279,8 @@ struct Pool {
     /// Per member: `(time, load)` after each pass, kept when the router sees load late.
     history: Option<Vec<VecDeque<(f64, Metrics)>>>,
     kv: Option<KvIndex>,
+    /// The router reads the replicas' prefix caches for their KV events.
+    live_kv: bool,
     /// KV events not yet seen by the router: `(time, member, hash, stored)`.
     kv_queue: VecDeque<(f64, usize, u64, bool)>,
     capacity_blocks: Vec<u32>,
@@ -443,7 +447,10 @@ fn run<I: Iterator<Item = Request>>(
             weights,
         };
         let needs = if n > 1 { spec.needs } else { Needs::default() };
-        if needs.kv_events {
+        // KV events that reach the router at once say what the engines' prefix caches hold:
+        // it reads those instead (the same answers, without keeping an index).
+        let events = needs.kv_events && staleness_s > 0.0;
+        if events {
             for &i in &members {
                 engines[i].record_kv_events();
             }
@@ -462,7 +469,8 @@ fn run<I: Iterator<Item = Request>>(
             next_scrape: 0.0,
             history: (needs.scrape_s.is_some() && staleness_s > 0.0)
                 .then(|| vec![VecDeque::from([(f64::NEG_INFINITY, Metrics::default())]); n]),
-            kv: needs.kv_events.then(|| KvIndex::new(n)),
+            kv: events.then(|| KvIndex::new(n)),
+            live_kv: needs.kv_events && !events,
             kv_queue: VecDeque::new(),
             capacity_blocks,
             block_size,
@@ -721,13 +729,23 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
                 hashes: &self.hashes,
                 session,
             };
+            let kv = match (&pool.kv, pool.live_kv) {
+                (Some(k), _) => Some(KvView::Index(k)),
+                (None, true) => Some(KvView::Live(
+                    pool.members
+                        .iter()
+                        .map(|&i| self.engines[i].st.kv.pool())
+                        .collect(),
+                )),
+                (None, false) => None,
+            };
             let view = View {
                 now: t,
                 in_flight: &pool.in_flight,
                 metrics,
                 capacity_blocks: &pool.capacity_blocks,
                 block_size: &pool.block_size,
-                kv: pool.kv.as_ref(),
+                kv,
             };
             let m = pool.router.pick(&routed, &view, &mut self.rng).min(n - 1);
             pool.router.routed(&routed, m);
@@ -1075,7 +1093,7 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
     ) -> Result<ClusterOutput, Error> {
         let accs = self.replica_acc.take();
         let mut replicas = Vec::new();
-        for i in 0..self.engines.len() {
+        for (i, r) in resolved.iter().enumerate() {
             let (p, m) = self.pool_of(i);
             let e = &mut self.engines[i];
             let meta = &self.plans[i];
@@ -1095,6 +1113,7 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
                 } else {
                     0.0
                 },
+                kv_occupancy: e.mean_kv_used(makespan) / f64::from(r.usable_blocks.max(1)),
                 prefix_hit_tokens: e.st.kv.stats().hit_tokens,
                 summary: None,
                 iterations: std::mem::take(&mut e.series),

@@ -25,6 +25,8 @@ pub struct ReplicaOutput {
     pub gpu_busy: f64,
     /// Network link time (KV transfers) over the makespan.
     pub network_busy: f64,
+    /// KV blocks in use over the run, as a fraction of its blocks.
+    pub kv_occupancy: f64,
     /// Prompt tokens its prefix cache gave back.
     pub prefix_hit_tokens: u64,
     /// Its summary over the requests (or prefills) it served.
@@ -99,6 +101,27 @@ impl Binding {
     }
 }
 
+/// The pressure on each part of a disaggregated cluster, each a fraction of its capacity:
+/// the prefill pool's mean GPU time (a prefill replica computes only while it has prompts), the
+/// decode pool's mean KV occupancy (a decode replica's GPU runs whenever it holds a request, so
+/// its busy time says little; its blocks fill as its load nears what it can hold, and then
+/// requests wait for them) and the busiest network link's time.
+pub fn pressures(replicas: &[ReplicaOutput]) -> (f64, f64, f64) {
+    let mean = |role: Role, f: fn(&ReplicaOutput) -> f64| {
+        let v: Vec<f64> = (replicas.iter())
+            .filter(|r| r.role == role)
+            .map(f)
+            .collect();
+        v.iter().sum::<f64>() / v.len().max(1) as f64
+    };
+    let net = replicas.iter().map(|r| r.network_busy).fold(0.0, f64::max);
+    (
+        mean(Role::Prefill, |r| r.gpu_busy),
+        mean(Role::Decode, |r| r.kv_occupancy),
+        net,
+    )
+}
+
 /// A cluster run's per-replica and router outputs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ClusterOutput {
@@ -108,8 +131,8 @@ pub struct ClusterOutput {
     pub pools: Vec<PoolStats>,
     /// KV transfers (disaggregated).
     pub transfer: Option<TransferStats>,
-    /// What binds (disaggregated): the busiest of the pools' mean GPU time and the busiest
-    /// network link.
+    /// What binds (disaggregated): the highest of the prefill pool's GPU time, the decode pool's
+    /// KV occupancy and the busiest network link, each a fraction of its capacity.
     pub binding: Option<Binding>,
 }
 
@@ -121,15 +144,7 @@ impl ClusterOutput {
         transfer: Option<TransferStats>,
     ) -> Self {
         let binding = transfer.map(|_| {
-            let mean = |role: Role| {
-                let v: Vec<f64> = (replicas.iter())
-                    .filter(|r| r.role == role)
-                    .map(|r| r.gpu_busy)
-                    .collect();
-                v.iter().sum::<f64>() / v.len().max(1) as f64
-            };
-            let net = replicas.iter().map(|r| r.network_busy).fold(0.0, f64::max);
-            let (p, d) = (mean(Role::Prefill), mean(Role::Decode));
+            let (p, d, net) = pressures(&replicas);
             if net >= p && net >= d {
                 Binding::Network
             } else if p >= d {

@@ -34,6 +34,7 @@ pub(super) const SPEC: RouterSpec = RouterSpec {
         Box::new(KvAware {
             prefill_tokens: vec![0; s.replicas],
             active: (0..s.replicas).map(|_| FxHashMap::default()).collect(),
+            active_bits: FxHashMap::default(),
             requests: FxHashMap::default(),
             overlap: Vec::new(),
             chosen_prefill: 0,
@@ -51,6 +52,8 @@ struct KvAware {
     prefill_tokens: Vec<u64>,
     /// Per worker: active block hash -> requests holding it.
     active: Vec<FxHashMap<u64, u32>>,
+    /// Per active block hash: the workers (of the first 64) holding it.
+    active_bits: FxHashMap<u64, u64>,
     requests: FxHashMap<usize, Active>,
     overlap: Vec<u32>,
     chosen_prefill: u64,
@@ -59,7 +62,7 @@ struct KvAware {
 impl Router for KvAware {
     fn pick(&mut self, q: &Routed<'_>, view: &View<'_>, rng: &mut ChaCha8Rng) -> usize {
         let n = view.in_flight.len();
-        match view.kv {
+        match &view.kv {
             Some(kv) => kv.matches(q.hashes, &mut self.overlap),
             None => {
                 self.overlap.clear();
@@ -77,7 +80,7 @@ impl Router for KvAware {
             })
             .collect();
         let best = logits.iter().copied().fold(f64::INFINITY, f64::min);
-        let cached = |w: usize| view.kv.map_or(0, |k| k.cached_blocks(w)) as f64;
+        let cached = |w: usize| view.kv.as_ref().map_or(0, |k| k.cached_blocks(w)) as f64;
         let chosen = pick_best(n, false, rng, |w| {
             if logits[w] == best {
                 cached(w)
@@ -95,7 +98,11 @@ impl Router for KvAware {
         self.prefill_tokens[replica] += self.chosen_prefill;
         let active = &mut self.active[replica];
         for &h in q.hashes {
-            *active.entry(h).or_insert(0) += 1;
+            let c = active.entry(h).or_insert(0);
+            *c += 1;
+            if *c == 1 && replica < 64 {
+                *self.active_bits.entry(h).or_insert(0) |= 1 << replica;
+            }
         }
         self.requests.insert(
             q.index,
@@ -123,6 +130,14 @@ impl Router for KvAware {
                     *c -= 1;
                     if *c == 0 {
                         active.remove(&h);
+                        if a.replica < 64
+                            && let Some(bits) = self.active_bits.get_mut(&h)
+                        {
+                            *bits &= !(1 << a.replica);
+                            if *bits == 0 {
+                                self.active_bits.remove(&h);
+                            }
+                        }
                     }
                 }
             }

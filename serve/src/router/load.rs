@@ -5,6 +5,52 @@
 
 use rustc_hash::FxHashMap;
 
+use crate::block_pool::BlockPool;
+
+/// The replicas' cached blocks as a router learns them from KV events: through an index the
+/// events built (when they reach it late), or, when they reach it at once, the replicas' own
+/// prefix caches, which hold exactly what those events said.
+#[derive(Debug)]
+pub enum KvView<'a> {
+    /// The index of the events seen so far.
+    Index(&'a KvIndex),
+    /// Each replica's block pool.
+    Live(Vec<&'a BlockPool>),
+}
+
+impl KvView<'_> {
+    /// [`KvIndex::matches`].
+    pub fn matches(&self, hashes: &[u64], out: &mut Vec<u32>) {
+        match self {
+            KvView::Index(k) => k.matches(hashes, out),
+            KvView::Live(pools) => {
+                out.clear();
+                out.resize(pools.len(), 0);
+                for &h in hashes {
+                    let mut any = false;
+                    for (r, p) in pools.iter().enumerate() {
+                        if p.cached_block(h).is_some() {
+                            out[r] += 1;
+                            any = true;
+                        }
+                    }
+                    if !any {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Blocks replica `r` caches.
+    pub fn cached_blocks(&self, r: usize) -> u64 {
+        match self {
+            KvView::Index(k) => k.cached_blocks(r),
+            KvView::Live(pools) => pools[r].num_cached() as u64,
+        }
+    }
+}
+
 /// One replica's load as it reports it.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Metrics {
@@ -21,8 +67,21 @@ pub struct Metrics {
 #[derive(Debug, Clone, Default)]
 pub struct KvIndex {
     words: usize,
-    holders: FxHashMap<(u64, u32), u64>,
+    /// Per (hash, word of 64 replicas): the bits of the replicas holding it.
+    holders: FxHashMap<u64, u64>,
     cached: Vec<u64>,
+}
+
+/// The map key of hash `h` in word `w` (`h` itself for the first 64 replicas).
+#[inline]
+fn key(h: u64, w: usize) -> u64 {
+    if w == 0 {
+        h
+    } else {
+        let mut z = h ^ (w as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 31)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z ^ (z >> 29)
+    }
 }
 
 impl KvIndex {
@@ -37,7 +96,7 @@ impl KvIndex {
 
     /// Replica `r` cached a block under hash `h` (`stored`) or evicted it.
     pub fn apply(&mut self, r: usize, h: u64, stored: bool) {
-        let key = (h, (r / 64) as u32);
+        let key = key(h, r / 64);
         let bit = 1u64 << (r % 64);
         let e = self.holders.entry(key).or_insert(0);
         if stored {
@@ -69,7 +128,7 @@ impl KvIndex {
         for &h in hashes {
             let mut any = false;
             for w in 0..self.words {
-                let mut bits = self.holders.get(&(h, w as u32)).copied().unwrap_or(0);
+                let mut bits = self.holders.get(&key(h, w)).copied().unwrap_or(0);
                 any |= bits != 0;
                 while bits != 0 {
                     let b = bits.trailing_zeros() as usize;
@@ -93,7 +152,7 @@ impl KvIndex {
         for w in 0..self.words {
             let mut live = u64::MAX;
             for &h in hashes {
-                live &= self.holders.get(&(h, w as u32)).copied().unwrap_or(0);
+                live &= self.holders.get(&key(h, w)).copied().unwrap_or(0);
                 if live == 0 {
                     break;
                 }

@@ -31,7 +31,7 @@ mod prefix_aware;
 mod session;
 mod vllm_dp;
 
-pub use load::{KvIndex, Metrics};
+pub use load::{KvIndex, KvView, Metrics};
 
 /// What a router needs the driver to keep for it.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -78,7 +78,7 @@ pub struct View<'a> {
     pub block_size: &'a [u32],
     /// The replicas' cached blocks as their KV events reported them (routers with
     /// [`Needs::kv_events`]).
-    pub kv: Option<&'a KvIndex>,
+    pub kv: Option<KvView<'a>>,
 }
 
 /// A routing policy. `pick` returns a position in the pool (`0..view.in_flight.len()`).
