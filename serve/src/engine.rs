@@ -645,6 +645,12 @@ impl<'a> Engine<'a> {
             if full <= from {
                 continue;
             }
+            if tier.eviction.room() < tier.kv_bytes.min(tier.x_bytes) {
+                // Full of blocks still being stored or loaded: no store can be planned (vLLM
+                // tries again next step, as this does).
+                tier.stats.skipped_stores += 1;
+                continue;
+            }
             let layout = match self.st.layouts.get(v) {
                 Some(Some(l)) => l,
                 _ => continue,

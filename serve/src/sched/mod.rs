@@ -19,6 +19,7 @@ use crate::iteration::IterationShape;
 use crate::kv_cache::{KvCacheManager, Layout, ReqKv};
 use crate::output::{Counters, FinishReason, RejectReason, Status};
 
+pub mod preempt;
 pub mod registry;
 pub mod v0;
 pub mod v1;

@@ -9,8 +9,8 @@
 //! - `mixed`: decodes first, then swapped sequences, then whole waiting prompts in the same step.
 //! - `chunked`: as `mixed` with prefill chunks filling the token budget (Sarathi-Serve).
 
+use super::preempt::preempt;
 use super::{Place, Policy, State, Step};
-use crate::Preemption;
 use crate::iteration::HybridResume;
 
 /// vLLM 0.4's default (prefill-first) scheduler.
@@ -78,63 +78,6 @@ fn grow(st: &mut State<'_>, v: usize, tokens: u32) {
             u32::MAX,
         );
         debug_assert!(ok, "the caller checked the free blocks");
-    }
-}
-
-/// Frees a victim's GPU blocks: swapped out when host space allows, else dropped for
-/// recomputation. Hybrid stores the layer inputs `X` of the first `l` tokens (hybrid's split,
-/// decided now since it fixes what is stored) and K,V of the rest; with no room for that it falls
-/// back to plain swap, then to recompute.
-fn preempt(st: &mut State<'_>, step: &mut Step, v: usize) {
-    st.counters.preemptions += 1;
-    let mode = st.r.config.preemption;
-    let block_bytes = st.r.block_bytes;
-    let act_block_bytes = st.act_block_bytes;
-    let s = &st.seqs[v];
-    let blocks = s.kv.blocks.len() as u32;
-    let kv_bytes = u64::from(blocks) * block_bytes;
-    let free_host = st.r.host_bytes - st.host_used;
-    // A sequence whose prompt is still being prefilled (chunked) is recomputed: vLLM swaps only
-    // decoding sequences.
-    let decoding = s.known() - s.computed == 1;
-    let hybrid = match (&st.hybrid, mode) {
-        (Some(timer), Preemption::Hybrid) if decoding => {
-            let h = timer.hybrid_split(s.computed);
-            let lb = h.act_blocks.min(blocks);
-            let bytes = u64::from(blocks - lb) * block_bytes + u64::from(lb) * act_block_bytes;
-            (bytes <= free_host).then_some(h)
-        }
-        _ => None,
-    };
-    let swap = match mode {
-        Preemption::Recompute => false,
-        Preemption::Swap | Preemption::Hybrid => {
-            decoding && (hybrid.is_some() || kv_bytes <= free_host)
-        }
-    };
-    let s = &mut st.seqs[v];
-    st.kv.free(&mut s.kv);
-    s.preemptions += 1;
-    if swap {
-        let h = hybrid.unwrap_or_default();
-        let act_blocks = h.act_blocks.min(blocks);
-        let kv_blocks = blocks - act_blocks;
-        let held = u64::from(kv_blocks) * block_bytes + u64::from(act_blocks) * act_block_bytes;
-        s.host_bytes = held;
-        s.act_blocks = act_blocks;
-        s.place = Place::Swapped;
-        s.recomputed_tokens += u64::from(h.recompute_tokens);
-        s.swapped_tokens += u64::from(s.computed - h.recompute_tokens);
-        st.host_used += held;
-        st.counters.swap_out_bytes += held;
-        step.shape.swap_out_blocks += kv_blocks;
-        step.shape.act_out_blocks += act_blocks;
-        st.swapped.push_back(v);
-    } else {
-        s.recomputed_tokens += u64::from(s.computed);
-        s.computed = 0;
-        s.place = Place::Waiting;
-        st.waiting.push_front(v);
     }
 }
 

@@ -58,7 +58,7 @@ impl Policy for V1 {
                     break;
                 }
                 let victim = st.running.pop().expect("the request itself is running");
-                preempt(st, victim);
+                super::preempt::preempt(st, step, victim);
                 preempted = true;
                 if victim == v {
                     break 'running;
@@ -279,22 +279,4 @@ fn external(st: &mut State<'_>, v: usize, hit: u32, known: u32) -> External {
     } else {
         External::Sync(tokens)
     }
-}
-
-/// Preempts `v` by recompute: its blocks freed (they stay cached until reused), its computed
-/// tokens dropped, first in the waiting queue.
-fn preempt(st: &mut State<'_>, v: usize) {
-    st.counters.preemptions += 1;
-    let s = &mut st.seqs[v];
-    st.kv.free(&mut s.kv);
-    if let Some(t) = &mut st.tier {
-        // Its stored units become hits once copied (vLLM completes a preempted request's
-        // stores, blocking the next forward pass on them: not modelled).
-        t.finish_stores(v, Some(s.store_end));
-    }
-    s.recomputed_tokens += u64::from(s.computed);
-    s.computed = 0;
-    s.preemptions += 1;
-    s.place = Place::Waiting;
-    st.waiting.push_front(v);
 }

@@ -150,10 +150,8 @@ impl Eviction for Arc {
     fn ready(&mut self, hashes: &[u64]) {
         for &h in hashes {
             for l in [&mut self.t1, &mut self.t2] {
-                if let Some(e) = l.get_mut(h)
-                    && e.refs < 0
-                {
-                    e.refs = 0;
+                if l.get(h).is_some_and(|e| e.refs < 0) {
+                    l.set_refs(h, 0);
                 }
             }
         }
@@ -162,8 +160,9 @@ impl Eviction for Arc {
     fn pin(&mut self, hashes: &[u64], delta: i32) {
         for &h in hashes {
             for l in [&mut self.t1, &mut self.t2] {
-                if let Some(e) = l.get_mut(h) {
-                    e.refs = (e.refs + delta).max(0);
+                if let Some(e) = l.get(h) {
+                    let r = (e.refs + delta).max(0);
+                    l.set_refs(h, r);
                 }
             }
         }
@@ -171,6 +170,12 @@ impl Eviction for Arc {
 
     fn used_bytes(&self) -> u64 {
         self.t1.bytes + self.t2.bytes
+    }
+
+    fn room(&self) -> u64 {
+        self.capacity.saturating_sub(self.t1.bytes + self.t2.bytes)
+            + self.t1.evictable
+            + self.t2.evictable
     }
 
     fn bytes_of(&self, h: u64) -> Option<u64> {

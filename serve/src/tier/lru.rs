@@ -27,17 +27,24 @@ pub(super) struct Entry {
     next: u32,
 }
 
-/// A recency list over slots, with a hash map to them.
+/// A recency list over slots, with a hash map to them. Only evictable entries (ready, not
+/// being loaded) are linked, least recent first; an entry being stored or loaded is held apart
+/// and goes to the most recent end when it becomes evictable again (in vLLM a request's stored
+/// blocks are touched at every store it plans, so they are as recent as its last step when it
+/// finishes and they become ready). So making room never walks past pinned entries.
 #[derive(Debug, Default)]
 pub(super) struct List {
     pub slot: FxHashMap<u64, u32>,
     pub e: Vec<Entry>,
     free: Vec<u32>,
-    /// Least recent.
+    /// Least recent evictable entry.
     pub head: u32,
-    /// Most recent.
+    /// Most recent evictable entry.
     tail: u32,
+    /// Bytes of every entry.
     pub bytes: u64,
+    /// Bytes of the evictable (linked) entries.
+    pub evictable: u64,
 }
 
 impl List {
@@ -65,6 +72,8 @@ impl List {
         } else {
             self.e[n as usize].prev = p;
         }
+        self.e[s as usize].prev = NONE;
+        self.e[s as usize].next = NONE;
     }
 
     fn push_back(&mut self, s: u32) {
@@ -82,15 +91,11 @@ impl List {
         self.slot.get(&h).map(|&s| &self.e[s as usize])
     }
 
-    pub fn get_mut(&mut self, h: u64) -> Option<&mut Entry> {
-        self.slot.get(&h).map(|&s| &mut self.e[s as usize])
-    }
-
-    /// Moves `h` to the most recent end.
+    /// Moves `h` to the most recent end (a pinned entry goes there when unpinned).
     pub fn refresh(&mut self, h: u64) -> bool {
         match self.slot.get(&h).copied() {
             Some(s) => {
-                if self.tail != s {
+                if self.e[s as usize].refs == 0 && self.tail != s {
                     self.unlink(s);
                     self.push_back(s);
                 }
@@ -100,7 +105,7 @@ impl List {
         }
     }
 
-    /// Adds `h` at the most recent end.
+    /// Adds `h` (at the most recent end when evictable).
     pub fn insert(&mut self, h: u64, bytes: u64, refs: i32) {
         let entry = Entry {
             hash: h,
@@ -120,16 +125,41 @@ impl List {
             }
         };
         self.slot.insert(h, s);
-        self.push_back(s);
         self.bytes += bytes;
+        if refs == 0 {
+            self.push_back(s);
+            self.evictable += bytes;
+        }
+    }
+
+    /// Sets `h`'s state: it leaves the list while pinned and comes back most recent.
+    pub fn set_refs(&mut self, h: u64, refs: i32) {
+        if let Some(&s) = self.slot.get(&h) {
+            let (was, bytes) = (self.e[s as usize].refs, self.e[s as usize].bytes);
+            self.e[s as usize].refs = refs;
+            match (was == 0, refs == 0) {
+                (true, false) => {
+                    self.unlink(s);
+                    self.evictable -= bytes;
+                }
+                (false, true) => {
+                    self.push_back(s);
+                    self.evictable += bytes;
+                }
+                _ => {}
+            }
+        }
     }
 
     /// Removes `h`, returning its entry.
     pub fn remove(&mut self, h: u64) -> Option<Entry> {
         let s = self.slot.remove(&h)?;
-        self.unlink(s);
-        self.free.push(s);
         let e = self.e[s as usize];
+        if e.refs == 0 {
+            self.unlink(s);
+            self.evictable -= e.bytes;
+        }
+        self.free.push(s);
         self.bytes -= e.bytes;
         Some(e)
     }
@@ -140,10 +170,8 @@ impl List {
         let mut s = self.head;
         while s != NONE && got < need {
             let e = &self.e[s as usize];
-            if e.refs == 0 {
-                out.push(e.hash);
-                got += e.bytes;
-            }
+            out.push(e.hash);
+            got += e.bytes;
             s = e.next;
         }
         got
@@ -151,15 +179,7 @@ impl List {
 
     /// The least recent evictable entry's hash.
     pub fn oldest_evictable(&self) -> Option<u64> {
-        let mut s = self.head;
-        while s != NONE {
-            let e = &self.e[s as usize];
-            if e.refs == 0 {
-                return Some(e.hash);
-            }
-            s = e.next;
-        }
-        None
+        (self.head != NONE).then(|| self.e[self.head as usize].hash)
     }
 }
 
@@ -212,7 +232,10 @@ impl Eviction for Lru {
         let need: u64 = new.iter().map(|&(_, b)| b).sum();
         let free = self.capacity.saturating_sub(self.list.bytes);
         self.victims.clear();
-        if need > free && self.list.victims(need - free, &mut self.victims) < need - free {
+        if need > free
+            && (self.list.evictable < need - free
+                || self.list.victims(need - free, &mut self.victims) < need - free)
+        {
             return false;
         }
         for &h in &self.victims {
@@ -227,24 +250,27 @@ impl Eviction for Lru {
 
     fn ready(&mut self, hashes: &[u64]) {
         for &h in hashes {
-            if let Some(e) = self.list.get_mut(h)
-                && e.refs < 0
-            {
-                e.refs = 0;
+            if self.list.get(h).is_some_and(|e| e.refs < 0) {
+                self.list.set_refs(h, 0);
             }
         }
     }
 
     fn pin(&mut self, hashes: &[u64], delta: i32) {
         for &h in hashes {
-            if let Some(e) = self.list.get_mut(h) {
-                e.refs = (e.refs + delta).max(0);
+            if let Some(e) = self.list.get(h) {
+                let r = (e.refs + delta).max(0);
+                self.list.set_refs(h, r);
             }
         }
     }
 
     fn used_bytes(&self) -> u64 {
         self.list.bytes
+    }
+
+    fn room(&self) -> u64 {
+        self.capacity.saturating_sub(self.list.bytes) + self.list.evictable
     }
 
     fn bytes_of(&self, h: u64) -> Option<u64> {
@@ -274,8 +300,10 @@ mod tests {
         // 3 is being loaded: 2 goes.
         assert_eq!(ev, [2]);
         assert_eq!(l.used_bytes(), 30);
+        // Loaded, 3 is the most recent again: 1 goes next.
         l.pin(&[3], -1);
         assert!(l.reserve(&[(5, 10)], &mut ev));
-        assert_eq!(ev, [2, 3]);
+        assert_eq!(ev, [2, 1]);
+        assert_eq!(l.room(), 10);
     }
 }

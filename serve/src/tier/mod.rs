@@ -164,6 +164,8 @@ pub trait Eviction: Send {
     fn pin(&mut self, hashes: &[u64], delta: i32);
     /// Bytes held (reserved included).
     fn used_bytes(&self) -> u64;
+    /// Bytes a reservation could have now: free, or held by entries it may evict.
+    fn room(&self) -> u64;
     /// The stored size of `h`, if held.
     fn bytes_of(&self, h: u64) -> Option<u64>;
 }
@@ -380,7 +382,8 @@ impl CpuTier {
     ) -> Option<(u64, u64)> {
         self.scratch.clear();
         for (i, &h) in hashes.iter().enumerate() {
-            if !self.eviction.contains(h) && !self.scratch.iter().any(|&(k, _)| k == h) {
+            // A chain's hashes are distinct: no unit repeats within one request.
+            if !self.eviction.contains(h) {
                 let bytes = if first + i < x_units {
                     self.x_bytes
                 } else {
