@@ -231,6 +231,8 @@ fn scenario_seeds(kind: &str) -> Vec<(String, Vec<u8>)> {
         "regress/llama-2-7b-serve-prefix.toml",
         "regress/llama-2-7b-serve.toml",
         "scenarios/llama-2-7b-a100-serve.toml",
+        "scenarios/cluster-prefix-routers.toml",
+        "scenarios/cluster-disaggregated.toml",
     ]
     .into_iter()
     .map(|p| seed(p, None))

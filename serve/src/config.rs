@@ -217,9 +217,9 @@ macro_rules! config_fields {
             kv_offloading_size_gib: Option<f64> = None,
             /// How the CPU tier moves blocks (`--kv-offloading-backend`: `native`, vLLM's
             /// OffloadingConnector, or `lmcache`).
-            kv_offloading_backend: crate::tier::BackendKind = crate::tier::BackendKind::Native,
+            kv_offloading_backend: crate::tier::BackendKind = crate::tier::BackendKind::default(),
             /// Which block the CPU tier gives up when full (`lru`, vLLM's default, or `arc`).
-            kv_offloading_eviction: crate::tier::EvictionKind = crate::tier::EvictionKind::Lru,
+            kv_offloading_eviction: crate::tier::EvictionKind = crate::tier::EvictionKind::default(),
             /// How a CPU-tier hit comes back (`transfer`: its K and V copied, as vLLM does;
             /// `hybrid`: KVPR's split, the first tokens' layer inputs stored instead and their K
             /// and V recomputed while the rest is copied).

@@ -524,11 +524,12 @@ impl<'a> Engine<'a> {
             _ => &crate::kv_cache::Layout::empty(),
         };
         self.st.kv.cache_upto(&mut s.kv, layout, computed);
-        if let Some(t) = &mut self.st.tier {
+        if let Some(t) = &mut self.st.tier
+            && let Some(h) = self.loaded.remove(&v)
+        {
+            // A load from the tier (a remote prefill's pull is the cluster's to count).
             t.stats.load_s += s.load_s;
-            if let Some(h) = self.loaded.remove(&v) {
-                t.eviction.pin(&h, -1);
-            }
+            t.eviction.pin(&h, -1);
         }
     }
 

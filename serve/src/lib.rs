@@ -38,6 +38,7 @@ pub mod engine;
 pub mod iteration;
 pub mod kv_cache;
 pub mod lru;
+mod named;
 pub mod output;
 pub mod router;
 pub mod runs;

@@ -448,3 +448,81 @@ fn cluster_runs_are_deterministic() {
     assert_eq!(csv(&a), csv(&b));
     assert!(a.requests.iter().any(|r| r.replica == 2));
 }
+
+/// Dynamo's router learns the replicas' cached blocks from their KV events. Arriving at once,
+/// the events say what the replicas' prefix caches hold, so the router reads those; through an
+/// index of the same events a nanosecond late it routes every request the same way.
+#[test]
+fn kv_events_read_at_once_and_through_an_index_agree() {
+    let with = |staleness: f64| {
+        let mut raw = scenario(
+            WorkloadConfig {
+                arrivals: Some("poisson".into()),
+                qps: Some(30.0),
+                output_lengths: Some("32".into()),
+                requests: Some(2000),
+                seed: Some(9),
+                shared_prefix: Some(SharedPrefixConfig {
+                    groups: Some(16),
+                    users_per_group: Some(4),
+                    system_prompt_len: Some("1500".into()),
+                    question_len: Some("100".into()),
+                }),
+                ..Default::default()
+            },
+            RawCluster {
+                data_parallel_size: Some(3),
+                router: router("kv-aware"),
+                router_staleness_s: Some(staleness),
+                ..Default::default()
+            },
+        );
+        raw.serve.num_gpu_blocks_override = Some(2500);
+        let out = run(raw);
+        let mut v = Vec::new();
+        out.write_requests_csv(&mut v).unwrap();
+        (v, out.summary.prefix_cache_hit_rate)
+    };
+    let (live, hit) = with(0.0);
+    let (index, _) = with(1e-9);
+    assert!(hit > 0.5, "the router finds the prefixes: {hit}");
+    assert!(live == index, "the two views routed differently");
+    // Seconds late, it routes differently (it does use the events).
+    assert!(with(2.0).0 != live);
+}
+
+/// A request its decode replica refuses (a prompt past the decode pool's `max_model_len`) frees
+/// the blocks its prefill replica held for the read that will not come: with room for two such
+/// prompts on the prefill replica, twenty of them all end, refused.
+#[test]
+fn a_refused_hand_over_frees_the_prefill_blocks() {
+    let mut raw = scenario(
+        poisson(2.0, 20, "3000", "16"),
+        RawCluster {
+            prefill_replicas: Some(1),
+            decode_replicas: Some(1),
+            prefill: Some(kvplan_serve::cluster::scenario::RawPool {
+                hardware: None,
+                serve: RawConfig {
+                    num_gpu_blocks_override: Some(400),
+                    ..Default::default()
+                },
+            }),
+            decode: Some(kvplan_serve::cluster::scenario::RawPool {
+                hardware: None,
+                serve: RawConfig {
+                    max_model_len: Some(2048),
+                    ..Default::default()
+                },
+            }),
+            ..Default::default()
+        },
+    );
+    raw.serve.max_model_len = Some(4096);
+    let out = run(raw);
+    assert_eq!(out.summary.rejected, 20);
+    assert_eq!(
+        out.summary.rejected_by_reason.get("prompt-too-long"),
+        Some(&20)
+    );
+}

@@ -57,7 +57,7 @@ fn tier(gib: f64) -> RawConfig {
 fn a_cpu_tier_raises_hits_and_cuts_ttft_on_multi_turn_loads() {
     let none = conversations(RawConfig::default());
     assert!(none.tier.is_none());
-    for eviction in [EvictionKind::Lru, EvictionKind::Arc] {
+    for eviction in EvictionKind::all().iter().copied() {
         let with = conversations(RawConfig {
             kv_offloading_eviction: Some(eviction),
             ..tier(256.0)
@@ -168,7 +168,7 @@ fn a_load_costs_what_the_link_and_the_host_say() {
 #[test]
 fn lmcache_loads_whole_chunks() {
     let out = conversations(RawConfig {
-        kv_offloading_backend: Some(BackendKind::Lmcache),
+        kv_offloading_backend: Some(BackendKind::from_name("lmcache").unwrap()),
         ..tier(256.0)
     });
     let t = out.tier.unwrap();

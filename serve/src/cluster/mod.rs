@@ -850,6 +850,13 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
                 self.hand_over(i, index, t)?;
                 continue;
             }
+            if role == Role::Decode
+                && !finished
+                && let Some(&p) = self.prefill_of.get(&index)
+            {
+                // Refused by its decode replica: nothing will read the prefill's blocks.
+                self.engines[p as usize].release(index, t);
+            }
             if let Some(pl) = self.placed.remove(&index) {
                 let pool = &mut self.pools[pl.pool];
                 pool.in_flight[pl.member] -= 1;

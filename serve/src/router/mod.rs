@@ -19,8 +19,6 @@
 //! | `llm-d` | llm-d / GIE's default profile | queue and KV scraped every 50 ms, its own prefix LRU | max `2 queue + 2 kv + 3 prefix` |
 //! | `kv-aware` | Dynamo's KV router | KV events, its own active blocks | min `prefill blocks + decode blocks` |
 
-use std::sync::LazyLock;
-
 use kvplan_workloads::Request;
 use rand::rngs::ChaCha8Rng;
 
@@ -167,97 +165,13 @@ pub static ROUTERS: &[RouterSpec] = &[
 
 mod simple;
 
-/// A router by name ([`ROUTERS`]); the default is `vllm-dp`, vLLM's own.
-#[derive(Clone, Copy)]
-pub struct RouterKind(&'static RouterSpec);
-
-impl RouterKind {
-    /// The router named `name`.
-    pub fn from_name(name: &str) -> Option<RouterKind> {
-        ROUTERS.iter().find(|r| r.name == name).map(RouterKind)
-    }
-
-    /// Its name.
-    pub fn as_str(self) -> &'static str {
-        self.0.name
-    }
-
-    /// Its registry entry.
-    pub fn spec(self) -> &'static RouterSpec {
-        self.0
-    }
-
-    /// Every router's name, in registry order.
-    pub fn names() -> Vec<&'static str> {
-        ROUTERS.iter().map(|r| r.name).collect()
-    }
-}
-
-impl Default for RouterKind {
-    fn default() -> Self {
-        RouterKind(&ROUTERS[0])
-    }
-}
-
-impl PartialEq for RouterKind {
-    fn eq(&self, o: &Self) -> bool {
-        self.0.name == o.0.name
-    }
-}
-
-impl Eq for RouterKind {}
-
-impl std::fmt::Debug for RouterKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.0.name)
-    }
-}
-
-impl std::fmt::Display for RouterKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.0.name)
-    }
-}
-
-impl std::str::FromStr for RouterKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        RouterKind::from_name(s)
-            .ok_or_else(|| format!("one of {} (got `{s}`)", RouterKind::names().join(", ")))
-    }
-}
-
-impl serde::Serialize for RouterKind {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.0.name)
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for RouterKind {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
-    }
-}
-
-static KINDS: LazyLock<Vec<RouterKind>> =
-    LazyLock::new(|| ROUTERS.iter().map(RouterKind).collect());
-
-#[cfg(feature = "clap")]
-impl clap::ValueEnum for RouterKind {
-    fn value_variants<'a>() -> &'a [Self] {
-        &KINDS
-    }
-
-    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
-        Some(clap::builder::PossibleValue::new(self.0.name).help(self.0.about))
-    }
-}
-
-/// Every router kind (for front ends that list them).
-pub fn kinds() -> &'static [RouterKind] {
-    &KINDS
-}
+crate::named::registry_kind!(
+    /// A router by name ([`ROUTERS`]); the default is `vllm-dp`, vLLM's own.
+    RouterKind,
+    RouterSpec,
+    ROUTERS,
+    ROUTER_KINDS
+);
 
 /// The position of the smallest `score` (lowest position on ties).
 pub(crate) fn argmin_first(n: usize, mut score: impl FnMut(usize) -> f64) -> usize {

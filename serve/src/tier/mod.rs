@@ -75,44 +75,13 @@ pub static BACKENDS: &[Backend] = &[
     },
 ];
 
-/// A backend by name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
-#[serde(rename_all = "kebab-case")]
-pub enum BackendKind {
-    /// vLLM's `OffloadingConnector`.
-    #[default]
-    #[cfg_attr(
-        feature = "clap",
-        value(help = "vLLM's OffloadingConnector: blocks stored and loaded beside the steps")
-    )]
-    Native,
-    /// LMCache.
-    #[cfg_attr(
-        feature = "clap",
-        value(help = "LMCache's CPU backend: 256-token prompt chunks, copied in the steps")
-    )]
-    Lmcache,
-}
-
-impl BackendKind {
-    /// Its registry entry.
-    pub fn spec(self) -> &'static Backend {
-        let name = self.as_str();
-        BACKENDS
-            .iter()
-            .find(|b| b.name == name)
-            .expect("every backend is registered")
-    }
-
-    /// The name in files and flags.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BackendKind::Native => "native",
-            BackendKind::Lmcache => "lmcache",
-        }
-    }
-}
+crate::named::registry_kind!(
+    /// A backend by name ([`BACKENDS`]; default `native`).
+    BackendKind,
+    Backend,
+    BACKENDS,
+    BACKEND_KINDS
+);
 
 /// How a hit is brought back to the GPU (`--kv-reload`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -189,41 +158,14 @@ impl std::fmt::Debug for EvictionSpec {
 /// Every eviction policy, one line each.
 pub static EVICTIONS: &[EvictionSpec] = &[lru::SPEC, arc::SPEC];
 
-/// An eviction policy by name (`lru`, vLLM's default; `arc`, since vLLM 0.11.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
-#[serde(rename_all = "kebab-case")]
-pub enum EvictionKind {
-    /// Least recently used.
-    #[default]
-    #[cfg_attr(feature = "clap", value(help = "Least recently used (vLLM's default)"))]
-    Lru,
-    /// Adaptive replacement.
-    #[cfg_attr(
-        feature = "clap",
-        value(help = "Adaptive replacement cache (vLLM's `eviction_policy: arc`, since 0.11.1)")
-    )]
-    Arc,
-}
-
-impl EvictionKind {
-    /// Its registry entry.
-    pub fn spec(self) -> &'static EvictionSpec {
-        let name = self.as_str();
-        EVICTIONS
-            .iter()
-            .find(|e| e.name == name)
-            .expect("every eviction policy is registered")
-    }
-
-    /// The name in files and flags.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EvictionKind::Lru => "lru",
-            EvictionKind::Arc => "arc",
-        }
-    }
-}
+crate::named::registry_kind!(
+    /// An eviction policy by name ([`EVICTIONS`]: `lru`, vLLM's default; `arc`, since vLLM
+    /// 0.11.1).
+    EvictionKind,
+    EvictionSpec,
+    EVICTIONS,
+    EVICTION_KINDS
+);
 
 /// What a tier did, for the report.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
