@@ -255,7 +255,7 @@ impl<'a> Engine<'a> {
             x_out: t.copy_run(tier.x_bytes, true),
         };
         self.half_duplex = t.cost().duplex() == kvplan_vocab::hardware::Duplex::Half;
-        self.st.tier = Some(tier);
+        self.st.kv.tier = Some(tier);
         self
     }
 
@@ -277,7 +277,7 @@ impl<'a> Engine<'a> {
 
     /// The CPU tier, if any.
     pub fn tier(&self) -> Option<&CpuTier> {
-        self.st.tier.as_ref()
+        self.st.kv.tier.as_ref()
     }
 
     /// Blocks in use.
@@ -489,7 +489,7 @@ impl<'a> Engine<'a> {
                 i += 1;
             }
         }
-        if let Some(t) = &mut self.st.tier {
+        if let Some(t) = &mut self.st.kv.tier {
             t.settle(now);
         }
         let mut k = 0;
@@ -524,7 +524,7 @@ impl<'a> Engine<'a> {
             _ => &crate::kv_cache::Layout::empty(),
         };
         self.st.kv.cache_upto(&mut s.kv, layout, computed);
-        if let Some(t) = &mut self.st.tier
+        if let Some(t) = &mut self.st.kv.tier
             && let Some(h) = self.loaded.remove(&v)
         {
             // A load from the tier (a remote prefill's pull is the cluster's to count).
@@ -566,7 +566,7 @@ impl<'a> Engine<'a> {
                 });
                 continue;
             }
-            let Some(tier) = &mut self.st.tier else {
+            let Some(tier) = &mut self.st.kv.tier else {
                 continue;
             };
             let unit = tier.unit;
@@ -627,7 +627,7 @@ impl<'a> Engine<'a> {
     /// into the step.
     fn plan_stores(&mut self, step: &mut Step) -> Vec<(usize, u64, u64)> {
         let mut out = Vec::new();
-        let Some(tier) = &mut self.st.tier else {
+        let Some(tier) = &mut self.st.kv.tier else {
             return out;
         };
         let bs = self.st.r.config.block_size;

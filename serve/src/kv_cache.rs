@@ -142,13 +142,16 @@ pub struct CacheStats {
     pub hit_tokens: u64,
 }
 
-/// Block tables over a [`BlockPool`], with vLLM V1's prefix caching.
-#[derive(Debug, Clone)]
+/// Block tables over a [`BlockPool`], with vLLM V1's prefix caching, and the tier below it: a
+/// CPU tier of blocks in host memory ([`crate::tier`]), when the engine has one.
+#[derive(Debug)]
 pub struct KvCacheManager {
     pool: BlockPool,
     block_size: u32,
     stats: CacheStats,
     scratch: Vec<u32>,
+    /// The CPU tier (vLLM's KV offloading), if any.
+    pub tier: Option<crate::tier::CpuTier>,
 }
 
 impl KvCacheManager {
@@ -160,6 +163,7 @@ impl KvCacheManager {
             block_size,
             stats: CacheStats::default(),
             scratch: Vec::new(),
+            tier: None,
         }
     }
 

@@ -272,8 +272,6 @@ pub struct State<'a> {
     /// Finished requests whose blocks are kept (held for a pull, or stores in flight), for the
     /// engine to release.
     pub kept: Vec<(usize, ReqKv)>,
-    /// The CPU tier (KV offloading), if any.
-    pub tier: Option<crate::tier::CpuTier>,
     /// Whether remote prefills may hand requests over (a decode replica).
     pub remote: bool,
     /// Loads the last schedule issued, for the engine to time.
@@ -309,7 +307,6 @@ impl<'a> State<'a> {
             just_finished: Vec::new(),
             just_first: Vec::new(),
             kept: Vec::new(),
-            tier: None,
             remote: false,
             new_loads: Vec::new(),
             loading: Vec::new(),
@@ -358,7 +355,7 @@ impl<'a> State<'a> {
 
     /// Counts the last CPU-tier lookup (its request was scheduled or its load issued).
     pub fn count_tier_query(&mut self) {
-        if let (Some(t), Some(q)) = (&mut self.tier, self.tier_query.take()) {
+        if let (Some(t), Some(q)) = (&mut self.kv.tier, self.tier_query.take()) {
             t.stats.lookups += 1;
             t.stats.queried_tokens += u64::from(q);
         }
@@ -418,7 +415,7 @@ impl<'a> State<'a> {
             s.finish_reason = FinishReason::Length;
         }
         s.place = Place::Waiting;
-        if self.r.prefix_caching || self.tier.is_some() {
+        if self.r.prefix_caching || self.kv.tier.is_some() {
             self.layouts[i] = Some(Layout::of(&self.reqs[i]));
         }
         self.waiting.push_back(i);
@@ -493,7 +490,7 @@ impl<'a> State<'a> {
                     self.kv.free(&mut kv);
                     kv.clear();
                 }
-                if let Some(t) = &mut self.tier {
+                if let Some(t) = &mut self.kv.tier {
                     t.finish_stores(v, Some(s.store_end.max(now)));
                 }
                 finished = true;

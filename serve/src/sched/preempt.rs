@@ -107,7 +107,7 @@ pub fn preempt(st: &mut State<'_>, step: &mut Step, v: usize) {
     let s = &mut st.seqs[v];
     st.kv.free(&mut s.kv);
     s.preemptions += 1;
-    if let Some(t) = &mut st.tier {
+    if let Some(t) = &mut st.kv.tier {
         // Its stored units become hits once copied (vLLM completes a preempted request's
         // stores, blocking the next forward pass on them: not modelled).
         t.finish_stores(v, Some(s.store_end));

@@ -240,7 +240,7 @@ fn external(st: &mut State<'_>, v: usize, hit: u32, known: u32) -> External {
             External::None
         };
     }
-    let Some(tier) = &mut st.tier else {
+    let Some(tier) = &mut st.kv.tier else {
         return External::None;
     };
     let unit = tier.unit;
