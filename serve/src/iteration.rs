@@ -121,6 +121,31 @@ impl IterationShape {
     }
 }
 
+/// One copy of a run of equal copies on one stream, issued by the cost model's host thread:
+/// `(period, fill, host time)`, the run of `n` taking `n period + fill`. From pinned memory the
+/// host and the copy engine pipeline, each copy holding the engine for its occupancy `o`
+/// (`CostModel::occupancy`: setup and bytes), `n max(i, o) + min(i, o) + (c - o)` for copies of
+/// `c` issued at `i`; a pageable copy holds the host to its end, `n (i + c)`. Without a host
+/// thread: `n c`.
+fn copy_costs(cost: &CostModel, kind: &OpKind) -> (f64, f64, f64) {
+    let c = cost.duration(kind);
+    match cost.host() {
+        None => (c, 0.0, 0.0),
+        Some(h) => {
+            let issue = h.issue(kind, true, false);
+            let i = issue.issue_s;
+            if issue.blocking {
+                (i + c, 0.0, i + c)
+            } else {
+                // Back to back, a copy holds its engine for its occupancy `o`; the run pays the
+                // rest of a copy's time (its completion) once.
+                let o = cost.occupancy(kind);
+                (i.max(o), i.min(o) + (c - o), i)
+            }
+        }
+    }
+}
+
 /// The time of a run of equal copies: `n period + fill` for `n > 0`.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct CopyRun {
@@ -255,30 +280,8 @@ impl IterationTimer {
         let kv_copy_bytes = kv_block.div_ceil(u64::from(kv_copies));
         let act_copies = model.num_layers;
         let act_copy_bytes = u64::from(block_size) * model.act_bytes_per_token_layer();
-        // A run of `n` copies of `c` seconds each on one stream, issued by the host at `i`
-        // each (the cost model's host thread): from pinned memory the host and the copy
-        // engine pipeline, each copy holding the engine for its occupancy `o`
-        // (`CostModel::occupancy`: setup and bytes), `n max(i, o) + min(i, o) + (c - o)`; a
-        // pageable copy holds the host to its end, `n (i + c)`. Without a host thread: `n c`.
-        // Per copy: (period, fill, host time).
-        let per_copy = |kind: OpKind| -> (f64, f64, f64) {
-            let c = cost.duration(&kind);
-            match cost.host() {
-                None => (c, 0.0, 0.0),
-                Some(h) => {
-                    let issue = h.issue(&kind, true, false);
-                    let i = issue.issue_s;
-                    if issue.blocking {
-                        (i + c, 0.0, i + c)
-                    } else {
-                        // Back to back, a copy holds its engine for its occupancy `o`; the
-                        // run pays the rest of a copy's time (its completion) once.
-                        let o = cost.occupancy(&kind);
-                        (i.max(o), i.min(o) + (c - o), i)
-                    }
-                }
-            }
-        };
+        // Per copy of a run: (period, fill, host time), `copy_costs`.
+        let per_copy = |kind: OpKind| copy_costs(cost, &kind);
         let t = |bytes, copies, out: bool| {
             let kind = if out {
                 OpKind::D2H {
@@ -371,21 +374,7 @@ impl IterationTimer {
                 host,
             }
         };
-        let cost = &self.cost;
-        let c = cost.duration(&kind);
-        let (period_s, fill_s) = match cost.host() {
-            None => (c, 0.0),
-            Some(h) => {
-                let issue = h.issue(&kind, true, false);
-                let i = issue.issue_s;
-                if issue.blocking {
-                    (i + c, 0.0)
-                } else {
-                    let o = cost.occupancy(&kind);
-                    (i.max(o), i.min(o) + (c - o))
-                }
-            }
-        };
+        let (period_s, fill_s, _) = copy_costs(&self.cost, &kind);
         CopyRun { period_s, fill_s }
     }
 

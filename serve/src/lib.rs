@@ -37,7 +37,7 @@ pub mod config;
 pub mod engine;
 pub mod iteration;
 pub mod kv_cache;
-pub mod lru;
+pub(crate) mod lru;
 mod named;
 pub mod output;
 pub mod router;

@@ -25,10 +25,10 @@ pub(super) const SPEC: RouterSpec = RouterSpec {
             blocks (NVIDIA Dynamo's KV router)",
     needs: Needs {
         hash_block: Some(0),
-        scrape_s: None,
         kv_events: true,
         first_tokens: true,
         prefix_caching: true,
+        ..Needs::NONE
     },
     new: |s: &Setup| {
         Box::new(KvAware {

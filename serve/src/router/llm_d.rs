@@ -29,9 +29,8 @@ pub(super) const SPEC: RouterSpec = RouterSpec {
     needs: Needs {
         hash_block: Some(0),
         scrape_s: Some(0.05),
-        kv_events: false,
-        first_tokens: false,
         prefix_caching: true,
+        ..Needs::NONE
     },
     new: |s: &Setup| {
         Box::new(LlmD {

@@ -47,6 +47,17 @@ pub struct Needs {
     pub prefix_caching: bool,
 }
 
+impl Needs {
+    /// Nothing: a router that sees only its own bookkeeping.
+    pub const NONE: Needs = Needs {
+        hash_block: None,
+        scrape_s: None,
+        kv_events: false,
+        first_tokens: false,
+        prefix_caching: false,
+    };
+}
+
 /// A request being routed.
 #[derive(Debug)]
 pub struct Routed<'a> {

@@ -24,10 +24,8 @@ pub(super) const SPEC: RouterSpec = RouterSpec {
             matches; no match: random (production-stack's prefix-aware router)",
     needs: Needs {
         hash_block: Some(CHUNK_TOKENS),
-        scrape_s: None,
-        kv_events: false,
-        first_tokens: false,
         prefix_caching: true,
+        ..Needs::NONE
     },
     new: |s: &Setup| {
         Box::new(PrefixAware {

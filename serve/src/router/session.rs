@@ -23,13 +23,7 @@ pub(super) const SPEC: RouterSpec = RouterSpec {
     name: "session",
     about: "Consistent hashing of the session (conversation or user); none: fewest requests \
             routed in the last 60 s (production-stack's session router)",
-    needs: Needs {
-        hash_block: None,
-        scrape_s: None,
-        kv_events: false,
-        first_tokens: false,
-        prefix_caching: false,
-    },
+    needs: Needs::NONE,
     new: |s: &Setup| Box::new(Session::new(s.replicas)),
 };
 

@@ -12,13 +12,7 @@ use super::{Needs, Routed, Router, RouterSpec, Setup, View, pick_best};
 pub const RANDOM: RouterSpec = RouterSpec {
     name: "random",
     about: "Uniformly random replica (Vidur's random global scheduler)",
-    needs: Needs {
-        hash_block: None,
-        scrape_s: None,
-        kv_events: false,
-        first_tokens: false,
-        prefix_caching: false,
-    },
+    needs: Needs::NONE,
     new: |_| Box::new(Random),
 };
 
@@ -35,13 +29,7 @@ impl Router for Random {
 pub const ROUND_ROBIN: RouterSpec = RouterSpec {
     name: "round-robin",
     about: "Each replica in turn (production-stack's and Vidur's round robin)",
-    needs: Needs {
-        hash_block: None,
-        scrape_s: None,
-        kv_events: false,
-        first_tokens: false,
-        prefix_caching: false,
-    },
+    needs: Needs::NONE,
     new: |_| Box::new(RoundRobin(0)),
 };
 
@@ -64,13 +52,7 @@ impl Router for RoundRobin {
 pub const LEAST_REQUESTS: RouterSpec = RouterSpec {
     name: "least-requests",
     about: "Fewest requests in flight as the router counts them (least outstanding requests)",
-    needs: Needs {
-        hash_block: None,
-        scrape_s: None,
-        kv_events: false,
-        first_tokens: false,
-        prefix_caching: false,
-    },
+    needs: Needs::NONE,
     new: |_| Box::new(LeastRequests),
 };
 
@@ -91,11 +73,8 @@ pub const LEAST_KV: RouterSpec = RouterSpec {
     name: "least-kv",
     about: "Lowest KV-cache usage, scraped every 50 ms (llm-d's kv-cache-utilization scorer)",
     needs: Needs {
-        hash_block: None,
         scrape_s: Some(0.05),
-        kv_events: false,
-        first_tokens: false,
-        prefix_caching: false,
+        ..Needs::NONE
     },
     new: |_: &Setup| Box::new(LeastKv),
 };

@@ -35,11 +35,8 @@ pub(super) const SPEC: RouterSpec = RouterSpec {
     about: "vLLM's own data-parallel load balancer (v0.15.1): min 4 x waiting + running as \
             published every 100 ms, plus the API server's own increments",
     needs: Needs {
-        hash_block: None,
         scrape_s: Some(PUBLISH_S),
-        kv_events: false,
-        first_tokens: false,
-        prefix_caching: false,
+        ..Needs::NONE
     },
     new: |s: &Setup| Box::new(VllmDp::new(s.replicas, s.moe)),
 };

@@ -92,7 +92,27 @@ fn v0_defaults(_: &HardwareProfile) -> (u32, u32) {
 const ALL_PREEMPTION: &[Preemption] =
     &[Preemption::Recompute, Preemption::Swap, Preemption::Hybrid];
 
-/// Every scheduler, one line each.
+/// vLLM 0.4's engine: no prefix caching (here), whole prompts unless the policy chunks,
+/// every preemption mode, synchronous steps, a free-block watermark, requests that can never
+/// fit refused at arrival.
+const V0: SchedulerSpec = SchedulerSpec {
+    kind: SchedulerKind::PrefillFirst,
+    follows: "vLLM 0.4.2",
+    engine: "vLLM 0.4",
+    prefix_caching: Support::No,
+    chunked_prefill: Support::No,
+    always_chunks: false,
+    async_default: false,
+    preemption: ALL_PREEMPTION,
+    null_block: false,
+    watermark: true,
+    rejects_unfittable: true,
+    kv_connector: false,
+    batch_defaults: v0_defaults,
+    policy: || Box::new(v0::PrefillFirst),
+};
+
+/// Every scheduler, one entry each.
 pub static SCHEDULERS: &[SchedulerSpec] = &[
     SchedulerSpec {
         kind: SchedulerKind::VllmV1,
@@ -110,53 +130,19 @@ pub static SCHEDULERS: &[SchedulerSpec] = &[
         batch_defaults: v1_defaults,
         policy: || Box::new(v1::V1),
     },
-    SchedulerSpec {
-        kind: SchedulerKind::PrefillFirst,
-        follows: "vLLM 0.4.2",
-        engine: "vLLM 0.4",
-        prefix_caching: Support::No,
-        chunked_prefill: Support::No,
-        always_chunks: false,
-        async_default: false,
-        preemption: ALL_PREEMPTION,
-        null_block: false,
-        watermark: true,
-        rejects_unfittable: true,
-        kv_connector: false,
-        batch_defaults: v0_defaults,
-        policy: || Box::new(v0::PrefillFirst),
-    },
+    V0,
     SchedulerSpec {
         kind: SchedulerKind::Mixed,
         follows: "vLLM 0.4.2, decodes and whole prompts in one step",
-        engine: "vLLM 0.4",
-        prefix_caching: Support::No,
-        chunked_prefill: Support::No,
-        always_chunks: false,
-        async_default: false,
-        preemption: ALL_PREEMPTION,
-        null_block: false,
-        watermark: true,
-        rejects_unfittable: true,
-        kv_connector: false,
-        batch_defaults: v0_defaults,
         policy: || Box::new(v0::Mixed),
+        ..V0
     },
     SchedulerSpec {
         kind: SchedulerKind::Chunked,
         follows: "vLLM 0.4.2 with Sarathi-Serve's chunked prefill",
-        engine: "vLLM 0.4",
-        prefix_caching: Support::No,
-        chunked_prefill: Support::No,
         always_chunks: true,
-        async_default: false,
-        preemption: ALL_PREEMPTION,
-        null_block: false,
-        watermark: true,
-        rejects_unfittable: true,
-        kv_connector: false,
-        batch_defaults: v0_defaults,
         policy: || Box::new(v0::Chunked),
+        ..V0
     },
 ];
 

@@ -10,9 +10,8 @@
 //!   being loaded go. New entries enter `T1` and leave the ghost lists, which hold at most the
 //!   capacity's worth of hashes.
 
-use super::lru::List;
 use super::{Eviction, EvictionSpec};
-use crate::lru::Lru as Ghosts;
+use crate::lru::{Entry, List, Lru as Ghosts};
 
 pub(super) const SPEC: EvictionSpec = EvictionSpec {
     name: "arc",
@@ -49,7 +48,7 @@ impl Arc {
         }
     }
 
-    fn get(&self, h: u64) -> Option<&super::lru::Entry> {
+    fn get(&self, h: u64) -> Option<&Entry> {
         self.t1.get(h).or_else(|| self.t2.get(h))
     }
 }
@@ -64,18 +63,7 @@ impl Eviction for Arc {
     }
 
     fn lookup(&self, hashes: &[u64]) -> (usize, bool) {
-        let mut n = 0;
-        let mut loading = false;
-        for &h in hashes {
-            match self.get(h) {
-                Some(e) if e.refs >= 0 => {
-                    loading |= e.refs > 0;
-                    n += 1;
-                }
-                _ => break,
-            }
-        }
-        (n, loading)
+        super::lookup(hashes, |h| self.get(h))
     }
 
     fn touch(&mut self, hashes: &[u64]) {

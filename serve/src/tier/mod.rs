@@ -139,6 +139,24 @@ pub trait Eviction: Send {
     fn bytes_of(&self, h: u64) -> Option<u64>;
 }
 
+/// How many of `hashes` are held and ready (`refs >= 0`), from the first on, and whether any of
+/// those is being loaded: the lookup every policy shares (vLLM's `lookup` stops at the first
+/// block missing or not ready).
+fn lookup<'a>(hashes: &[u64], get: impl Fn(u64) -> Option<&'a crate::lru::Entry>) -> (usize, bool) {
+    let mut n = 0;
+    let mut loading = false;
+    for &h in hashes {
+        match get(h) {
+            Some(e) if e.refs >= 0 => {
+                loading |= e.refs > 0;
+                n += 1;
+            }
+            _ => break,
+        }
+    }
+    (n, loading)
+}
+
 /// An eviction policy: its name and factory (capacity in bytes).
 pub struct EvictionSpec {
     /// The name in files and flags.
