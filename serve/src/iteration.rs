@@ -121,6 +121,24 @@ impl IterationShape {
     }
 }
 
+/// A copy of `bytes` of KV cache to the host (`out`) or from it.
+fn cache_copy(bytes: u64, out: bool, host: HostMemory) -> OpKind {
+    let payload = Payload::Cache;
+    if out {
+        OpKind::D2H {
+            bytes,
+            payload,
+            host,
+        }
+    } else {
+        OpKind::H2D {
+            bytes,
+            payload,
+            host,
+        }
+    }
+}
+
 /// One copy of a run of equal copies on one stream, issued by the cost model's host thread:
 /// `(period, fill, host time)`, the run of `n` taking `n period + fill`. From pinned memory the
 /// host and the copy engine pipeline, each copy holding the engine for its occupancy `o`
@@ -280,23 +298,9 @@ impl IterationTimer {
         let kv_copy_bytes = kv_block.div_ceil(u64::from(kv_copies));
         let act_copies = model.num_layers;
         let act_copy_bytes = u64::from(block_size) * model.act_bytes_per_token_layer();
-        // Per copy of a run: (period, fill, host time), `copy_costs`.
-        let per_copy = |kind: OpKind| copy_costs(cost, &kind);
         let t = |bytes, copies, out: bool| {
-            let kind = if out {
-                OpKind::D2H {
-                    bytes,
-                    payload: Payload::Cache,
-                    host,
-                }
-            } else {
-                OpKind::H2D {
-                    bytes,
-                    payload: Payload::Cache,
-                    host,
-                }
-            };
-            let (period, fill, host) = per_copy(kind);
+            // Per copy of a run: (period, fill, host time).
+            let (period, fill, host) = copy_costs(cost, &cache_copy(bytes, out, host));
             (f64::from(copies) * period, fill, f64::from(copies) * host)
         };
         let (kv_out_block_s, out_fill_s, kv_out_host_s) = t(kv_copy_bytes, kv_copies, true);
@@ -360,21 +364,7 @@ impl IterationTimer {
     /// one after another as vLLM's `swap_blocks` issues them (one `cudaMemcpyAsync` each):
     /// `(period, fill)`, the run taking `n period + fill`.
     pub fn copy_run(&self, bytes: u64, out: bool) -> CopyRun {
-        let host = self.host;
-        let kind = if out {
-            OpKind::D2H {
-                bytes,
-                payload: Payload::Cache,
-                host,
-            }
-        } else {
-            OpKind::H2D {
-                bytes,
-                payload: Payload::Cache,
-                host,
-            }
-        };
-        let (period_s, fill_s, _) = copy_costs(&self.cost, &kind);
+        let (period_s, fill_s, _) = copy_costs(&self.cost, &cache_copy(bytes, out, self.host));
         CopyRun { period_s, fill_s }
     }
 
