@@ -394,9 +394,12 @@ fn cluster_tables(
     }
     let mut t = Table::new(&head);
     for r in &c.replicas {
+        let prefill = r.role == kvplan_serve::cluster::Role::Prefill;
         let p = |f: fn(&kvplan_serve::Summary) -> f64| {
             r.summary.as_ref().map_or("-".into(), |s| secs(f(s)))
         };
+        // A prefill replica makes one token per request: no time per output token.
+        let tpot = |f: fn(&kvplan_serve::Summary) -> f64| if prefill { "-".into() } else { p(f) };
         let mut row = vec![
             r.name.clone(),
             r.role.as_str().to_string(),
@@ -405,8 +408,8 @@ fn cluster_tables(
             r.routed.to_string(),
             p(|s| s.ttft_s.p50),
             p(|s| s.ttft_s.p99),
-            p(|s| s.tpot_s.p50),
-            p(|s| s.tpot_s.p99),
+            tpot(|s| s.tpot_s.p50),
+            tpot(|s| s.tpot_s.p99),
             pct(r.gpu_busy),
             pct(r.kv_occupancy),
             r.prefix_hit_tokens.to_string(),

@@ -502,7 +502,7 @@ fn run<I: Iterator<Item = Request>>(
         handoff: FxHashMap::default(),
         transfers: FxHashMap::default(),
         prefill_of: FxHashMap::default(),
-        sessions: (spec.name == "session").then(FxHashMap::default),
+        sessions: spec.needs.sessions.then(FxHashMap::default),
         nic_free: vec![[0.0; 2]; n_engines],
         nic_busy: vec![0.0; n_engines],
         acc: SummaryAcc::default(),
@@ -831,8 +831,8 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
     /// What a pass of engine `i` (member `m` of pool `p`) reported.
     fn handle(&mut self, i: usize, p: usize, m: usize, out: &mut Outbox) -> Result<(), Error> {
         let role = self.plans[i].role;
-        for &index in &out.first {
-            if role != Role::Prefill {
+        if role != Role::Prefill && self.pools[p].needs.first_tokens {
+            for &index in &out.first {
                 self.pools[p].router.first_token(index, m);
             }
         }

@@ -45,6 +45,8 @@ pub struct Needs {
     pub first_tokens: bool,
     /// The replicas must cache prefixes (`enable_prefix_caching`).
     pub prefix_caching: bool,
+    /// Each request's session ([`Routed::session`]).
+    pub sessions: bool,
 }
 
 impl Needs {
@@ -55,6 +57,7 @@ impl Needs {
         kv_events: false,
         first_tokens: false,
         prefix_caching: false,
+        sessions: false,
     };
 }
 
@@ -68,7 +71,8 @@ pub struct Routed<'a> {
     /// Its prompt's full-block hashes at [`Needs::hash_block`] tokens per block (empty when
     /// the router needs none).
     pub hashes: &'a [u64],
-    /// Its session (a conversation, a user of a shared-prefix load), if it has one.
+    /// Its session (a conversation, a user of a shared-prefix load), if it has one and the
+    /// router asks for sessions.
     pub session: Option<u64>,
 }
 

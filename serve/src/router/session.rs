@@ -23,7 +23,10 @@ pub(super) const SPEC: RouterSpec = RouterSpec {
     name: "session",
     about: "Consistent hashing of the session (conversation or user); none: fewest requests \
             routed in the last 60 s (production-stack's session router)",
-    needs: Needs::NONE,
+    needs: Needs {
+        sessions: true,
+        ..Needs::NONE
+    },
     new: |s: &Setup| Box::new(Session::new(s.replicas)),
 };
 
