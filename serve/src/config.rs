@@ -253,6 +253,74 @@ macro_rules! declare_config {
 
 config_fields!(declare_config);
 
+/// Declares [`RawConfig`] from [`Config`]'s fields ([`crate::config::config_fields`]): each
+/// optional, a field that is already an `Option` (vLLM's default for the scheduler and GPU) still
+/// one. The fields are taken one at a time into the struct's fields and, per field, how
+/// [`RawConfig::to_config`] fills it from the defaults (`unwrap_or`, or `or` for an `Option`).
+macro_rules! raw_config {
+    ([$($field:tt)*] [$($name:ident $fill:ident)*]) => {
+        /// The `[serve]` table: every [`Config`] field, each optional (unset: the default).
+        #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct RawConfig {
+            $($field)*
+            /// Tensor-parallel GPUs serving the model (vLLM's `--tensor-parallel-size`): the
+            /// engine simulates one rank, with the model's per-rank shapes
+            /// ([`ModelSpec::sharded`]), its share of the weights and KV cache, and an all-reduce
+            /// after each layer's attention and FFN.
+            pub tensor_parallel_size: Option<u32>,
+        }
+
+        impl RawConfig {
+            /// Fields `other` sets win.
+            pub fn overlay(mut self, other: RawConfig) -> Self {
+                $(pick(&mut self.$name, other.$name);)*
+                pick(&mut self.tensor_parallel_size, other.tensor_parallel_size);
+                self
+            }
+
+            /// The defaults with the given fields replaced.
+            pub fn to_config(&self) -> Config {
+                let d = Config::default();
+                Config {
+                    $($name: self.$name.$fill(d.$name),)*
+                }
+            }
+        }
+    };
+    ([$($field:tt)*] [$($names:tt)*]
+        $(#[doc = $doc:literal])* $name:ident: Option<$ty:ty> = None, $($rest:tt)*) => {
+        raw_config! {
+            [$($field)*
+                #[doc = concat!("[`Config::", stringify!($name), "`].")]
+                pub $name: Option<$ty>,]
+            [$($names)* $name or]
+            $($rest)*
+        }
+    };
+    ([$($field:tt)*] [$($names:tt)*]
+        $(#[doc = $doc:literal])* $name:ident: $ty:ty = $default:expr, $($rest:tt)*) => {
+        raw_config! {
+            [$($field)*
+                #[doc = concat!("[`Config::", stringify!($name), "`].")]
+                pub $name: Option<$ty>,]
+            [$($names)* $name unwrap_or]
+            $($rest)*
+        }
+    };
+    ($($fields:tt)*) => {
+        raw_config! { [] [] $($fields)* }
+    };
+}
+
+crate::config::config_fields!(raw_config);
+
+pub(crate) fn pick<T>(a: &mut Option<T>, b: Option<T>) {
+    if b.is_some() {
+        *a = b;
+    }
+}
+
 impl Config {
     /// vLLM 0.4's engine (the `vllm-v0` scheduler) with its defaults.
     pub fn vllm_v0() -> Self {

@@ -28,7 +28,6 @@ use kvplan_workloads::{Request, RequestStream};
 use rand::SeedableRng;
 use rand::rngs::ChaCha8Rng;
 use rustc_hash::FxHashMap;
-use serde::{Deserialize, Serialize};
 
 use crate::Error;
 use crate::config::Resolved;
@@ -40,69 +39,15 @@ use crate::router::{
 };
 use crate::tier::{CpuTier, TierStats};
 
-pub mod output;
+pub(crate) mod roles;
 pub mod scenario;
 
-pub use output::{Binding, ClusterOutput, PoolStats, ReplicaOutput, TransferStats};
+pub use crate::output::cluster::{Binding, ClusterOutput, PoolStats, ReplicaOutput, TransferStats};
+pub use roles::{KvTransfer, Role};
 
-/// A replica's place in the cluster.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Role {
-    /// Serves whole requests.
-    Colocated,
-    /// Runs prefills and holds their KV until a decode replica has read it.
-    Prefill,
-    /// Reads prompts' KV from prefill replicas and generates.
-    Decode,
-}
-
-impl Role {
-    /// The name in tables.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Colocated => "colocated",
-            Role::Prefill => "prefill",
-            Role::Decode => "decode",
-        }
-    }
-}
-
-/// How prefill KV reaches a decode replica.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
-#[serde(rename_all = "kebab-case")]
-pub enum KvTransfer {
-    /// The decode replica pulls the blocks after the prefill has finished (vLLM's NIXL
-    /// connector).
-    #[default]
-    #[cfg_attr(
-        feature = "clap",
-        value(
-            help = "The decode replica reads the blocks once the prefill is done (vLLM's NIXL \
-                      connector)"
-        )
-    )]
-    Pull,
-    /// The prefill replica pushes each layer's KV as it is computed (DistServe, Mooncake).
-    #[cfg_attr(
-        feature = "clap",
-        value(
-            help = "The prefill replica pushes each layer's KV as it computes it (DistServe, \
-                      Mooncake)"
-        )
-    )]
-    Layerwise,
-}
-
-impl KvTransfer {
-    /// The name in files and flags.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            KvTransfer::Pull => "pull",
-            KvTransfer::Layerwise => "layerwise",
-        }
-    }
+/// What a cluster run reports beside its summary (`crate::output::cluster`).
+pub mod output {
+    pub use crate::output::cluster::*;
 }
 
 /// One replica, ready to run.

@@ -30,8 +30,9 @@ use kvplan_vocab::{HardwareProfile, ModelSpec};
 use serde::{Deserialize, Serialize};
 
 use super::{ClusterPlan, KvTransfer, ReplicaPlan, Role};
+use crate::config::RawConfig;
 use crate::router::{RouterKind, Weights};
-use crate::scenario::{RawConfig, ScenarioError};
+use crate::scenario::error::ScenarioError;
 use crate::{Config, Resolved};
 
 /// Most replicas a cluster may have.

@@ -4,8 +4,8 @@
 
 use serde::Serialize;
 
-use super::{KvTransfer, Role};
-use crate::output::{IterationRecord, Summary};
+use super::{IterationRecord, Summary};
+use crate::cluster::roles::{KvTransfer, Role};
 use crate::tier::TierStats;
 
 /// One replica's share of a cluster run.

@@ -21,86 +21,24 @@
 use std::path::PathBuf;
 
 use kvplan_vocab::Progress;
-use kvplan_vocab::{HardwareProfile, KvCacheDtype, ModelSpec, Quantization};
+use kvplan_vocab::{HardwareProfile, ModelSpec};
 use kvplan_workloads::{Request, RequestStream, WorkloadConfig, WorkloadSpec, generate};
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::scenario::{ClusterScenario, RawCluster};
-use crate::{Config, Preemption, Resolved, SchedulerKind, ServeReport};
+pub use crate::config::RawConfig;
+use crate::config::pick;
+use crate::{Config, Preemption, Resolved, ServeReport};
+
+pub(crate) mod error;
+
+pub use error::ScenarioError;
 
 /// ServeReport lengths of a synthetic workload that gives none (tokens).
 pub const DEFAULT_OUTPUT_LENGTHS: &str = "128";
 
 /// Most requests a capacity search serves at one rate.
 pub const MAX_STEADY_REQUESTS: u64 = 1_000_000;
-
-/// Declares [`RawConfig`] from [`Config`]'s fields ([`crate::config::config_fields`]): each
-/// optional, a field that is already an `Option` (vLLM's default for the scheduler and GPU) still
-/// one. The fields are taken one at a time into the struct's fields and, per field, how
-/// [`RawConfig::to_config`] fills it from the defaults (`unwrap_or`, or `or` for an `Option`).
-macro_rules! raw_config {
-    ([$($field:tt)*] [$($name:ident $fill:ident)*]) => {
-        /// The `[serve]` table: every [`Config`] field, each optional (unset: the default).
-        #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-        #[serde(deny_unknown_fields)]
-        pub struct RawConfig {
-            $($field)*
-            /// Tensor-parallel GPUs serving the model (vLLM's `--tensor-parallel-size`): the
-            /// engine simulates one rank, with the model's per-rank shapes
-            /// ([`ModelSpec::sharded`]), its share of the weights and KV cache, and an all-reduce
-            /// after each layer's attention and FFN.
-            pub tensor_parallel_size: Option<u32>,
-        }
-
-        impl RawConfig {
-            /// Fields `other` sets win.
-            pub fn overlay(mut self, other: RawConfig) -> Self {
-                $(pick(&mut self.$name, other.$name);)*
-                pick(&mut self.tensor_parallel_size, other.tensor_parallel_size);
-                self
-            }
-
-            /// The defaults with the given fields replaced.
-            pub fn to_config(&self) -> Config {
-                let d = Config::default();
-                Config {
-                    $($name: self.$name.$fill(d.$name),)*
-                }
-            }
-        }
-    };
-    ([$($field:tt)*] [$($names:tt)*]
-        $(#[doc = $doc:literal])* $name:ident: Option<$ty:ty> = None, $($rest:tt)*) => {
-        raw_config! {
-            [$($field)*
-                #[doc = concat!("[`Config::", stringify!($name), "`].")]
-                pub $name: Option<$ty>,]
-            [$($names)* $name or]
-            $($rest)*
-        }
-    };
-    ([$($field:tt)*] [$($names:tt)*]
-        $(#[doc = $doc:literal])* $name:ident: $ty:ty = $default:expr, $($rest:tt)*) => {
-        raw_config! {
-            [$($field)*
-                #[doc = concat!("[`Config::", stringify!($name), "`].")]
-                pub $name: Option<$ty>,]
-            [$($names)* $name unwrap_or]
-            $($rest)*
-        }
-    };
-    ($($fields:tt)*) => {
-        raw_config! { [] [] $($fields)* }
-    };
-}
-
-crate::config::config_fields!(raw_config);
-
-fn pick<T>(a: &mut Option<T>, b: Option<T>) {
-    if b.is_some() {
-        *a = b;
-    }
-}
 
 /// A serving scenario as written: a TOML file, or flags.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -119,45 +57,6 @@ pub struct RawServeScenario {
     /// Replicas, router, prefill/decode pools.
     #[serde(default, skip_serializing_if = "RawCluster::is_empty")]
     pub cluster: RawCluster,
-}
-
-/// Why a serving scenario cannot run. Each names the scenario field.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ScenarioError {
-    /// `model` or `hardware` not given.
-    #[error("{field}: required")]
-    Missing {
-        /// The field.
-        field: &'static str,
-    },
-    /// The model or hardware could not be resolved.
-    #[error(transparent)]
-    Planner(#[from] kvplan_vocab::Error),
-    /// A bad `[workload]` field or trace file (fields are named without the `workload.` prefix).
-    #[error(transparent)]
-    Workload(#[from] kvplan_workloads::Error),
-    /// A bad `[serve]` setting, or no room for the KV cache (fields without the `serve.` prefix).
-    #[error(transparent)]
-    Serve(#[from] crate::Error),
-    /// A bad `[cluster]` setting (the field by its dotted path).
-    #[error("{field}: expected {expect} (got {value})")]
-    Cluster {
-        /// The field, `cluster.data_parallel_size`.
-        field: &'static str,
-        /// Its value.
-        value: String,
-        /// What it should be.
-        expect: std::borrow::Cow<'static, str>,
-    },
-    /// A replica group's or pool's engine settings (`cluster.prefill.serve`) are bad.
-    #[error("{path}.{source}")]
-    Replica {
-        /// The table the settings are in.
-        path: &'static str,
-        /// What is wrong.
-        source: crate::Error,
-    },
 }
 
 impl RawServeScenario {
@@ -514,6 +413,7 @@ impl ServeScenario {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::SchedulerKind;
 
     /// Llama-2-7B on an A100 80GB serving `workload`: the serving crate's test scenario.
     pub(crate) fn llama_on_a100(workload: WorkloadConfig) -> RawServeScenario {

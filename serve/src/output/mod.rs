@@ -10,6 +10,8 @@ use crate::Error;
 use crate::config::Resolved;
 use crate::kv_cache::CacheStats;
 
+pub mod cluster;
+
 /// Engine-wide counters the summary reports.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Counters {
@@ -493,7 +495,7 @@ pub struct ServeReport {
     pub iterations: Vec<IterationRecord>,
     /// A cluster's replicas, router and transfers (`None`: one engine).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub cluster: Option<Box<crate::cluster::ClusterOutput>>,
+    pub cluster: Option<Box<cluster::ClusterOutput>>,
     /// The CPU tiers' counters, summed (`None`: no tier).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tier: Option<crate::tier::TierStats>,
@@ -654,7 +656,7 @@ impl ServeReport {
             #[serde(skip_serializing_if = "Option::is_none")]
             tier: Option<&'a crate::tier::TierStats>,
             #[serde(flatten, skip_serializing_if = "Option::is_none")]
-            cluster: Option<&'a crate::cluster::ClusterOutput>,
+            cluster: Option<&'a cluster::ClusterOutput>,
         }
         serde_json::to_writer_pretty(
             &mut w,
