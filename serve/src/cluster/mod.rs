@@ -256,6 +256,8 @@ struct Driver<'a, I> {
     engines: Vec<Engine<'a>>,
     plans: Vec<ReplicaMeta>,
     pools: Vec<Pool>,
+    /// Per engine: its pool and its place in it.
+    place: Vec<(usize, usize)>,
     disaggregated: bool,
     transfer: KvTransfer,
     staleness_s: f64,
@@ -425,12 +427,19 @@ fn run<I: Iterator<Item = Request>>(
     }
     progress.start(total, "requests served");
     let n_engines = engines.len();
+    let mut place = vec![(0, 0); n_engines];
+    for (p, pool) in pools.iter().enumerate() {
+        for (m, &i) in pool.members.iter().enumerate() {
+            place[i] = (p, m);
+        }
+    }
     let mut d = Driver {
         replica_acc: (per_replica && n_engines > 1)
             .then(|| (0..n_engines).map(|_| SummaryAcc::default()).collect()),
         engines,
         plans: metas,
         pools,
+        place,
         disaggregated,
         transfer,
         staleness_s,
@@ -737,13 +746,9 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
         pool.router.scrape(at, &metrics);
     }
 
+    /// The pool of engine `engine` and its place in it.
     fn pool_of(&self, engine: usize) -> (usize, usize) {
-        for (p, pool) in self.pools.iter().enumerate() {
-            if let Some(m) = pool.members.iter().position(|&i| i == engine) {
-                return (p, m);
-            }
-        }
-        unreachable!("every engine is in a pool")
+        self.place[engine]
     }
 
     fn engine_pass(&mut self, i: usize) -> Result<(), Error> {
