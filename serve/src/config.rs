@@ -106,7 +106,7 @@ pub enum Preemption {
     )]
     Swap,
     /// Swap out the layer inputs `X` of its first `l` tokens (half their K,V bytes on MHA) and
-    /// the K,V of the rest; on resume recompute K,V[0:l] from `X` while the rest is swapped in
+    /// the K,V of the rest; on resume recompute `K,V[0:l]` from `X` while the rest is swapped in
     /// (KVPR's split balance applied to a resume, at block granularity; see
     /// [`crate::IterationTimer::hybrid_split`]). Where `X` costs no less than K,V on the link
     /// (GQA with equal copy counts) `l = 0` and this is swap. vLLM 0.4 schedulers only.
