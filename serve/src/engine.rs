@@ -173,8 +173,6 @@ pub struct Engine<'a> {
     arrived: Window<f64>,
     /// Per engine position: the input position.
     index: Window<usize>,
-    /// Requests delivered and not yet retired.
-    outstanding: usize,
     /// When the host link is next free, to the GPU and from it (one value on a half-duplex
     /// link).
     link_free: [f64; 2],
@@ -222,7 +220,6 @@ impl<'a> Engine<'a> {
             sent: Window::default(),
             arrived: Window::default(),
             index: Window::default(),
-            outstanding: 0,
             link_free: [0.0; 2],
             half_duplex: false,
             copies: UnitCopies::default(),
@@ -326,20 +323,10 @@ impl<'a> Engine<'a> {
         loads.chain(releases).min_by(f64::total_cmp)
     }
 
-    /// The iteration timer.
-    pub fn timer(&self) -> &IterationTimer {
-        &self.timer
-    }
-
     /// The host clock: the time of the last pass (or of the next, when [`Host::Ready`] or
     /// [`Host::Blocked`]).
     pub fn now(&self) -> f64 {
         self.now
-    }
-
-    /// Requests delivered and not yet retired (queued, running or in its inbox).
-    pub fn outstanding(&self) -> usize {
-        self.outstanding
     }
 
     /// Requests waiting (delivered or queued, not running).
@@ -360,7 +347,6 @@ impl<'a> Engine<'a> {
         })?;
         debug_assert!(self.inbox.back().is_none_or(|b| b.at_s <= d.at_s));
         self.inbox.push_back(d);
-        self.outstanding += 1;
         Ok(())
     }
 
@@ -795,7 +781,6 @@ impl<'a> Engine<'a> {
             .index
             .pop_front()
             .expect("an input position per request");
-        self.outstanding -= 1;
         let done = status == Status::Finished && s.place == Place::Done;
         let nan = f64::NAN;
         let (queue, ttft, e2e) = if done {

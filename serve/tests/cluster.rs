@@ -80,7 +80,8 @@ fn random_routing_is_exact() {
             "{what}: one replica {x}, {n} behind random {y} ({gap:.4})"
         );
     }
-    // Every replica got its share.
+    // Every replica got its share: a uniform split of 48,000 requests over 4 gives each 12,000
+    // +- 0.8% (one standard deviation); 5% is over six of them.
     let c = many.cluster.as_ref().unwrap();
     assert!(c.pools[0].imbalance < 1.05, "{:?}", c.pools[0].routed);
 }
@@ -119,6 +120,8 @@ fn prefix_routers_hit_more_and_answer_sooner_than_round_robin() {
     let rr = with("round-robin");
     for r in ["prefix-aware", "kv-aware", "llm-d"] {
         let s = with(r);
+        // Measured: round-robin 64% of prompt tokens hit; prefix-aware and llm-d 99%, kv-aware
+        // 88% (it trades overlap against load). Ten points is well inside every gap.
         assert!(
             s.prefix_cache_hit_rate > rr.prefix_cache_hit_rate + 0.1,
             "{r}: hit rate {} vs round-robin {}",
@@ -194,6 +197,8 @@ fn least_requests_against_round_robin() {
         with(&sessions, "round-robin"),
         with(&sessions, "least-requests"),
     );
+    // Measured: 55 ms against 143 ms; the benchmark's gap at 24 sessions is 11% (102 against
+    // 115 ms), hence a 10% margin.
     assert!(
         lr.ttft_s.p50 < 0.9 * rr.ttft_s.p50,
         "sessions: least-requests TTFT p50 {} vs round-robin {}",
@@ -485,6 +490,8 @@ fn kv_events_read_at_once_and_through_an_index_agree() {
     };
     let (live, hit) = with(0.0);
     let (index, _) = with(1e-9);
+    // 16 system prompts of 1,500 tokens over 3 replicas: most prompt tokens hit once each
+    // prompt is cached where its users go; half is a floor any prefix-following router clears.
     assert!(hit > 0.5, "the router finds the prefixes: {hit}");
     assert!(live == index, "the two views routed differently");
     // Seconds late, it routes differently (it does use the events).

@@ -63,6 +63,8 @@ fn a_cpu_tier_raises_hits_and_cuts_ttft_on_multi_turn_loads() {
             ..tier(256.0)
         });
         let t = with.tier.unwrap();
+        // Measured 83% (LRU) and 81% (ARC): a 256 GiB tier holds ~500,000 tokens, more than
+        // the conversations in flight; half is a floor any working tier clears.
         let hit = t.hit_tokens as f64 / t.queried_tokens as f64;
         assert!(hit > 0.5, "{eviction:?}: tier hit rate {hit}");
         let loaded: u64 = with
@@ -71,6 +73,7 @@ fn a_cpu_tier_raises_hits_and_cuts_ttft_on_multi_turn_loads() {
             .map(|r| u64::from(r.external_tokens))
             .sum();
         assert_eq!(loaded, t.hit_tokens);
+        // Measured TTFT p50 80 ms without the tier, 54-55 ms with it; p99 487 against 80-83 ms.
         let (a, b) = (&none.summary, &with.summary);
         assert!(
             b.ttft_s.p50 < 0.9 * a.ttft_s.p50,

@@ -249,7 +249,6 @@ struct Transfer {
     pushed: f64,
     /// Seconds of the pull or the tail of the pushes after the prefill.
     seconds: f64,
-    bytes: u64,
 }
 
 struct Driver<'a, I> {
@@ -393,7 +392,8 @@ fn run<I: Iterator<Item = Request>>(
             moe,
             weights,
         };
-        let needs = if n > 1 { spec.needs } else { Needs::default() };
+        // One replica needs no router: nothing is kept for it.
+        let needs = if n > 1 { spec.needs } else { Needs::NONE };
         // KV events that reach the router at once say what the engines' prefix caches hold:
         // it reads those instead (the same answers, without keeping an index).
         let events = needs.kv_events && staleness_s > 0.0;
@@ -665,18 +665,6 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
             } else {
                 self.hashes.clear();
             }
-            let live: Vec<Metrics>;
-            let metrics: &[Metrics] = if pool.needs.scrape_s == Some(0.0) && pool.history.is_none()
-            {
-                live = pool
-                    .members
-                    .iter()
-                    .map(|&i| metrics_of(&self.engines[i]))
-                    .collect();
-                &live
-            } else {
-                &pool.metrics
-            };
             let routed = Routed {
                 index,
                 request: q,
@@ -696,7 +684,7 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
             let view = View {
                 now: t,
                 in_flight: &pool.in_flight,
-                metrics,
+                metrics: &pool.metrics,
                 capacity_blocks: &pool.capacity_blocks,
                 block_size: &pool.block_size,
                 kv,
@@ -944,7 +932,6 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
         self.engines[from].release(pull.index, end);
         let tr = self.transfers.entry(pull.index).or_default();
         tr.seconds = end - pull.at_s;
-        tr.bytes = bytes;
         self.transfer_stats.transfers += 1;
         self.transfer_stats.bytes += bytes;
         self.transfer_stats.seconds += end - pull.at_s;

@@ -37,7 +37,7 @@ pub struct Needs {
     /// The request's block hashes at this many tokens per block (its own chunking, or the
     /// replicas' block size when `0`).
     pub hash_block: Option<u32>,
-    /// Load reports scraped at this period (seconds; `0.0`: read when deciding).
+    /// Load reports scraped at this period, seconds.
     pub scrape_s: Option<f64>,
     /// The replicas' KV events (blocks cached and evicted).
     pub kv_events: bool,
@@ -83,7 +83,8 @@ pub struct View<'a> {
     pub now: f64,
     /// Per replica: requests the router sent there that have not ended (its own count).
     pub in_flight: &'a [u64],
-    /// Per replica: the load as last scraped (or live, without a scrape period).
+    /// Per replica: the load as last scraped ([`Needs::scrape_s`]; zeros for a router that
+    /// scrapes nothing).
     pub metrics: &'a [Metrics],
     /// Per replica: KV blocks that hold KV (for utilisation).
     pub capacity_blocks: &'a [u32],

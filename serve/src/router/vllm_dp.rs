@@ -65,7 +65,8 @@ impl Router for VllmDp {
     fn pick(&mut self, _: &Routed<'_>, _: &View<'_>, rng: &mut ChaCha8Rng) -> usize {
         let n = self.counts.len();
         let client = if n > 1 { rng.random_range(0..n) } else { 0 };
-        let start = n * client / n;
+        // `n_engines * client_index // client_count`, with as many API servers as engines.
+        let start = client;
         let counts = &mut self.counts[client];
         let mut best = (u64::MAX, start);
         for i in 0..n {
