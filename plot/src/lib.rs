@@ -110,14 +110,25 @@ pub struct Series {
     pub name: String,
     /// The points.
     pub points: Vec<(f64, f64)>,
+    /// Whether the points are joined by a line (else markers only, a scatter).
+    pub joined: bool,
 }
 
 impl Series {
-    /// A series named `name`.
+    /// A line named `name`.
     pub fn new(name: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
         Series {
             name: name.into(),
             points,
+            joined: true,
+        }
+    }
+
+    /// Points named `name`, drawn as markers without a line.
+    pub fn scatter(name: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
+        Series {
+            joined: false,
+            ..Series::new(name, points)
         }
     }
 }
@@ -436,6 +447,14 @@ where
         .map_err(draw_err)?;
     for (i, s) in p.series.iter().enumerate() {
         let color = PALETTE[i % PALETTE.len()];
+        if !s.joined {
+            chart
+                .draw_series(s.points.iter().map(|&q| Circle::new(q, 3, color.filled())))
+                .map_err(draw_err)?
+                .label(s.name.as_str())
+                .legend(move |(x, y)| Circle::new((x + 10, y), 3, color.filled()));
+            continue;
+        }
         chart
             .draw_series(LineSeries::new(
                 s.points.iter().copied(),

@@ -7,6 +7,7 @@
 
 pub mod calibrate;
 pub mod cleanup;
+pub mod deploy;
 pub mod diff;
 pub mod files;
 pub mod listings;

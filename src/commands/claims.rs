@@ -68,6 +68,12 @@ fn files(command: &Command) -> (Named, Named) {
             let inputs = inputs.iter().map(|p| ("SHARD", Some(p.clone())));
             (inputs.collect(), vec![("OUT", out.map(Path::to_path_buf))])
         }
+        Command::PlanDeployment(a) => {
+            let mut inputs = vec![("SERVE_SCENARIO", a.scenario.clone())];
+            inputs.extend(a.merge.iter().map(|p| ("--merge", Some(p.clone()))));
+            inputs.push(("--requests-trace", a.requests.requests_trace.clone()));
+            (inputs, vec![("--svg", a.svg.clone())])
+        }
         Command::Plot(a) => (
             vec![("CSV", Some(a.csv.clone()))],
             vec![("--out", a.out.clone())],

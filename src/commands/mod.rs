@@ -19,6 +19,7 @@ pub mod exec;
 pub mod hardware;
 pub mod models;
 pub mod plan;
+pub mod plan_deployment;
 pub mod plot;
 pub mod serve;
 pub mod serve_capacity;
@@ -64,6 +65,11 @@ pub enum Command {
     /// sustains under latency objectives, and the cheapest for a target rate
     #[command(long_about = serve_capacity::SERVE_CAPACITY_LONG)]
     ServeCapacity(Box<serve_capacity::ServeCapacityArgs>),
+    /// The cheapest cluster (GPU, TP, replicas, prefill/decode pools, router, engine settings)
+    /// serving a load under latency objectives, by simulating candidate clusters; the Pareto
+    /// frontier of cost against latency
+    #[command(long_about = plan_deployment::PLAN_DEPLOYMENT_LONG)]
+    PlanDeployment(Box<plan_deployment::PlanDeploymentArgs>),
     /// Run the same plan for real (CUDA GPU or CPU) and report measured figures, like simulate
     #[command(long_about = exec::EXEC_LONG)]
     Exec(exec::ExecArgs),
@@ -185,6 +191,7 @@ pub fn run(cli: &Cli) -> Result<String, CliError> {
         Command::Simulate(a) => simulate::simulate(a),
         Command::Capacity(a) => capacity::capacity(a),
         Command::ServeCapacity(a) => serve_capacity::serve_capacity(a),
+        Command::PlanDeployment(a) => plan_deployment::plan_deployment(a),
         Command::Exec(a) => exec::exec(a),
         Command::Calibrate(a) => calibrate::calibrate(a),
         Command::Validate(a) => validate::validate(a),
