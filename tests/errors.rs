@@ -902,3 +902,97 @@ fn cluster_settings_name_their_flags() {
         ],
     );
 }
+
+/// `plan-deployment`: an empty search space, a price of 0 or below, a malformed layout, a
+/// router that does not exist, a bad shard: one line naming the flag, exit 2, no SVG written.
+/// An objective no candidate meets exits 2 too, naming the nearest miss and how far it was.
+#[test]
+fn plan_deployment_refuses_bad_input_and_unmet_objectives() {
+    let dir = TempDir::new("plan-deployment-errors");
+    let base = [
+        "plan-deployment",
+        "--model",
+        "llama-3.2-1b",
+        "--qps",
+        "4",
+        "--lengths",
+        "64",
+        "--output-lengths",
+        "16",
+        "--requests",
+        "200",
+        "--svg",
+        "front.svg",
+    ];
+    let fails = |extra: &[&str], needles: &[&str]| {
+        let mut args: Vec<&str> = [&base[..], extra].concat();
+        for (flag, value) in [("--hardware", "l4"), ("--price", "l4=0.8")] {
+            if !extra.contains(&flag) {
+                args.extend([flag, value]);
+            }
+        }
+        expect_input_error(&run_in(dir.path(), &args), needles);
+        assert!(dir.files().is_empty(), "a file was written: {extra:?}");
+    };
+    fails(
+        &["--slo", "ttft_p99=1s", "--tensor-parallel-size", ""],
+        &["error: --tensor-parallel-size: "],
+    );
+    fails(
+        &["--slo", "ttft_p99=1s", "--hardware", ""],
+        &["error: --hardware: ", "empty"],
+    );
+    fails(
+        &["--slo", "ttft_p99=1s", "--price", "l4=0"],
+        &["error: --price: ", "above 0"],
+    );
+    fails(
+        &["--slo", "ttft_p99=1s", "--price", "l4=-2"],
+        &["error: --price: ", "above 0"],
+    );
+    fails(
+        &["--slo", "ttft_p99=1s", "--layouts", "1:0"],
+        &["error: --layouts: ", "1 to 64"],
+    );
+    fails(
+        &["--slo", "ttft_p99=1s", "--routers", "fastest"],
+        &["error: --routers: ", "round-robin"],
+    );
+    fails(
+        &["--slo", "ttft_p99=1s", "--shard", "3/2"],
+        &["error: --shard: "],
+    );
+    fails(
+        &["--slo", "ttft_p99=1s", "--quantization", "fp3"],
+        &["error: --quantization: "],
+    );
+    fails(&[], &["error: --slo: required"]);
+    // No candidate meets 10 us TPOT: exit 2, the nearest miss named with its figures; the
+    // candidates still go to stdout (a whole report), the SVG is not written.
+    let out = run_in(
+        dir.path(),
+        &[
+            &base[..],
+            &[
+                "--slo",
+                "tpot_p99=10us",
+                "--hardware",
+                "l4",
+                "--price",
+                "l4=0.8",
+            ],
+        ]
+        .concat(),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("error: --slo: no candidate meets tpot_p99=10us; nearest miss: ")
+            && err.contains("tpot_p99 ")
+            && err.contains("> 10us"),
+        "{err}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no candidate meets"));
+    assert!(dir.files().is_empty(), "{:?}", dir.files());
+}

@@ -668,3 +668,65 @@ fn the_summary_names_quantised_weights_and_an_fp8_cache() {
     // fp8 weights free memory too, so the fp8 cache holds at least twice the blocks.
     assert!(blocks(&quant) >= 2 * blocks(&plain), "{plain}\n{quant}");
 }
+
+/// `plan-deployment`: the answer names the cheapest deployment and the frontier; shards run
+/// apart and merged print the unsharded answer byte for byte (table, CSV and JSON); the SVG
+/// holds the frontier.
+#[test]
+fn plan_deployment_shards_merge_byte_for_byte() {
+    let d = TempDir::new("plan-deployment");
+    let base = [
+        "plan-deployment",
+        "--model",
+        "llama-3.2-1b",
+        "--hardware",
+        "l4,a100-80g-sxm",
+        "--price",
+        "l4=0.8,a100-80g-sxm=1.5",
+        "--tensor-parallel-size",
+        "1,2",
+        "--layouts",
+        "colocated,1:1",
+        "--qps",
+        "30",
+        "--lengths",
+        "128",
+        "--output-lengths",
+        "32",
+        "--requests",
+        "600",
+        "--slo",
+        "ttft_p99=500ms,tpot_p99=30ms",
+    ];
+    let run = |extra: &[&str]| ok(&run_in(d.path(), &[&base[..], extra].concat()));
+    let table = run(&["--svg", "front.svg"]);
+    assert!(table.contains("cheapest: "), "{table}");
+    assert!(table.contains("Pareto frontier"), "{table}");
+    let svg = std::fs::read_to_string(d.path().join("front.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("frontier"), "{svg}");
+    let csv = run(&["--format", "csv"]);
+    assert!(csv.lines().any(|l| l.ends_with("true,true")), "{csv}");
+    let json = run(&["--format", "json"]);
+    for i in 0..2 {
+        let part = run(&["--shard", &format!("{i}/2")]);
+        std::fs::write(d.path().join(format!("s{i}.json")), part).unwrap();
+    }
+    let merge = |fmt: &str| {
+        ok(&run_in(
+            d.path(),
+            &[
+                "plan-deployment",
+                "--slo",
+                "ttft_p99=500ms,tpot_p99=30ms",
+                "--format",
+                fmt,
+                "--merge",
+                "s0.json",
+                "s1.json",
+            ],
+        ))
+    };
+    assert_eq!(merge("table"), table);
+    assert_eq!(merge("csv"), csv);
+    assert_eq!(merge("json"), json);
+}

@@ -492,10 +492,7 @@ mod tests {
     #[test]
     fn a_span_too_wide_for_an_axis_is_refused_not_drawn_forever() {
         let chart = |points: Vec<(f64, f64)>| {
-            let s = [Series {
-                name: "s".into(),
-                points,
-            }];
+            let s = [Series::new("s", points)];
             line_chart(&s, "x", "y", "t")
         };
         for (points, axis) in [

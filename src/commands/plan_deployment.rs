@@ -315,10 +315,15 @@ pub fn plan_deployment(args: &PlanDeploymentArgs) -> Result<String, CliError> {
     if plan.cheapest().is_none() {
         let miss = match plan.nearest_miss() {
             Some((s, c)) => format!(
-                "; nearest miss: {} at ${:.2}/hour: {}",
+                "; nearest miss: {} at ${:.2}/hour: {}{}",
                 kvplan_report::deploy::deployment(s, c),
                 c.usd_per_hour,
-                c.why
+                c.why,
+                match c.figures.as_ref().map(|f| f.worst()) {
+                    Some(w) if w.is_finite() =>
+                        format!(" (its worst objective at {:.0}% of its limit)", 100.0 * w),
+                    _ => String::new(),
+                }
             ),
             None => {
                 "; no candidate could be simulated (see the table for why each was pruned)".into()
@@ -369,6 +374,7 @@ fn search(args: &PlanDeploymentArgs, slo: &Slo) -> Result<Plan, CliError> {
         prices: prices(args.price.as_deref())?,
         shard: args.shard.as_deref().map(shard).transpose()?,
     };
+    let shapes = kvplan_serve::deploy::shapes(&space).map_err(plan_error)?;
     for name in opts.prices.keys() {
         if !space.hardware.iter().any(|h| h == name) {
             return Err(CliError::input(format!(
@@ -377,7 +383,6 @@ fn search(args: &PlanDeploymentArgs, slo: &Slo) -> Result<Plan, CliError> {
             )));
         }
     }
-    let shapes = kvplan_serve::deploy::shapes(&space).map_err(plan_error)?;
     let bar = kvplan_report::progress::bar();
     bar.start(shapes.len() as u64, "shapes searched");
     let done = AtomicU64::new(0);

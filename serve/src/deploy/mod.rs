@@ -632,10 +632,14 @@ pub fn shapes(space: &Space) -> Result<Vec<Shape>, PlanError> {
 
 /// The load `base` serves: its requests' count, rate and mean lengths.
 pub fn load_of(base: &RawServeScenario) -> Result<Load, PlanError> {
-    let sc = base.clone().resolve().map_err(Box::new)?;
-    let reqs = sc
-        .requests()
-        .map_err(|e| Box::new(ScenarioError::from(e)))?;
+    let mut w = base.workload.clone();
+    if w.trace.is_none() && w.output_lengths.is_none() {
+        w.output_lengths = Some(crate::scenario::DEFAULT_OUTPUT_LENGTHS.into());
+    }
+    let seed = w.seed();
+    let spec = w.validate().map_err(|e| Box::new(ScenarioError::from(e)))?;
+    let reqs =
+        kvplan_workloads::generate(&spec, seed).map_err(|e| Box::new(ScenarioError::from(e)))?;
     let n = reqs.len();
     if n < 2 {
         return Err(PlanError::Setting {
@@ -644,7 +648,7 @@ pub fn load_of(base: &RawServeScenario) -> Result<Load, PlanError> {
         });
     }
     let span = reqs[n - 1].arrival_s - reqs[0].arrival_s;
-    if !(span > 0.0) {
+    if span.is_nan() || span <= 0.0 {
         return Err(PlanError::Setting {
             field: "workload.arrivals",
             why: "every request arrives at once: a deployment is planned for a rate; give --qps with poisson or gamma arrivals, or a trace".into(),
@@ -710,11 +714,7 @@ pub fn plan(
         }
         price.insert(h.to_string(), p);
     }
-    let load = load_of(&{
-        let mut b = base.clone();
-        b.hardware = Some(space.hardware[0].trim().to_string());
-        b
-    })?;
+    let load = load_of(base)?;
     let mine: Vec<&Shape> = all
         .iter()
         .filter(|s| opts.shard.is_none_or(|(i, n)| s.index % n == i))
