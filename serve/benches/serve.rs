@@ -95,6 +95,61 @@ fn bench(c: &mut Criterion) {
         });
     }
     g.finish();
+    deploy(c);
+}
+
+/// One shape of `kvplan plan-deployment`'s search, as its README example runs it: Llama-3.1-8B,
+/// 10,000 Poisson requests at 20 req/s (1024-token prompts, 256-token outputs) under
+/// `ttft_p99=2s,tpot_p99=100ms`, on H100 TP1 colocated and on A100 TP1 as 1:1 prefill:decode
+/// units: the fewest units found, every candidate tried simulated.
+fn deploy(c: &mut Criterion) {
+    use kvplan_serve::deploy::{Layout, PlanOptions, Shape, load_of, plan_shape};
+    let mut g = c.benchmark_group("deploy");
+    g.sample_size(10);
+    let base = kvplan_serve::scenario::RawServeScenario {
+        model: Some("llama-3.1-8b".into()),
+        workload: kvplan_workloads::WorkloadConfig {
+            arrivals: Some("poisson".into()),
+            qps: Some(20.0),
+            prompt_lengths: Some("1024".into()),
+            output_lengths: Some("256".into()),
+            requests: Some(10_000),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let load = load_of(&base).unwrap();
+    let slo = "ttft_p99=2s,tpot_p99=100ms".parse().unwrap();
+    let opts = PlanOptions {
+        max_gpus: 64,
+        steady: Default::default(),
+        prices: Default::default(),
+        shard: None,
+    };
+    for (name, hardware, layout) in [
+        ("h100_tp1_colocated", "h100-sxm", Layout::Colocated),
+        (
+            "a100_tp1_1p1d",
+            "a100-80g-sxm",
+            Layout::Disaggregated {
+                prefill: 1,
+                decode: 1,
+            },
+        ),
+    ] {
+        let shape = Shape {
+            index: 0,
+            hardware: hardware.into(),
+            tensor_parallel_size: 1,
+            layout,
+            router: "round-robin".parse().unwrap(),
+            settings: Vec::new(),
+        };
+        g.bench_function(format!("shape_llama31_8b_20qps_10000_{name}"), |b| {
+            b.iter(|| black_box(plan_shape(&base, &shape, &slo, &opts, 1.0, &load).unwrap()))
+        });
+    }
+    g.finish();
 }
 
 criterion_group!(benches, bench);
