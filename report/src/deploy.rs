@@ -196,9 +196,10 @@ fn table(plan: &Plan, slo: &Slo, front: &[Frontier]) -> String {
         let f = c.figures.as_ref().expect("a met candidate has figures");
         let _ = writeln!(
             out,
-            "cheapest: {} — {} GPUs, {}/hour",
+            "cheapest: {} — {} GPU{}, {}/hour",
             deployment(s, c),
             c.gpus,
+            if c.gpus == 1 { "" } else { "s" },
             money(c.usd_per_hour)
         );
         let terms: Vec<String> = slo
@@ -246,9 +247,10 @@ fn table(plan: &Plan, slo: &Slo, front: &[Frontier]) -> String {
         if let Some((s, c)) = plan.nearest_miss() {
             let _ = writeln!(
                 out,
-                "nearest miss: {} ({} GPUs, {}/hour): {}",
+                "nearest miss: {} ({} GPU{}, {}/hour): {}",
                 deployment(s, c),
                 c.gpus,
+                if c.gpus == 1 { "" } else { "s" },
                 money(c.usd_per_hour),
                 c.why
             );

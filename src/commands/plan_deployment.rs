@@ -63,6 +63,10 @@ pub struct PlanDeploymentArgs {
     /// max_num_batched_tokens values to try [default: the scenario's, or vLLM's]
     #[arg(long, value_name = "LIST")]
     pub max_num_batched_tokens: Option<String>,
+    /// max_model_len values to try (a long model context may not fit a small GPU's KV cache:
+    /// vLLM refuses to start) [default: the scenario's, or the model's]
+    #[arg(long, value_name = "LIST")]
+    pub max_model_len: Option<String>,
     /// CPU KV tier sizes per replica to try, GiB (0: none) [default: the scenario's]
     #[arg(long, value_name = "LIST")]
     pub kv_offloading_size: Option<String>,
@@ -111,6 +115,7 @@ fn plan_error(e: PlanError) -> CliError {
                 "max_num_seqs" => "--max-num-seqs",
                 "max_num_batched_tokens" => "--max-num-batched-tokens",
                 "kv_offloading_size_gib" => "--kv-offloading-size",
+                "max_model_len" => "--max-model-len",
                 other => other,
             };
             CliError::input(format!("{flag}: {why}"))
@@ -238,6 +243,7 @@ impl PlanDeploymentArgs {
                 false,
                 &[],
             )?,
+            knob("max_model_len", self.max_model_len.as_deref(), false, &[])?,
             knob(
                 "kv_offloading_size_gib",
                 self.kv_offloading_size.as_deref(),
@@ -367,7 +373,21 @@ fn search(args: &PlanDeploymentArgs, slo: &Slo) -> Result<Plan, CliError> {
             w.requests = Some(DEFAULT_REQUESTS);
         }
     }
-    let space = args.space(&base)?;
+    let mut space = args.space(&base)?;
+    // A setting with one value is the base's, not an axis: it stays out of every label.
+    let mut fixed = String::new();
+    space.knobs.retain(|k| match k.values.as_slice() {
+        [Some(v)] => {
+            fixed.push_str(&format!("{} = {v}\n", k.field));
+            false
+        }
+        _ => true,
+    });
+    if !fixed.is_empty() {
+        let over: kvplan_serve::scenario::RawConfig = toml::from_str(&fixed)
+            .map_err(|e| CliError::input(format!("the engine settings given: {}", e.message())))?;
+        base.serve = std::mem::take(&mut base.serve).overlay(over);
+    }
     let opts = PlanOptions {
         max_gpus: args.max_gpus,
         steady: Default::default(),
