@@ -875,10 +875,8 @@ pub fn plan_shape(
         } else {
             0
         };
-        k = guess.max(k.saturating_mul(2)).min(max_units).max(k + 1);
-        if guess > k {
-            k = guess.min(max_units);
-        }
+        // (`k < max_units` here, so the range is not empty.)
+        k = if guess > 0 { guess } else { k.saturating_mul(2) }.clamp(k + 1, max_units);
     };
     let Some(mut hi) = hi else {
         return Ok(result);
