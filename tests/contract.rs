@@ -322,6 +322,56 @@ fn models_and_hardware_listings() {
     assert!(toml_text.contains("h2d_pinned_gbps = 24.5") && toml_text.contains("vLLM"));
 }
 
+/// Every price cites its source: the list shows each preset's price per GPU-hour and power,
+/// `kvplan hardware NAME` the price with its source and date, as TOML and as JSON.
+#[test]
+fn hardware_shows_prices_with_their_source() {
+    let list = ok(&run(&["hardware"]));
+    let header = list.lines().next().unwrap();
+    assert!(
+        header.contains("$/GPU-h") && header.contains("power W"),
+        "{header}"
+    );
+    let row = list.lines().find(|l| l.starts_with("h100-sxm ")).unwrap();
+    assert!(row.ends_with(" 700     3.78"), "{row}");
+    let toml_text = ok(&run(&["hardware", "h100-sxm"]));
+    for needle in [
+        "price_usd_per_hour = 3.78",
+        "price_source = \"Lambda on-demand",
+        "https://techbytes.app/",
+        "price_date = \"2026-05-07\"",
+        "power_watts = 700.0",
+    ] {
+        assert!(toml_text.contains(needle), "{needle} missing:\n{toml_text}");
+    }
+    let v: Value =
+        serde_json::from_str(&ok(&run(&["hardware", "h100-sxm", "--format", "json"]))).unwrap();
+    let gpu = &v["gpu"];
+    assert_eq!(gpu["price_usd_per_hour"], 3.78);
+    assert!(gpu["price_source"].as_str().unwrap().contains("Lambda"));
+    assert_eq!(gpu["price_date"], "2026-05-07");
+    assert_eq!(gpu["power_watts"], 700.0);
+    // A profile file with a price of its own says so under its row, and cites itself.
+    let dir = TempDir::new("hw-price-show");
+    std::fs::write(
+        dir.path().join("mine.toml"),
+        "base = \"h100-sxm\"\n[gpu]\nprice_usd_per_hour = 2.0\n",
+    )
+    .unwrap();
+    let mine = ok(&run_in(dir.path(), &["hardware", "mine.toml"]));
+    assert!(
+        mine.ends_with("\nprice: $2.00 per GPU-hour, given in mine.toml\n"),
+        "{mine}"
+    );
+    // A preset with no citable price says how to give one.
+    std::fs::write(dir.path().join("nvl.toml"), "base = \"h100-nvl\"\n").unwrap();
+    let nvl = ok(&run_in(dir.path(), &["hardware", "nvl.toml"]));
+    assert!(
+        nvl.contains("price: none; give gpu.price_usd_per_hour"),
+        "{nvl}"
+    );
+}
+
 #[test]
 fn capacity_json_contract_and_table11() {
     let v: Value = serde_json::from_str(&ok(&run(&[

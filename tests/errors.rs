@@ -316,6 +316,28 @@ fn profile_values_outside_physical_ranges() {
             "ram_gib = 1e9",
             &["p.toml: host.ram_gib", "1 PiB"][..],
         ),
+        (
+            "zero-price",
+            "gpu",
+            "price_usd_per_hour = 0.0",
+            &["p.toml: gpu.price_usd_per_hour", "more than 0", "got 0"][..],
+        ),
+        (
+            "negative-price",
+            "gpu",
+            "price_usd_per_hour = -1.0",
+            &[
+                "p.toml: gpu.price_usd_per_hour",
+                "price_usd_per_hour = 2.5",
+                "got -1",
+            ][..],
+        ),
+        (
+            "zero-power",
+            "gpu",
+            "power_watts = 0.0",
+            &["p.toml: gpu.power_watts", "more than 0"][..],
+        ),
     ] {
         let text = format!("base = \"t4\"\n[{section}]\n{line}\n");
         simulate_fails(name, &[("p.toml", &text)], &model, needles);
@@ -327,6 +349,25 @@ fn profile_values_outside_physical_ranges() {
         &with(&["--strategy", "runahead", "--link-gbps", "1e-300"]),
         &["--link-gbps", "got 1e-300"],
     );
+}
+
+/// `kvplan hardware FILE` checks the file as every command does: a price of 0 or less is one
+/// line naming the field, exit 2.
+#[test]
+fn hardware_refuses_a_price_of_nothing() {
+    let dir = TempDir::new("hw-price");
+    for (file, usd) in [("zero.toml", "0"), ("neg.toml", "-1.0")] {
+        std::fs::write(
+            dir.path().join(file),
+            format!("base = \"h100-sxm\"\n[gpu]\nprice_usd_per_hour = {usd}\n"),
+        )
+        .unwrap();
+        let out = run_in(dir.path(), &["hardware", file]);
+        expect_input_error(
+            &out,
+            &[&format!("{file}: gpu.price_usd_per_hour"), "more than 0"],
+        );
+    }
 }
 
 #[test]

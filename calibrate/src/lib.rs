@@ -310,6 +310,9 @@ pub fn build_profile(
             },
             compute_capability: b.gpu.compute_capability,
             price_usd_per_hour: b.gpu.price_usd_per_hour,
+            price_source: b.gpu.price_source.clone(),
+            price_date: b.gpu.price_date.clone(),
+            power_watts: b.gpu.power_watts,
         },
         None => {
             let peak = |d: DType| {
@@ -330,6 +333,9 @@ pub fn build_profile(
                 },
                 compute_capability: None,
                 price_usd_per_hour: None,
+                price_source: None,
+                price_date: None,
+                power_watts: None,
             }
         }
     };

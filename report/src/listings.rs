@@ -168,6 +168,8 @@ pub fn hardware(
         "h2d pinned GB/s",
         "d2h pinned GB/s",
         "host RAM",
+        "power W",
+        "$/GPU-h",
     ];
     // The CSV names are the profile file's fields.
     let csv_header = [
@@ -181,6 +183,10 @@ pub fn hardware(
         "h2d_pinned_gbps",
         "d2h_pinned_gbps",
         "host_ram_bytes",
+        "power_watts",
+        "price_usd_per_hour",
+        "price_source",
+        "price_date",
     ];
     let cells = |p: &HardwareProfile, plain: bool| -> Vec<String> {
         let bytes = |b: u64| if plain { b.to_string() } else { gib(b) };
@@ -191,7 +197,7 @@ pub fn hardware(
                 format!("{x:.decimals$}")
             }
         };
-        vec![
+        let mut v = vec![
             p.name.clone(),
             p.gpu.name.clone(),
             bytes(p.gpu.memory_bytes),
@@ -202,8 +208,48 @@ pub fn hardware(
             num(p.link.h2d_pinned / 1e9, 2),
             num(p.link.d2h_pinned / 1e9, 2),
             bytes(p.host.ram_bytes),
-        ]
+        ];
+        let g = &p.gpu;
+        let or_dash = |v: Option<String>| v.unwrap_or_else(|| if plain { "" } else { "-" }.into());
+        v.push(or_dash(g.power_watts.map(|w| num(w, 0))));
+        v.push(or_dash(g.price_usd_per_hour.map(|usd| num(usd, 2))));
+        if plain {
+            v.push(g.price_source.clone().unwrap_or_default());
+            v.push(g.price_date.clone().unwrap_or_default());
+        }
+        v
     };
     let footer = asked.is_none().then_some(footer);
-    listing(format, profiles, &header, &csv_header, cells, footer)
+    let mut out = listing(format, profiles, &header, &csv_header, cells, footer)?;
+    if let (Format::Table, Some(_), [one]) = (format, asked, profiles) {
+        out.push_str(&price_line(&one.gpu));
+    }
+    Ok(out)
+}
+
+/// `usd` with cents (`0.60`), or every digit it has (`1.9512`).
+fn dollars(usd: f64) -> String {
+    let cents = format!("{usd:.2}");
+    if cents.parse::<f64>() == Ok(usd) {
+        cents
+    } else {
+        usd.to_string()
+    }
+}
+
+/// The line under one profile's row: its price per GPU-hour, where it comes from and when,
+/// or how to give one.
+fn price_line(g: &kvplan_vocab::hardware::Gpu) -> String {
+    match g.price_usd_per_hour {
+        Some(usd) => format!(
+            "\nprice: ${} per GPU-hour, {}{}\n",
+            dollars(usd),
+            g.price_source.as_deref().unwrap_or("no source given"),
+            g.price_date
+                .as_deref()
+                .map(|d| format!(" ({d})"))
+                .unwrap_or_default(),
+        ),
+        None => "\nprice: none; give gpu.price_usd_per_hour in the profile (or --price NAME=USD where a command takes it)\n".into(),
+    }
 }

@@ -103,8 +103,17 @@ pub struct Gpu {
     /// Fixed cost added to every kernel, seconds.
     pub kernel_overhead_s: f64,
     /// What one GPU of this kind costs per hour, US dollars (optional: `kvplan capacity --slo
-    /// --target-qps` ranks configurations by it when every profile gives one).
+    /// --target-qps` ranks configurations by it when every profile gives one). Every preset
+    /// gives a public on-demand list price, except where none could be cited.
     pub price_usd_per_hour: Option<f64>,
+    /// Where the price comes from: a provider and its page for a preset, `given in FILE` for a
+    /// profile that sets a price without `price_source`, `--price on the command line` for
+    /// [`HardwareProfile::with_price`]. `Some` whenever the price is.
+    pub price_source: Option<String>,
+    /// When the price was quoted (`2026-05-07`, `2026-05`), as its source dates it.
+    pub price_date: Option<String>,
+    /// Board power (TDP), watts, where the vendor publishes it.
+    pub power_watts: Option<f64>,
 }
 
 impl Gpu {
@@ -304,6 +313,17 @@ pub struct GpuSection {
     /// Price of one GPU per hour, US dollars (optional; your contract's or your cloud's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub price_usd_per_hour: Option<f64>,
+    /// Where the price comes from (provider and page). A file that sets `price_usd_per_hour`
+    /// over a `base` without its own `price_source` does not inherit the base's source or date:
+    /// its source becomes `given in FILE`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price_source: Option<String>,
+    /// When the price was quoted, as its source dates it (`2026-05-07`, `2026-05`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price_date: Option<String>,
+    /// Board power (TDP), watts (optional; the vendor's datasheet figure).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_watts: Option<f64>,
 }
 
 /// `[gpu.peak_tflops]` of a profile file.
@@ -479,6 +499,7 @@ fn validate(file: ProfileFile, origin: &str) -> Result<HardwareProfile> {
     let h2d_latency_s = micros("link.h2d_latency_us", s.link.h2d_latency_us)?;
     let d2h_latency_s = micros("link.d2h_latency_us", s.link.d2h_latency_us)?;
     let copy_completion_s = copy_completion(&c, &s.link)?;
+    let (price_usd_per_hour, price_source, price_date) = price(&c, &s.gpu)?;
     Ok(HardwareProfile {
         name: s.name,
         description: s.description,
@@ -507,15 +528,12 @@ fn validate(file: ProfileFile, origin: &str) -> Result<HardwareProfile> {
                 cc => cc,
             },
             kernel_overhead_s: micros("gpu.kernel_overhead_us", s.gpu.kernel_overhead_us)?,
-            price_usd_per_hour: match s.gpu.price_usd_per_hour {
-                Some(p) if !(p.is_finite() && p > 0.0 && p <= 1e4) => {
-                    return Err(Error::invalid(
-                        format!("{origin}: gpu.price_usd_per_hour"),
-                        limits::show(p),
-                        "must be more than 0 and at most 10000 US dollars per GPU-hour",
-                    ));
-                }
-                p => p,
+            price_usd_per_hour,
+            price_source,
+            price_date,
+            power_watts: match s.gpu.power_watts {
+                Some(w) => Some(c.range("gpu.power_watts", w, 1.0, "W", limits::POWER)?),
+                None => None,
             },
         },
         efficiency: Efficiency {
@@ -560,6 +578,55 @@ fn validate(file: ProfileFile, origin: &str) -> Result<HardwareProfile> {
     })
 }
 
+/// `[gpu]`'s price, its source and its date, checked: a price more than 0 ([`limits::PRICE`]),
+/// and a source and a date, if given, that say something and come with a price.
+fn price(c: &Check, gpu: &GpuSection) -> Result<(Option<f64>, Option<String>, Option<String>)> {
+    let field = |f: &str| format!("{}: gpu.{f}", c.origin);
+    let usd = match gpu.price_usd_per_hour {
+        Some(p) if !limits::PRICE.contains(p) => {
+            return Err(Error::invalid(
+                field("price_usd_per_hour"),
+                limits::show(p),
+                "must be more than 0 and at most 10000 US dollars per GPU-hour: one GPU's \
+                 hourly price, e.g. price_usd_per_hour = 2.5",
+            ));
+        }
+        p => p,
+    };
+    for (name, v) in [
+        ("price_source", &gpu.price_source),
+        ("price_date", &gpu.price_date),
+    ] {
+        match v {
+            Some(t) if t.trim().is_empty() => {
+                return Err(Error::invalid(
+                    field(name),
+                    "\"\"",
+                    "must say something: where the price comes from (provider and page) and when it was quoted",
+                ));
+            }
+            Some(t) if usd.is_none() => {
+                return Err(Error::invalid(
+                    field(name),
+                    format!("{t:?}"),
+                    "cites a price the profile does not give: add gpu.price_usd_per_hour",
+                ));
+            }
+            _ => {}
+        }
+    }
+    let source = match (&gpu.price_source, usd) {
+        (Some(s), _) => Some(s.trim().to_string()),
+        (None, Some(_)) => Some(format!("given in {}", c.origin)),
+        (None, None) => None,
+    };
+    Ok((
+        usd,
+        source,
+        gpu.price_date.as_ref().map(|d| d.trim().to_string()),
+    ))
+}
+
 /// `[link] copy_completion_us` checked against the latencies it is part of, or its default.
 fn copy_completion(c: &Check, link: &LinkSection) -> Result<f64> {
     let latency = link.h2d_latency_us.min(link.d2h_latency_us);
@@ -595,6 +662,25 @@ pub(crate) fn toml_error(origin: &str, text: &str, e: &toml::de::Error) -> Error
             None => message,
         },
     }
+}
+
+/// Whether a profile table sets `[gpu] price_usd_per_hour`; if it does without a
+/// `price_source`, its source becomes `given in ORIGIN`, so that a price never cites a source
+/// it did not come from (a base's, whose price it replaces).
+fn cite_own_price(table: &mut toml::Table, origin: &str) -> bool {
+    let Some(toml::Value::Table(gpu)) = table.get_mut("gpu") else {
+        return false;
+    };
+    if !gpu.contains_key("price_usd_per_hour") {
+        return false;
+    }
+    if !gpu.contains_key("price_source") {
+        gpu.insert(
+            "price_source".into(),
+            toml::Value::String(format!("given in {origin}")),
+        );
+    }
+    true
 }
 
 /// Recursively overlays `over` onto `base` (tables merge, everything else replaces).
@@ -639,6 +725,7 @@ fn merged_table(
     chain: &mut Vec<(PathBuf, String)>,
 ) -> Result<toml::Table> {
     let mut table: toml::Table = toml::from_str(text).map_err(|e| toml_error(origin, text, &e))?;
+    let sets_price = cite_own_price(&mut table, origin);
     if let Some(base) = table.remove("base") {
         let base = base.as_str().ok_or_else(|| Error::Parse {
             origin: origin.to_string(),
@@ -670,6 +757,11 @@ fn merged_table(
             && !table.contains_key("attention")
         {
             merged.remove("attention");
+        }
+        // A price set here is this file's: the base's source and date cite another price.
+        if sets_price && let Some(toml::Value::Table(gpu)) = merged.get_mut("gpu") {
+            gpu.remove("price_source");
+            gpu.remove("price_date");
         }
         merge(&mut merged, table);
         table = merged;
@@ -819,6 +911,17 @@ impl HardwareProfile {
         from_table(table, origin, text)
     }
 
+    /// Replaces the GPU's price with `usd` per GPU-hour from `source` (e.g. `--price on the
+    /// command line`); the profile's own source and date go with the price they cited. An error
+    /// names `--price` unless `usd` lies in [`limits::PRICE`].
+    pub fn with_price(&mut self, usd: f64, source: &str) -> Result<()> {
+        check_price("--price", usd)?;
+        self.gpu.price_usd_per_hour = Some(usd);
+        self.gpu.price_source = Some(source.to_string());
+        self.gpu.price_date = None;
+        Ok(())
+    }
+
     /// Host→device bandwidth (bytes/s) for pinned or pageable host memory.
     pub fn h2d_bandwidth(&self, pinned: bool) -> f64 {
         if pinned {
@@ -836,6 +939,64 @@ impl HardwareProfile {
             self.link.d2h_pageable
         }
     }
+}
+
+/// How `--price` is written, for its error messages.
+const PRICE_FORM: &str = "give NAME=USD[,NAME=USD...], NAME as --hardware names it and USD one GPU's \
+                          price per hour, e.g. --price h100-sxm=2.5";
+
+fn check_price(field: &str, usd: f64) -> Result<f64> {
+    if limits::PRICE.contains(usd) {
+        Ok(usd)
+    } else {
+        Err(Error::invalid(
+            field,
+            limits::show(usd),
+            "must be more than 0 and at most 10000 US dollars per GPU-hour, e.g. --price h100-sxm=2.5",
+        ))
+    }
+}
+
+/// The prices of `--price NAME=USD[,NAME=USD...]`, in the order given: each NAME a preset or a
+/// profile path as `--hardware` takes it, each USD one GPU's price per hour (more than 0, at most
+/// [`limits::PRICE`]'s). A piece that is not `NAME=USD`, a price out of range and a NAME given
+/// twice (presets case-insensitively) are errors naming `--price` that show the form.
+///
+/// ```
+/// let p = kvplan_vocab::hardware::parse_price_overrides("h100-sxm=2.5, a100-80g-sxm=1.2")?;
+/// assert_eq!(p, [("h100-sxm".to_string(), 2.5), ("a100-80g-sxm".to_string(), 1.2)]);
+/// assert!(kvplan_vocab::hardware::parse_price_overrides("h100-sxm=0").is_err());
+/// # Ok::<(), kvplan_vocab::Error>(())
+/// ```
+pub fn parse_price_overrides(text: &str) -> Result<Vec<(String, f64)>> {
+    let mut out: Vec<(String, f64)> = Vec::new();
+    if text.trim().is_empty() {
+        return Err(Error::invalid("--price", "\"\"", PRICE_FORM));
+    }
+    for piece in text.split(',') {
+        let piece = piece.trim();
+        let Some((name, usd)) = piece.split_once('=') else {
+            return Err(Error::invalid("--price", format!("{piece:?}"), PRICE_FORM));
+        };
+        let (name, usd) = (name.trim(), usd.trim());
+        if name.is_empty() || usd.is_empty() {
+            return Err(Error::invalid("--price", format!("{piece:?}"), PRICE_FORM));
+        }
+        let usd: f64 = usd
+            .parse()
+            .map_err(|_| Error::invalid("--price", format!("{piece:?}"), PRICE_FORM))?;
+        check_price(&format!("--price {name}"), usd)?;
+        let same = |n: &str| n == name || (!looks_like_path(name) && n.eq_ignore_ascii_case(name));
+        if out.iter().any(|(n, _)| same(n)) {
+            return Err(Error::invalid(
+                "--price",
+                format!("{piece:?}"),
+                format!("prices {name} twice; give each NAME once, e.g. --price h100-sxm=2.5"),
+            ));
+        }
+        out.push((name.to_string(), usd));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -1195,5 +1356,224 @@ mod tests {
             .to_string();
         assert!(e.contains("include cycle"), "{e}");
         let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// The presets no public, dated on-demand price could be cited for (data/pricing/README.md).
+    const UNPRICED: [&str; 2] = ["h100-nvl", "quadro-rtx-5000"];
+
+    #[test]
+    fn every_preset_cites_its_price_and_power() {
+        // Each price is a row of data/pricing/gpu_prices.csv: its value, its date, its source.
+        let csv = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/pricing/gpu_prices.csv"),
+        )
+        .unwrap();
+        for p in HardwareProfile::presets().unwrap() {
+            let g = &p.gpu;
+            let watts = g
+                .power_watts
+                .unwrap_or_else(|| panic!("{}: no power_watts", p.name));
+            assert!((50.0..=1500.0).contains(&watts), "{}: {watts} W", p.name);
+            if UNPRICED.contains(&p.name.as_str()) {
+                assert_eq!((g.price_usd_per_hour, &g.price_source), (None, &None));
+                continue;
+            }
+            let usd = g
+                .price_usd_per_hour
+                .unwrap_or_else(|| panic!("{}: no price", p.name));
+            let source = g.price_source.as_deref().unwrap_or_default();
+            let date = g.price_date.as_deref().unwrap_or_default();
+            assert!(
+                !source.is_empty() && source.contains("web http"),
+                "{}: {source}",
+                p.name
+            );
+            assert!(date.starts_with("2026-"), "{}: {date}", p.name);
+            let row = csv.lines().any(|l| {
+                l.contains(&format!(",{usd},")) && l.contains(&format!(",{date},")) && {
+                    let page = source
+                        .split("web ")
+                        .nth(1)
+                        .unwrap()
+                        .split(' ')
+                        .next()
+                        .unwrap();
+                    l.contains(page)
+                }
+            });
+            assert!(
+                row,
+                "{}: ${usd} of {date} is no row of gpu_prices.csv",
+                p.name
+            );
+        }
+    }
+
+    #[test]
+    fn a_price_set_over_a_base_cites_its_own_file() {
+        let preset = HardwareProfile::preset("h100-sxm").unwrap();
+        assert_eq!(preset.gpu.price_usd_per_hour, Some(3.78));
+        assert!(
+            preset
+                .gpu
+                .price_source
+                .as_deref()
+                .unwrap()
+                .starts_with("Lambda")
+        );
+        // Overriding something else keeps the preset's price and citation.
+        let other = HardwareProfile::from_toml_str(
+            "base = \"h100-sxm\"\n[host]\nram_gib = 512.0\n",
+            "my.toml",
+        )
+        .unwrap();
+        assert_eq!(other.gpu, preset.gpu);
+        // A price of one's own does not inherit the preset's source or date.
+        let mine = HardwareProfile::from_toml_str(
+            "base = \"h100-sxm\"\n[gpu]\nprice_usd_per_hour = 2.0\n",
+            "my.toml",
+        )
+        .unwrap();
+        assert_eq!(mine.gpu.price_usd_per_hour, Some(2.0));
+        assert_eq!(mine.gpu.price_source.as_deref(), Some("given in my.toml"));
+        assert_eq!(mine.gpu.price_date, None);
+        assert_eq!(mine.gpu.power_watts, preset.gpu.power_watts);
+        let cited = HardwareProfile::from_toml_str(
+            "base = \"h100-sxm\"\n[gpu]\nprice_usd_per_hour = 2.0\nprice_source = \"our contract\"\n",
+            "my.toml",
+        )
+        .unwrap();
+        assert_eq!(cited.gpu.price_source.as_deref(), Some("our contract"));
+        assert_eq!(cited.gpu.price_date, None);
+        // Through a chain of files, the file that set the price is named.
+        let d = temp_dir("price-chain");
+        std::fs::write(
+            d.join("mid.toml"),
+            "base = \"h100-sxm\"\n[gpu]\nprice_usd_per_hour = 2.2\n",
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("top.toml"),
+            "base = \"mid.toml\"\n[host]\nram_gib = 256.0\n",
+        )
+        .unwrap();
+        let top = HardwareProfile::from_file(&d.join("top.toml")).unwrap();
+        let source = top.gpu.price_source.unwrap();
+        assert!(
+            source.starts_with("given in ") && source.ends_with("mid.toml"),
+            "{source}"
+        );
+        let _ = std::fs::remove_dir_all(&d);
+        // A profile of its own with no price has none; `--price` gives one.
+        let mut t = HardwareProfile::from_toml_str("base = \"h100-nvl\"\n", "my.toml").unwrap();
+        assert_eq!(t.gpu.price_usd_per_hour, None);
+        t.with_price(2.5, "--price on the command line").unwrap();
+        assert_eq!(t.gpu.price_usd_per_hour, Some(2.5));
+        assert_eq!(
+            t.gpu.price_source.as_deref(),
+            Some("--price on the command line")
+        );
+        let mut p = preset.clone();
+        p.with_price(2.5, "--price on the command line").unwrap();
+        assert_eq!(p.gpu.price_date, None);
+        for bad in [0.0, -1.0, f64::NAN, 1e5] {
+            let e = p.with_price(bad, "x").unwrap_err().to_string();
+            assert!(e.starts_with("--price: must be more than 0"), "{e}");
+        }
+    }
+
+    #[test]
+    fn bad_prices_and_power_name_the_field() {
+        for (line, field, needle) in [
+            (
+                "price_usd_per_hour = 0.0",
+                "gpu.price_usd_per_hour",
+                "more than 0",
+            ),
+            (
+                "price_usd_per_hour = -1.0",
+                "gpu.price_usd_per_hour",
+                "e.g. price_usd_per_hour = 2.5",
+            ),
+            (
+                "price_usd_per_hour = nan",
+                "gpu.price_usd_per_hour",
+                "(got NaN)",
+            ),
+            (
+                "price_usd_per_hour = 2e4",
+                "gpu.price_usd_per_hour",
+                "at most 10000",
+            ),
+            ("power_watts = 0.0", "gpu.power_watts", "more than 0"),
+            ("power_watts = 7000.0", "gpu.power_watts", "5 kW"),
+            (
+                "price_source = \" \"",
+                "gpu.price_source",
+                "must say something",
+            ),
+            ("price_date = \"\"", "gpu.price_date", "must say something"),
+        ] {
+            let e = with_override("gpu", line);
+            assert!(
+                e.starts_with(&format!("my.toml: {field}: ")) && e.contains(needle),
+                "{line}: {e}"
+            );
+            assert!(!e.contains('\n'), "{e}");
+        }
+        // A citation without a price (the a100 preset has one to inherit: use a file without).
+        let text = HardwareProfile::preset_text("h100-nvl")
+            .unwrap()
+            .replace("[gpu]\n", "[gpu]\nprice_source = \"somewhere\"\n");
+        let e = HardwareProfile::from_toml_str(&text, "nvl.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("nvl.toml: gpu.price_source: cites a price"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn price_overrides_parse_and_refuse_what_they_should() {
+        assert_eq!(
+            parse_price_overrides("h100-sxm=2.5").unwrap(),
+            [("h100-sxm".to_string(), 2.5)]
+        );
+        assert_eq!(
+            parse_price_overrides(" h100-sxm = 2.5 ,my/a100.toml=1e0").unwrap(),
+            [
+                ("h100-sxm".to_string(), 2.5),
+                ("my/a100.toml".to_string(), 1.0)
+            ]
+        );
+        for (text, needle) in [
+            ("", "--price h100-sxm=2.5"),
+            ("h100-sxm", "--price h100-sxm=2.5"),
+            ("h100-sxm=", "--price h100-sxm=2.5"),
+            ("=2.5", "--price h100-sxm=2.5"),
+            ("h100-sxm=2.5,", "--price h100-sxm=2.5"),
+            ("h100-sxm=$2.5", "--price h100-sxm=2.5"),
+            ("h100-sxm=two", "(got \"h100-sxm=two\")"),
+            ("h100-sxm:2.5", "NAME=USD"),
+            ("h100-sxm=0", "--price h100-sxm: must be more than 0"),
+            ("h100-sxm=-1", "--price h100-sxm: must be more than 0"),
+            ("h100-sxm=inf", "--price h100-sxm: must be"),
+            ("h100-sxm=2,H100-SXM=3", "prices H100-SXM twice"),
+        ] {
+            let e = parse_price_overrides(text).unwrap_err().to_string();
+            assert!(
+                e.starts_with("--price") && e.contains(needle),
+                "{text}: {e}"
+            );
+            assert!(!e.contains('\n'), "{e}");
+        }
+        // Two files that differ in case are two files.
+        assert_eq!(
+            parse_price_overrides("a/x.toml=1,a/X.toml=2")
+                .unwrap()
+                .len(),
+            2
+        );
     }
 }

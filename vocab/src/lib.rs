@@ -46,7 +46,7 @@ pub use attention::AttentionBatch;
 pub use cost::CostModel;
 pub use dtype::DType;
 pub use error::{Error, Result};
-pub use hardware::HardwareProfile;
+pub use hardware::{HardwareProfile, parse_price_overrides};
 pub use kind::RunKind;
 pub use model::ModelSpec;
 pub use progress::{Progress, Silent};

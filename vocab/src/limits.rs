@@ -129,3 +129,20 @@ pub const MEASURED_SECONDS: Range = Range {
     max: 3600.0,
     label: "more than 0, at most an hour",
 };
+
+/// A GPU's price per hour, US dollars (`gpu.price_usd_per_hour`, `--price NAME=USD`): more than
+/// nothing, and no GPU rents for more than $10,000 an hour.
+pub const PRICE: Range = Range {
+    min: 0.0,
+    min_exclusive: true,
+    max: 1e4,
+    label: "more than 0, at most 10000 US dollars per GPU-hour",
+};
+
+/// A GPU's board power, watts (`gpu.power_watts`): the largest boards draw about 1.2 kW.
+pub const POWER: Range = Range {
+    min: 0.0,
+    min_exclusive: true,
+    max: 5000.0,
+    label: "more than 0, at most 5 kW",
+};
