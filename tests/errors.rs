@@ -985,11 +985,11 @@ fn plan_deployment_refuses_bad_input_and_unmet_objectives() {
     );
     fails(
         &["--slo", "ttft_p99=1s", "--price", "l4=0"],
-        &["error: --price: ", "above 0"],
+        &["error: --price l4: ", "more than 0"],
     );
     fails(
         &["--slo", "ttft_p99=1s", "--price", "l4=-2"],
-        &["error: --price: ", "above 0"],
+        &["error: --price l4: ", "more than 0"],
     );
     fails(
         &["--slo", "ttft_p99=1s", "--layouts", "1:0"],

@@ -191,6 +191,18 @@ fn table(plan: &Plan, slo: &Slo, front: &[Frontier]) -> String {
         plan.max_gpus,
         k.pruned_floor
     );
+    for p in &plan.prices {
+        let _ = writeln!(
+            out,
+            "price of {}: ${}/GPU-hour ({}{})",
+            p.hardware,
+            p.usd_per_gpu_hour,
+            p.source,
+            p.date
+                .as_deref()
+                .map_or(String::new(), |d| format!(", {d}"))
+        );
+    }
     out.push('\n');
     if let Some((s, c)) = plan.cheapest() {
         let f = c.figures.as_ref().expect("a met candidate has figures");

@@ -394,6 +394,19 @@ pub struct Load {
     pub mean_output_tokens: f64,
 }
 
+/// A GPU's price as the plan used it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Price {
+    /// The GPU (as given).
+    pub hardware: String,
+    /// US dollars per GPU-hour.
+    pub usd_per_gpu_hour: f64,
+    /// Where it comes from (the profile's `gpu.price_source`, or the override).
+    pub source: String,
+    /// When it was quoted, where known.
+    pub date: Option<String>,
+}
+
 /// A plan (or one shard of it, `shapes` then holding that shard's).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
@@ -407,6 +420,8 @@ pub struct Plan {
     pub space_size: usize,
     /// Most GPUs per candidate.
     pub max_gpus: u32,
+    /// The prices used, in the order the GPUs were given.
+    pub prices: Vec<Price>,
     /// The shard this holds (`None`: every shape).
     pub shard: Option<(usize, usize)>,
     /// Each shape's search, in the space's order.
@@ -512,6 +527,7 @@ impl Plan {
                 p.load.clone(),
                 p.space_size,
                 p.max_gpus,
+                p.prices.clone(),
             )
         };
         let want = key(&first);
@@ -520,7 +536,7 @@ impl Plan {
                 return Err(PlanError::Setting {
                     field: "merge",
                     why: format!(
-                        "{name}: another search than {first_name}'s (objectives, model, load, space or --max-gpus differ); merge only the shards of one search"
+                        "{name}: another search than {first_name}'s (objectives, model, load, space, --max-gpus or prices differ); merge only the shards of one search"
                     ),
                 });
             }
@@ -537,7 +553,7 @@ impl Plan {
                 shapes.insert(s.shape.index, (name.clone(), s));
             }
         }
-        let (slo, model, load, space_size, max_gpus) = want;
+        let (slo, model, load, space_size, max_gpus, prices) = want;
         if let Some(missing) = (0..space_size).find(|i| !shapes.contains_key(i)) {
             return Err(PlanError::Setting {
                 field: "merge",
@@ -553,6 +569,7 @@ impl Plan {
             load,
             space_size,
             max_gpus,
+            prices,
             shard: None,
             shapes: shapes.into_values().map(|(_, s)| s).collect(),
         })
@@ -694,18 +711,30 @@ pub fn plan(
     }
     let all = shapes(space)?;
     let mut price = BTreeMap::new();
+    let mut prices = Vec::new();
     for h in &space.hardware {
         let h = h.trim();
+        if price.contains_key(h) {
+            continue;
+        }
         let profile = kvplan_vocab::HardwareProfile::resolve(h)?;
-        let p = opts
+        let given = opts
             .prices
             .get(h)
-            .or_else(|| opts.prices.get(&profile.name))
-            .copied()
-            .or(profile.gpu.price_usd_per_hour)
-            .ok_or_else(|| PlanError::NoPrice {
-                hardware: h.to_string(),
-            })?;
+            .or_else(|| opts.prices.get(&profile.name));
+        let (p, source, date) = match (given, profile.gpu.price_usd_per_hour) {
+            (Some(&p), _) => (p, "--price".to_string(), None),
+            (None, Some(p)) => (
+                p,
+                profile.gpu.price_source.clone().unwrap_or_default(),
+                profile.gpu.price_date.clone(),
+            ),
+            (None, None) => {
+                return Err(PlanError::NoPrice {
+                    hardware: h.to_string(),
+                });
+            }
+        };
         if !(p.is_finite() && p > 0.0) {
             return Err(PlanError::Setting {
                 field: "gpu.price_usd_per_hour",
@@ -713,6 +742,12 @@ pub fn plan(
             });
         }
         price.insert(h.to_string(), p);
+        prices.push(Price {
+            hardware: h.to_string(),
+            usd_per_gpu_hour: p,
+            source,
+            date,
+        });
     }
     let load = load_of(base)?;
     let mine: Vec<&Shape> = all
@@ -733,6 +768,7 @@ pub fn plan(
         load,
         space_size: all.len(),
         max_gpus: opts.max_gpus,
+        prices,
         shard: opts.shard,
         shapes: results.into_iter().collect::<Result<_, _>>()?,
     })
@@ -876,7 +912,12 @@ pub fn plan_shape(
             0
         };
         // (`k < max_units` here, so the range is not empty.)
-        k = if guess > 0 { guess } else { k.saturating_mul(2) }.clamp(k + 1, max_units);
+        k = if guess > 0 {
+            guess
+        } else {
+            k.saturating_mul(2)
+        }
+        .clamp(k + 1, max_units);
     };
     let Some(mut hi) = hi else {
         return Ok(result);
