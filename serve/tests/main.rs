@@ -6,6 +6,7 @@ mod props;
 
 mod capacity;
 mod cluster;
+mod fastforward;
 mod host;
 mod quant;
 mod real_vllm;
