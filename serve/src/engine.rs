@@ -16,6 +16,35 @@
 //! output is processed at the start of the next, so whatever the driver does between two passes
 //! (a router reading the engine's load) sees the engine as it is at that time.
 //!
+//! **Stretches of decode-only steps.** Between events, a V1 engine's passes are deterministic:
+//! each processes the oldest step's output (one token per request) and schedules one token for
+//! every running request. Such a pass is run without the scheduler, the arrivals, the releases
+//! and the retirements, and the engine runs every such pass before the driver's horizon in one
+//! call of [`Engine::pass`] (the driver sees none of them: they report nothing). A pass is one
+//! of a stretch only when it provably does what the full pass would:
+//! - before the horizon ([`Engine::set_horizon`]: the next router event, when a request may be
+//!   sent to the engine or its load or prefix cache read; `-inf`, no stretch, where the router
+//!   sees every pass: load kept per pass for a stale view, KV events stamped with their pass,
+//!   a disaggregated cluster's hand-overs) and before the next delivery reaches the engine;
+//! - nothing to settle: no block release pending, no blocks held for a pull, no GPU time owed,
+//!   no load in progress;
+//! - the output it processes gives no request its first token and finishes none (the stretch
+//!   ends before the first completion);
+//! - the step it schedules is decode-only and needs no decision
+//!   ([`crate::sched::State::decode_only`]): nothing waiting or swapped, every running request
+//!   that samples has one token to compute below `max_model_len`, within the token budget, and
+//!   the blocks its block boundaries take are free (no preemption);
+//! - the engine is V1's (the vLLM 0.4 schedulers always run the full pass), without a CPU tier,
+//!   hybrid preemption, remote prefills or recorded KV events.
+//!
+//! Such a pass makes the same calls in the same order as the full pass (the step's blocks
+//! allocated request by request, the block made full entered in the prefix cache, the step timed
+//! by the same [`IterationTimer::time`], the clocks, the KV-use integral and the kernel time
+//! advanced by the same operations), so its results are the full pass's to the bit, with or
+//! without a per-step series. What it saves is the driver's round trip and the scheduler's
+//! work, not the step's timing: [`Engine::iterations`] counts every step, [`Engine::passes`]
+//! the passes that ran the scheduler. [`crate::Resolved::step_by_step`] turns stretches off.
+//!
 //! The engine only advances time; the scheduling rules live in [`crate::sched`], the step's time
 //! in [`crate::iteration`], the blocks in [`crate::kv_cache`].
 

@@ -500,7 +500,8 @@ impl<'a> State<'a> {
 
     /// The decode-only step of [`State::decode_only`], as [`v1::V1`] forms it: every running
     /// request that still samples, in list order, its slot allocated (a new block at a block
-    /// boundary, the block made full entered in the prefix cache) and one token scheduled.
+    /// boundary, the block made full entered in the prefix cache; between them nothing to do, and
+    /// the allocation is skipped) and one token scheduled.
     pub fn schedule_decodes(&mut self, step: &mut Step, now: f64) {
         let mml = self.r.max_model_len;
         for i in 0..self.running.len() {
@@ -509,15 +510,17 @@ impl<'a> State<'a> {
             if s.done_sampling() {
                 continue;
             }
-            let layout = match self.layouts.get(v) {
-                Some(Some(l)) => l,
-                _ => &EMPTY_LAYOUT,
-            };
-            let known = s.known();
-            let ok = self
-                .kv
-                .allocate_slots(&mut s.kv, layout, s.computed, 1, &[], known, mml);
-            debug_assert!(ok, "decode_only checked the free blocks");
+            if !self.kv.decode_slot_ready(&s.kv, s.computed) {
+                let layout = match self.layouts.get(v) {
+                    Some(Some(l)) => l,
+                    _ => &EMPTY_LAYOUT,
+                };
+                let known = s.known();
+                let ok = self
+                    .kv
+                    .allocate_slots(&mut s.kv, layout, s.computed, 1, &[], known, mml);
+                debug_assert!(ok, "decode_only checked the free blocks");
+            }
             self.schedule_tokens(step, v, 1, now);
         }
     }
