@@ -3,7 +3,10 @@
 //! asynchronous scheduling, `max_model_len` 4096) and vLLM 0.4's prefill-first engine; and the
 //! same 100,000 requests arriving 8 times as fast on 8 V1 replicas behind a router
 //! (round-robin, vLLM's DP balancer, and Dynamo's KV router, which indexes every replica's KV
-//! events).
+//! events). And the fast-forward of decode-only stretches: 10,000 Poisson requests with the
+//! trace's lengths at 1, 5 and 20 req/s on one V1 engine, fast-forwarded and step by step,
+//! each printed once as "x real time" (simulated seconds per wall second, the best of three
+//! runs) beside the passes and steps simulated.
 
 use std::hint::black_box;
 
@@ -152,5 +155,74 @@ fn deploy(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+/// The README's timing run (Poisson arrivals, the Splitwise conversation trace's lengths,
+/// llama-2-7b / a100-80g-sxm, `max_model_len` 4096) at `qps` with `n` requests.
+fn poisson_scenario(qps: f64, n: u64) -> kvplan_serve::scenario::ServeScenario {
+    let trace = concat!(
+        "trace:",
+        env!("CARGO_MANIFEST_DIR"),
+        "/../data/traces/splitwise_conv.csv"
+    );
+    kvplan_serve::scenario::RawServeScenario {
+        model: Some("llama-2-7b".into()),
+        hardware: Some("a100-80g-sxm".into()),
+        workload: kvplan_workloads::WorkloadConfig {
+            arrivals: Some("poisson".into()),
+            qps: Some(qps),
+            prompt_lengths: Some(trace.into()),
+            output_lengths: Some(trace.into()),
+            requests: Some(n),
+            ..Default::default()
+        },
+        serve: kvplan_serve::scenario::RawConfig {
+            max_model_len: Some(4096),
+            record_timeseries: Some(false),
+            record_requests: Some(false),
+            ..Default::default()
+        },
+        cluster: Default::default(),
+    }
+    .resolve()
+    .unwrap()
+}
+
+fn fast_forward(c: &mut Criterion) {
+    let mut g = c.benchmark_group("fast_forward");
+    g.sample_size(10);
+    for qps in [1.0, 5.0, 20.0] {
+        let mut sc = poisson_scenario(qps, 10_000);
+        let reqs = sc.requests().unwrap();
+        for step_by_step in [true, false] {
+            sc.resolved.step_by_step = step_by_step;
+            let mode = if step_by_step {
+                "step_by_step"
+            } else {
+                "fast_forward"
+            };
+            let mut best = f64::INFINITY;
+            let mut report = None;
+            for _ in 0..3 {
+                let t = std::time::Instant::now();
+                let r = sc.run(&reqs).unwrap();
+                best = best.min(t.elapsed().as_secs_f64());
+                report = Some(r);
+            }
+            let r = report.unwrap();
+            println!(
+                "fast_forward/qps_{qps}_{mode}: {:.0} s simulated in {:.3} s: {:.0}x real time; {} steps, {} passes",
+                r.summary.makespan_s,
+                best,
+                r.summary.makespan_s / best,
+                r.summary.iterations,
+                r.passes,
+            );
+            g.bench_function(format!("splitwise_conv_10000_qps_{qps}_{mode}"), |b| {
+                b.iter(|| black_box(sc.run(black_box(&reqs)).unwrap()))
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench, fast_forward);
 criterion_main!(benches);

@@ -368,6 +368,11 @@ pub struct Resolved {
     pub activation_bytes: u64,
     /// The CPU tier's size, bytes over all ranks (0: none).
     pub offload_bytes: u64,
+    /// Simulate every step as its own pass, never fast-forwarding a stretch of decode-only
+    /// steps ([`crate::engine`]): the reference the fast path is tested against. Not a setting
+    /// of the run (the results are the same), so never serialized.
+    #[serde(skip)]
+    pub step_by_step: bool,
 }
 
 fn check(field: &'static str, ok: bool, value: String, expect: &'static str) -> Result<(), Error> {
@@ -620,6 +625,7 @@ impl Config {
             weights_bytes: weights,
             activation_bytes: act,
             offload_bytes,
+            step_by_step: false,
         })
     }
 

@@ -16,6 +16,35 @@
 //! output is processed at the start of the next, so whatever the driver does between two passes
 //! (a router reading the engine's load) sees the engine as it is at that time.
 //!
+//! **Stretches of decode-only steps.** Between events, a V1 engine's passes are deterministic:
+//! each processes the oldest step's output (one token per request) and schedules one token for
+//! every running request. Such a pass is run without the scheduler, the arrivals, the releases
+//! and the retirements, and the engine runs every such pass before the driver's horizon in one
+//! call of [`Engine::pass`] (the driver sees none of them: they report nothing). A pass is one
+//! of a stretch only when it provably does what the full pass would:
+//! - before the horizon ([`Engine::set_horizon`]: the next router event, when a request may be
+//!   sent to the engine or its load or prefix cache read; `-inf`, no stretch, where the router
+//!   sees every pass: load kept per pass for a stale view, KV events stamped with their pass,
+//!   a disaggregated cluster's hand-overs) and before the next delivery reaches the engine;
+//! - nothing to settle: no block release pending, no blocks held for a pull, no GPU time owed,
+//!   no load in progress;
+//! - the output it processes gives no request its first token and finishes none (the stretch
+//!   ends before the first completion);
+//! - the step it schedules is decode-only and needs no decision
+//!   ([`crate::sched::State::decode_only`]): nothing waiting or swapped, every running request
+//!   that samples has one token to compute below `max_model_len`, within the token budget, and
+//!   the blocks its block boundaries take are free (no preemption);
+//! - the engine is V1's (the vLLM 0.4 schedulers always run the full pass), without a CPU tier,
+//!   hybrid preemption, remote prefills or recorded KV events.
+//!
+//! Such a pass makes the same calls in the same order as the full pass (the step's blocks
+//! allocated request by request, the block made full entered in the prefix cache, the step timed
+//! by the same [`IterationTimer::time`], the clocks, the KV-use integral and the kernel time
+//! advanced by the same operations), so its results are the full pass's to the bit, with or
+//! without a per-step series. What it saves is the driver's round trip and the scheduler's
+//! work, not the step's timing: [`Engine::iterations`] counts every step, [`Engine::passes`]
+//! the passes that ran the scheduler. [`crate::Resolved::step_by_step`] turns stretches off.
+//!
 //! The engine only advances time; the scheduling rules live in [`crate::sched`], the step's time
 //! in [`crate::iteration`], the blocks in [`crate::kv_cache`].
 
@@ -191,6 +220,14 @@ pub struct Engine<'a> {
     /// KV blocks in use integrated over time (block-seconds), and when it was last added to.
     kv_area: f64,
     kv_area_at: f64,
+    /// Whether stretches of decode-only steps are fast-forwarded (not [`Resolved::step_by_step`]
+    /// and a V1 engine without a CPU tier or hybrid preemption, not a replica whose passes the
+    /// router sees one by one).
+    fast_forward: bool,
+    /// The driver's horizon: no pass of a stretch runs at or after it.
+    horizon: f64,
+    /// Passes that ran the scheduler.
+    passes: u64,
 }
 
 impl<'a> Engine<'a> {
@@ -230,7 +267,26 @@ impl<'a> Engine<'a> {
             scratch: Vec::new(),
             kv_area: 0.0,
             kv_area_at: 0.0,
+            fast_forward: !resolved.step_by_step
+                && resolved.config.scheduler == crate::SchedulerKind::VllmV1
+                && resolved.config.preemption != crate::Preemption::Hybrid,
+            horizon: f64::NEG_INFINITY,
+            passes: 0,
         }
+    }
+
+    /// Sets the horizon of the next pass: the first time anything outside the engine could look
+    /// at it or hand it something (the cluster's next router event). A stretch of decode-only
+    /// steps runs only the passes before it; `-inf` (the default) runs no stretch, `inf` lets
+    /// a stretch run to its own end.
+    pub fn set_horizon(&mut self, t: f64) {
+        self.horizon = t;
+    }
+
+    /// Passes that ran the scheduler (a stretch of decode-only steps is not one).
+    /// [`Engine::iterations`] counts every step, those of stretches included.
+    pub fn passes(&self) -> u64 {
+        self.passes
     }
 
     /// KV blocks in use, averaged over `0..until` (the cluster's makespan).
@@ -253,18 +309,22 @@ impl<'a> Engine<'a> {
         };
         self.half_duplex = t.cost().duplex() == kvplan_vocab::hardware::Duplex::Half;
         self.st.kv.tier = Some(tier);
+        self.fast_forward = false;
         self
     }
 
     /// Lets remote prefills hand requests to this engine (a decode replica).
     pub fn with_remote(mut self) -> Self {
         self.st.remote = true;
+        self.fast_forward = false;
         self
     }
 
     /// Records the block pool's KV events (for a router that indexes them).
     pub fn record_kv_events(&mut self) {
         self.st.kv.pool_mut().record_events();
+        // Each event is stamped with its pass's time.
+        self.fast_forward = false;
     }
 
     /// The KV events since the last call.
@@ -371,8 +431,15 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// Runs one pass at [`Engine::next_time`], reporting ended and retired requests in `out`.
+    /// Runs one pass at [`Engine::next_time`], reporting ended and retired requests in `out`;
+    /// or, when the passes from there are a stretch of decode-only steps, every pass of it
+    /// before the horizon ([`Engine::set_horizon`]).
     pub fn pass(&mut self, out: &mut Outbox) -> Result<(), Error> {
+        if self.fast_forward && self.stretch_pass(out)? {
+            while self.stretch_pass(out)? {}
+            return Ok(());
+        }
+        self.passes += 1;
         match self.host {
             Host::Idle => match self.next_time() {
                 Some(t) => self.now = t,
@@ -408,35 +475,105 @@ impl<'a> Engine<'a> {
             let stores = self.plan_stores(&mut step);
             if step.is_empty() {
                 self.spare.push(step);
-            } else {
-                step.shape.extra_gpu_s = std::mem::take(&mut self.gpu_debt);
-                let t = self.timer.time(&step.shape);
-                let launch_at = self.now + t.cpu_before_s;
-                let start = launch_at.max(self.gpu_free);
-                let end = (start + t.total_s).max(launch_at + t.cpu_launch_s);
-                self.gpu_free = end;
-                self.copy_stores(&stores, end);
-                self.report_pushes(&step, start, end, out);
-                self.now = launch_at + t.cpu_launch_s;
-                self.compute_s += t.compute_s;
-                self.iterations += 1;
-                if self.st.r.config.record_timeseries {
-                    self.record(&step, start, end - start)?;
-                }
-                self.inflight.push_back(InFlight {
-                    step,
-                    gpu_end: end,
-                    cpu_after: t.cpu_after_s,
-                });
-                // Asynchronous scheduling: schedule the next step before waiting, while fewer
-                // than two are in flight and the oldest is still running.
-                if self.inflight.len() < self.depth
-                    && self.inflight.front().is_some_and(|f| f.gpu_end > self.now)
+            } else if self.launch(step, &stores, out)? {
+                return Ok(());
+            }
+        }
+        self.wait()
+    }
+
+    /// The pass of a stretch of decode-only steps at the engine's clock, when it is one
+    /// (before the horizon, no delivery reached, nothing to settle; the step in flight whose
+    /// output it processes gives no first token and finishes nothing; the step it schedules is
+    /// [`State::decode_only`]): the same pass as [`Engine::pass`] without the scheduler, the
+    /// arrivals, the releases and the retirements, none of which has anything to do in it.
+    /// Whether it ran.
+    ///
+    /// [`State::decode_only`]: crate::sched::State::decode_only
+    fn stretch_pass(&mut self, out: &mut Outbox) -> Result<bool, Error> {
+        if self.host == Host::Idle
+            || self.now >= self.horizon
+            || self.inbox.front().is_some_and(|d| d.at_s <= self.now)
+            || !self.releases.is_empty()
+            || !self.held.is_empty()
+            || self.gpu_debt != 0.0
+        {
+            return Ok(false);
+        }
+        if self.host == Host::Blocked {
+            let f = self.inflight.front().expect("a step in flight");
+            for &(v, _, emits) in &f.step.members {
+                let s = &self.st.seqs[v];
+                if emits
+                    && (s.place != Place::Running
+                        || s.first_token.is_nan()
+                        || s.generated + 1 >= s.target)
                 {
-                    return Ok(());
+                    return Ok(false);
                 }
             }
         }
+        // Processing the step in flight changes neither a request's known and computed tokens
+        // nor whether it still samples: the next step is decided now.
+        if !self.st.decode_only() {
+            return Ok(false);
+        }
+        if self.host == Host::Blocked {
+            let f = self.inflight.pop_front().expect("a step in flight");
+            self.st.complete(&f.step, self.now);
+            debug_assert!(self.st.just_finished.is_empty() && self.st.just_first.is_empty());
+            self.spare.push(f.step);
+        }
+        self.host = Host::Ready;
+        let used = f64::from(self.st.kv.pool().num_used());
+        self.kv_area += used * (self.now - self.kv_area_at).max(0.0);
+        self.kv_area_at = self.kv_area_at.max(self.now);
+        let mut step = self.spare.pop().unwrap_or_default();
+        step.clear();
+        self.st.schedule_decodes(&mut step, self.now);
+        if !self.launch(step, &[], out)? {
+            self.wait()?;
+        }
+        debug_assert!(out.is_empty());
+        Ok(true)
+    }
+
+    /// Times and launches a step at the engine's clock. Whether the host goes on to schedule
+    /// the next step before waiting (asynchronous scheduling with one step in flight, still
+    /// running).
+    fn launch(
+        &mut self,
+        mut step: Step,
+        stores: &[(usize, u64, u64)],
+        out: &mut Outbox,
+    ) -> Result<bool, Error> {
+        step.shape.extra_gpu_s = std::mem::take(&mut self.gpu_debt);
+        let t = self.timer.time(&step.shape);
+        let launch_at = self.now + t.cpu_before_s;
+        let start = launch_at.max(self.gpu_free);
+        let end = (start + t.total_s).max(launch_at + t.cpu_launch_s);
+        self.gpu_free = end;
+        self.copy_stores(stores, end);
+        self.report_pushes(&step, start, end, out);
+        self.now = launch_at + t.cpu_launch_s;
+        self.compute_s += t.compute_s;
+        self.iterations += 1;
+        if self.st.r.config.record_timeseries {
+            self.record(&step, start, end - start)?;
+        }
+        self.inflight.push_back(InFlight {
+            step,
+            gpu_end: end,
+            cpu_after: t.cpu_after_s,
+        });
+        // Asynchronous scheduling: schedule the next step before waiting, while fewer than two
+        // are in flight and the oldest is still running.
+        Ok(self.inflight.len() < self.depth
+            && self.inflight.front().is_some_and(|f| f.gpu_end > self.now))
+    }
+
+    /// The end of a pass: wait for the oldest step in flight, or go idle.
+    fn wait(&mut self) -> Result<(), Error> {
         match self.inflight.front() {
             Some(f) => {
                 self.now = self.now.max(f.gpu_end) + f.cpu_after;

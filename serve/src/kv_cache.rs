@@ -262,6 +262,19 @@ impl KvCacheManager {
         true
     }
 
+    /// Whether [`KvCacheManager::allocate_slots`] of one decode token past `num_computed`
+    /// (with `num_computed + 1` tokens known, below `max_model_len`) would change nothing: the
+    /// token's block is allocated and no block becomes full. Then a stretch of decode-only steps
+    /// skips the call.
+    #[inline]
+    pub fn decode_slot_ready(&self, kv: &ReqKv, num_computed: u32) -> bool {
+        let bs = self.block_size;
+        let tokens = num_computed + 1;
+        tokens.div_ceil(bs) <= kv.blocks.len() as u32
+            && (!self.pool.caching()
+                || ((tokens / bs) as usize).min(kv.blocks.len()) <= kv.cached as usize)
+    }
+
     /// `allocate_slots` for tokens that will come from outside the GPU (a KV connector's load):
     /// the prefix hits taken and blocks for `num_external` more tokens after `num_computed`
     /// allocated, none of them entered in the prefix cache until their KV has arrived

@@ -7,6 +7,7 @@ mod props;
 mod capacity;
 mod cluster;
 mod deploy;
+mod fastforward;
 mod host;
 mod quant;
 mod real_vllm;

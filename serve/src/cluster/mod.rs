@@ -742,8 +742,19 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
     fn engine_pass(&mut self, i: usize) -> Result<(), Error> {
         let before = self.engines[i].next_time().unwrap_or(0.0);
         let mut out = std::mem::take(&mut self.outbox);
-        self.engines[i].pass(&mut out)?;
         let (p, m) = self.pool_of(i);
+        // A stretch of decode-only steps runs up to the next router event (a request sent, a
+        // scrape, a follower released), where the router may read the engine or hand it a
+        // request; never where the router sees each pass (load kept per pass for a stale view,
+        // KV events stamped with their pass) or replicas hand requests over.
+        let pool = &self.pools[p];
+        let horizon = if self.disaggregated || pool.history.is_some() || pool.kv.is_some() {
+            f64::NEG_INFINITY
+        } else {
+            self.next_router_time().unwrap_or(f64::INFINITY)
+        };
+        self.engines[i].set_horizon(horizon);
+        self.engines[i].pass(&mut out)?;
         // What the routers see of this pass.
         if self.pools[p].kv.is_some() {
             self.events.clear();
@@ -1003,15 +1014,18 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
             return Ok(ServeReport {
                 requests,
                 summary,
+                passes: e.passes(),
                 iterations: e.series,
                 cluster: None,
                 tier: tiers,
             });
         }
+        let passes = self.engines.iter().map(|e| e.passes()).sum();
         let cluster = self.cluster_output(resolved, makespan)?;
         Ok(ServeReport {
             requests,
             summary,
+            passes,
             iterations: Vec::new(),
             cluster: Some(Box::new(cluster)),
             tier: tiers,

@@ -491,6 +491,11 @@ pub struct ServeReport {
     pub requests: Vec<RequestRecord>,
     /// The summary.
     pub summary: Summary,
+    /// Engine passes that ran the scheduler, summed over the engines: the steps
+    /// ([`Summary::iterations`]) less those fast-forwarded in stretches of decode-only steps
+    /// (`crate::engine`). How much work the simulation did, not a result: never serialized.
+    #[serde(skip)]
+    pub passes: u64,
     /// Per iteration (empty when not recorded; a cluster's are its replicas').
     pub iterations: Vec<IterationRecord>,
     /// A cluster's replicas, router and transfers (`None`: one engine).

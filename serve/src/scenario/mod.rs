@@ -342,15 +342,25 @@ impl ServeScenario {
 
     /// Serves `requests` (from [`requests`](Self::requests)).
     pub fn run(&self, requests: &[Request]) -> Result<ServeReport, crate::Error> {
-        match &self.cluster {
-            Some(c) => crate::cluster::simulate_cluster(c.plan(self.seed, true), requests),
+        crate::cluster::simulate_cluster(self.plan()?, requests)
+    }
+
+    /// The cluster to run: the scenario's, or its one engine. Every engine steps one pass at a
+    /// time when [`Resolved::step_by_step`] is set on [`ServeScenario::resolved`].
+    fn plan(&self) -> Result<crate::cluster::ClusterPlan, crate::Error> {
+        let mut plan = match &self.cluster {
+            Some(c) => c.plan(self.seed, true),
             None => {
                 let (timer, resolved) =
                     crate::server::prepare(&self.model, &self.hardware, &self.config)?;
                 let tier = crate::tier::for_engine(&resolved, timer.model(), self.tp());
-                crate::cluster::simulate_cluster(self.one(timer, resolved, tier), requests)
+                self.one(timer, resolved, tier)
             }
+        };
+        for r in &mut plan.replicas {
+            r.resolved.step_by_step |= self.resolved.step_by_step;
         }
+        Ok(plan)
     }
 
     /// Tensor-parallel GPUs of the one engine.
@@ -397,16 +407,7 @@ impl ServeScenario {
         requests: RequestStream,
         progress: &dyn Progress,
     ) -> Result<ServeReport, crate::Error> {
-        let plan = match &self.cluster {
-            Some(c) => c.plan(self.seed, true),
-            None => {
-                let (timer, resolved) =
-                    crate::server::prepare(&self.model, &self.hardware, &self.config)?;
-                let tier = crate::tier::for_engine(&resolved, timer.model(), self.tp());
-                self.one(timer, resolved, tier)
-            }
-        };
-        crate::cluster::simulate_cluster_stream(plan, requests, progress)
+        crate::cluster::simulate_cluster_stream(self.plan()?, requests, progress)
     }
 }
 

@@ -461,6 +461,70 @@ impl<'a> State<'a> {
         step.members.push((v, n, emits));
     }
 
+    /// Whether the next step vLLM V1's scheduler forms ([`v1::V1`]) is decode-only and needs
+    /// no decision: nothing waiting, swapped or loading, and every running request that still
+    /// samples has exactly one token to compute (`known − computed = 1`) with room for it below
+    /// `max_model_len`, all of them within the token budget and their new blocks (at a block
+    /// boundary) within the free blocks, so no request is preempted. Then the step is
+    /// [`State::schedule_decodes`]'s. `false` when no request decodes.
+    pub fn decode_only(&self) -> bool {
+        if !self.waiting.is_empty()
+            || !self.swapped.is_empty()
+            || !self.loading.is_empty()
+            || !self.new_loads.is_empty()
+            || !self.kept.is_empty()
+        {
+            return false;
+        }
+        let bs = self.r.config.block_size;
+        let mml = self.r.max_model_len;
+        let mut decodes = 0u32;
+        let mut blocks = 0u32;
+        for &v in &self.running {
+            let s = &self.seqs[v];
+            if s.done_sampling() {
+                continue;
+            }
+            if s.known() != s.computed + 1 || s.computed + 2 > mml || s.push_kv {
+                return false;
+            }
+            decodes += 1;
+            blocks += (s.computed + 1)
+                .div_ceil(bs)
+                .saturating_sub(s.kv.blocks.len() as u32);
+        }
+        decodes > 0
+            && decodes <= self.r.max_num_batched_tokens
+            && blocks <= self.kv.pool().num_free()
+    }
+
+    /// The decode-only step of [`State::decode_only`], as [`v1::V1`] forms it: every running
+    /// request that still samples, in list order, its slot allocated (a new block at a block
+    /// boundary, the block made full entered in the prefix cache; between them nothing to do, and
+    /// the allocation is skipped) and one token scheduled.
+    pub fn schedule_decodes(&mut self, step: &mut Step, now: f64) {
+        let mml = self.r.max_model_len;
+        for i in 0..self.running.len() {
+            let v = self.running[i];
+            let s = &mut self.seqs[v];
+            if s.done_sampling() {
+                continue;
+            }
+            if !self.kv.decode_slot_ready(&s.kv, s.computed) {
+                let layout = match self.layouts.get(v) {
+                    Some(Some(l)) => l,
+                    _ => &EMPTY_LAYOUT,
+                };
+                let known = s.known();
+                let ok = self
+                    .kv
+                    .allocate_slots(&mut s.kv, layout, s.computed, 1, &[], known, mml);
+                debug_assert!(ok, "decode_only checked the free blocks");
+            }
+            self.schedule_tokens(step, v, 1, now);
+        }
+    }
+
     /// Processes a step's output at time `now`: sampled tokens become generated; requests with
     /// all their tokens finish and free their blocks.
     pub fn complete(&mut self, step: &Step, now: f64) {
