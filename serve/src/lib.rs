@@ -34,6 +34,7 @@ pub mod block_pool;
 pub mod capacity;
 pub mod cluster;
 pub mod config;
+pub mod day;
 pub mod engine;
 pub mod iteration;
 pub mod kv_cache;
