@@ -787,7 +787,7 @@ pub fn day_report(r: &kvplan_serve::day::DayReport, format: Format) -> Result<St
             let mut text = String::new();
             let _ = writeln!(
                 text,
-                "a day of {} requests: autoscaled ({}..{} replicas, {} target {}, scale-up delay \
+                "{} requests: autoscaled ({}..{} replicas, {} target {}, scale-up delay \
                  {}, cool-down {}) against {} fixed replicas, judged hourly against {}",
                 r.requests,
                 a.settings.min_replicas,
@@ -845,13 +845,17 @@ pub fn day_report(r: &kvplan_serve::day::DayReport, format: Format) -> Result<St
             text.push_str(&t.render());
             let _ = writeln!(
                 text,
-                "the autoscaler saves {:.2} GPU-hours ({}); it misses the objectives in {} hour(s), \
-                 {} of them while a scale-up was pending",
+                "the autoscaler saves {:.2} of {:.2} GPU-hours; it misses the objectives in {} \
+                 hour(s) ({}), {} of them while a scale-up was pending",
                 r.gpu_hours_saved,
-                usd(r.cost_saved_usd),
+                f.gpu_hours,
                 a.missed_hours.len(),
+                hour_list(&a.missed_hours),
                 a.missed_while_scaling_up.len()
             );
+            if let Some(c) = r.cost_saved_usd {
+                let _ = writeln!(text, "cost saved: ${c:.2} of {}", usd(f.cost_usd));
+            }
             Ok(text)
         }
     }
