@@ -464,6 +464,12 @@ pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
                 "--compare-fixed: not with --compare-to (it serves the scenario's own load twice)",
             ));
         }
+        if let Some((_, _, flag)) = args.outputs().first() {
+            return Err(CliError::input(format!(
+                "--compare-fixed: writes no files (it prints the two fleets side by side; \
+                 --format json gives both): run without it for {flag}"
+            )));
+        }
         let fixed = (n > 0).then_some(n);
         let r = kvplan_serve::day::day(&raw, &RawAutoscale::default(), slo, fixed)
             .map_err(serve_error)?;
