@@ -202,17 +202,19 @@ impl RawAutoscale {
                 },
             ));
         }
-        let secs = |field: &'static str, v: Option<f64>, default: f64, lo_open: bool| {
+        // An evaluation reads every replica's load: at least a second apart (the HPA's sync
+        // period is 15 s).
+        let secs = |field: &'static str, v: Option<f64>, default: f64, interval: bool| {
             let v = v.unwrap_or(default);
-            let ok = v.is_finite() && v <= 86_400.0 && if lo_open { v > 0.0 } else { v >= 0.0 };
+            let ok = v.is_finite() && v <= 86_400.0 && if interval { v >= 1.0 } else { v >= 0.0 };
             if ok {
                 Ok(v)
             } else {
                 Err(bad(
                     field,
                     kvplan_vocab::limits::show(v),
-                    if lo_open {
-                        "more than 0 and at most 86,400 seconds"
+                    if interval {
+                        "1 to 86,400 seconds"
                     } else {
                         "0 to 86,400 seconds"
                     },
