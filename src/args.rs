@@ -319,4 +319,10 @@ pub struct ClusterArgs {
     /// The network's latency per transfer, microseconds [default: the profile's, else 5]
     #[arg(long, value_name = "US", allow_negative_numbers = true)]
     pub interconnect_latency_us: Option<f64>,
+    /// A fleet that follows its load (colocated replicas; the router defaults to
+    /// least-requests): min=1,max=8,metric=concurrency|queue|kv,target=X,interval=15s,
+    /// delay=300s,cooldown=300s,initial=N [defaults as shown; target 16 in flight, 4 waiting or
+    /// 0.7 of the KV]
+    #[arg(long, value_name = "SPEC")]
+    pub autoscale: Option<String>,
 }

@@ -11,7 +11,7 @@ use crate::error::CliError;
 /// 19 rows, [`Field`]'s names), the serving scenario (`workload.*`, `serve.*`) and the capacity
 /// commands' own settings. Every library error and note names a field; the binary names its
 /// flag through this table (a test holds every row to an option the command line has).
-const FLAGS: [(&str, &str); 78] = [
+const FLAGS: [(&str, &str); 87] = [
     ("model", "--model"),
     ("hardware", "--hardware"),
     ("strategy", "--strategy"),
@@ -105,6 +105,18 @@ const FLAGS: [(&str, &str); 78] = [
         "cluster.interconnect.latency_us",
         "--interconnect-latency-us",
     ),
+    ("cluster.autoscale", "--autoscale"),
+    ("cluster.autoscale.min_replicas", "--autoscale min=N"),
+    ("cluster.autoscale.max_replicas", "--autoscale max=N"),
+    (
+        "cluster.autoscale.initial_replicas",
+        "--autoscale initial=N",
+    ),
+    ("cluster.autoscale.metric", "--autoscale metric=M"),
+    ("cluster.autoscale.target", "--autoscale target=X"),
+    ("cluster.autoscale.interval_s", "--autoscale interval=S"),
+    ("cluster.autoscale.scale_up_delay_s", "--autoscale delay=S"),
+    ("cluster.autoscale.cooldown_s", "--autoscale cooldown=S"),
     // `kvplan capacity`, `kvplan serve-capacity`
     ("capacity.host_ram", "--host-ram"),
     ("capacity.runtime_reserve", "--runtime-reserve"),

@@ -1036,4 +1036,80 @@ fn plan_deployment_refuses_bad_input_and_unmet_objectives() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("no candidate meets"));
     assert!(dir.files().is_empty(), "{:?}", dir.files());
+
+/// An autoscaled fleet's bad settings, and diurnal arrivals' bad shapes: each one line naming its
+/// flag and field, exit 2, no file.
+#[test]
+fn autoscale_and_diurnal_settings_name_their_flags() {
+    let dir = TempDir::new("autoscale-errors");
+    let base = [
+        "serve",
+        "--model",
+        "llama-2-7b",
+        "--hardware",
+        "h100-sxm",
+        "--lengths",
+        "64",
+        "--requests",
+        "4",
+        "--requests-csv",
+        "out.csv",
+    ];
+    let fails = |extra: &[&str], needles: &[&str]| {
+        let before = dir.files();
+        let args: Vec<&str> = [&base[..], extra].concat();
+        expect_input_error(&run_in(dir.path(), &args), needles);
+        assert_eq!(dir.files(), before, "an output file was written: {extra:?}");
+    };
+    let poisson = ["--arrivals", "poisson", "--qps", "2"];
+    let with = |extra: &[&'static str]| -> Vec<&'static str> { [&poisson[..], extra].concat() };
+    fails(
+        &with(&["--autoscale", "min=4,max=2"]),
+        &[
+            "error: --autoscale min=N (cluster.autoscale.min_replicas): ",
+            "at most max_replicas (2)",
+        ],
+    );
+    fails(
+        &with(&["--autoscale", "target=0"]),
+        &["error: --autoscale target=X (cluster.autoscale.target): "],
+    );
+    fails(
+        &with(&[
+            "--autoscale",
+            "max=4",
+            "--prefill-replicas",
+            "1",
+            "--decode-replicas",
+            "1",
+        ]),
+        &["error: --autoscale (cluster.autoscale): ", "colocated"],
+    );
+    fails(
+        &with(&["--autoscale", "max=4", "--router", "vllm-dp"]),
+        &["error: --router (cluster.router): ", "least-requests"],
+    );
+    fails(
+        &with(&["--autoscale", "delay=soon"]),
+        &["error: --autoscale delay=soon: delay=soon: `soon` is not a duration"],
+    );
+    fails(
+        &with(&["--autoscale", "metric=gpu"]),
+        &["error: --autoscale: metric: one of concurrency, queue, kv"],
+    );
+    fails(
+        &with(&["--slo", "ttft_p99=1s"]),
+        &["error: --slo: ", "--autoscale"],
+    );
+    fails(
+        &["--arrivals", "diurnal:1:2:24h"],
+        &[
+            "error: --arrivals (workload.arrivals): ",
+            "PEAK = 1 < TROUGH = 2",
+        ],
+    );
+    fails(
+        &["--arrivals", "diurnal:2:1:24h", "--qps", "3"],
+        &["error: --qps (workload.qps): ", "diurnal"],
+    );
 }

@@ -436,6 +436,9 @@ fn cluster_tables(
             pool.imbalance
         );
     }
+    if let Some(a) = &c.autoscale {
+        text.push_str(&autoscale_tables(a));
+    }
     if let (Some(tr), Some(b)) = (&c.transfer, c.binding) {
         let n = tr.transfers.max(1) as f64;
         let _ = writeln!(
@@ -645,6 +648,215 @@ pub fn capacity(
                 }
             }
             Ok(out)
+        }
+    }
+}
+
+/// `$12.34`, or `-` without a price.
+fn usd(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("${v:.2}"))
+}
+
+/// Hour numbers as `6, 10, 15` (`none` when empty).
+fn hour_list(v: &[u32]) -> String {
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// An autoscaled fleet per hour and in all.
+fn autoscale_tables(a: &kvplan_serve::cluster::autoscale::AutoscaleOutput) -> String {
+    let mut text = String::new();
+    let s = &a.settings;
+    let _ = writeln!(
+        text,
+        "autoscale: {}..{} replicas (from {}), {} target {} per replica, every {}, scale-up delay \
+         {}, cool-down {}",
+        s.min_replicas,
+        s.max_replicas,
+        s.initial_replicas,
+        s.metric.as_str(),
+        s.target,
+        secs(s.interval_s),
+        secs(s.scale_up_delay_s),
+        secs(s.cooldown_s),
+    );
+    let slo = a.slo.is_some();
+    let mut head = vec![
+        "hour",
+        "arrivals",
+        "replicas",
+        "GPUs",
+        "GPU-hours",
+        "cost",
+        "scaling up",
+    ];
+    if slo {
+        head.extend(["SLO attainment", "objectives"]);
+    }
+    let mut t = Table::new(&head);
+    for h in &a.hours {
+        let mut row = vec![
+            h.hour.to_string(),
+            h.arrivals.to_string(),
+            format!("{:.2}", h.replicas),
+            format!("{:.2}", h.gpus),
+            format!("{:.2}", h.gpu_hours),
+            usd(h.cost_usd),
+            if h.scale_up_pending { "yes" } else { "-" }.to_string(),
+        ];
+        if let Some(j) = &h.slo {
+            row.push(pct(j.attainment));
+            row.push(if j.met {
+                "met".to_string()
+            } else {
+                j.misses.join("; ")
+            });
+        }
+        t.row(&row);
+    }
+    text.push_str(&t.render());
+    let _ = writeln!(
+        text,
+        "fleet: {:.2} GPU-hours, cost {}, at most {} replicas in service, {} scaling decisions",
+        a.gpu_hours,
+        usd(a.cost_usd),
+        a.peak_replicas,
+        a.events.len()
+    );
+    if let Some(slo) = &a.slo {
+        let _ = writeln!(
+            text,
+            "hours missing {slo}: {}; of those while a scale-up was pending (the scale-up delay): {}",
+            hour_list(&a.missed_hours),
+            hour_list(&a.missed_while_scaling_up)
+        );
+    }
+    text
+}
+
+/// `kvplan serve --autoscale ... --slo ... --compare-fixed`: the autoscaled fleet and the fixed
+/// one side by side (JSON: the whole [`DayReport`]; CSV: one row per hour).
+pub fn day_report(r: &kvplan_serve::day::DayReport, format: Format) -> Result<String, Error> {
+    let (a, f) = (&r.autoscaled, &r.fixed);
+    let att = |h: Option<&kvplan_serve::cluster::autoscale::Hour>| {
+        h.and_then(|h| h.slo.as_ref())
+            .map_or((1.0, true), |s| (s.attainment, s.met))
+    };
+    match format {
+        Format::Json => {
+            let mut s = serde_json::to_string_pretty(r)
+                .map_err(|e| Error::Failure(format!("cannot render output: {e}")))?;
+            s.push('\n');
+            Ok(s)
+        }
+        Format::Csv => {
+            let mut s = String::from(
+                "hour,arrivals,autoscaled_replicas,autoscaled_gpu_hours,autoscaled_cost_usd,\
+                 scale_up_pending,autoscaled_attainment,autoscaled_met,fixed_replicas,\
+                 fixed_gpu_hours,fixed_cost_usd,fixed_attainment,fixed_met\n",
+            );
+            for (i, h) in a.hours.iter().enumerate() {
+                let g = f.hours.get(i);
+                let (aa, am) = att(Some(h));
+                let (fa, fm) = att(g);
+                let cost = |c: Option<f64>| c.map_or(String::new(), |v| format!("{v}"));
+                let _ = writeln!(
+                    s,
+                    "{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                    h.hour,
+                    h.arrivals,
+                    h.replicas,
+                    h.gpu_hours,
+                    cost(h.cost_usd),
+                    h.scale_up_pending,
+                    aa,
+                    am,
+                    g.map_or(0.0, |g| g.replicas),
+                    g.map_or(0.0, |g| g.gpu_hours),
+                    cost(g.and_then(|g| g.cost_usd)),
+                    fa,
+                    fm
+                );
+            }
+            Ok(s)
+        }
+        Format::Table => {
+            let mut text = String::new();
+            let _ = writeln!(
+                text,
+                "{} requests: autoscaled ({}..{} replicas, {} target {}, scale-up delay \
+                 {}, cool-down {}) against {} fixed replicas, judged hourly against {}",
+                r.requests,
+                a.settings.min_replicas,
+                a.settings.max_replicas,
+                a.settings.metric.as_str(),
+                a.settings.target,
+                secs(a.settings.scale_up_delay_s),
+                secs(a.settings.cooldown_s),
+                r.fixed_replicas,
+                r.slo
+            );
+            let mut t = Table::new(&[
+                "hour",
+                "arrivals",
+                "replicas",
+                "GPU-hours",
+                "scaling up",
+                "SLO attainment",
+                "fixed: GPU-hours",
+                "fixed: SLO attainment",
+            ]);
+            for (i, h) in a.hours.iter().enumerate() {
+                let g = f.hours.get(i);
+                let (aa, am) = att(Some(h));
+                let (fa, fm) = att(g);
+                let mark = |ok: bool| if ok { "" } else { " (missed)" };
+                t.row(&[
+                    h.hour.to_string(),
+                    h.arrivals.to_string(),
+                    format!("{:.2}", h.replicas),
+                    format!("{:.2}", h.gpu_hours),
+                    if h.scale_up_pending { "yes" } else { "-" }.to_string(),
+                    format!("{}{}", pct(aa), mark(am)),
+                    format!("{:.2}", g.map_or(0.0, |g| g.gpu_hours)),
+                    format!("{}{}", pct(fa), mark(fm)),
+                ]);
+            }
+            text.push_str(&t.render());
+            let mut t = Table::new(&[
+                "fleet",
+                "GPU-hours",
+                "cost",
+                "hours missed",
+                "while scaling up",
+            ]);
+            for (name, o) in [("autoscaled", a), ("fixed", f)] {
+                t.row(&[
+                    name.to_string(),
+                    format!("{:.2}", o.gpu_hours),
+                    usd(o.cost_usd),
+                    hour_list(&o.missed_hours),
+                    hour_list(&o.missed_while_scaling_up),
+                ]);
+            }
+            text.push_str(&t.render());
+            let _ = writeln!(
+                text,
+                "the autoscaler saves {:.2} of {:.2} GPU-hours; it misses the objectives in {} \
+                 hour(s) ({}), {} of them while a scale-up was pending",
+                r.gpu_hours_saved,
+                f.gpu_hours,
+                a.missed_hours.len(),
+                hour_list(&a.missed_hours),
+                a.missed_while_scaling_up.len()
+            );
+            if let Some(c) = r.cost_saved_usd {
+                let _ = writeln!(text, "cost saved: ${c:.2} of {}", usd(f.cost_usd));
+            }
+            Ok(text)
         }
     }
 }

@@ -311,6 +311,40 @@ impl Slo {
         v
     }
 
+    /// The terms `requests` miss, as `ttft_p99 2.4s > 2s`: each percentile over the requests, a
+    /// request not served whole counting as infinitely late (as [`judge`] counts it). None
+    /// for no request.
+    pub fn misses_of(&self, requests: &[&RequestRecord]) -> Vec<String> {
+        if requests.is_empty() {
+            return Vec::new();
+        }
+        let whole = |r: &RequestRecord| {
+            r.status == Status::Finished && r.finish_reason != Some(FinishReason::Length)
+        };
+        (self.0.iter())
+            .filter_map(|t| {
+                let mut v: Vec<f64> = (requests.iter())
+                    .map(|r| {
+                        if whole(r) {
+                            t.metric.of_request(r)
+                        } else {
+                            f64::INFINITY
+                        }
+                    })
+                    .collect();
+                let got = t.pct.of(&Percentiles::of(&mut v));
+                (got > t.limit_s).then(|| {
+                    format!(
+                        "{} {} > {}",
+                        t.name(),
+                        show_seconds(got),
+                        show_seconds(t.limit_s)
+                    )
+                })
+            })
+            .collect()
+    }
+
     /// Whether one request meets every term's limit (vLLM's goodput rule, `<=`).
     pub fn request_ok(&self, r: &RequestRecord) -> bool {
         r.status == Status::Finished

@@ -35,6 +35,7 @@ pub mod capacity;
 pub mod cluster;
 pub mod config;
 pub mod deploy;
+pub mod day;
 pub mod engine;
 pub mod iteration;
 pub mod kv_cache;

@@ -112,5 +112,6 @@ fn one(timer: IterationTimer, resolved: Resolved, frontend_s: f64) -> ClusterPla
         transfer: Default::default(),
         moe: false,
         per_replica: false,
+        autoscale: None,
     }
 }

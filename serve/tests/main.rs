@@ -4,6 +4,7 @@
 #[path = "../../tests/support/props.rs"]
 mod props;
 
+mod autoscale;
 mod capacity;
 mod cluster;
 mod deploy;

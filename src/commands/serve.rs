@@ -9,6 +9,7 @@ use crate::args::*;
 use crate::error::CliError;
 use crate::messages::serve_error;
 use kvplan_report as report;
+use kvplan_serve::cluster::autoscale::RawAutoscale;
 use kvplan_serve::cluster::scenario::{RawCluster, RawInterconnect, RawPool, RawReplica};
 use kvplan_serve::scenario::{RawConfig, RawServeScenario};
 use kvplan_serve::{Preemption, SchedulerKind};
@@ -146,6 +147,20 @@ pub struct ServeArgs {
     /// Plot the TTFT, TPOT and E2E latency CDFs
     #[arg(long, value_name = "FILE.svg")]
     pub plot_cdf: Option<PathBuf>,
+    /// An autoscaled run's objectives, judged per hour of arrivals, e.g.
+    /// ttft_p99=2s,tpot_p99=100ms (metrics ttft, tpot, e2e, queue; p50, p90, p95, p99)
+    #[arg(long, value_name = "SPEC")]
+    pub slo: Option<String>,
+    /// Serve the same load on a fixed fleet of N replicas as well (N omitted: the
+    /// autoscaler's max) and compare GPU-hours, cost and the hours that miss --slo
+    #[arg(
+        long,
+        value_name = "N",
+        num_args = 0..=1,
+        default_missing_value = "0",
+        requires = "slo"
+    )]
+    pub compare_fixed: Option<u32>,
     /// Output
     #[command(flatten)]
     pub output: OutputArgs,
@@ -218,6 +233,7 @@ impl ServeArgs {
                 record_requests: Some(
                     self.requests_csv.is_some()
                         || self.plot_cdf.is_some()
+                        || self.slo.is_some()
                         || self.compare_to.is_some()
                         || matches!(self.output.format, Format::Csv),
                 ),
@@ -263,8 +279,59 @@ impl ClusterArgs {
                 .map(|s| replica(s))
                 .collect::<Result<_, _>>()?,
             interconnect,
+            autoscale: self.autoscale.as_deref().map(autoscale).transpose()?,
         })
     }
+}
+
+/// Seconds of `v`, a number with an optional unit (`s`, `m`, `h`).
+fn duration(v: &str) -> Option<f64> {
+    let (n, scale) = if let Some(n) = v.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = v.strip_suffix('h') {
+        (n, 3600.0)
+    } else if let Some(n) = v.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = v.strip_suffix('s') {
+        (n, 1.0)
+    } else {
+        (v, 1.0)
+    };
+    n.trim().parse::<f64>().ok().map(|x| x * scale)
+}
+
+/// `--autoscale min=1,max=8,metric=concurrency,target=16,interval=15s,delay=300s,cooldown=300s`.
+fn autoscale(spec: &str) -> Result<RawAutoscale, CliError> {
+    const KEYS: &str = "min, max, initial, metric, target, interval, delay, cooldown";
+    let mut a = RawAutoscale::default();
+    let bad = |k: &str, v: &str, what: &str| {
+        CliError::input(format!("--autoscale {spec}: {k}={v}: `{v}` is not {what}"))
+    };
+    for (k, v) in pairs("--autoscale", spec)? {
+        let count = || v.parse::<u32>().map_err(|_| bad(k, v, "a whole number"));
+        let secs = || duration(v).ok_or_else(|| bad(k, v, "a duration (30s, 5m, 1h)"));
+        match k {
+            "min" => a.min_replicas = Some(count()?),
+            "max" => a.max_replicas = Some(count()?),
+            "initial" => a.initial_replicas = Some(count()?),
+            "metric" => {
+                a.metric =
+                    Some(v.parse().map_err(|e: String| {
+                        CliError::input(format!("--autoscale: metric: {e}"))
+                    })?)
+            }
+            "target" => a.target = Some(v.parse().map_err(|_| bad(k, v, "a number"))?),
+            "interval" => a.interval_s = Some(secs()?),
+            "delay" => a.scale_up_delay_s = Some(secs()?),
+            "cooldown" => a.cooldown_s = Some(secs()?),
+            _ => {
+                return Err(CliError::input(format!(
+                    "--autoscale {spec}: unknown key `{k}` ({KEYS})"
+                )));
+            }
+        }
+    }
+    Ok(a)
 }
 
 /// `key=value,...` pairs of a flag's value.
@@ -277,10 +344,10 @@ fn pairs<'a>(flag: &str, spec: &'a str) -> Result<Vec<(&'a str, &'a str)>, CliEr
                 .ok_or_else(|| {
                     CliError::input(format!(
                         "{flag} {spec}: `{p}` is not key=value (write e.g. {})",
-                        if flag == "--replica" {
-                            "count=2,hardware=a100-80g-sxm,tp=2"
-                        } else {
-                            "queue=2,kv=2,prefix=3"
+                        match flag {
+                            "--replica" => "count=2,hardware=a100-80g-sxm,tp=2",
+                            "--autoscale" => "min=1,max=8,metric=queue,target=4,delay=300s",
+                            _ => "queue=2,kv=2,prefix=3",
                         }
                     ))
                 })
@@ -382,6 +449,32 @@ pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
         }
         Ok(None) => None,
     };
+    let slo = (args.slo.as_deref())
+        .map(|t| t.parse::<kvplan_serve::capacity::Slo>())
+        .transpose()
+        .map_err(|e| CliError::input(format!("--slo: {e}")))?;
+    if slo.is_some() && raw.cluster.autoscale.is_none() {
+        return Err(CliError::input(
+            "--slo: judged per hour of an autoscaled run: give --autoscale (or [cluster.autoscale])",
+        ));
+    }
+    if let (Some(n), Some(slo)) = (args.compare_fixed, &slo) {
+        if measured.is_some() {
+            return Err(CliError::input(
+                "--compare-fixed: not with --compare-to (it serves the scenario's own load twice)",
+            ));
+        }
+        if let Some((_, _, flag)) = args.outputs().first() {
+            return Err(CliError::input(format!(
+                "--compare-fixed: writes no files (it prints the two fleets side by side; \
+                 --format json gives both): run without it for {flag}"
+            )));
+        }
+        let fixed = (n > 0).then_some(n);
+        let r = kvplan_serve::day::day(&raw, &RawAutoscale::default(), slo, fixed)
+            .map_err(serve_error)?;
+        return Ok(report::serve::day_report(&r, args.output.format)?);
+    }
     let sc = kvplan_run::RawScenario::Serve(Box::new(raw)).resolve()?;
     if let kvplan_run::Scenario::Serve(s) = &sc {
         for n in &s.notes {
@@ -392,9 +485,14 @@ pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
     let bar = kvplan_report::progress::bar();
     let out = work.run_with(bar.as_ref());
     drop(bar);
-    let (kvplan_run::Scenario::Serve(sc), kvplan_run::Report::Serve(out)) = (&sc, out?) else {
+    let (kvplan_run::Scenario::Serve(sc), kvplan_run::Report::Serve(mut out)) = (&sc, out?) else {
         unreachable!("a serving scenario gives a serving report")
     };
+    if let Some(slo) = &slo
+        && let Some(a) = out.cluster.as_mut().and_then(|c| c.autoscale.as_mut())
+    {
+        a.judge(&out.requests, slo);
+    }
     let files = args.outputs();
     let title = format!("{} on {}", sc.model.name, sc.hardware.name);
     let written = report::serve::write_files(&out, &title, &files)?;

@@ -49,6 +49,13 @@ enum Gaps {
     Zero,
     Exp(Exp<f64>),
     Gamma(Gamma<f64>),
+    /// Thinning of a Poisson process at `peak`: rate `mean - amp · cos(2πt / period)`.
+    Diurnal {
+        peak: f64,
+        mean: f64,
+        amp: f64,
+        period: f64,
+    },
 }
 
 enum Lengths {
@@ -111,6 +118,16 @@ impl Gaps {
                     expected: e.to_string(),
                 })?)
             }
+            Arrivals::Diurnal {
+                peak,
+                trough,
+                period_s,
+            } => Gaps::Diurnal {
+                peak,
+                mean: (peak + trough) / 2.0,
+                amp: (peak - trough) / 2.0,
+                period: period_s,
+            },
         })
     }
 
@@ -123,6 +140,25 @@ impl Gaps {
             Gaps::Zero => 0.0,
             Gaps::Exp(d) => d.sample(rng),
             Gaps::Gamma(d) => d.sample(rng),
+            &Gaps::Diurnal {
+                peak,
+                mean,
+                amp,
+                period,
+            } => {
+                // Lewis and Shedler's thinning: candidates at the peak rate, each kept with
+                // probability rate(t) / peak.
+                let mut u = t;
+                loop {
+                    let e: f64 = rand_distr::Exp1.sample(rng);
+                    u += e / peak;
+                    let rate = mean - amp * (std::f64::consts::TAU * u / period).cos();
+                    let keep: f64 = rng.random();
+                    if keep * peak <= rate {
+                        break u - t;
+                    }
+                }
+            }
         }
     }
 }

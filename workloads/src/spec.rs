@@ -28,8 +28,11 @@ pub const MAX_THINK_S: f64 = MAX_ARRIVAL_S / MAX_TURNS as f64;
 /// Largest accepted coefficient of variation for Gamma arrivals.
 pub const MAX_CV: f64 = 100.0;
 
-const ARRIVAL_FORMS: &str =
-    "`all-at-once`, `poisson`, `gamma:CV` or `gamma` with `cv` (CV > 0; 1 is Poisson)";
+const ARRIVAL_FORMS: &str = "`all-at-once`, `poisson`, `gamma:CV` or `gamma` with `cv` (CV > 0; 1 is \
+     Poisson), `diurnal:PEAK:TROUGH:PERIOD` (req/s, PEAK ≥ TROUGH > 0, PERIOD with a unit: 24h, \
+     30m, 86400s)";
+const DIURNAL_FORM: &str = "`diurnal:PEAK:TROUGH:PERIOD`: rates in requests per second with PEAK ≥ \
+     TROUGH > 0, and PERIOD > 0 with a unit (s, m, h or d: 24h, 30m, 86400s)";
 const LENGTH_FORMS: &str = "`N` or `fixed:N`, `uniform:LO:HI`, `zipf:LO:HI[:THETA]`, \
      `lognormal:MEDIAN:SIGMA[:MAX]`, `trace:FILE` (token counts are whole numbers 1..=4294967295)";
 const TOKENS: &str = "a whole number of tokens from 1 to 4294967295";
@@ -58,6 +61,32 @@ pub enum ArrivalKind {
         /// The CV written in the string, if any.
         cv: Option<f64>,
     },
+    /// `diurnal:PEAK:TROUGH:PERIOD`: a daily shape (see [`Arrivals::Diurnal`]).
+    Diurnal {
+        /// Highest rate, requests per second.
+        peak: f64,
+        /// Lowest rate, requests per second.
+        trough: f64,
+        /// Seconds of one cycle.
+        period_s: f64,
+    },
+}
+
+/// `24h`, `30m`, `86400s`, `1d` (a bare number: seconds) in seconds.
+fn parse_period(s: &str) -> Option<f64> {
+    let t = s.trim();
+    let (n, scale) = if let Some(n) = t.strip_suffix('d') {
+        (n, 86_400.0)
+    } else if let Some(n) = t.strip_suffix('h') {
+        (n, 3600.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else {
+        (t, 1.0)
+    };
+    n.trim().parse::<f64>().ok().map(|v| v * scale)
 }
 
 impl ArrivalKind {
@@ -78,6 +107,35 @@ impl ArrivalKind {
         let Some((head, cv)) = t.split_once(':') else {
             return Err(bad());
         };
+        if head.eq_ignore_ascii_case("diurnal") {
+            let parts: Vec<&str> = cv.split(':').collect();
+            let [peak, trough, period] = parts.as_slice() else {
+                return Err(Error::BadSpec {
+                    field,
+                    got: s.to_string(),
+                    expected: DIURNAL_FORM,
+                });
+            };
+            let range = |got: &str| Error::OutOfRange {
+                field,
+                got: got.to_string(),
+                expected: DIURNAL_FORM.into(),
+            };
+            let peak: f64 = peak.trim().parse().map_err(|_| range(s))?;
+            let trough: f64 = trough.trim().parse().map_err(|_| range(s))?;
+            let period_s = parse_period(period).ok_or_else(|| range(s))?;
+            let a = Arrivals::Diurnal {
+                peak,
+                trough,
+                period_s,
+            };
+            a.check_diurnal(field)?;
+            return Ok(ArrivalKind::Diurnal {
+                peak,
+                trough,
+                period_s,
+            });
+        }
         if !head.eq_ignore_ascii_case("gamma") {
             return Err(bad());
         }
@@ -111,6 +169,20 @@ pub enum Arrivals {
         qps: f64,
         /// Coefficient of variation of the inter-arrival times.
         cv: f64,
+    },
+    /// A non-homogeneous Poisson process with a daily shape: the rate at time `t` is
+    /// `(peak + trough)/2 - (peak - trough)/2 · cos(2πt / period_s)`, so the trough is at `t = 0`
+    /// (and every `period_s` after), the peak at `period_s / 2`. Sampled exactly by thinning
+    /// (Lewis and Shedler 1979): candidates of a Poisson process at `peak`, each kept with
+    /// probability `rate(t) / peak`, from the seeded arrival stream. The first request arrives at
+    /// `t = 0`, as with the other processes.
+    Diurnal {
+        /// Highest rate, requests per second.
+        peak: f64,
+        /// Lowest rate, requests per second.
+        trough: f64,
+        /// Seconds of one cycle.
+        period_s: f64,
     },
 }
 
@@ -160,6 +232,29 @@ impl Arrivals {
                     cv,
                 }
             }
+            ArrivalKind::Diurnal {
+                peak,
+                trough,
+                period_s,
+            } => {
+                if let Some(q) = qps {
+                    return Err(Error::Conflict {
+                        field: "qps",
+                        why: format!(
+                            "not used with diurnal arrivals, whose rates are in the spec \
+                             (`diurnal:PEAK:TROUGH:PERIOD`; got {q})"
+                        ),
+                    });
+                }
+                if let Some(c) = cv {
+                    return Err(cv_unused(c));
+                }
+                Arrivals::Diurnal {
+                    peak,
+                    trough,
+                    period_s,
+                }
+            }
         };
         arrivals.check()?;
         Ok(arrivals)
@@ -174,6 +269,59 @@ impl Arrivals {
                 check_qps(qps)?;
                 check_cv(cv)
             }
+            Arrivals::Diurnal { .. } => self.check_diurnal("arrivals"),
+        }
+    }
+
+    /// Checks a diurnal shape: PEAK ≥ TROUGH > 0, both finite, PERIOD > 0 and at most
+    /// [`MAX_ARRIVAL_S`]; `field` names it in errors.
+    fn check_diurnal(&self, field: &'static str) -> Result<()> {
+        let Arrivals::Diurnal {
+            peak,
+            trough,
+            period_s,
+        } = *self
+        else {
+            return Ok(());
+        };
+        let range = |got: String| {
+            Err(Error::OutOfRange {
+                field,
+                got,
+                expected: DIURNAL_FORM.into(),
+            })
+        };
+        if !(trough.is_finite() && trough > 0.0) {
+            return range(format!("TROUGH = {trough}"));
+        }
+        if !(peak.is_finite() && peak >= trough) {
+            return range(format!("PEAK = {peak} < TROUGH = {trough}"));
+        }
+        if !(period_s.is_finite() && period_s > 0.0 && period_s <= MAX_ARRIVAL_S) {
+            return range(format!("PERIOD = {period_s} s"));
+        }
+        Ok(())
+    }
+
+    /// The mean rate, requests per second (`None`: all at once).
+    pub fn mean_qps(&self) -> Option<f64> {
+        match *self {
+            Arrivals::AllAtOnce => None,
+            Arrivals::Poisson { qps } | Arrivals::Gamma { qps, .. } => Some(qps),
+            Arrivals::Diurnal { peak, trough, .. } => Some((peak + trough) / 2.0),
+        }
+    }
+
+    /// The requests of one period of diurnal arrivals, `(PEAK + TROUGH)/2 × PERIOD` rounded (at
+    /// least 1): the count a workload gets when it gives none. `None` for the other processes.
+    pub fn default_requests(&self) -> Option<u64> {
+        match *self {
+            Arrivals::Diurnal {
+                peak,
+                trough,
+                period_s,
+            } => Some((((peak + trough) / 2.0 * period_s).round() as u64).max(1)),
+            _ => None,
         }
     }
 
@@ -184,6 +332,9 @@ impl Arrivals {
             Arrivals::AllAtOnce => Ok(()),
             Arrivals::Poisson { qps } | Arrivals::Gamma { qps, .. } => {
                 check_arrival_span(qps, count, what)
+            }
+            Arrivals::Diurnal { peak, trough, .. } => {
+                check_arrival_span((peak + trough) / 2.0, count, what)
             }
         }
     }
@@ -1032,10 +1183,13 @@ impl WorkloadConfig {
                 why: LENGTH_FORMS,
             })?,
         )?;
-        let requests = self.requests.ok_or(Error::Missing {
-            field: "requests",
-            why: "the number of requests to generate, ≥ 1",
-        })?;
+        let requests = self
+            .requests
+            .or(arrivals.default_requests())
+            .ok_or(Error::Missing {
+                field: "requests",
+                why: "the number of requests to generate, ≥ 1",
+            })?;
         let spec = SyntheticSpec {
             arrivals,
             prompt,

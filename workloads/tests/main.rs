@@ -6,6 +6,7 @@ mod props;
 mod compat;
 mod conversation;
 mod determinism;
+mod diurnal;
 mod errors;
 mod prefix;
 mod shared_prefix;

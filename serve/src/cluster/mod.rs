@@ -39,6 +39,7 @@ use crate::router::{
 };
 use crate::tier::{CpuTier, TierStats};
 
+pub mod autoscale;
 pub(crate) mod roles;
 pub mod scenario;
 
@@ -93,6 +94,8 @@ pub struct ClusterPlan {
     pub moe: bool,
     /// Whether to build the per-replica outputs.
     pub per_replica: bool,
+    /// The autoscaler of a colocated pool (the replicas are then its slots).
+    pub autoscale: Option<autoscale::Autoscale>,
 }
 
 impl std::fmt::Debug for ClusterPlan {
@@ -292,6 +295,8 @@ struct Driver<'a, I> {
     events: Vec<(u64, bool)>,
     hashes: Vec<u64>,
     transfer_stats: TransferStats,
+    /// The autoscaled fleet (a colocated pool whose members are its slots).
+    fleet: Option<autoscale::Fleet>,
 }
 
 /// What the driver keeps of a replica's plan besides its engine.
@@ -325,7 +330,11 @@ fn run<I: Iterator<Item = Request>>(
         transfer,
         moe,
         per_replica,
+        autoscale,
     } = plan;
+    let fleet = autoscale.map(|a| {
+        autoscale::Fleet::new(a, replicas.iter().map(|r| r.tensor_parallel_size).collect())
+    });
     let resolved: Vec<Resolved> = replicas.iter().map(|r| r.resolved.clone()).collect();
     let mut engines = Vec::with_capacity(replicas.len());
     let mut metas = Vec::with_capacity(replicas.len());
@@ -468,6 +477,7 @@ fn run<I: Iterator<Item = Request>>(
         events: Vec::new(),
         hashes: Vec::new(),
         transfer_stats: TransferStats::default(),
+        fleet,
     };
     d.pull()?;
     d.run()?;
@@ -497,7 +507,12 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
         if let Some(r) = self.released.peek() {
             t = Some(t.map_or(r.time, |a| a.min(r.time)));
         }
-        // Scrapes only matter while requests may still be routed.
+        // Scrapes and the autoscaler only matter while requests may still be routed.
+        if t.is_some()
+            && let Some(f) = &self.fleet
+        {
+            t = t.map(|a| a.min(f.next_time()));
+        }
         if t.is_some() {
             for p in &self.pools {
                 if p.needs.scrape_s.is_some() {
@@ -539,6 +554,10 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
     /// The router's event at `t`: scrapes first, then a request sent from the stream, then a
     /// released follower (ties: the stream first).
     fn router_event(&mut self, t: f64) -> Result<(), Error> {
+        if self.fleet.as_ref().is_some_and(|f| f.next_time() <= t) {
+            self.fleet_event(t);
+            return Ok(());
+        }
         for p in 0..self.pools.len() {
             if let Some(period) = self.pools[p].needs.scrape_s
                 && self.pools[p].next_scrape <= t
@@ -560,6 +579,27 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
             (None, Some(_)) => self.send_released(),
             (Some(_), _) => self.send_from_stream(),
             (None, None) => Ok(()),
+        }
+    }
+
+    /// The autoscaler at `t`: replicas done starting come into service, then an evaluation if
+    /// one is due, on the replicas' load as they report it now.
+    fn fleet_event(&mut self, t: f64) {
+        let Some(f) = &mut self.fleet else {
+            return;
+        };
+        f.ready(t);
+        if f.tick_due(t) {
+            let loads: Vec<autoscale::Load> = (self.engines.iter().enumerate())
+                .map(|(i, e)| autoscale::Load {
+                    waiting: e.waiting() as u32,
+                    running: e.running() as u32,
+                    kv_fraction: f64::from(e.kv_used())
+                        / f64::from(self.pools[0].capacity_blocks[i].max(1)),
+                    busy: e.has_work(),
+                })
+                .collect();
+            f.tick(t, &loads);
         }
     }
 
@@ -598,6 +638,9 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
 
     /// Request `index` is sent at `t`: routed and delivered.
     fn send(&mut self, index: usize, q: Request, t: f64) -> Result<(), Error> {
+        if let Some(f) = &mut self.fleet {
+            f.arrival(t);
+        }
         let session = self.session_of(&q);
         let member = self.route(0, index, &q, session, t);
         let engine = self.pools[0].members[member];
@@ -659,6 +702,10 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
             0
         } else {
             self.catch_up(p, t);
+            let up = match &self.fleet {
+                Some(f) if p == 0 => Some(f.up.as_slice()),
+                _ => None,
+            };
             let pool = &mut self.pools[p];
             if pool.hash_block > 0 {
                 crate::kv_cache::prompt_hashes(q, pool.hash_block, usize::MAX, &mut self.hashes);
@@ -688,6 +735,7 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
                 capacity_blocks: &pool.capacity_blocks,
                 block_size: &pool.block_size,
                 kv,
+                up,
             };
             let m = pool.router.pick(&routed, &view, &mut self.rng).min(n - 1);
             pool.router.routed(&routed, m);
@@ -774,6 +822,12 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
             self.handle(i, p, m, &mut out)?;
         }
         self.outbox = out;
+        if let Some(f) = &mut self.fleet
+            && f.draining(i)
+            && !self.engines[i].has_work()
+        {
+            f.drained(i, self.engines[i].now());
+        }
         Ok(())
     }
 
@@ -1009,7 +1063,7 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
             None => Vec::new(),
         };
         let tiers = self.tier_stats();
-        if self.engines.len() == 1 {
+        if self.engines.len() == 1 && self.fleet.is_none() {
             let e = self.engines.pop().expect("one engine");
             return Ok(ServeReport {
                 requests,
@@ -1095,7 +1149,9 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
             t.mode = self.transfer;
             t
         });
-        Ok(ClusterOutput::new(replicas, pools, transfer))
+        let mut out = ClusterOutput::new(replicas, pools, transfer);
+        out.autoscale = self.fleet.take().map(|f| f.finish(makespan));
+        Ok(out)
     }
 }
 

@@ -21,6 +21,10 @@
 //! # serve = { tensor_parallel_size = 2 }
 //! # [cluster.interconnect]        # overrides the profile's [interconnect]
 //! # gbps = 25.0
+//! # or a fleet that follows its load (colocated replicas; see super::autoscale):
+//! # [cluster.autoscale]
+//! # min_replicas = 1
+//! # max_replicas = 8
 //! ```
 
 use std::borrow::Cow;
@@ -29,6 +33,7 @@ use kvplan_vocab::hardware::Interconnect;
 use kvplan_vocab::{HardwareProfile, ModelSpec};
 use serde::{Deserialize, Serialize};
 
+use super::autoscale::{Autoscale, RawAutoscale};
 use super::{ClusterPlan, KvTransfer, ReplicaPlan, Role};
 use crate::config::RawConfig;
 use crate::router::{RouterKind, Weights};
@@ -68,6 +73,9 @@ pub struct RawCluster {
     pub replicas: Vec<RawReplica>,
     /// The network between replicas, over the profiles' `[interconnect]`.
     pub interconnect: Option<RawInterconnect>,
+    /// A fleet that follows its load (`[cluster.autoscale]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscale: Option<RawAutoscale>,
 }
 
 /// A pool's (or a group of replicas') GPU and engine settings over the scenario's.
@@ -140,6 +148,9 @@ impl RawCluster {
         if !o.replicas.is_empty() {
             self.replicas = o.replicas;
         }
+        if let Some(t) = o.autoscale {
+            self.autoscale = Some(self.autoscale.take().unwrap_or_default().overlay(t));
+        }
         if let Some(t) = o.interconnect {
             let m = self
                 .interconnect
@@ -191,6 +202,8 @@ pub struct ClusterScenario {
     pub disaggregated: bool,
     /// The network override.
     pub interconnect: Option<RawInterconnect>,
+    /// The autoscaler: [`replicas`](Self::replicas) are then its `max_replicas` slots.
+    pub autoscale: Option<Autoscale>,
 }
 
 impl ClusterScenario {
@@ -236,6 +249,7 @@ impl ClusterScenario {
             transfer: self.transfer,
             moe,
             per_replica,
+            autoscale: self.autoscale.clone(),
         }
     }
 
@@ -294,6 +308,30 @@ pub fn resolve(
     }
     let show = kvplan_vocab::limits::show;
     let disaggregated = raw.prefill_replicas.is_some() || raw.decode_replicas.is_some();
+    let autoscale = match &raw.autoscale {
+        None => None,
+        Some(a) => {
+            if disaggregated {
+                return Err(bad(
+                    "cluster.autoscale",
+                    "a disaggregated cluster",
+                    "a colocated cluster: autoscaling prefill and decode pools is not modelled \
+                     (give data_parallel_size, or drop prefill_replicas and decode_replicas)",
+                ));
+            }
+            if !raw.replicas.is_empty() {
+                return Err(bad(
+                    "cluster.autoscale",
+                    "[[cluster.replica]] groups",
+                    "identical replicas: an autoscaled fleet adds and removes copies of the \
+                     scenario's engine (drop [[cluster.replica]])",
+                ));
+            }
+            let mut a = a.resolve(raw.data_parallel_size)?;
+            a.price_usd_per_gpu_hour = HardwareProfile::resolve(hardware)?.gpu.price_usd_per_hour;
+            Some(a)
+        }
+    };
     let mut groups: Vec<Group> = Vec::new();
     if disaggregated {
         if raw.data_parallel_size.is_some() || !raw.replicas.is_empty() {
@@ -349,7 +387,10 @@ pub fn resolve(
             ));
         }
         if raw.replicas.is_empty() {
-            let n = raw.data_parallel_size.unwrap_or(1);
+            let n = match &autoscale {
+                Some(a) => a.max_replicas,
+                None => raw.data_parallel_size.unwrap_or(1),
+            };
             if !(1..=MAX_REPLICAS).contains(&n) {
                 return Err(bad(
                     "cluster.data_parallel_size",
@@ -462,7 +503,25 @@ pub fn resolve(
             }
         }
     }
-    let router = raw.router.unwrap_or_default();
+    let router = match (&autoscale, raw.router) {
+        (None, r) => r.unwrap_or_default(),
+        // An autoscaled fleet sits behind a gateway, not vLLM's own data-parallel balancer.
+        (Some(_), None) => RouterKind::from_name("least-requests").expect("a router"),
+        (Some(_), Some(r)) => {
+            if !crate::router::AUTOSCALE_ROUTERS.contains(&r.as_str()) {
+                return Err(bad(
+                    "cluster.router",
+                    r.as_str(),
+                    format!(
+                        "with [cluster.autoscale], one of {} (the default is least-requests; \
+                         the others keep per-replica state that assumes a fixed pool)",
+                        crate::router::AUTOSCALE_ROUTERS.join(", ")
+                    ),
+                ));
+            }
+            r
+        }
+    };
     let mut replicas = Vec::new();
     let mut counters = [0u32; 3];
     for g in &groups {
@@ -529,6 +588,7 @@ pub fn resolve(
         transfer: raw.kv_transfer.unwrap_or_default(),
         disaggregated,
         interconnect: raw.interconnect.clone(),
+        autoscale,
     }))
 }
 

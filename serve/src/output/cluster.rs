@@ -134,6 +134,9 @@ pub struct ClusterOutput {
     /// What binds (disaggregated): the highest of the prefill pool's GPU time, the decode pool's
     /// KV occupancy and the busiest network link, each a fraction of its capacity.
     pub binding: Option<Binding>,
+    /// The autoscaler's fleet, per hour (an autoscaled cluster).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub autoscale: Option<crate::cluster::autoscale::AutoscaleOutput>,
 }
 
 impl ClusterOutput {
@@ -158,6 +161,7 @@ impl ClusterOutput {
             pools,
             transfer,
             binding,
+            autoscale: None,
         }
     }
 }

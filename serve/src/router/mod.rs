@@ -93,7 +93,22 @@ pub struct View<'a> {
     /// The replicas' cached blocks as their KV events reported them (routers with
     /// [`Needs::kv_events`]).
     pub kv: Option<KvView<'a>>,
+    /// Per replica: whether it is in service (an autoscaled pool: replicas still starting up,
+    /// draining or stopped are not); `None`: all are. Only the routers in [`AUTOSCALE_ROUTERS`]
+    /// read it.
+    pub up: Option<&'a [bool]>,
 }
+
+impl View<'_> {
+    /// Whether replica `i` may be picked.
+    pub fn serves(&self, i: usize) -> bool {
+        self.up.is_none_or(|u| u[i])
+    }
+}
+
+/// The routers that pick only among the replicas in service ([`View::up`]), so the ones an
+/// autoscaled pool may use: the others keep state per replica that assumes a fixed pool.
+pub const AUTOSCALE_ROUTERS: &[&str] = &["least-requests", "round-robin", "random", "least-kv"];
 
 /// A routing policy. `pick` returns a position in the pool (`0..view.in_flight.len()`).
 pub trait Router: Send {

@@ -20,7 +20,13 @@ struct Random;
 
 impl Router for Random {
     fn pick(&mut self, _: &Routed<'_>, view: &View<'_>, rng: &mut ChaCha8Rng) -> usize {
-        rng.random_range(0..view.in_flight.len())
+        match view.up {
+            None => rng.random_range(0..view.in_flight.len()),
+            Some(up) => {
+                let live: Vec<usize> = (0..up.len()).filter(|&i| up[i]).collect();
+                live[rng.random_range(0..live.len())]
+            }
+        }
     }
 }
 
@@ -37,8 +43,14 @@ struct RoundRobin(usize);
 
 impl Router for RoundRobin {
     fn pick(&mut self, _: &Routed<'_>, view: &View<'_>, _: &mut ChaCha8Rng) -> usize {
-        let r = self.0 % view.in_flight.len();
+        let n = view.in_flight.len();
+        let mut r = self.0 % n;
         self.0 = self.0.wrapping_add(1);
+        // Past the replicas out of service (at least one is in).
+        while !view.serves(r) {
+            r = self.0 % n;
+            self.0 = self.0.wrapping_add(1);
+        }
         r
     }
 }
@@ -61,7 +73,11 @@ struct LeastRequests;
 impl Router for LeastRequests {
     fn pick(&mut self, _: &Routed<'_>, view: &View<'_>, rng: &mut ChaCha8Rng) -> usize {
         pick_best(view.in_flight.len(), false, rng, |i| {
-            view.in_flight[i] as f64
+            if view.serves(i) {
+                view.in_flight[i] as f64
+            } else {
+                f64::INFINITY
+            }
         })
     }
 }
@@ -84,7 +100,11 @@ struct LeastKv;
 impl Router for LeastKv {
     fn pick(&mut self, _: &Routed<'_>, view: &View<'_>, rng: &mut ChaCha8Rng) -> usize {
         pick_best(view.metrics.len(), false, rng, |i| {
-            f64::from(view.metrics[i].kv_used) / f64::from(view.capacity_blocks[i].max(1))
+            if view.serves(i) {
+                f64::from(view.metrics[i].kv_used) / f64::from(view.capacity_blocks[i].max(1))
+            } else {
+                f64::INFINITY
+            }
         })
     }
 }

@@ -395,6 +395,7 @@ impl ServeScenario {
             transfer: Default::default(),
             moe: self.model.moe.is_some(),
             per_replica: false,
+            autoscale: None,
         }
     }
 
