@@ -1036,6 +1036,7 @@ fn plan_deployment_refuses_bad_input_and_unmet_objectives() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("no candidate meets"));
     assert!(dir.files().is_empty(), "{:?}", dir.files());
+}
 
 /// An autoscaled fleet's bad settings, and diurnal arrivals' bad shapes: each one line naming its
 /// flag and field, exit 2, no file.

@@ -223,6 +223,43 @@ fn clusters_agree() {
         };
         agree(&raw);
     }
+    // An autoscaled fleet: the autoscaler reads every replica's load at each evaluation, so a
+    // stretch stops there too.
+    let raw = RawServeScenario {
+        cluster: RawCluster {
+            router: Some("least-requests".parse::<RouterKind>().unwrap()),
+            autoscale: Some(kvplan_serve::cluster::autoscale::RawAutoscale {
+                min_replicas: Some(1),
+                max_replicas: Some(4),
+                metric: None,
+                target: Some(2.0),
+                interval_s: Some(5.0),
+                scale_up_delay_s: Some(20.0),
+                cooldown_s: Some(30.0),
+                initial_replicas: None,
+            }),
+            ..Default::default()
+        },
+        ..scenario(
+            "llama-2-7b",
+            "h100-sxm",
+            WorkloadConfig {
+                arrivals: Some("diurnal:8:0.5:300s".into()),
+                requests: Some(1500),
+                qps: None,
+                ..poisson(1.0, 1500, 5)
+            },
+            config(),
+        )
+    };
+    agree(&raw);
+    let (fast, _) = both(&raw);
+    let a = fast.cluster.unwrap().autoscale.unwrap();
+    assert!(
+        a.peak_replicas >= 2 && a.events.len() >= 2,
+        "the fleet did not scale: {:?}",
+        a.events
+    );
 }
 
 /// The light load: 10,000 requests at 1 req/s with the Splitwise conversation trace's
