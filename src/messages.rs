@@ -11,7 +11,7 @@ use crate::error::CliError;
 /// 19 rows, [`Field`]'s names), the serving scenario (`workload.*`, `serve.*`) and the capacity
 /// commands' own settings. Every library error and note names a field; the binary names its
 /// flag through this table (a test holds every row to an option the command line has).
-const FLAGS: [(&str, &str); 87] = [
+const FLAGS: [(&str, &str); 86] = [
     ("model", "--model"),
     ("hardware", "--hardware"),
     ("strategy", "--strategy"),
@@ -121,7 +121,6 @@ const FLAGS: [(&str, &str); 87] = [
     ("capacity.host_ram", "--host-ram"),
     ("capacity.runtime_reserve", "--runtime-reserve"),
     ("capacity.rel_tol", "--qps-tolerance"),
-    ("capacity.target_qps", "--target-qps"),
 ];
 
 /// Flags typed under another name (clap aliases): messages name the one the user typed.

@@ -435,7 +435,7 @@ fn a_mixture_of_experts_serves_tensor_or_expert_parallel() {
 }
 
 #[test]
-fn slo_capacity_finds_the_rate_and_the_cheapest_configuration() {
+fn slo_capacity_finds_the_rate_of_each_configuration() {
     let d = TempDir::new("serve-slo");
     for (name, base, price) in [("a.toml", "a100-80g-sxm", 2.0), ("h.toml", "h100-sxm", 4.5)] {
         std::fs::write(
@@ -458,8 +458,6 @@ fn slo_capacity_finds_the_rate_and_the_cheapest_configuration() {
         "128",
         "--requests",
         "300",
-        "--target-qps",
-        "40",
     ];
     let mut json_args = args.to_vec();
     json_args.extend(["--format", "json"]);
@@ -477,28 +475,20 @@ fn slo_capacity_finds_the_rate_and_the_cheapest_configuration() {
         assert!(r["ttft_p99_s"].as_f64().unwrap() <= 2.0);
         assert!(r["tpot_p99_s"].as_f64().unwrap() <= 0.1);
         assert!(!r["limited_by"].as_array().unwrap().is_empty());
-        // Sized for 40 req/s at the profile's price.
-        let replicas = r["replicas"].as_u64().unwrap();
-        assert_eq!(replicas, (40.0 / q).ceil() as u64);
+        // Dollars per million output tokens at the rate found, from the profile's price.
         let price = if r["hardware"] == "a" { 2.0 } else { 4.5 };
-        assert_eq!(r["usd_per_hour"].as_f64().unwrap(), price * replicas as f64);
+        let per_m = price / 3600.0 / r["output_tok_s"].as_f64().unwrap() * 1e6;
+        let got = r["usd_per_m_output_tokens"].as_f64().unwrap();
+        assert!((got - per_m).abs() <= 1e-9 * per_m, "{got} vs {per_m}");
     }
-    // The faster GPU sustains more, and the cheapest is the lowest price per hour.
+    // The faster GPU sustains more.
     assert!(rows[1]["max_qps"].as_f64() > rows[0]["max_qps"].as_f64());
-    let cheapest = rows
-        .iter()
-        .min_by(|a, b| {
-            a["usd_per_hour"]
-                .as_f64()
-                .partial_cmp(&b["usd_per_hour"].as_f64())
-                .unwrap()
-        })
-        .unwrap();
-    assert_eq!(
-        v["cheapest"].as_str().unwrap(),
-        format!("{} x TP 1", cheapest["hardware"].as_str().unwrap())
-    );
-    assert_eq!(v["ranked_by"], "usd_per_hour");
+    // Sizing for a rate is plan-deployment's now: --target-qps says where to go.
+    let mut sized = args.to_vec();
+    sized.extend(["--target-qps", "40"]);
+    let out = run_in(d.path(), &sized);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("kvplan plan-deployment --qps"));
     // Deterministic.
     assert_eq!(ok(&run_in(d.path(), &args)), ok(&run_in(d.path(), &args)));
     // Bad input: one line, exit 2.

@@ -85,18 +85,28 @@ fn a_directory_or_a_device_is_not_a_profile() {
     assert!(e.starts_with("error: --hardware: a directory"), "{e}");
 }
 
-/// Absurd numbers print in scientific notation, and a target rate no deployment could have is
-/// refused at once (it ran the search and printed 18446744073709551615 replicas).
+/// Absurd numbers print in scientific notation, and a budget no deployment could have is
+/// refused at once.
 #[test]
 fn absurd_numbers_read_as_numbers_and_impossible_sizes_are_errors() {
     let d = TempDir::new("msg-numbers");
-    let mut args = SLO.to_vec();
-    args.extend(["4", "--target-qps", "1e300"]);
-    let e = refused(&d, &args);
-    assert_eq!(
-        e.trim_end(),
-        "error: --target-qps: 1e300 must be a rate above 0 and at most 1000000000 requests/s"
+    let e = refused(
+        &d,
+        &[
+            "plan-deployment",
+            "--model",
+            "llama-2-7b",
+            "--hardware",
+            "a100-80g-sxm",
+            "--slo",
+            "ttft_p99=2s",
+            "--qps",
+            "1",
+            "--max-gpus",
+            "0",
+        ],
     );
+    assert_eq!(e.trim_end(), "error: --max-gpus: 0 must be from 1 to 4096");
     let e = refused(
         &d,
         &[

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use kvplan_serve::ServeReport;
-use kvplan_serve::capacity::{CapacityComparison, ConfigCapacity, RankedBy, SearchOptions, Slo};
+use kvplan_serve::capacity::{CapacityComparison, ConfigCapacity, SearchOptions, Slo};
 use kvplan_serve::runs::{Comparison, MeasuredRun, StageComparison};
 use kvplan_serve::scenario::ServeScenario;
 
@@ -473,18 +473,15 @@ fn kebab<T: serde::Serialize>(v: &T) -> String {
         .unwrap_or_default()
 }
 
-/// The serving capacity of each configuration (`target_qps`: the rate each was sized for).
+/// The serving capacity of each configuration.
 pub fn capacity(
     slo: &Slo,
     cmp: &CapacityComparison,
     opts: &SearchOptions,
     base_requests: u64,
-    target_qps: Option<f64>,
     format: Format,
 ) -> Result<String, Error> {
     let rows = &cmp.rows;
-    let cheapest = cmp.cheapest.map(|i| &rows[i]);
-    let by_price = cmp.ranked_by == Some(RankedBy::UsdPerHour);
     let steady = opts.steady;
     let num = |v: Option<f64>| v.map_or(String::new(), csv_number);
     match format {
@@ -492,17 +489,10 @@ pub fn capacity(
             #[derive(serde::Serialize)]
             struct Report<'a> {
                 slo: String,
-                target_qps: Option<f64>,
-                cheapest: Option<String>,
-                ranked_by: Option<&'static str>,
                 configurations: &'a [ConfigCapacity],
             }
             json_line(&Report {
                 slo: slo.to_string(),
-                target_qps,
-                cheapest: cheapest
-                    .map(|r| format!("{} x TP {}", r.hardware, r.tensor_parallel_size)),
-                ranked_by: cmp.ranked_by.map(RankedBy::as_str),
                 configurations: rows,
             })
         }
@@ -529,9 +519,6 @@ pub fn capacity(
                 "rejected",
                 "truncated",
                 "measured_requests",
-                "replicas",
-                "gpus",
-                "usd_per_hour",
                 "usd_per_m_output_tokens",
                 "usd_per_m_tokens",
             ],
@@ -554,9 +541,6 @@ pub fn capacity(
                         r.rejected.to_string(),
                         r.truncated.to_string(),
                         r.measured_requests.to_string(),
-                        r.replicas.map_or(String::new(), |v| v.to_string()),
-                        r.gpus.map_or(String::new(), |v| v.to_string()),
-                        num(r.usd_per_hour),
                         num(r.usd_per_m_output_tokens),
                         num(r.usd_per_m_tokens),
                     ]);
@@ -590,9 +574,6 @@ pub fn capacity(
             if priced {
                 header.push("$/M output tok");
             }
-            if target_qps.is_some() {
-                header.extend(["replicas", "GPUs", "$/hour"]);
-            }
             let mut t = Table::new(&header);
             for r in rows {
                 let three = |p: &kvplan_serve::output::Percentiles| {
@@ -616,37 +597,14 @@ pub fn capacity(
                             .map_or("-".into(), |v| format!("{v:.3}")),
                     );
                 }
-                if target_qps.is_some() {
-                    cells.push(r.replicas.map_or("-".into(), |v| v.to_string()));
-                    cells.push(r.gpus.map_or("-".into(), |v| v.to_string()));
-                    cells.push(r.usd_per_hour.map_or("-".into(), |v| format!("{v:.2}")));
-                }
                 t.row(&cells);
             }
             out.push_str(&t.render());
-            if let Some(target) = target_qps {
-                match cheapest {
-                    Some(r) => {
-                        let _ = writeln!(
-                            out,
-                            "cheapest for {target} req/s: {} x TP {} ({} replicas, {} GPUs{})",
-                            r.hardware,
-                            r.tensor_parallel_size,
-                            r.replicas.unwrap_or_default(),
-                            r.gpus.unwrap_or_default(),
-                            match r.usd_per_hour {
-                                Some(p) if by_price => format!(", ${p:.2}/hour"),
-                                _ =>
-                                    ", fewest GPUs: not every profile gives gpu.price_usd_per_hour"
-                                        .into(),
-                            }
-                        );
-                    }
-                    None => {
-                        let _ = writeln!(out, "no configuration meets the SLO at any rate tried");
-                    }
-                }
-            }
+            let _ = writeln!(
+                out,
+                "to size a deployment for a rate (replicas, routers, prefill/decode pools, cost), \
+                 simulated as a cluster: kvplan plan-deployment --qps Q"
+            );
             Ok(out)
         }
     }

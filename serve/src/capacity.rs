@@ -152,9 +152,8 @@ pub enum CapacityError {
     /// A search setting out of range.
     #[error("{field}: {why}")]
     Setting {
-        /// The setting by its dotted path: a [`SearchOptions`] field (`capacity.rel_tol`), the
-        /// target rate (`capacity.target_qps`) or the tensor-parallel sizes
-        /// (`serve.tensor_parallel_size`).
+        /// The setting by its dotted path: a [`SearchOptions`] field (`capacity.rel_tol`) or the
+        /// tensor-parallel sizes (`serve.tensor_parallel_size`).
         field: &'static str,
         /// What is wrong.
         why: String,
@@ -815,42 +814,10 @@ fn check(base: &RawServeScenario, opts: SearchOptions) -> Result<(), CapacityErr
     Ok(())
 }
 
-/// A configuration's cost to serve `target_qps`: replicas of `gpus_per_replica` GPUs, each
-/// sustaining `max_qps`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Sizing {
-    /// Replicas needed: `ceil(target / max_qps)`.
-    pub replicas: u64,
-    /// GPUs in all.
-    pub gpus: u64,
-    /// Price of those GPUs per hour, when the profile gives one.
-    pub usd_per_hour: Option<f64>,
-}
-
 /// US dollars per million tokens for `gpus` GPUs at `usd_per_gpu_hour` producing
 /// `tokens_per_s` tokens per second.
 pub fn usd_per_million_tokens(usd_per_gpu_hour: f64, gpus: u32, tokens_per_s: f64) -> Option<f64> {
     (tokens_per_s > 0.0).then(|| usd_per_gpu_hour * f64::from(gpus) / 3600.0 / tokens_per_s * 1e6)
-}
-
-/// The highest target rate sized (requests/s): a billion, beyond any deployment, so replica
-/// and GPU counts stay whole numbers a report can print.
-pub const MAX_TARGET_QPS: f64 = 1e9;
-
-/// Replicas and GPUs to serve `target_qps` with configurations of `max_qps` each.
-pub fn size_for(
-    target_qps: f64,
-    max_qps: f64,
-    gpus_per_replica: u32,
-    usd_per_gpu_hour: Option<f64>,
-) -> Sizing {
-    let replicas = (target_qps / max_qps).ceil().max(1.0) as u64;
-    let gpus = replicas * u64::from(gpus_per_replica);
-    Sizing {
-        replicas,
-        gpus,
-        usd_per_hour: usd_per_gpu_hour.map(|p| p * gpus as f64),
-    }
 }
 
 /// One configuration's answer in a capacity comparison ([`compare_configurations`]).
@@ -893,35 +860,10 @@ pub struct ConfigCapacity {
     pub requests_per_rate: u64,
     /// Rates the search served.
     pub rates_served: usize,
-    /// Replicas for the target rate.
-    pub replicas: Option<u64>,
-    /// GPUs for the target rate.
-    pub gpus: Option<u64>,
-    /// Price of those GPUs per hour.
-    pub usd_per_hour: Option<f64>,
     /// Price per million output tokens at `max_qps`, when the profile has one.
     pub usd_per_m_output_tokens: Option<f64>,
     /// Price per million tokens (prompt and output) at `max_qps`.
     pub usd_per_m_tokens: Option<f64>,
-}
-
-/// How the cheapest configuration was chosen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RankedBy {
-    /// Every sized configuration has a price: the lowest price per hour.
-    UsdPerHour,
-    /// Some profile has no price: the fewest GPUs.
-    Gpus,
-}
-
-impl RankedBy {
-    /// The name reports use.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RankedBy::UsdPerHour => "usd_per_hour",
-            RankedBy::Gpus => "gpus",
-        }
-    }
 }
 
 /// The answer of [`compare_configurations`].
@@ -929,10 +871,6 @@ impl RankedBy {
 pub struct CapacityComparison {
     /// One row per hardware x tensor-parallel size, in the order given.
     pub rows: Vec<ConfigCapacity>,
-    /// With a target rate: the index of the cheapest row that meets it.
-    pub cheapest: Option<usize>,
-    /// With a target rate: how the cheapest was chosen.
-    pub ranked_by: Option<RankedBy>,
 }
 
 /// The scenario a capacity comparison serves: `base` with the search's defaults (Poisson
@@ -975,31 +913,18 @@ pub fn configurations(
 }
 
 /// The highest rate under `slo` of every configuration `hardware` x `tensor_parallel` (empty:
-/// the scenario's hardware; the scenario's tensor-parallel size, or 1), and with `target_qps`
-/// each one sized for that rate and the cheapest named: by price when every sized profile gives
-/// `gpu.price_usd_per_hour`, else by GPU count. `base` is searched as [`search_base`] gives it;
-/// `progress` hears how far each run of each search has come.
+/// the scenario's hardware; the scenario's tensor-parallel size, or 1), with dollars per million
+/// tokens where the profile has a price. Sizing a deployment for a rate is
+/// [`crate::deploy`]'s, which simulates the whole cluster. `base` is searched as
+/// [`search_base`] gives it; `progress` hears how far each run of each search has come.
 pub fn compare_configurations(
     base: &RawServeScenario,
     hardware: &[String],
     tensor_parallel: &[u32],
     slo: &Slo,
     opts: SearchOptions,
-    target_qps: Option<f64>,
     progress: &dyn Progress,
 ) -> Result<CapacityComparison, CapacityError> {
-    if let Some(q) = target_qps
-        && !(q.is_finite() && q > 0.0 && q <= MAX_TARGET_QPS)
-    {
-        return Err(CapacityError::Setting {
-            field: "capacity.target_qps",
-            why: format!(
-                "{} must be a rate above 0 and at most {} requests/s",
-                kvplan_vocab::limits::show(q),
-                kvplan_vocab::limits::show(MAX_TARGET_QPS)
-            ),
-        });
-    }
     let hardware: Vec<String> = match (hardware, &base.hardware) {
         ([], Some(h)) => vec![h.clone()],
         (list, _) => list.to_vec(),
@@ -1035,10 +960,6 @@ pub fn compare_configurations(
                 .find(|p| Some(p.qps) == c.max_qps)
                 .map_or(0, |p| p.requests);
             let price = profile.gpu.price_usd_per_hour;
-            let sizing = match (target_qps, c.max_qps) {
-                (Some(t), Some(q)) => Some(size_for(t, q, tp, price)),
-                _ => None,
-            };
             let per_m = |tok_s: f64| price.and_then(|p| usd_per_million_tokens(p, tp, tok_s));
             let found = c.max_qps.is_some();
             rows.push(ConfigCapacity {
@@ -1060,42 +981,12 @@ pub fn compare_configurations(
                 measured_requests: c.at.measured,
                 requests_per_rate,
                 rates_served: c.probes.len(),
-                replicas: sizing.map(|s| s.replicas),
-                gpus: sizing.map(|s| s.gpus),
-                usd_per_hour: sizing.and_then(|s| s.usd_per_hour),
                 usd_per_m_output_tokens: found.then(|| per_m(c.at.output_tokens_per_s)).flatten(),
                 usd_per_m_tokens: found.then(|| per_m(c.at.total_tokens_per_s)).flatten(),
             });
         }
     }
-    // The cheapest that meets the target: by price when every sized row has one, else GPUs.
-    let sized: Vec<usize> = (0..rows.len())
-        .filter(|&i| rows[i].gpus.is_some())
-        .collect();
-    let by_price = !sized.is_empty() && sized.iter().all(|&i| rows[i].usd_per_hour.is_some());
-    let key = |r: &ConfigCapacity| {
-        if by_price {
-            r.usd_per_hour.unwrap_or(f64::INFINITY)
-        } else {
-            r.gpus.unwrap_or(u64::MAX) as f64
-        }
-    };
-    let cheapest = sized
-        .iter()
-        .copied()
-        .min_by(|&a, &b| key(&rows[a]).total_cmp(&key(&rows[b])));
-    let ranked_by = target_qps.map(|_| {
-        if by_price {
-            RankedBy::UsdPerHour
-        } else {
-            RankedBy::Gpus
-        }
-    });
-    Ok(CapacityComparison {
-        rows,
-        cheapest,
-        ranked_by,
-    })
+    Ok(CapacityComparison { rows })
 }
 
 #[cfg(test)]
@@ -1178,13 +1069,5 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("all-at-once"), "{e}");
-    }
-
-    #[test]
-    fn sizing_rounds_replicas_up() {
-        let s = size_for(10.0, 3.0, 2, Some(4.0));
-        assert_eq!((s.replicas, s.gpus), (4, 8));
-        assert_eq!(s.usd_per_hour, Some(32.0));
-        assert_eq!(size_for(1.0, 3.0, 1, None).replicas, 1);
     }
 }

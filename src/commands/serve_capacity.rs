@@ -1,6 +1,7 @@
 //! `kvplan serve-capacity` (also `kvplan capacity --slo`): the highest request rate each serving
-//! configuration sustains under latency objectives. The search, the hardware x tensor-parallel
-//! grid, the sizing and the cheapest pick are `kvplan_serve::capacity`'s.
+//! configuration sustains under latency objectives. The search and the hardware x
+//! tensor-parallel grid are `kvplan_serve::capacity`'s; sizing a deployment for a rate is
+//! `kvplan plan-deployment`'s.
 
 use std::path::PathBuf;
 
@@ -39,9 +40,9 @@ pub struct SloArgs {
     /// (metrics ttft, tpot, e2e, queue; percentiles p50, p90, p99; units s, ms, us)
     #[arg(long, value_name = "SPEC")]
     pub slo: Option<String>,
-    /// SLO mode: the request rate to serve; sizes each configuration (replicas, GPUs, price per
-    /// hour from the profile's gpu.price_usd_per_hour) and names the cheapest
-    #[arg(long, value_name = "QPS", requires = "slo")]
+    /// Retired: sizing for a rate is `kvplan plan-deployment --qps Q`, which simulates the
+    /// whole cluster (refused with that pointer)
+    #[arg(long, value_name = "QPS", hide = true, allow_negative_numbers = true)]
     pub target_qps: Option<f64>,
     /// SLO mode: tensor-parallel sizes to compare, comma-separated [default: the scenario's, or 1]
     #[arg(long, value_name = "N[,N]", requires = "slo")]
@@ -108,13 +109,17 @@ fn capacity_error(e: CapacityError) -> CliError {
     }
 }
 
-/// The highest request rate each configuration sustains under the latency objectives, and with
-/// `--target-qps` the cheapest configuration for that rate.
+/// The highest request rate each configuration sustains under the latency objectives.
 pub fn slo_capacity(
     target: &CapacityTargetArgs,
     slo_args: &SloArgs,
     format: Format,
 ) -> Result<String, CliError> {
+    if slo_args.target_qps.is_some() {
+        return Err(CliError::input(
+            "--target-qps: sizing a deployment for a rate is `kvplan plan-deployment --qps Q` now: it simulates the candidate clusters (replicas, routers, prefill/decode pools) and prices them, instead of multiplying one replica",
+        ));
+    }
     let Some(slo) = &slo_args.slo else {
         return Err(CliError::input(
             "--slo: required: the latency objectives, e.g. ttft_p99=2s,tpot_p99=100ms",
@@ -127,7 +132,7 @@ pub fn slo_capacity(
         .find_map(|(v, flag)| v.map(|_| flag))
     {
         return Err(CliError::input(format!(
-            "{flag}: the search chooses the request rate; give --target-qps to size for a rate"
+            "{flag}: the search chooses the request rate; to size a deployment for a rate use `kvplan plan-deployment --qps Q`"
         )));
     }
     let base = slo_args
@@ -152,20 +157,11 @@ pub fn slo_capacity(
     };
     let base = search_base(base);
     let bar = kvplan_report::progress::bar();
-    let cmp = compare_configurations(
-        &base,
-        &hardware,
-        &tps,
-        &slo,
-        opts,
-        slo_args.target_qps,
-        bar.as_ref(),
-    )
-    .map_err(capacity_error)?;
+    let cmp = compare_configurations(&base, &hardware, &tps, &slo, opts, bar.as_ref())
+        .map_err(capacity_error)?;
     drop(bar);
     let requests = base.workload.requests.unwrap_or(0);
-    let target = slo_args.target_qps;
     Ok(kvplan_report::serve::capacity(
-        &slo, &cmp, &opts, requests, target, format,
+        &slo, &cmp, &opts, requests, format,
     )?)
 }

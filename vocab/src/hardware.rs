@@ -102,8 +102,8 @@ pub struct Gpu {
     pub compute_capability: Option<f64>,
     /// Fixed cost added to every kernel, seconds.
     pub kernel_overhead_s: f64,
-    /// What one GPU of this kind costs per hour, US dollars (optional: `kvplan capacity --slo
-    /// --target-qps` ranks configurations by it when every profile gives one). Every preset
+    /// What one GPU of this kind costs per hour, US dollars (`kvplan plan-deployment` prices
+    /// candidates with it; `serve-capacity` gives dollars per million tokens). Every preset
     /// gives a public on-demand list price, except where none could be cited.
     pub price_usd_per_hour: Option<f64>,
     /// Where the price comes from: a provider and its page for a preset, `given in FILE` for a
