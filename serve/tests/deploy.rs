@@ -272,3 +272,92 @@ fn bad_settings_name_their_field() {
         assert!(e.to_string().contains("--price"), "{e}");
     }
 }
+
+/// The roofline bound is a bound: above the simulated service rate (the completion rate with
+/// the requests arriving at once, as `serve-capacity` measures it) on dense and mixture-of-
+/// experts models, 16-bit and fp8 KV, long and short prompts, colocated and disaggregated.
+#[test]
+fn the_roofline_bound_is_above_every_simulated_service_rate() {
+    let fp8 = Some(kvplan_vocab::KvCacheDtype::Fp8);
+    let cases = [
+        (
+            "llama-2-7b",
+            "a100-80g-sxm",
+            1,
+            "256",
+            "64",
+            None,
+            Layout::Colocated,
+        ),
+        (
+            "llama-3.1-8b",
+            "h100-sxm",
+            1,
+            "2048",
+            "256",
+            fp8,
+            Layout::Colocated,
+        ),
+        (
+            "mixtral-8x7b",
+            "h100-sxm",
+            2,
+            "512",
+            "128",
+            None,
+            Layout::Colocated,
+        ),
+        (
+            "llama-3.2-1b",
+            "l4",
+            1,
+            "64",
+            "512",
+            None,
+            Layout::Colocated,
+        ),
+        (
+            "llama-2-7b",
+            "a100-80g-sxm",
+            1,
+            "1024",
+            "128",
+            None,
+            Layout::Disaggregated {
+                prefill: 1,
+                decode: 1,
+            },
+        ),
+    ];
+    for (model, hw, tp, prompt, out, kv, layout) in cases {
+        let mut raw = base(model, 1.0, 1000);
+        raw.workload.prompt_lengths = Some(prompt.into());
+        raw.workload.output_lengths = Some(out.into());
+        raw.serve.max_model_len = Some(4096);
+        if let Some(kv) = kv {
+            raw.serve.kv_cache_dtype = Some(kv);
+        }
+        let shape = kvplan_serve::deploy::Shape {
+            index: 0,
+            hardware: hw.into(),
+            tensor_parallel_size: tp,
+            layout,
+            router: RouterKind::from_name("round-robin").unwrap(),
+            settings: Vec::new(),
+        };
+        let unit = shape.scenario(&raw, 1).unwrap();
+        let load = kvplan_serve::deploy::load_of(&raw).unwrap();
+        let bound = unit_rate_bound(&unit.clone().resolve().unwrap(), layout, &load);
+        let steady = SteadyState {
+            min_requests: 1000,
+            ..SteadyState::default()
+        };
+        let mu = service_rate(&unit, &steady).unwrap();
+        assert!(
+            mu > 0.0 && bound.requests_per_s > mu,
+            "{model} on {hw} TP{tp} {layout}: bound {} req/s ({}) below the simulated {mu}",
+            bound.requests_per_s,
+            bound.why
+        );
+    }
+}

@@ -392,6 +392,9 @@ pub struct Load {
     pub mean_input_tokens: f64,
     /// Mean output tokens.
     pub mean_output_tokens: f64,
+    /// Mean of prompt tokens times output tokens (the prompt's KV a request's decode steps
+    /// read, in all).
+    pub mean_prompt_x_output: f64,
 }
 
 /// A GPU's price as the plan used it.
@@ -679,6 +682,11 @@ pub fn load_of(base: &RawServeScenario) -> Result<Load, PlanError> {
         rate_rps: (n - 1) as f64 / span,
         mean_input_tokens: mean(|r| r.prompt_tokens),
         mean_output_tokens: mean(|r| r.output_tokens),
+        mean_prompt_x_output: reqs
+            .iter()
+            .map(|r| f64::from(r.prompt_tokens) * f64::from(r.output_tokens))
+            .sum::<f64>()
+            / n as f64,
     })
 }
 
