@@ -207,8 +207,18 @@ impl Shape {
             })?;
             raw.serve = std::mem::take(&mut raw.serve).overlay(over);
         }
+        // The scenario's router settings and network stay; its sizes, pools and groups are the
+        // shape's to set.
+        let c = &base.cluster;
         raw.cluster = RawCluster {
             router: Some(self.router),
+            router_staleness_s: c.router_staleness_s,
+            router_latency_us: c.router_latency_us,
+            router_weights: c.router_weights,
+            kv_transfer: c
+                .kv_transfer
+                .filter(|_| matches!(self.layout, Layout::Disaggregated { .. })),
+            interconnect: c.interconnect.clone(),
             ..RawCluster::default()
         };
         match self.layout {
