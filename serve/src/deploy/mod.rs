@@ -37,12 +37,12 @@ use std::collections::BTreeMap;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::capacity::{Slo, SteadyState, Window, judge};
+use crate::Config;
+use crate::capacity::{Slo, SteadyState, Window, completion_rate, judge};
 use crate::cluster::scenario::RawCluster;
 use crate::config::RawConfig;
 use crate::router::RouterKind;
 use crate::scenario::{RawServeScenario, ScenarioError};
-use crate::{Config, Status};
 
 mod bound;
 pub mod frontier;
@@ -1002,27 +1002,6 @@ fn evaluate(
         figures: Some(figures),
     };
     Ok((candidate, completion_rate(&out)))
-}
-
-/// Completions per second between the 20% and 80% marks of the completion order.
-fn completion_rate(out: &crate::ServeReport) -> f64 {
-    let mut done: Vec<f64> = out
-        .requests
-        .iter()
-        .filter(|r| r.status == Status::Finished)
-        .map(|r| r.arrival_s + r.e2e_s)
-        .collect();
-    if done.len() < 10 {
-        return 0.0;
-    }
-    done.sort_unstable_by(f64::total_cmp);
-    let (a, b) = (done.len() / 5, done.len() * 4 / 5);
-    let span = done[b] - done[a];
-    if span > 0.0 {
-        (b - a) as f64 / span
-    } else {
-        0.0
-    }
 }
 
 fn figures(
