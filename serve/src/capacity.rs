@@ -256,7 +256,9 @@ impl fmt::Display for Slo {
 
 /// `2s`, `100ms`, `50us`.
 pub fn show_seconds(s: f64) -> String {
-    if s >= 1.0 {
+    if s.is_infinite() {
+        "inf".into()
+    } else if s >= 1.0 {
         format!("{}s", round(s))
     } else if s >= 1e-3 {
         format!("{}ms", round(s * 1e3))

@@ -361,3 +361,32 @@ fn the_roofline_bound_is_above_every_simulated_service_rate() {
         );
     }
 }
+
+/// Requests every replica refuses (prompts past `max_model_len`) fail every count alike: the
+/// shape is given up after its first stable miss, naming them, not grown to the GPU budget.
+#[test]
+fn requests_every_replica_refuses_stop_the_search() {
+    let mut load = base("llama-3.2-1b", 5.0, 600);
+    load.workload.prompt_lengths = Some("uniform:100:3000".into());
+    load.serve.max_model_len = Some(2048);
+    let p = plan(
+        &load,
+        &space(&["a100-80g-sxm"], &[1], &[Layout::Colocated]),
+        &"ttft_p99=1s".parse().unwrap(),
+        &opts(&[("a100-80g-sxm", 1.5)]),
+        &|_| {},
+    )
+    .unwrap();
+    let s = &p.shapes[0];
+    assert!(p.cheapest().is_none());
+    let last = s.candidates.last().unwrap();
+    assert_eq!(last.outcome, Outcome::PrunedFloor, "{:?}", s.candidates);
+    assert!(
+        last.why.contains("rejected or cut at max_model_len"),
+        "{}",
+        last.why
+    );
+    assert!(s.candidates.len() <= 3, "{:?}", s.candidates);
+    let (_, near) = p.nearest_miss().unwrap();
+    assert!(near.why.contains("rejected"), "{}", near.why);
+}

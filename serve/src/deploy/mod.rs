@@ -349,6 +349,8 @@ pub struct Figures {
     pub output_tokens_per_s: f64,
     /// Whether the queue kept up.
     pub stable: bool,
+    /// Measured requests rejected or cut at `max_model_len` (more units do not serve them).
+    pub refused: u64,
     /// Per objective (in the SLO's order): observed / limit (above 1: missed).
     pub ratios: Vec<f64>,
     /// Dollars per million input tokens (the whole cost charged to them).
@@ -874,7 +876,7 @@ pub fn plan_shape(
         ));
     }
     let eval =
-        |units: u32, result: &mut ShapeResult| -> Result<(bool, f64, bool, f64), PlanError> {
+        |units: u32, result: &mut ShapeResult| -> Result<(bool, f64, bool, f64, u64), PlanError> {
             let raw = shape.scenario(base, units)?;
             let (c, service) = evaluate(
                 &raw,
@@ -889,20 +891,31 @@ pub fn plan_shape(
             let met = c.outcome == Outcome::Met;
             let w = worst(&c);
             let stable = c.figures.as_ref().is_some_and(|f| f.stable);
+            let refused = c.figures.as_ref().map_or(0, |f| f.refused);
             result.candidates.push(c);
-            Ok((met, w, stable, service))
+            Ok((met, w, stable, service, refused))
         };
     // Upward: from the roofline's count until one passes.
     let mut lo = first - 1; // the most units known to fail (or pruned)
     let mut k = first;
     let mut prev: Option<(f64, bool)> = None;
     let hi = loop {
-        let (met, w, stable, service) = eval(k, &mut result)?;
+        let (met, w, stable, service, refused) = eval(k, &mut result)?;
         if met {
             break Some(k);
         }
         lo = k;
         if k >= max_units {
+            break None;
+        }
+        if stable && refused > 0 {
+            result.candidates.push(row(
+                0,
+                Outcome::PrunedFloor,
+                format!(
+                    "{refused} measured requests rejected or cut at max_model_len whatever the units (each replica refuses them); more units are not tried"
+                ),
+            ));
             break None;
         }
         if let Some((pw, pstable)) = prev
@@ -986,6 +999,12 @@ fn evaluate(
         String::new()
     } else {
         let mut m = slo.misses(&window);
+        if window.rejected + window.truncated > 0 {
+            m.push(format!(
+                "{} rejected and {} cut at max_model_len of {} measured requests (each an infinite latency)",
+                window.rejected, window.truncated, window.measured
+            ));
+        }
         if window.served == 0 {
             m.push("no request served whole".into());
         }
@@ -1022,6 +1041,7 @@ fn figures(
         input_tokens_per_s: input,
         output_tokens_per_s: w.output_tokens_per_s,
         stable: w.stable,
+        refused: w.rejected + w.truncated,
         ratios: slo.0.iter().map(|t| t.observed(w) / t.limit_s).collect(),
         usd_per_m_input: per_m(input),
         usd_per_m_output: per_m(w.output_tokens_per_s),
