@@ -209,6 +209,23 @@ pub fn block_kv(head_dim: u16) -> u32 {
 /// among the counts up to `max_splits` (128), `slots` and `n_blocks` that change the blocks per
 /// split. Single precision, as FlashAttention computes it.
 pub fn flash_splits(units: u64, slots: u64, n_blocks: u64, max_splits: u64) -> u32 {
+    // A pure function asked the same question step after step (a decode batch's shape moves
+    // by one key a step, its key blocks every 128): the last answer per thread is kept.
+    thread_local! {
+        static LAST: std::cell::Cell<Option<([u64; 4], u32)>> = const { std::cell::Cell::new(None) };
+    }
+    let key = [units, slots, n_blocks, max_splits];
+    if let Some((k, v)) = LAST.get()
+        && k == key
+    {
+        return v;
+    }
+    let v = flash_splits_of(units, slots, n_blocks, max_splits);
+    LAST.set(Some((key, v)));
+    v
+}
+
+fn flash_splits_of(units: u64, slots: u64, n_blocks: u64, max_splits: u64) -> u32 {
     if units == 0 || slots == 0 || units as f32 >= 0.8f32 * slots as f32 {
         return 1;
     }
