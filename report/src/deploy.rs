@@ -37,6 +37,8 @@ pub const CSV_HEADER: &[&str] = &[
     "usd_per_m_tokens",
     "tokens_per_s_per_gpu",
     "tokens_per_usd",
+    "watts",
+    "joules_per_token",
     "worst_ratio",
     "engine_steps",
     "cheapest",
@@ -154,6 +156,8 @@ pub fn render(plan: &Plan, slo: &Slo, format: Format) -> Result<String, Error> {
                         n(f.and_then(|f| f.usd_per_m_tokens)),
                         n(f.map(|f| f.tokens_per_s_per_gpu)),
                         n(f.and_then(|f| f.tokens_per_usd)),
+                        n(f.and_then(|f| f.watts)),
+                        n(f.and_then(|f| f.joules_per_token)),
                         n(f.map(|f| f.worst())),
                         f.map_or(String::new(), |f| f.steps.to_string()),
                         is_cheapest(s.shape.index, c.units).to_string(),
@@ -232,12 +236,16 @@ fn table(plan: &Plan, slo: &Slo, front: &[Frontier]) -> String {
         let _ = writeln!(
             out,
             "  ${}/M input tokens, ${}/M output tokens, ${}/M tokens; {:.0} tokens/s per GPU, \
-             {} tokens per $",
+             {} tokens per ${}",
             opt(f.usd_per_m_input, |v| format!("{v:.3}")),
             opt(f.usd_per_m_output, |v| format!("{v:.3}")),
             opt(f.usd_per_m_tokens, |v| format!("{v:.3}")),
             f.tokens_per_s_per_gpu,
-            opt(f.tokens_per_usd, |v| format!("{v:.0}"))
+            opt(f.tokens_per_usd, |v| format!("{v:.0}")),
+            match (f.watts, f.joules_per_token) {
+                (Some(w), Some(j)) => format!("; {w:.0} W of GPUs at TDP, {j:.3} J per token"),
+                _ => String::new(),
+            }
         );
         let fewer = s
             .candidates

@@ -363,6 +363,11 @@ pub struct Figures {
     pub tokens_per_s_per_gpu: f64,
     /// Tokens per dollar.
     pub tokens_per_usd: Option<f64>,
+    /// Board power of its GPUs at their datasheet TDP, watts (where the profile gives it): an
+    /// upper bound on what they draw.
+    pub watts: Option<f64>,
+    /// Joules per token (input and output) at that power.
+    pub joules_per_token: Option<f64>,
     /// Engine steps simulated.
     pub steps: u64,
 }
@@ -994,7 +999,14 @@ fn evaluate(
     let met = slo.met(&window);
     let gpus = units * gpus_per_unit;
     let usd_per_hour = f64::from(gpus) * usd_per_gpu_hour;
-    let figures = figures(&window, slo, usd_per_hour, gpus, &out);
+    let figures = figures(
+        &window,
+        slo,
+        usd_per_hour,
+        gpus,
+        sc.hardware.gpu.power_watts,
+        &out,
+    );
     let why = if met {
         String::new()
     } else {
@@ -1028,8 +1040,10 @@ fn figures(
     slo: &Slo,
     usd_per_hour: f64,
     gpus: u32,
+    gpu_watts: Option<f64>,
     out: &crate::ServeReport,
 ) -> Figures {
+    let watts = gpu_watts.map(|w| w * f64::from(gpus));
     let input = w.total_tokens_per_s - w.output_tokens_per_s;
     let per_m = |tok_s: f64| (tok_s > 0.0).then(|| usd_per_hour / 3600.0 / tok_s * 1e6);
     Figures {
@@ -1048,6 +1062,10 @@ fn figures(
         usd_per_m_tokens: per_m(w.total_tokens_per_s),
         tokens_per_s_per_gpu: w.total_tokens_per_s / f64::from(gpus.max(1)),
         tokens_per_usd: (usd_per_hour > 0.0).then(|| w.total_tokens_per_s * 3600.0 / usd_per_hour),
+        watts,
+        joules_per_token: watts
+            .filter(|_| w.total_tokens_per_s > 0.0)
+            .map(|p| p / w.total_tokens_per_s),
         steps: out.summary.iterations,
     }
 }
