@@ -98,7 +98,7 @@ fn capacity_error(e: CapacityError) -> CliError {
     match e {
         CapacityError::Scenario(s) => serve_error(*s),
         CapacityError::Hardware(h) => h.into(),
-        CapacityError::Slo { .. } => CliError::input(format!("--slo: {e}")),
+        CapacityError::Slo(_) => CliError::input(format!("--slo: {e}")),
         CapacityError::NoHardware => CliError::input(
             "--hardware: give one or more presets or profile files, comma-separated (e.g. a100-80g-sxm,h100-sxm)",
         ),
@@ -125,7 +125,7 @@ pub fn slo_capacity(
             "--slo: required: the latency objectives, e.g. ttft_p99=2s,tpot_p99=100ms",
         ));
     };
-    let slo: Slo = slo.parse().map_err(capacity_error)?;
+    let slo: Slo = slo.parse::<Slo>().map_err(|e| capacity_error(e.into()))?;
     let rate = &slo_args.requests;
     if let Some(flag) = [(rate.qps, "--qps"), (rate.time_scale, "--time-scale")]
         .into_iter()

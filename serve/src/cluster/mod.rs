@@ -41,6 +41,7 @@ use crate::tier::{CpuTier, TierStats};
 
 pub mod autoscale;
 pub(crate) mod roles;
+pub mod scaling;
 pub mod scenario;
 
 pub use crate::output::cluster::{Binding, ClusterOutput, PoolStats, ReplicaOutput, TransferStats};

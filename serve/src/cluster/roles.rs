@@ -3,6 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Most replicas a cluster may have.
+pub const MAX_REPLICAS: u32 = 4096;
+
 /// A replica's place in the cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

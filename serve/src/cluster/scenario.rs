@@ -40,8 +40,7 @@ use crate::router::{RouterKind, Weights};
 use crate::scenario::error::ScenarioError;
 use crate::{Config, Resolved};
 
-/// Most replicas a cluster may have.
-pub const MAX_REPLICAS: u32 = 4096;
+pub use super::roles::MAX_REPLICAS;
 
 /// `[cluster]` as written: every field optional.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

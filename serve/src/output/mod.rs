@@ -10,7 +10,9 @@ use crate::Error;
 use crate::config::Resolved;
 use crate::kv_cache::CacheStats;
 
+pub mod autoscale;
 pub mod cluster;
+pub mod slo;
 
 /// Engine-wide counters the summary reports.
 #[derive(Debug, Clone, Copy, Default)]
