@@ -37,7 +37,6 @@ use std::collections::BTreeMap;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::Config;
 use crate::capacity::{Slo, SteadyState, Window, completion_rate, judge};
 use crate::cluster::scenario::RawCluster;
 use crate::config::RawConfig;
@@ -1070,14 +1069,13 @@ fn figures(
     }
 }
 
-/// The settings a knob value must parse as, checked before the search: a `[serve]` field
-/// with that value must read.
+/// Checks that `value` (a TOML value: `"fp8"`, `256`) reads as `[serve]`'s `field`, before
+/// the search.
 pub fn check_knob(field: &'static str, value: &str) -> Result<(), PlanError> {
     let text = format!("{field} = {value}\n");
-    let raw: RawConfig = toml::from_str(&text).map_err(|e| PlanError::Setting {
+    toml::from_str::<RawConfig>(&text).map_err(|e| PlanError::Setting {
         field,
         why: format!("'{value}': {}", e.message()),
     })?;
-    let _: Config = raw.to_config();
     Ok(())
 }
