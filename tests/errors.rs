@@ -1114,3 +1114,39 @@ fn autoscale_and_diurnal_settings_name_their_flags() {
         &["error: --qps (workload.qps): ", "diurnal"],
     );
 }
+
+/// An impossible measurement given to compare with (a first token after the last, a negative
+/// latency): one line naming the file, the row and the field, exit 2.
+#[test]
+fn impossible_measurements_name_file_row_and_field() {
+    let dir = TempDir::new("measured-errors");
+    for (body, needle) in [
+        (
+            "0,100,10,0.5,0.2\n",
+            "run.csv:2: ttft_s: `0.5` is above e2e_s `0.2`",
+        ),
+        (
+            "0,100,10,-0.1,0.2\n",
+            "run.csv:2: ttft_s: `-0.1` is not a latency",
+        ),
+    ] {
+        std::fs::write(
+            dir.path().join("run.csv"),
+            format!("arrival_s,prompt_tokens,output_tokens,ttft_s,e2e_s\n{body}"),
+        )
+        .unwrap();
+        let out = run_in(
+            dir.path(),
+            &[
+                "serve",
+                "--model",
+                "llama-2-7b",
+                "--hardware",
+                "a100-80g-sxm",
+                "--compare-to",
+                "run.csv",
+            ],
+        );
+        expect_input_error(&out, &["error: --compare-to: ", needle]);
+    }
+}

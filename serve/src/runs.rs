@@ -211,6 +211,30 @@ impl MeasuredRun {
             });
             let ttft_s = num(ttft, &header[ttft])? * ttft_scale;
             let e2e_s = num(e2e, &header[e2e])? * e2e_scale;
+            // A latency is measured (a time, 0 or more), or left empty for a request that
+            // failed; the first token comes before the last.
+            for (i, v) in [(ttft, ttft_s), (e2e, e2e_s)] {
+                if v.is_infinite() || v < 0.0 {
+                    return Err(at(
+                        &header[i],
+                        format!(
+                            "`{}` is not a latency: a time of 0 or more, or empty for a failed request",
+                            cell(i)
+                        ),
+                    ));
+                }
+            }
+            if ttft_s > e2e_s {
+                return Err(at(
+                    &header[ttft],
+                    format!(
+                        "`{}` is above {} `{}`: the first token cannot come after the last",
+                        cell(ttft),
+                        &header[e2e],
+                        cell(e2e)
+                    ),
+                ));
+            }
             let ok = ok && ttft_s.is_finite() && e2e_s.is_finite();
             let prefix = match prefix.map(cell).filter(|c| !c.is_empty()) {
                 Some(c) => Some(
@@ -289,6 +313,24 @@ impl MeasuredRun {
                 .iter()
                 .map(|g| g.as_f64().unwrap_or(0.0))
                 .sum();
+            let negative = |key: &str, v: f64| {
+                format_err(
+                    name,
+                    format!("`{key}[{i}]` is {v}: a latency is a time of 0 or more"),
+                )
+            };
+            if ttft.is_nan() || ttft < 0.0 {
+                return Err(negative("ttfts", ttft));
+            }
+            if let Some(g) = itls[i]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|g| g.as_f64())
+                .find(|g| g.is_nan() || *g < 0.0)
+            {
+                return Err(negative("itls", g));
+            }
             let failed = errors
                 .and_then(|e| e.get(i))
                 .and_then(|e| e.as_str())
@@ -641,6 +683,122 @@ mod tests {
         // The hint names vLLM's `vllm bench serve` option that records per-request data.
         assert!(e.contains("save-detailed"), "{e}");
     }
+
+    /// Impossible measurements are refused naming the file, the row and the field: negative,
+    /// infinite latencies, a first token after the last; the same rows made possible read.
+    #[test]
+    fn impossible_per_request_measurements_are_refused() {
+        let head = "arrival_s,prompt_tokens,output_tokens,ttft_s,e2e_s\n";
+        for (row, needle) in [
+            (
+                "0,10,3,-0.1,0.2",
+                "x.csv:2: ttft_s: `-0.1` is not a latency",
+            ),
+            ("0,10,3,0.1,-2", "x.csv:2: e2e_s: `-2` is not a latency"),
+            ("0,10,3,inf,0.2", "x.csv:2: ttft_s: `inf` is not a latency"),
+            (
+                "0,10,3,0.5,0.2",
+                "x.csv:2: ttft_s: `0.5` is above e2e_s `0.2`",
+            ),
+        ] {
+            let e = MeasuredRun::from_csv(&format!("{head}{row}\n"), "x.csv")
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with(needle), "{row}: {e}");
+            assert_eq!(e.lines().count(), 1);
+        }
+        // Possible: the first token at the last (one output token), a failed request's empty
+        // cells.
+        let run =
+            MeasuredRun::from_csv(&format!("{head}0,10,1,0.2,0.2\n1,10,3,,\n"), "x.csv").unwrap();
+        assert_eq!(run.requests.iter().filter(|r| r.ok).count(), 1);
+        let json = |ttft: &str, itl: &str| {
+            format!(
+                r#"{{"input_lens": [10], "output_lens": [3], "ttfts": [{ttft}],
+                "itls": [[{itl}]], "start_times": [0.0]}}"#
+            )
+        };
+        for (t, i, needle) in [
+            ("-0.05", "0.01", "r.json: `ttfts[0]` is -0.05"),
+            ("0.05", "-0.01", "r.json: `itls[0]` is -0.01"),
+        ] {
+            let e = MeasuredRun::from_vllm_json(&json(t, i), "r.json")
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with(needle), "{e}");
+        }
+        assert!(MeasuredRun::from_vllm_json(&json("0.05", "0.01"), "r.json").is_ok());
+    }
+
+    /// A stage table's impossible rows: latencies out of order or negative, a rate of 0 or past
+    /// a million, a memory fraction above 1; each named by row and column. The given table reads.
+    #[test]
+    fn impossible_stage_rows_are_refused() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../data/validation/real_vllm/vllm_h100_llama2-7b_mixtral-8x7b.csv"
+        );
+        let text = std::fs::read_to_string(path).unwrap();
+        assert!(StageRun::parse(&text, "t.csv").is_ok());
+        let mut lines = text.lines();
+        let header = lines.next().unwrap();
+        let row = lines.next().unwrap();
+        let cols: Vec<&str> = header.split(',').collect();
+        let with = |col: &str, value: &str| {
+            let i = cols.iter().position(|c| *c == col).unwrap();
+            let mut cells: Vec<String> = row.split(',').map(String::from).collect();
+            cells[i] = value.to_string();
+            format!("{header}\n{}\n", cells.join(","))
+        };
+        for (col, value, needle) in [
+            (
+                "ttft_mean_ms",
+                "-5",
+                "t.csv:2: ttft_mean_ms: `-5` is not a latency",
+            ),
+            (
+                "e2e_mean_ms",
+                "NaN",
+                "t.csv:2: e2e_mean_ms: `NaN` is not a latency",
+            ),
+            (
+                "ttft_mean_ms",
+                "99999",
+                "t.csv:2: ttft_mean_ms: `99999` is above e2e_mean_ms",
+            ),
+            (
+                "stage_rate_rps",
+                "0",
+                "t.csv:2: stage_rate_rps: `0` must be above 0",
+            ),
+            (
+                "stage_rate_rps",
+                "1e9",
+                "t.csv:2: stage_rate_rps: `1e9` must be above 0",
+            ),
+            (
+                "stage_duration_s",
+                "-1",
+                "t.csv:2: stage_duration_s: `-1` must be above 0",
+            ),
+            (
+                "gpu_memory_utilization",
+                "1.5",
+                "t.csv:2: gpu_memory_utilization: `1.5` must be a fraction",
+            ),
+            (
+                "gpu_memory_utilization",
+                "0",
+                "t.csv:2: gpu_memory_utilization: `0` must be a fraction",
+            ),
+        ] {
+            let e = StageRun::parse(&with(col, value), "t.csv")
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with(needle), "{col}={value}: {e}");
+            assert_eq!(e.lines().count(), 1);
+        }
+    }
 }
 
 /// One load stage of a shared-prefix serving run (inference-perf's "shared prefix" data against
@@ -737,6 +895,10 @@ pub const STAGE_COLUMNS: [&str; 25] = [
     "status",
 ];
 
+/// The highest stage rate a stage table may give, requests/s: a million, beyond any measured
+/// deployment (a rate past it is a unit slip or a corrupt cell).
+pub const MAX_STAGE_RATE_RPS: f64 = 1e6;
+
 /// Whether `header` (a CSV's first line) is a stage table's.
 pub fn is_stage_table(header: &str) -> bool {
     let cols: Vec<&str> = header.split(',').map(str::trim).collect();
@@ -812,6 +974,51 @@ impl StageRun {
             let output_len = whole("output_len")?;
             let ttft = num("ttft_mean_ms")? * 1e-3;
             let e2e = num("e2e_mean_ms")? * 1e-3;
+            // Impossible measurements: one line naming the row and the field.
+            for (c, v) in [("ttft_mean_ms", ttft), ("e2e_mean_ms", e2e)] {
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(format_err(
+                        &at,
+                        format!("{c}: `{}` is not a latency: a time of 0 or more", get(c)),
+                    ));
+                }
+            }
+            if ttft > e2e {
+                return Err(format_err(
+                    &at,
+                    format!(
+                        "ttft_mean_ms: `{}` is above e2e_mean_ms `{}`: the first token cannot come after the last",
+                        get("ttft_mean_ms"),
+                        get("e2e_mean_ms")
+                    ),
+                ));
+            }
+            for (c, max) in [
+                ("stage_rate_rps", MAX_STAGE_RATE_RPS),
+                ("stage_duration_s", 1e7),
+            ] {
+                let v = num(c)?;
+                if !(v.is_finite() && v > 0.0 && v <= max) {
+                    return Err(format_err(
+                        &at,
+                        format!(
+                            "{c}: `{}` must be above 0 and at most {}",
+                            get(c),
+                            kvplan_vocab::limits::show(max)
+                        ),
+                    ));
+                }
+            }
+            let mem = num("gpu_memory_utilization")?;
+            if mem.is_nan() || mem <= 0.0 || mem > 1.0 {
+                return Err(format_err(
+                    &at,
+                    format!(
+                        "gpu_memory_utilization: `{}` must be a fraction above 0 and at most 1 (vLLM refuses more)",
+                        get("gpu_memory_utilization")
+                    ),
+                ));
+            }
             let tpot = match idx.get("tpot_true_ms") {
                 Some(_) if !get("tpot_true_ms").is_empty() => num("tpot_true_ms")? * 1e-3,
                 _ => (e2e - ttft) / f64::from(output_len.max(2) - 1),
