@@ -334,7 +334,8 @@ pub struct RunsFitted {
 
 /// Fits the serving figures to the stage table at `runs`, on `base` (else the preset the
 /// stages' GPUs share), replaying at most `fit_requests` requests per stage while searching;
-/// the profile is named `name`, else after `out`'s stem, else `<base>-fitted`.
+/// the profile is named `name`, else after `out`'s stem, else `<base>-fitted`. `progress` hears
+/// the search's evaluations.
 pub fn fit_runs(
     runs: &Path,
     base: Option<&str>,
@@ -342,6 +343,7 @@ pub fn fit_runs(
     name: Option<&str>,
     out: Option<&Path>,
     l: Labels,
+    progress: &dyn kvplan_vocab::Progress,
 ) -> Result<RunsFitted, Error> {
     let stages = StageRun::read(runs).map_err(|e| Error::Input(format!("{}: {e}", l.runs)))?;
     let base_name = match base {
@@ -363,8 +365,15 @@ pub fn fit_runs(
             l.fit_requests
         )));
     }
-    let fit = crate::runs::fit_stages(&stages, &base, &base_name, fit_requests)
-        .map_err(|e| Error::Input(format!("{}: {e}", l.runs)))?;
+    let fit = crate::runs::fit_stages_progress(
+        &stages,
+        &base,
+        &base_name,
+        fit_requests,
+        crate::runs::FIT_ITERATIONS,
+        progress,
+    )
+    .map_err(|e| Error::Input(format!("{}: {e}", l.runs)))?;
     let name = name.map(str::to_string).unwrap_or_else(|| {
         out.and_then(|p| p.file_stem()).map_or_else(
             || format!("{}-fitted", base.name),

@@ -37,6 +37,9 @@ pub struct RunsFit {
     pub after: Vec<StageComparison>,
     /// Stages left out, with the reason.
     pub skipped: Vec<(String, String)>,
+    /// What the fit cannot vouch for: a figure that ended at a bound of its range, errors left
+    /// worse than before.
+    pub warnings: Vec<String>,
 }
 
 /// The hardware preset the stages' GPU names share (`None`: several GPUs, or none with a
@@ -168,8 +171,11 @@ pub fn fit_stages(
     base_name: &str,
     fit_requests: u64,
 ) -> Result<RunsFit, Error> {
-    fit_stages_with(stages, base, base_name, fit_requests, 150)
+    fit_stages_with(stages, base, base_name, fit_requests, FIT_ITERATIONS)
 }
+
+/// Nelder–Mead iterations per restart of [`fit_stages`].
+pub const FIT_ITERATIONS: usize = 150;
 
 /// [`fit_stages`] with the Nelder–Mead iteration budget per restart.
 pub fn fit_stages_with(
@@ -178,6 +184,58 @@ pub fn fit_stages_with(
     base_name: &str,
     fit_requests: u64,
     iterations: usize,
+) -> Result<RunsFit, Error> {
+    fit_stages_progress(
+        stages,
+        base,
+        base_name,
+        fit_requests,
+        iterations,
+        &kvplan_vocab::Silent,
+    )
+}
+
+/// The ranges the fitted figures are held to: `(name, low, high)`.
+const RANGES: [(&str, f64, f64); 4] = [
+    ("decode_efficiency", 0.05, 1.0),
+    ("host_scale", 0.05, 20.0),
+    ("frontend_us", 10.0, 1e6),
+    ("unit_us", 0.05, 50.0),
+];
+
+/// What a fit cannot vouch for: each figure within 1% of a bound of its range (the search
+/// pressed against the range: the figure stands in for something the model leaves out), and
+/// a mean loss over the stages no better than the base's.
+pub fn fit_warnings(values: [Option<f64>; 4], loss_before: f64, loss_after: f64) -> Vec<String> {
+    let mut out = Vec::new();
+    for ((name, lo, hi), v) in RANGES.iter().zip(values) {
+        let Some(v) = v else { continue };
+        for (bound, side) in [(*lo, "lower"), (*hi, "upper")] {
+            if (v - bound).abs() <= 0.01 * bound {
+                out.push(format!(
+                    "{name} ended at {} next to the {side} bound of its range ({lo} to {hi}): the figure stands in for something the model leaves out",
+                    kvplan_vocab::limits::show(v)
+                ));
+            }
+        }
+    }
+    if loss_after >= loss_before {
+        out.push(format!(
+            "the fit leaves the stages' errors no better than the base profile's (mean loss {loss_after:.4} against {loss_before:.4}): keep the base"
+        ));
+    }
+    out
+}
+
+/// [`fit_stages_with`], telling `progress` how many of the search's evaluations (each replays
+/// every served stage) have run.
+pub fn fit_stages_progress(
+    stages: &[StageRun],
+    base: &HardwareProfile,
+    base_name: &str,
+    fit_requests: u64,
+    iterations: usize,
+    progress: &dyn kvplan_vocab::Progress,
 ) -> Result<RunsFit, Error> {
     let mut skipped = Vec::new();
     let mut fit_set = Vec::new();
@@ -228,11 +286,12 @@ pub fn fit_stages_with(
         .unwrap_or_else(|| derived_kernels(base))
         .attention;
     let wave = attention.sms.is_some() && attention.unit_us.is_some();
+    let r = |i: usize| (RANGES[i].1, RANGES[i].2);
     let to_params = |x: &[f64]| Params {
-        decode_efficiency: (1.0 / (1.0 + (-x[0]).exp())).clamp(0.05, 1.0),
-        host_scale: x[1].exp().clamp(0.05, 20.0),
-        frontend_us: x[2].exp().clamp(10.0, 1e6),
-        unit_us: wave.then(|| x[3].exp().clamp(0.05, 50.0)),
+        decode_efficiency: (1.0 / (1.0 + (-x[0]).exp())).clamp(r(0).0, r(0).1),
+        host_scale: x[1].exp().clamp(r(1).0, r(1).1),
+        frontend_us: x[2].exp().clamp(r(2).0, r(2).1),
+        unit_us: wave.then(|| x[3].exp().clamp(r(3).0, r(3).1)),
     };
     let logit = |p: f64| (p / (1.0 - p)).ln();
     let mut x0 = vec![
@@ -243,7 +302,13 @@ pub fn fit_stages_with(
     if wave {
         x0.push(attention.unit_us.unwrap_or(1.0).max(0.1).ln());
     }
+    // Nelder–Mead evaluates about dims + 2 points per iteration and restarts once.
+    let budget = (iterations * (x0.len() + 2) * 2) as u64;
+    progress.start(budget, "fit evaluations (each replays the served stages)");
+    let evaluations = std::cell::Cell::new(0u64);
     let objective = |x: &[f64]| -> f64 {
+        evaluations.set(evaluations.get() + 1);
+        progress.set(evaluations.get().min(budget));
         let hw = apply(base, to_params(x));
         let mut total = 0.0;
         for p in &served {
@@ -273,7 +338,19 @@ pub fn fit_stages_with(
             .collect::<Vec<_>>()
             .join("; ")
     );
+    let mean = |v: &[StageComparison]| v.iter().map(loss).sum::<f64>() / v.len().max(1) as f64;
+    let warnings = fit_warnings(
+        [
+            Some(params.decode_efficiency),
+            Some(params.host_scale),
+            Some(params.frontend_us),
+            params.unit_us,
+        ],
+        mean(&before),
+        mean(&after),
+    );
     Ok(RunsFit {
+        warnings,
         decode_efficiency: params.decode_efficiency,
         unit_us: params.unit_us,
         host_scale: params.host_scale,
@@ -283,4 +360,26 @@ pub fn fit_stages_with(
         after,
         skipped,
     })
+}
+
+#[cfg(test)]
+mod warning_tests {
+    use super::fit_warnings;
+
+    /// A figure within 1% of a bound of its range is named; one inside is not; a fit no better
+    /// than the base says to keep the base.
+    #[test]
+    fn a_fit_at_a_bound_or_no_better_says_so() {
+        let w = fit_warnings([Some(0.997), Some(1.0), Some(2000.0), None], 2.0, 1.0);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with("decode_efficiency ended at 0.997 next to the upper bound"),
+            "{w:?}"
+        );
+        assert!(fit_warnings([Some(0.8), Some(1.0), Some(2000.0), Some(1.0)], 2.0, 1.0).is_empty());
+        let w = fit_warnings([Some(0.8), Some(0.05), Some(10.0), None], 1.0, 1.0);
+        assert_eq!(w.len(), 3, "{w:?}");
+        assert!(w[0].starts_with("host_scale ended at 0.05 next to the lower bound"));
+        assert!(w[2].contains("no better than the base profile's"), "{w:?}");
+    }
 }

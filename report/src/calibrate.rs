@@ -212,6 +212,8 @@ fn runs_report(heading: &str, base: &str, fit: &RunsFit, format: Format) -> Resu
             before: &'a [StageComparison],
             after: &'a [StageComparison],
             skipped: &'a [(String, String)],
+            #[serde(skip_serializing_if = "<[String]>::is_empty")]
+            warnings: &'a [String],
         }
         return json_line(&Report {
             base,
@@ -222,6 +224,7 @@ fn runs_report(heading: &str, base: &str, fit: &RunsFit, format: Format) -> Resu
             before: &fit.before,
             after: &fit.after,
             skipped: &fit.skipped,
+            warnings: &fit.warnings,
         });
     }
     let mut out = format!(
@@ -240,6 +243,9 @@ fn runs_report(heading: &str, base: &str, fit: &RunsFit, format: Format) -> Resu
     );
     for (stage, why) in &fit.skipped {
         let _ = writeln!(out, "skipped {stage}: {why}");
+    }
+    for w in &fit.warnings {
+        let _ = writeln!(out, "warning: {w}");
     }
     Ok(out)
 }

@@ -23,6 +23,7 @@ fn fitted() -> RunsFitted {
             before: Vec::new(),
             after: Vec::new(),
             skipped: vec![("stage 3".into(), "no requests".into())],
+            warnings: vec!["host_scale ended at 20 next to the upper bound".into()],
         },
         base,
         toml: "name = \"h100-fitted\"\nbase = \"h100-sxm\"\n".into(),
@@ -36,6 +37,10 @@ fn text_goes_to_the_file_or_after_the_report() {
     let out = runs_fit("calibrate runs.csv", &f, None, "the profile", Format::Table).unwrap();
     assert!(out.starts_with("calibrate runs.csv on h100-sxm: fitted decode attention at 90.0%"));
     assert!(out.contains("skipped stage 3: no requests\n"), "{out}");
+    assert!(
+        out.contains("warning: host_scale ended at 20 next to the upper bound\n"),
+        "{out}"
+    );
     assert!(out.ends_with(&format!("\n{}", f.toml)), "{out}");
 
     let p = dir.path().join("fitted.toml");

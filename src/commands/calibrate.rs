@@ -88,7 +88,17 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<String, CliError> {
     );
     if let Some(runs) = &args.from_runs {
         let name = args.name.as_deref();
-        let f = fit_runs(runs, base, args.fit_requests, name, out, LABELS)?;
+        let bar = kvplan_report::progress::bar();
+        let f = fit_runs(
+            runs,
+            base,
+            args.fit_requests,
+            name,
+            out,
+            LABELS,
+            bar.as_ref(),
+        )?;
+        drop(bar);
         let heading = format!("calibrate --from-runs {}", file_name(runs));
         return Ok(report::calibrate::runs_fit(
             &heading, &f, out, "--out", format,
