@@ -214,7 +214,7 @@ pub fn fit_warnings(values: [Option<f64>; 4], loss_before: f64, loss_after: f64)
             if (v - bound).abs() <= 0.01 * bound {
                 out.push(format!(
                     "{name} ended at {} next to the {side} bound of its range ({lo} to {hi}): the figure stands in for something the model leaves out",
-                    kvplan_vocab::limits::show(v)
+                    (v * 1e4).round() / 1e4
                 ));
             }
         }
