@@ -11,7 +11,7 @@ use crate::error::CliError;
 /// 19 rows, [`Field`]'s names), the serving scenario (`workload.*`, `serve.*`) and the capacity
 /// commands' own settings. Every library error and note names a field; the binary names its
 /// flag through this table (a test holds every row to an option the command line has).
-const FLAGS: [(&str, &str); 86] = [
+const FLAGS: [(&str, &str); 87] = [
     ("model", "--model"),
     ("hardware", "--hardware"),
     ("strategy", "--strategy"),
@@ -85,6 +85,7 @@ const FLAGS: [(&str, &str); 86] = [
     ("workload.conversation.max_context", "--max-context"),
     ("serve.quantization", "--quantization"),
     ("serve.kv_cache_dtype", "--kv-cache-dtype"),
+    ("serve.dtype", "--dtype"),
     ("serve.kv_offloading_size_gib", "--kv-offloading-size"),
     ("serve.kv_offloading_backend", "--kv-offloading-backend"),
     ("serve.kv_offloading_eviction", "--kv-offloading-eviction"),

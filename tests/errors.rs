@@ -1150,3 +1150,50 @@ fn impossible_measurements_name_file_row_and_field() {
         expect_input_error(&out, &["error: --compare-to: ", needle]);
     }
 }
+
+/// `--dtype bfloat16` on a GPU below compute capability 8.0 is refused as vLLM refuses it,
+/// naming the fix; float16 for Gemma 2 likewise.
+#[test]
+fn a_dtype_the_gpu_or_model_cannot_serve_names_the_fix() {
+    let dir = TempDir::new("dtype-errors");
+    let base = [
+        "serve",
+        "--arrivals",
+        "poisson",
+        "--qps",
+        "1",
+        "--requests",
+        "4",
+        "--lengths",
+        "64",
+        "--max-model-len",
+        "2048",
+    ];
+    for (extra, needles) in [
+        (
+            [
+                "--model",
+                "llama-3.2-1b",
+                "--hardware",
+                "t4",
+                "--dtype",
+                "bfloat16",
+            ],
+            ["error: --dtype (serve.dtype): ", "use --dtype half"],
+        ),
+        (
+            [
+                "--model",
+                "gemma-2-9b",
+                "--hardware",
+                "a100-80g-sxm",
+                "--dtype",
+                "half",
+            ],
+            ["error: --dtype (serve.dtype): ", "bfloat16 or float32"],
+        ),
+    ] {
+        let args: Vec<&str> = [&base[..], &extra[..]].concat();
+        expect_input_error(&run_in(dir.path(), &args), &needles);
+    }
+}

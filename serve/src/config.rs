@@ -201,6 +201,11 @@ macro_rules! config_fields {
             /// ([`kvplan_vocab::quant`]). A GPU below vLLM's minimum compute capability for the
             /// method is refused.
             quantization: Option<Quantization> = None,
+            /// The weights' and activations' element type (vLLM's `--dtype`): `auto`, the
+            /// model's own where the GPU supports it (a bf16 model on a GPU below compute
+            /// capability 8.0 falls back to float16, a float32 one to the GPU's first), or
+            /// `half`/`float16`, `bfloat16`, `float`/`float32` ([`ServeDtype`]).
+            dtype: ServeDtype = ServeDtype::Auto,
             /// Element type of the KV cache (`--kv-cache-dtype`: `auto`, the model's dtype, or
             /// `fp8`, one byte per element): the block count, swap copies and attention's K and
             /// V reads follow.
@@ -228,6 +233,103 @@ macro_rules! config_fields {
     };
 }
 pub(crate) use config_fields;
+
+/// vLLM's `--dtype` (v0.15.1, `vllm/config/model.py` `_STR_DTYPE_TO_TORCH_DTYPE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "lowercase")]
+pub enum ServeDtype {
+    /// The model's own where the GPU supports it (`_resolve_auto_dtype`).
+    #[default]
+    Auto,
+    /// float16.
+    Half,
+    /// float16.
+    Float16,
+    /// bfloat16 (compute capability 8.0 and above).
+    Bfloat16,
+    /// float32.
+    Float,
+    /// float32.
+    Float32,
+}
+
+impl ServeDtype {
+    /// The name vLLM takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServeDtype::Auto => "auto",
+            ServeDtype::Half => "half",
+            ServeDtype::Float16 => "float16",
+            ServeDtype::Bfloat16 => "bfloat16",
+            ServeDtype::Float => "float",
+            ServeDtype::Float32 => "float32",
+        }
+    }
+
+    /// The element type vLLM v0.15.1 serves `model` in on `hw`, or why it refuses:
+    /// - the GPU's dtypes (`vllm/platforms/cuda.py` `supported_dtypes`): bf16, fp16, fp32 at
+    ///   compute capability 8.0 and above (or none recorded), fp16 and fp32 from 6.0, else fp32;
+    ///   less fp16 for the models vLLM keeps off it (`_FLOAT16_NOT_SUPPORTED_MODELS`: gemma2,
+    ///   gemma3, glm4, plamo2, "numerical instability");
+    /// - `auto` (`_resolve_auto_dtype`): a float32 model goes to the first of those, and a
+    ///   dtype the GPU lacks falls back to it ("Falling back to ... for compatibility");
+    /// - an explicit bfloat16 below 8.0 is refused (`check_if_supports_dtype`), as is float16
+    ///   for the models above (`_check_valid_dtype`).
+    pub fn served(self, model: &ModelSpec, hw: &HardwareProfile) -> Result<DType, String> {
+        let cc = hw.gpu.compute_capability;
+        let bf16_ok = cc.is_none_or(|c| c + 1e-9 >= 8.0);
+        let fp16_ok_gpu = cc.is_none_or(|c| c + 1e-9 >= 6.0);
+        // Of the families kvplan models, Gemma 2 is the one vLLM keeps off float16.
+        let fp16_ok_model = model.family != kvplan_vocab::model::Family::Gemma2;
+        let supported: Vec<DType> = [
+            (DType::Bf16, bf16_ok),
+            (DType::Fp16, fp16_ok_gpu && fp16_ok_model),
+            (DType::Fp32, true),
+        ]
+        .into_iter()
+        .filter_map(|(d, ok)| ok.then_some(d))
+        .collect();
+        let explicit = match self {
+            ServeDtype::Auto => {
+                let preferred = supported[0];
+                let config = if model.dtype == DType::Fp32 {
+                    preferred
+                } else {
+                    model.dtype
+                };
+                return Ok(if supported.contains(&config) {
+                    config
+                } else {
+                    preferred
+                });
+            }
+            ServeDtype::Half | ServeDtype::Float16 => DType::Fp16,
+            ServeDtype::Bfloat16 => DType::Bf16,
+            ServeDtype::Float | ServeDtype::Float32 => DType::Fp32,
+        };
+        if explicit == DType::Bf16 && !bf16_ok {
+            return Err(format!(
+                "float16 or float32 on {} (compute capability {}): vLLM runs bfloat16 only from 8.0; use --dtype half",
+                hw.name,
+                cc.map_or("none recorded".into(), |c| format!("{c:.1}"))
+            ));
+        }
+        if explicit == DType::Fp16 && !fp16_ok_model {
+            return Err(format!(
+                "bfloat16 or float32 for {}: vLLM keeps Gemma 2 off float16 (numerical instability)",
+                model.name
+            ));
+        }
+        if explicit == DType::Fp16 && !fp16_ok_gpu {
+            return Err(format!(
+                "float32 on {}: vLLM has no float16 below compute capability 6.0",
+                hw.name
+            ));
+        }
+        Ok(explicit)
+    }
+}
 
 /// Declares [`Config`] and its [`Default`] from [`config_fields`].
 macro_rules! declare_config {
@@ -402,8 +504,11 @@ pub fn cudagraph_sizes(max: u32) -> Vec<u32> {
 impl Config {
     /// `model` as this engine serves it: with [`Config::quantization`] and an fp8
     /// [`Config::kv_cache_dtype`] where they are set (unset, the model's own).
-    pub fn apply(&self, model: &ModelSpec) -> ModelSpec {
+    pub fn apply(&self, model: &ModelSpec, hw: &HardwareProfile) -> ModelSpec {
         let mut m = model.clone();
+        if let Ok(d) = self.dtype.served(model, hw) {
+            m.dtype = d;
+        }
         if self.quantization.is_some() {
             m.quantization = self.quantization;
         }
@@ -418,7 +523,14 @@ impl Config {
     /// pass) / (block_size × KV bytes per token of all layers)`, or the override. The model is
     /// taken as [`Config::apply`] gives it (quantised weights, an fp8 KV cache).
     pub fn validate(&self, model: &ModelSpec, hw: &HardwareProfile) -> Result<Resolved, Error> {
-        let model = &self.apply(model);
+        if let Err(why) = self.dtype.served(model, hw) {
+            return Err(Error::InvalidConfig {
+                field: "dtype",
+                value: self.dtype.as_str().into(),
+                expect: why.into(),
+            });
+        }
+        let model = &self.apply(model, hw);
         if let Some(q) = model.quantization
             && let Err(why) = q.check_gpu(&hw.name, hw.gpu.compute_capability)
         {

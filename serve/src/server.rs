@@ -44,7 +44,7 @@ pub(crate) fn prepare_resolved(
     config: &Config,
     resolved: &Resolved,
 ) -> (IterationTimer, Resolved) {
-    let model = &config.apply(model);
+    let model = &config.apply(model, hw);
     let cost = match config.implementation {
         Some(i) => CostModel::new(hw).with_host(i.profile_on(hw)),
         None => CostModel::new(hw),

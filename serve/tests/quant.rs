@@ -157,3 +157,65 @@ fn unknown_kv_cache_dtype_and_quantization_name_the_field() {
         (KvCacheDtype::Fp8, Some(Quantization::Gptq))
     );
 }
+
+/// `--dtype` as vLLM v0.15.1 resolves it (`vllm/config/model.py` `_resolve_auto_dtype`,
+/// `vllm/platforms/cuda.py` `supported_dtypes` and `check_if_supports_dtype`): auto keeps a
+/// bfloat16 model's dtype from compute capability 8.0, falls back to float16 below it, sends a
+/// float32 model to the GPU's first dtype and Gemma 2 (kept off float16) to float32 on Turing;
+/// an explicit bfloat16 below 8.0 and float16 for Gemma 2 are refused, naming the field.
+#[test]
+fn dtype_follows_vllm_on_each_gpu() {
+    use kvplan_serve::config::ServeDtype;
+    use kvplan_vocab::DType;
+    let llama = ModelSpec::preset("llama-3.1-8b").unwrap();
+    let gemma = ModelSpec::preset("gemma-2-9b").unwrap();
+    let mut fp32 = llama.clone();
+    fp32.dtype = DType::Fp32;
+    let a100 = HardwareProfile::preset("a100-80g-sxm").unwrap();
+    let t4 = HardwareProfile::preset("t4").unwrap();
+    let served = |d: ServeDtype, m: &ModelSpec, hw: &HardwareProfile| d.served(m, hw);
+    assert_eq!(llama.dtype, DType::Bf16);
+    assert_eq!(served(ServeDtype::Auto, &llama, &a100), Ok(DType::Bf16));
+    assert_eq!(served(ServeDtype::Auto, &llama, &t4), Ok(DType::Fp16));
+    assert_eq!(served(ServeDtype::Auto, &fp32, &a100), Ok(DType::Bf16));
+    assert_eq!(served(ServeDtype::Auto, &fp32, &t4), Ok(DType::Fp16));
+    assert_eq!(served(ServeDtype::Auto, &gemma, &t4), Ok(DType::Fp32));
+    assert_eq!(served(ServeDtype::Half, &llama, &a100), Ok(DType::Fp16));
+    assert_eq!(served(ServeDtype::Float32, &llama, &t4), Ok(DType::Fp32));
+    assert!(served(ServeDtype::Bfloat16, &llama, &t4).is_err());
+    assert!(served(ServeDtype::Float16, &gemma, &a100).is_err());
+    // Through the engine settings: the refusal names the field and the fix, and the model
+    // served on the T4 is float16 (its decode step then runs at the fp16 tensor rate: faster
+    // than float32).
+    let c = Config {
+        dtype: ServeDtype::Bfloat16,
+        max_model_len: Some(2048),
+        ..Config::default()
+    };
+    let small = ModelSpec::preset("llama-3.2-1b").unwrap();
+    let e = c.validate(&small, &t4).unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidConfig { field: "dtype", .. })
+            && e.to_string().contains("--dtype half"),
+        "{e}"
+    );
+    let step = |d: ServeDtype| {
+        let c = Config {
+            dtype: d,
+            max_model_len: Some(2048),
+            ..Config::default()
+        };
+        c.validate(&small, &t4).unwrap();
+        let m = c.apply(&small, &t4);
+        let cost = kvplan_vocab::CostModel::new(&t4);
+        let mut t = kvplan_serve::IterationTimer::new(&m, &cost, 16, 2 * m.num_layers, true);
+        let mut s = IterationShape::default();
+        s.seqs.push((512, 512));
+        s.logits = 1;
+        (m.dtype, t.time(&s).total_s)
+    };
+    let (auto_dtype, auto_s) = step(ServeDtype::Auto);
+    let (f32_dtype, f32_s) = step(ServeDtype::Float32);
+    assert_eq!((auto_dtype, f32_dtype), (DType::Fp16, DType::Fp32));
+    assert!(auto_s < f32_s, "{auto_s} vs {f32_s}");
+}

@@ -103,6 +103,11 @@ pub struct ServeArgs {
     /// [default: none]
     #[arg(long, value_enum)]
     pub quantization: Option<Quantization>,
+    /// Weights' and activations' element type (vLLM's flag): auto serves the model's own where
+    /// the GPU has it (a bfloat16 model below compute capability 8.0 runs in float16, as vLLM
+    /// falls back); bfloat16 there is refused, as vLLM refuses it [default: auto]
+    #[arg(long, value_enum)]
+    pub dtype: Option<kvplan_serve::config::ServeDtype>,
     /// KV cache element type (vLLM's flag): fp8 stores one byte per element [default: auto,
     /// the model's dtype]
     #[arg(long, value_enum)]
@@ -202,6 +207,7 @@ impl ServeArgs {
                 tensor_parallel_size: self.tensor_parallel_size,
                 enable_expert_parallel: self.enable_expert_parallel.then_some(true),
                 quantization: self.quantization,
+                dtype: self.dtype,
                 kv_cache_dtype: self.kv_cache_dtype,
                 kv_offloading_size_gib: self.kv_offloading_size,
                 kv_offloading_backend: self.kv_offloading_backend,

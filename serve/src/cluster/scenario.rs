@@ -557,7 +557,7 @@ pub fn resolve(
                 },
             });
         }
-        let model = config.apply(&m);
+        let model = config.apply(&m, &hw);
         for _ in 0..g.count {
             let k = match g.role {
                 Role::Colocated => 0,

@@ -177,7 +177,7 @@ impl RawServeScenario {
             });
         }
         if config.kv_reload == crate::tier::Reload::Hybrid {
-            let m = config.apply(&model);
+            let m = config.apply(&model, &hardware);
             let (x, kv) = (m.act_bytes_per_token_layer(), m.kv_bytes_per_token_layer());
             if x >= kv {
                 notes.push(Note::HybridNoGain {
@@ -189,7 +189,7 @@ impl RawServeScenario {
         }
         let cluster =
             crate::cluster::scenario::resolve(&self.cluster, &whole, hardware_name, &self.serve)?;
-        let model = config.apply(&model);
+        let model = config.apply(&model, &hardware);
         Ok(ServeScenario {
             model,
             hardware,
