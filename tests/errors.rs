@@ -1098,9 +1098,10 @@ fn autoscale_and_diurnal_settings_name_their_flags() {
         &with(&["--autoscale", "metric=gpu"]),
         &["error: --autoscale: metric: one of concurrency, queue, kv"],
     );
+    // `--slo` alone is plain serving's goodput now (tests/serve.rs); a malformed one fails.
     fails(
-        &with(&["--slo", "ttft_p99=1s"]),
-        &["error: --slo: ", "--autoscale"],
+        &with(&["--slo", "ttft=1s"]),
+        &["error: --slo: ", "no percentile"],
     );
     fails(
         &["--arrivals", "diurnal:1:2:24h"],

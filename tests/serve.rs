@@ -720,3 +720,64 @@ fn plan_deployment_shards_merge_byte_for_byte() {
     assert_eq!(merge("csv"), csv);
     assert_eq!(merge("json"), json);
 }
+
+/// `serve --slo` on one engine: vLLM's goodput (requests meeting every objective themselves,
+/// per second from the first send to the last finish), checked against the per-request CSV;
+/// loose objectives count every request, impossible ones none and name the percentile missed.
+#[test]
+fn serve_slo_gives_vllms_goodput() {
+    let d = TempDir::new("serve-goodput");
+    let base = [
+        "serve",
+        "--model",
+        "llama-2-7b",
+        "--hardware",
+        "a100-80g-sxm",
+        "--arrivals",
+        "poisson",
+        "--qps",
+        "8",
+        "--requests",
+        "150",
+        "--lengths",
+        "512",
+        "--output-lengths",
+        "64",
+    ];
+    let json = |slo: &str| -> serde_json::Value {
+        let args = [&base[..], &["--slo", slo, "--format", "json"]].concat();
+        serde_json::from_str(&ok(&run_in(d.path(), &args))).unwrap()
+    };
+    let loose = json("ttft_p99=3600s,tpot_p99=3600s");
+    assert_eq!(loose["goodput"]["good"], 150);
+    assert!(loose["goodput"]["misses"].as_array().unwrap().is_empty());
+    let none = json("tpot_p50=1us");
+    assert_eq!(none["goodput"]["good"], 0);
+    assert!(
+        none["goodput"]["misses"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("tpot_p50 ")
+    );
+    // Against the requests themselves: TTFT within 150 ms.
+    let csv = ok(&run_in(
+        d.path(),
+        &[&base[..], &["--format", "csv"]].concat(),
+    ));
+    let mut rdr = csv::Reader::from_reader(csv.as_bytes());
+    let h = rdr.headers().unwrap().clone();
+    let col = |n: &str| h.iter().position(|c| c == n).unwrap();
+    let (ttft, status) = (col("ttft_s"), col("status"));
+    let good = rdr
+        .records()
+        .map(|r| r.unwrap())
+        .filter(|r| r[status] == *"finished" && r[ttft].parse::<f64>().unwrap() <= 0.15)
+        .count();
+    let mid = json("ttft_p99=150ms");
+    assert_eq!(mid["goodput"]["good"].as_u64().unwrap() as usize, good);
+    let table = ok(&run_in(
+        d.path(),
+        &[&base[..], &["--slo", "ttft_p99=150ms"]].concat(),
+    ));
+    assert!(table.contains("goodput under ttft_p99=150ms: "), "{table}");
+}

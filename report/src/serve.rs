@@ -34,6 +34,22 @@ pub fn serve_report(
         Format::Csv => text(|o, w| o.write_requests_csv(w)),
         Format::Table => {
             let mut s = table(sc, out);
+            if let Some(g) = &out.goodput {
+                let _ = writeln!(
+                    s,
+                    "goodput under {}: {:.3} req/s ({} of {} requests meet every objective, {:.1}%; vLLM's --goodput){}",
+                    g.objectives,
+                    g.goodput_rps,
+                    g.good,
+                    g.requests,
+                    100.0 * g.attainment,
+                    if g.misses.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; missed: {}", g.misses.join(", "))
+                    }
+                );
+            }
             for (what, p) in written {
                 let _ = writeln!(s, "{what}: written to {}", p.display());
             }

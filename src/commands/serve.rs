@@ -152,8 +152,9 @@ pub struct ServeArgs {
     /// Plot the TTFT, TPOT and E2E latency CDFs
     #[arg(long, value_name = "FILE.svg")]
     pub plot_cdf: Option<PathBuf>,
-    /// An autoscaled run's objectives, judged per hour of arrivals, e.g.
-    /// ttft_p99=2s,tpot_p99=100ms (metrics ttft, tpot, e2e, queue; p50, p90, p95, p99)
+    /// Latency objectives, e.g. ttft_p99=2s,tpot_p99=100ms (metrics ttft, tpot, e2e, queue;
+    /// p50, p90, p95, p99): the run's goodput as vLLM's --goodput counts it, and an autoscaled
+    /// run judged per hour of arrivals
     #[arg(long, value_name = "SPEC")]
     pub slo: Option<String>,
     /// Serve the same load on a fixed fleet of N replicas as well (N omitted: the
@@ -459,11 +460,6 @@ pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
         .map(|t| t.parse::<kvplan_serve::capacity::Slo>())
         .transpose()
         .map_err(|e| CliError::input(format!("--slo: {e}")))?;
-    if slo.is_some() && raw.cluster.autoscale.is_none() {
-        return Err(CliError::input(
-            "--slo: judged per hour of an autoscaled run: give --autoscale (or [cluster.autoscale])",
-        ));
-    }
     if let (Some(n), Some(slo)) = (args.compare_fixed, &slo) {
         if measured.is_some() {
             return Err(CliError::input(
@@ -494,10 +490,11 @@ pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
     let (kvplan_run::Scenario::Serve(sc), kvplan_run::Report::Serve(mut out)) = (&sc, out?) else {
         unreachable!("a serving scenario gives a serving report")
     };
-    if let Some(slo) = &slo
-        && let Some(a) = out.cluster.as_mut().and_then(|c| c.autoscale.as_mut())
-    {
-        a.judge(&out.requests, slo);
+    if let Some(slo) = &slo {
+        match out.cluster.as_mut().and_then(|c| c.autoscale.as_mut()) {
+            Some(a) => a.judge(&out.requests, slo),
+            None => out.goodput = Some(slo.goodput(&out.requests)),
+        }
     }
     let files = args.outputs();
     let title = format!("{} on {}", sc.model.name, sc.hardware.name);

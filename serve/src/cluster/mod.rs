@@ -1073,6 +1073,7 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
                 iterations: e.series,
                 cluster: None,
                 tier: tiers,
+                goodput: None,
             });
         }
         let passes = self.engines.iter().map(|e| e.passes()).sum();
@@ -1084,6 +1085,7 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
             iterations: Vec::new(),
             cluster: Some(Box::new(cluster)),
             tier: tiers,
+            goodput: None,
         })
     }
 

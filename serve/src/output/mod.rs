@@ -506,6 +506,9 @@ pub struct ServeReport {
     /// The CPU tiers' counters, summed (`None`: no tier).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tier: Option<crate::tier::TierStats>,
+    /// The run judged against objectives (`serve --slo`; `None`: none given).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub goodput: Option<slo::Goodput>,
 }
 
 fn num(w: &mut impl Write, x: f64) -> io::Result<()> {
@@ -652,7 +655,7 @@ impl ServeReport {
     /// The summary as pretty JSON: the summary's fields, then a CPU tier's counters
     /// (`tier`) and a cluster's replicas, router pools and transfers where the run has them.
     pub fn write_summary_json(&self, mut w: impl Write) -> io::Result<()> {
-        if self.cluster.is_none() && self.tier.is_none() {
+        if self.cluster.is_none() && self.tier.is_none() && self.goodput.is_none() {
             serde_json::to_writer_pretty(&mut w, &self.summary)?;
             return writeln!(w);
         }
@@ -662,6 +665,8 @@ impl ServeReport {
             summary: &'a Summary,
             #[serde(skip_serializing_if = "Option::is_none")]
             tier: Option<&'a crate::tier::TierStats>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            goodput: Option<&'a slo::Goodput>,
             #[serde(flatten, skip_serializing_if = "Option::is_none")]
             cluster: Option<&'a cluster::ClusterOutput>,
         }
@@ -670,6 +675,7 @@ impl ServeReport {
             &Full {
                 summary: &self.summary,
                 tier: self.tier.as_ref(),
+                goodput: self.goodput.as_ref(),
                 cluster: self.cluster.as_deref(),
             },
         )?;

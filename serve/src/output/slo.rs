@@ -252,3 +252,56 @@ impl Slo {
             && self.0.iter().all(|t| t.metric.of_request(r) <= t.limit_s)
     }
 }
+
+/// A run judged against objectives as `vllm bench serve --goodput` judges it (v0.15.1,
+/// `vllm/benchmarks/serve.py`): a request is good when it finished and meets every objective's
+/// limit itself; goodput is good requests per second of the run (first send to last finish).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Goodput {
+    /// The objectives, as written.
+    pub objectives: String,
+    /// Requests in the run.
+    pub requests: u64,
+    /// Of those, good.
+    pub good: u64,
+    /// `good / requests`.
+    pub attainment: f64,
+    /// Seconds from the first send to the last finish.
+    pub duration_s: f64,
+    /// Good requests per second of it.
+    pub goodput_rps: f64,
+    /// The objectives the run's percentiles miss (`ttft_p99 2.4s > 2s`); empty when all hold.
+    pub misses: Vec<String>,
+}
+
+impl Slo {
+    /// `requests` judged against these objectives ([`Goodput`]).
+    pub fn goodput(&self, requests: &[RequestRecord]) -> Goodput {
+        let good = requests.iter().filter(|r| self.request_ok(r)).count() as u64;
+        let start = requests
+            .iter()
+            .map(|r| r.arrival_s)
+            .fold(f64::INFINITY, f64::min);
+        let end = requests
+            .iter()
+            .filter(|r| r.status == Status::Finished && r.e2e_s.is_finite())
+            .map(|r| r.arrival_s + r.e2e_s)
+            .fold(f64::NEG_INFINITY, f64::max);
+        let duration_s = if end > start { end - start } else { 0.0 };
+        let n = requests.len() as u64;
+        let refs: Vec<&RequestRecord> = requests.iter().collect();
+        Goodput {
+            objectives: self.to_string(),
+            requests: n,
+            good,
+            attainment: if n > 0 { good as f64 / n as f64 } else { 0.0 },
+            duration_s,
+            goodput_rps: if duration_s > 0.0 {
+                good as f64 / duration_s
+            } else {
+                0.0
+            },
+            misses: self.misses_of(&refs),
+        }
+    }
+}
