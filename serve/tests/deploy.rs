@@ -266,11 +266,9 @@ fn bad_settings_name_their_field() {
     let mut none = o.clone();
     none.prices = BTreeMap::new();
     let sp = space(&["quadro-rtx-5000"], &[1], &[Layout::Colocated]);
-    let r = plan(&load, &sp, &slo, &none, &|_| {});
-    if let Err(e) = r {
-        // Presets without a published price need --price.
-        assert!(e.to_string().contains("--price"), "{e}");
-    }
+    // A preset without a published price needs --price.
+    let e = plan(&load, &sp, &slo, &none, &|_| {}).unwrap_err();
+    assert!(e.to_string().contains("--price quadro-rtx-5000=USD"), "{e}");
 }
 
 /// The roofline bound is a bound: above the simulated service rate (the completion rate with

@@ -361,17 +361,16 @@ fn search(args: &PlanDeploymentArgs, slo: &Slo) -> Result<Plan, CliError> {
     }
     let mut space = args.space(&base)?;
     // A setting with one value is the base's, not an axis: it stays out of every label.
-    let mut fixed = String::new();
+    let mut fixed = Vec::new();
     space.knobs.retain(|k| match k.values.as_slice() {
         [Some(v)] => {
-            fixed.push_str(&format!("{} = {v}\n", k.field));
+            fixed.push((k.field.to_string(), v.clone()));
             false
         }
         _ => true,
     });
     if !fixed.is_empty() {
-        let over: kvplan_serve::scenario::RawConfig = toml::from_str(&fixed)
-            .map_err(|e| CliError::input(format!("the engine settings given: {}", e.message())))?;
+        let over = kvplan_serve::deploy::serve_settings("serve", &fixed).map_err(plan_error)?;
         base.serve = std::mem::take(&mut base.serve).overlay(over);
     }
     let opts = PlanOptions {

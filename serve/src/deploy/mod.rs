@@ -37,7 +37,7 @@ use std::collections::BTreeMap;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::capacity::{Slo, SteadyState, Window, completion_rate, judge};
+use crate::capacity::{Slo, SteadyState, Window, completion_rate, judge, usd_per_million_tokens};
 use crate::cluster::scenario::RawCluster;
 use crate::config::RawConfig;
 use crate::router::RouterKind;
@@ -195,15 +195,7 @@ impl Shape {
         raw.hardware = Some(self.hardware.clone());
         raw.serve.tensor_parallel_size = Some(self.tensor_parallel_size);
         if !self.settings.is_empty() {
-            let text: String = self
-                .settings
-                .iter()
-                .map(|(k, v)| format!("{k} = {v}\n"))
-                .collect();
-            let over: RawConfig = toml::from_str(&text).map_err(|e| PlanError::Setting {
-                field: "serve",
-                why: format!("{}: {}", text.trim().replace('\n', ", "), e.message()),
-            })?;
+            let over = serve_settings("serve", &self.settings)?;
             raw.serve = std::mem::take(&mut raw.serve).overlay(over);
         }
         // The scenario's router settings and network stay; its sizes, pools and groups are the
@@ -1001,7 +993,7 @@ fn evaluate(
     let figures = figures(
         &window,
         slo,
-        usd_per_hour,
+        usd_per_gpu_hour,
         gpus,
         sc.hardware.gpu.power_watts,
         &out,
@@ -1037,14 +1029,15 @@ fn evaluate(
 fn figures(
     w: &Window,
     slo: &Slo,
-    usd_per_hour: f64,
+    usd_per_gpu_hour: f64,
     gpus: u32,
     gpu_watts: Option<f64>,
     out: &crate::ServeReport,
 ) -> Figures {
+    let usd_per_hour = f64::from(gpus) * usd_per_gpu_hour;
     let watts = gpu_watts.map(|w| w * f64::from(gpus));
     let input = w.total_tokens_per_s - w.output_tokens_per_s;
-    let per_m = |tok_s: f64| (tok_s > 0.0).then(|| usd_per_hour / 3600.0 / tok_s * 1e6);
+    let per_m = |tok_s: f64| usd_per_million_tokens(usd_per_gpu_hour, gpus, tok_s);
     Figures {
         ttft_p99_s: w.ttft_s.p99,
         tpot_p99_s: w.tpot_s.p99,
@@ -1069,13 +1062,21 @@ fn figures(
     }
 }
 
+/// `[serve]` fields from `field = value` pairs (each value a TOML value: `"fp8"`, `256`), as a
+/// scenario file would give them; an error names `field` (the knob, or `serve` for several).
+pub fn serve_settings(
+    field: &'static str,
+    pairs: &[(String, String)],
+) -> Result<RawConfig, PlanError> {
+    let text: String = pairs.iter().map(|(k, v)| format!("{k} = {v}\n")).collect();
+    toml::from_str(&text).map_err(|e| PlanError::Setting {
+        field,
+        why: format!("{}: {}", text.trim().replace('\n', ", "), e.message()),
+    })
+}
+
 /// Checks that `value` (a TOML value: `"fp8"`, `256`) reads as `[serve]`'s `field`, before
 /// the search.
 pub fn check_knob(field: &'static str, value: &str) -> Result<(), PlanError> {
-    let text = format!("{field} = {value}\n");
-    toml::from_str::<RawConfig>(&text).map_err(|e| PlanError::Setting {
-        field,
-        why: format!("'{value}': {}", e.message()),
-    })?;
-    Ok(())
+    serve_settings(field, &[(field.to_string(), value.to_string())]).map(|_| ())
 }
