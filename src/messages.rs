@@ -336,6 +336,18 @@ impl From<kvplan_planner::scenario::ScenarioError> for CliError {
 }
 
 /// A serving scenario error, as [`kvplan_run::ScenarioError`]s go.
+/// A band setting out of range, by the flag that set it.
+pub fn band_error(e: kvplan_serve::bands::BandError) -> CliError {
+    CliError::input(match e {
+        kvplan_serve::bands::BandError::Coverage(c) => {
+            format!("--confidence: {c} must be above 0 and below 1 (0.8 is 80%)")
+        }
+        kvplan_serve::bands::BandError::Draws(n) => {
+            format!("--band-draws: {n} must be from 2 to 1000")
+        }
+    })
+}
+
 pub fn serve_error(e: kvplan_serve::scenario::ScenarioError) -> CliError {
     kvplan_run::ScenarioError::from(e).into()
 }

@@ -781,3 +781,127 @@ fn serve_slo_gives_vllms_goodput() {
     ));
     assert!(table.contains("goodput under ttft_p99=150ms: "), "{table}");
 }
+
+/// `--confidence`: every headline figure gets `{"value", "lo", "hi", "coverage"}` with
+/// `lo < hi` and the run's own figure as its value; a wider coverage widens every band; the
+/// same seed gives the same bytes; the table prints `value (lo-hi)`; out-of-range settings are
+/// one line naming the flag.
+#[test]
+fn serve_confidence_gives_bands_on_the_headline_figures() {
+    let d = TempDir::new("serve-bands");
+    let base = [
+        "serve",
+        "--model",
+        "llama-2-7b",
+        "--hardware",
+        "a100-80g-sxm",
+        "--arrivals",
+        "poisson",
+        "--qps",
+        "6",
+        "--requests",
+        "200",
+        "--lengths",
+        "512",
+        "--output-lengths",
+        "64",
+        "--band-draws",
+        "6",
+    ];
+    let text = |extra: &[&str]| ok(&run_in(d.path(), &[&base[..], extra].concat()));
+    let json = |extra: &[&str]| -> serde_json::Value {
+        serde_json::from_str(&text(&[extra, &["--format", "json"]].concat())).unwrap()
+    };
+    let plain = json(&[]);
+    assert!(plain.get("bands").is_none(), "bands only when asked for");
+    let b80 = json(&["--confidence"]);
+    let b95 = json(&["--confidence", "0.95"]);
+    for (key, summary) in [
+        ("ttft_mean", &plain["ttft_s"]["mean"]),
+        ("ttft_p99", &plain["ttft_s"]["p99"]),
+        ("tpot_mean", &plain["tpot_s"]["mean"]),
+        ("e2e_p99", &plain["e2e_s"]["p99"]),
+        ("requests_per_s", &plain["requests_per_s"]),
+    ] {
+        let (b, w) = (&b80["bands"][key], &b95["bands"][key]);
+        assert_eq!(&b["value"], summary, "{key}: the value is the run's figure");
+        assert_eq!(b["coverage"], 0.8);
+        let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap();
+        assert!(f(b, "lo") < f(b, "hi"), "{key}: {b}");
+        assert!(
+            f(w, "lo") <= f(b, "lo")
+                && f(w, "hi") >= f(b, "hi")
+                && f(w, "hi") - f(w, "lo") > f(b, "hi") - f(b, "lo"),
+            "{key}: 95% {w} not wider than 80% {b}"
+        );
+    }
+    assert_eq!(b80["bands"]["draws"], 6);
+    assert_eq!(
+        text(&["--confidence", "--format", "json"]),
+        text(&["--confidence", "--format", "json"])
+    );
+    let table = text(&["--confidence"]);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("TTFT mean / p99, 80% band"))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(row.contains(" ms (") && row.contains(" ms-"), "{row}");
+    assert!(table.contains("bands: 80% coverage: 6 runs"), "{table}");
+    fails_with(
+        &d,
+        &[&base[..], &["--confidence", "1"]].concat(),
+        &["--confidence", "below 1"],
+    );
+    fails_with(
+        &d,
+        &[&base[..3], &["--confidence", "0.8", "--band-draws", "1"]].concat(),
+        &["--band-draws"],
+    );
+}
+
+/// `serve-capacity --confidence`: the sustainable rate with its band (`lo < hi`, the coverage
+/// asked for), the answer line saying where the band lies, and no band without the flag.
+#[test]
+fn slo_capacity_confidence_gives_a_band_on_the_rate() {
+    let d = TempDir::new("serve-slo-bands");
+    let args = [
+        "serve-capacity",
+        "--slo",
+        "ttft_p99=2s,tpot_p99=100ms",
+        "--model",
+        "llama-2-7b",
+        "--hardware",
+        "a100-80g-sxm",
+        "--lengths",
+        "512",
+        "--output-lengths",
+        "128",
+        "--requests",
+        "300",
+        "--qps-tolerance",
+        "0.1",
+    ];
+    let json = |extra: &[&str]| -> serde_json::Value {
+        let a = [&args[..], extra, &["--format", "json"]].concat();
+        serde_json::from_str(&ok(&run_in(d.path(), &a))).unwrap()
+    };
+    let plain = json(&[]);
+    assert!(plain["configurations"][0].get("max_qps_band").is_none());
+    let v = json(&["--confidence", "0.9", "--band-draws", "3"]);
+    let r = &v["configurations"][0];
+    assert_eq!(r["max_qps"], plain["configurations"][0]["max_qps"]);
+    let b = &r["max_qps_band"];
+    let f = |k: &str| b[k].as_f64().unwrap();
+    assert!(f("lo") < f("hi") && f("lo") > 0.0, "{b}");
+    assert_eq!(f("coverage"), 0.9);
+    assert_eq!(b["value"], r["max_qps"]);
+    let table = ok(&run_in(
+        d.path(),
+        &[&args[..], &["--confidence", "--band-draws", "3"]].concat(),
+    ));
+    assert!(
+        table.contains("a100-80g-sxm TP 1 meets the SLO at ")
+            && table.contains("at 80% confidence between "),
+        "{table}"
+    );
+}

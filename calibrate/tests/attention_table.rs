@@ -199,3 +199,27 @@ fn the_fit_is_deterministic() {
     let b = fit_attention(&few, &a100(), &heads(), 108).unwrap();
     assert_eq!(a, b);
 }
+
+/// The error bands' attention cost spread (`kvplan_serve::bands::BUILTIN_ATTENTION_SIGMA`) is
+/// the a100-80g-sxm preset's residuals on the measured attention table, decode and prefill
+/// rows alike (the one attention table measured; the other presets' attention follows from it).
+#[test]
+fn the_bands_attention_spread_is_the_tables() {
+    let t = table();
+    let hw = a100();
+    let fit = fit_attention(&t.samples, &hw, &heads(), 108).unwrap();
+    let have = preset_attention("a100-80g-sxm");
+    let p = predicted(&have, &fit.append, &t.samples, &hw, &heads());
+    let r: Vec<f64> = (p.iter().zip(&t.samples))
+        .map(|(p, s)| (p / s.seconds).ln())
+        .collect();
+    assert!(r.iter().all(|x| x.is_finite()));
+    let sigma = super::measured_tables::rms4(&r);
+    println!("attention sigma {sigma} over {} rows", r.len());
+    assert!(sigma > 0.0, "a spread of zero would make zero-width bands");
+    assert_eq!(
+        sigma,
+        kvplan_serve::bands::BUILTIN_ATTENTION_SIGMA,
+        "set BUILTIN_ATTENTION_SIGMA to {sigma}"
+    );
+}

@@ -285,3 +285,32 @@ fn crlf_tables_name_the_right_line() {
         assert!(e.starts_with("t.csv:4: column num_tokens"), "{eol:?}: {e}");
     }
 }
+
+/// The root mean square of `ln(predicted / measured)` over `v`, rounded to four decimals.
+pub fn rms4(v: &[f64]) -> f64 {
+    let rms = (v.iter().map(|x| x * x).sum::<f64>() / v.len() as f64).sqrt();
+    (rms * 1e4).round() / 1e4
+}
+
+/// The error bands' token-wise cost spread (`kvplan_serve::bands::BUILTIN_DENSE_SIGMA`) is the
+/// presets' per-layer residuals on both tables: when a kernel model or a table changes, the
+/// bands follow on purpose (paste the printed figure).
+#[test]
+fn the_bands_dense_spread_is_the_tables() {
+    let mut all = Vec::new();
+    for (gpu, preset) in GPUS {
+        let hw = HardwareProfile::preset(preset).unwrap();
+        let r = table::layer_log_residuals(CostModel::new(&hw).kernels(), &load(gpu).samples);
+        assert!(r.len() > 100, "{preset}: {} rows", r.len());
+        println!("{preset}: {} rows, rms {}", r.len(), rms4(&r));
+        all.extend(r);
+    }
+    let sigma = rms4(&all);
+    println!("dense sigma {sigma}");
+    assert!(sigma > 0.0, "a spread of zero would make zero-width bands");
+    assert_eq!(
+        sigma,
+        kvplan_serve::bands::BUILTIN_DENSE_SIGMA,
+        "set BUILTIN_DENSE_SIGMA to {sigma}"
+    );
+}

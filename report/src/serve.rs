@@ -212,6 +212,42 @@ pub fn measured_comparison(
     }
 }
 
+/// `value (lo-hi)` of a band, each shown by `show`; `-` without one.
+pub fn banded(b: Option<&kvplan_serve::bands::Band>, show: impl Fn(f64) -> String) -> String {
+    match b {
+        Some(b) => format!("{} ({}-{})", show(b.value), show(b.lo), show(b.hi)),
+        None => "-".into(),
+    }
+}
+
+/// The rows of a run's bands: means and p99s of TTFT, TPOT and E2E, and throughput.
+fn band_rows(t: &mut Table, b: &kvplan_serve::bands::ServeBands) {
+    use kvplan_serve::bands::Metric as M;
+    let pct = format!("{:.0}% band", 100.0 * b.coverage);
+    for (name, mean, p99) in [
+        ("TTFT", M::TtftMean, M::TtftP99),
+        ("TPOT", M::TpotMean, M::TpotP99),
+        ("E2E", M::E2eMean, M::E2eP99),
+    ] {
+        t.row(&[
+            format!("{name} mean / p99, {pct}"),
+            format!(
+                "{} / {}",
+                banded(b.get(mean), secs),
+                banded(b.get(p99), secs)
+            ),
+        ]);
+    }
+    t.row(&[
+        format!("throughput, {pct}"),
+        format!(
+            "{} tok/s output, {} req/s",
+            banded(b.get(M::OutputTokensPerS), |x| format!("{x:.1}")),
+            banded(b.get(M::RequestsPerS), |x| format!("{x:.3}"))
+        ),
+    ]);
+}
+
 fn three(p: &kvplan_serve::output::Percentiles) -> String {
     if !p.p50.is_finite() {
         return "-".into();
@@ -371,7 +407,21 @@ fn table(sc: &ServeScenario, out: &ServeReport) -> String {
     t.row(&["GPU busy".to_string(), pct(s.gpu_busy)]);
     t.row(&["makespan".to_string(), secs(s.makespan_s)]);
     t.row(&["iterations".to_string(), s.iterations.to_string()]);
+    if let Some(b) = &out.bands {
+        band_rows(&mut t, b);
+    }
     text.push_str(&t.render());
+    if let Some(b) = &out.bands {
+        let _ = writeln!(
+            text,
+            "bands: {:.0}% coverage: {} runs with the kernel costs perturbed by the calibration residuals (sd {:.1}% token-wise, {:.1}% attention), each figure times the residuals of {} served real vLLM stages (docs/DESIGN.md, \"Error bands\")",
+            100.0 * b.coverage,
+            b.draws,
+            100.0 * b.spread.dense,
+            100.0 * b.spread.attention,
+            b.residual_stages
+        );
+    }
     // In the order the first request of each reason was given.
     for why in &s.rejected_order {
         let n = s.rejected_by_reason.get(why).copied().unwrap_or(0);
@@ -537,7 +587,15 @@ pub fn capacity(
                 "measured_requests",
                 "usd_per_m_output_tokens",
                 "usd_per_m_tokens",
-            ],
+            ]
+            .into_iter()
+            .chain(
+                opts.bands
+                    .map(|_| ["max_qps_lo", "max_qps_hi", "coverage"])
+                    .into_iter()
+                    .flatten(),
+            )
+            .collect::<Vec<_>>(),
             &rows
                 .iter()
                 .map(|r| {
@@ -560,6 +618,14 @@ pub fn capacity(
                         num(r.usd_per_m_output_tokens),
                         num(r.usd_per_m_tokens),
                     ]);
+                    if let Some(settings) = &opts.bands {
+                        let b = r.max_qps_band.as_ref();
+                        row.extend([
+                            num(b.map(|b| b.lo)),
+                            num(b.map(|b| b.hi)),
+                            n(settings.coverage),
+                        ]);
+                    }
                     row
                 })
                 .collect::<Vec<_>>(),
@@ -598,7 +664,11 @@ pub fn capacity(
                 let mut cells = vec![
                     r.hardware.clone(),
                     r.tensor_parallel_size.to_string(),
-                    r.max_qps.map_or("none".to_string(), |q| format!("{q:.2}")),
+                    match (r.max_qps, &r.max_qps_band) {
+                        (None, _) => "none".to_string(),
+                        (Some(q), None) => format!("{q:.2}"),
+                        (Some(q), Some(b)) => format!("{q:.2} ({:.2}-{:.2})", b.lo, b.hi),
+                    },
                     r.goodput_rps.map_or("-".into(), |g| format!("{g:.2}")),
                     three(&r.ttft),
                     three(&r.tpot),
@@ -616,6 +686,31 @@ pub fn capacity(
                 t.row(&cells);
             }
             out.push_str(&t.render());
+            for r in rows {
+                if let (Some(q), Some(b)) = (r.max_qps, &r.max_qps_band) {
+                    let _ = writeln!(
+                        out,
+                        "{} TP {} meets the SLO at {q:.2} req/s; at {:.0}% confidence between {:.2} and {:.2}{}",
+                        r.hardware,
+                        r.tensor_parallel_size,
+                        100.0 * b.coverage,
+                        b.lo,
+                        b.hi,
+                        if b.lo < q && q < b.hi {
+                            ""
+                        } else {
+                            " (the residuals of real runs lean the band off the prediction)"
+                        }
+                    );
+                }
+            }
+            if let Some(settings) = &opts.bands {
+                let _ = writeln!(
+                    out,
+                    "bands: the search run again {} times with the kernel costs perturbed by the calibration residuals, each rate times the inverted time-per-token residuals of the real vLLM stages (docs/DESIGN.md, \"Error bands\")",
+                    settings.draws
+                );
+            }
             let _ = writeln!(
                 out,
                 "to size a deployment for a rate (replicas, routers, prefill/decode pools, cost), \

@@ -25,6 +25,8 @@
 //! Goodput is vLLM's (`vllm bench serve --goodput`): measured requests meeting every objective's
 //! limit themselves, per second of the measured span.
 
+use crate::bands::{self, Band, BandSettings, CostSpread, Residuals, band};
+use crate::iteration::CostScales;
 use kvplan_vocab::{Progress, Silent};
 use serde::Serialize;
 
@@ -292,13 +294,14 @@ pub fn judge(
 /// least `min_requests` requests and eight times `max_num_seqs`), completions per second
 /// between the 20% and 80% marks of the completion order.
 pub fn service_rate(base: &RawServeScenario, steady: &SteadyState) -> Result<f64, CapacityError> {
-    service_rate_with(base, steady, &Silent)
+    service_rate_with(base, steady, CostScales::default(), &Silent)
 }
 
 /// [`service_rate`], telling `progress` how far the run has come.
 fn service_rate_with(
     base: &RawServeScenario,
     steady: &SteadyState,
+    scales: CostScales,
     progress: &dyn Progress,
 ) -> Result<f64, CapacityError> {
     let mut raw = base.clone();
@@ -326,7 +329,7 @@ fn service_rate_with(
         inner: progress,
         label: "arriving all at once (the service rate)".into(),
     };
-    let out = run_quiet(raw, &stage)?;
+    let out = run_quiet(raw, scales, &stage)?;
     Ok(completion_rate(&out))
 }
 
@@ -365,6 +368,11 @@ pub struct SearchOptions {
     pub max_qps: f64,
     /// How each rate is served and judged.
     pub steady: SteadyState,
+    /// Multipliers on the kernel times (1: the cost model as it is; an error band's draw).
+    pub scales: CostScales,
+    /// An error band on each sustainable rate: the search run again once per draw
+    /// (`None`: no band).
+    pub bands: Option<BandSettings>,
 }
 
 impl Default for SearchOptions {
@@ -375,6 +383,8 @@ impl Default for SearchOptions {
             min_qps: 1.0 / 1024.0,
             max_qps: 1e5,
             steady: SteadyState::default(),
+            scales: CostScales::default(),
+            bands: None,
         }
     }
 }
@@ -426,15 +436,22 @@ pub fn max_qps_with(
     progress: &dyn Progress,
 ) -> Result<Capacity, CapacityError> {
     check(base, opts)?;
-    let service_rps = service_rate_with(base, &opts.steady, progress)?;
+    let service_rps = service_rate_with(base, &opts.steady, opts.scales, progress)?;
     let mut probes: Vec<Probe> = Vec::new();
     let mut serve = |qps: f64| -> Result<(bool, Window), CapacityError> {
         let stage = Stage {
             inner: progress,
             label: format!("at {} req/s", round(qps)),
         };
-        let (window, summary, requests) =
-            serve_at_with(base, slo, &opts.steady, qps, service_rps, &stage)?;
+        let (window, summary, requests) = serve_at_with(
+            base,
+            slo,
+            &opts.steady,
+            qps,
+            service_rps,
+            opts.scales,
+            &stage,
+        )?;
         let met = slo.met(&window);
         probes.push(Probe {
             qps,
@@ -510,7 +527,15 @@ pub fn serve_at(
     qps: f64,
     service_rps: f64,
 ) -> Result<(Window, Summary, u64), CapacityError> {
-    serve_at_with(base, slo, steady, qps, service_rps, &Silent)
+    serve_at_with(
+        base,
+        slo,
+        steady,
+        qps,
+        service_rps,
+        CostScales::default(),
+        &Silent,
+    )
 }
 
 fn serve_at_with(
@@ -519,6 +544,7 @@ fn serve_at_with(
     steady: &SteadyState,
     qps: f64,
     service_rps: f64,
+    scales: CostScales,
     progress: &dyn Progress,
 ) -> Result<(Window, Summary, u64), CapacityError> {
     let mut raw = base.clone();
@@ -529,20 +555,24 @@ fn serve_at_with(
             .max(raw.workload.requests.unwrap_or(0));
         raw.workload.requests = Some(n);
     }
-    let out = run_quiet(raw, progress)?;
+    let out = run_quiet(raw, scales, progress)?;
     let n = out.requests.len() as u64;
     Ok((judge(&out, slo, steady, qps, service_rps), out.summary, n))
 }
 
 /// Resolves and serves `raw` without the per-step series (the per-request records are judged:
 /// at most [`MAX_STEADY_REQUESTS`] of them).
-fn run_quiet(raw: RawServeScenario, progress: &dyn Progress) -> Result<ServeReport, CapacityError> {
+fn run_quiet(
+    raw: RawServeScenario,
+    scales: CostScales,
+    progress: &dyn Progress,
+) -> Result<ServeReport, CapacityError> {
     let mut sc = raw.resolve().map_err(Box::new)?;
     sc.config.record_timeseries = false;
     let requests = sc
         .request_stream()
         .map_err(|e| Box::new(ScenarioError::from(e)))?;
-    sc.run_stream(requests, progress)
+    sc.run_stream_scaled(requests, progress, scales)
         .map_err(|e| CapacityError::Scenario(Box::new(ScenarioError::from(e))))
 }
 
@@ -639,6 +669,39 @@ pub struct ConfigCapacity {
     pub usd_per_m_output_tokens: Option<f64>,
     /// Price per million tokens (prompt and output) at `max_qps`.
     pub usd_per_m_tokens: Option<f64>,
+    /// The error band of `max_qps` (`None`: none asked for, or no rate met the SLO).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_qps_band: Option<Band>,
+}
+
+/// The error band of `value`, the highest rate `raw` sustains under `slo`: the search run once
+/// per draw of `settings` with the kernel costs perturbed ([`crate::bands`]; in parallel), each
+/// rate times the engine's validation residuals of time per output token, inverted (at
+/// saturation the rate a server sustains goes as one over its time per token). A draw in which
+/// no rate met the SLO counts as the lowest rate tried.
+pub fn rate_band(
+    raw: &RawServeScenario,
+    slo: &Slo,
+    opts: SearchOptions,
+    settings: &BandSettings,
+    value: f64,
+) -> Result<Option<Band>, CapacityError> {
+    use rayon::prelude::*;
+    let spread = CostSpread::builtin();
+    let draws: Vec<f64> = (settings.scales(&spread).par_iter())
+        .map(|&scales| {
+            let o = SearchOptions {
+                scales,
+                bands: None,
+                ..opts
+            };
+            max_qps(raw, slo, o).map(|c| c.max_qps.unwrap_or(opts.min_qps))
+        })
+        .collect::<Result<_, _>>()?;
+    let residuals: Vec<f64> = (Residuals::builtin().of(bands::Metric::TpotMean).iter())
+        .map(|r| -r)
+        .collect();
+    Ok(band(value, &draws, &residuals, settings.coverage))
 }
 
 /// The answer of [`compare_configurations`].
@@ -723,6 +786,10 @@ pub fn compare_configurations(
                 label: format!("on {} TP {tp}", profile.name),
             };
             let c = max_qps_with(&raw, slo, opts, &stage)?;
+            let max_qps_band = match (opts.bands, c.max_qps) {
+                (Some(settings), Some(value)) => rate_band(&raw, slo, opts, &settings, value)?,
+                _ => None,
+            };
             let limited_by = c
                 .probes
                 .iter()
@@ -758,6 +825,7 @@ pub fn compare_configurations(
                 rates_served: c.probes.len(),
                 usd_per_m_output_tokens: found.then(|| per_m(c.at.output_tokens_per_s)).flatten(),
                 usd_per_m_tokens: found.then(|| per_m(c.at.total_tokens_per_s)).flatten(),
+                max_qps_band,
             });
         }
     }

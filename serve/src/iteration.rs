@@ -61,6 +61,7 @@ use kvplan_vocab::schedule::{
     HostMemory, OpId, OpKind, Payload, Phase, Schedule, ScheduleBuilder, StreamKind, Tag,
 };
 use kvplan_vocab::serving::ServingSection;
+use serde::Serialize;
 
 /// A hybrid resume: `recompute_tokens` tokens recomputed from stored activations
 /// (`act_blocks` blocks of `X` copied in first).
@@ -275,6 +276,28 @@ pub struct IterationTimer {
     kv_out_host_s: f64,
     act_out_host_s: f64,
     block_size: u32,
+    /// Multipliers on the forward pass's kernel times (1: the cost model as it is).
+    scales: CostScales,
+}
+
+/// Multipliers on a step's kernel times, by class: how an error-band draw perturbs the cost
+/// model ([`crate::bands`]). `1.0` leaves a time as the cost model gives it, bit for bit.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct CostScales {
+    /// Token-wise kernels: GEMMs (dense and expert), norms, activations, the all-reduces, the
+    /// embedding, the LM head and sampling.
+    pub dense: f64,
+    /// Attention kernels.
+    pub attention: f64,
+}
+
+impl Default for CostScales {
+    fn default() -> Self {
+        CostScales {
+            dense: 1.0,
+            attention: 1.0,
+        }
+    }
 }
 
 impl IterationTimer {
@@ -341,7 +364,13 @@ impl IterationTimer {
             kv_out_host_s,
             act_out_host_s,
             block_size: block_size.max(1),
+            scales: CostScales::default(),
         }
+    }
+
+    /// Multiplies the forward pass's kernel times by `scales` from now on.
+    pub fn set_scales(&mut self, scales: CostScales) {
+        self.scales = scales;
     }
 
     /// The timer with CUDA graphs and host costs.
@@ -551,7 +580,8 @@ impl IterationTimer {
                 (self.dense_s(tokens, true), self.attention_s(seqs, false))
             }
         };
-        dense + self.layers * attn + self.head_s(logits)
+        let s = self.scales;
+        dense * s.dense + self.layers * attn * s.attention + self.head_s(logits) * s.dense
     }
 
     /// Seconds of the forward pass of `seqs` with `logits` token-producing rows, every kernel

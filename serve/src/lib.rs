@@ -30,6 +30,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod bands;
 pub mod block_pool;
 pub mod capacity;
 pub mod cluster;

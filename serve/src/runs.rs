@@ -858,6 +858,10 @@ pub struct StageRun {
     pub ttft_mean_s: f64,
     /// Measured E2E mean, s.
     pub e2e_mean_s: f64,
+    /// Measured TTFT 99th percentile, s (`ttft_p99_ms`, when given).
+    pub ttft_p99_s: Option<f64>,
+    /// Measured E2E 99th percentile, s (`e2e_p99_ms`, when given).
+    pub e2e_p99_s: Option<f64>,
     /// Measured time per output token `(E2E mean − TTFT mean) / (output − 1)`, s.
     pub tpot_s: f64,
     /// Measured throughput, requests/s.
@@ -926,7 +930,13 @@ impl StageRun {
             .map_err(|e| format_err(name, e.to_string()))?
             .clone();
         let mut idx = std::collections::HashMap::new();
-        const OPTIONAL: [&str; 3] = ["tpot_true_ms", "throughput_rps", "cpu_offload"];
+        const OPTIONAL: [&str; 5] = [
+            "tpot_true_ms",
+            "throughput_rps",
+            "cpu_offload",
+            "ttft_p99_ms",
+            "e2e_p99_ms",
+        ];
         for c in STAGE_COLUMNS.iter().chain(OPTIONAL.iter()) {
             match header.iter().position(|h| h == *c) {
                 Some(i) => {
@@ -1019,6 +1029,34 @@ impl StageRun {
                     ),
                 ));
             }
+            // The 99th percentiles, where the table gives them: a latency, and the E2E one at
+            // least the TTFT one.
+            let p99 = |c: &str| -> Result<Option<f64>, RunsError> {
+                if get(c).is_empty() {
+                    return Ok(None);
+                }
+                let v = num(c)? * 1e-3;
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(format_err(
+                        &at,
+                        format!("{c}: `{}` is not a latency: a time of 0 or more", get(c)),
+                    ));
+                }
+                Ok(Some(v))
+            };
+            let (ttft_p99, e2e_p99) = (p99("ttft_p99_ms")?, p99("e2e_p99_ms")?);
+            if let (Some(t), Some(e)) = (ttft_p99, e2e_p99)
+                && t > e
+            {
+                return Err(format_err(
+                    &at,
+                    format!(
+                        "ttft_p99_ms: `{}` is above e2e_p99_ms `{}`: every first token comes before its last",
+                        get("ttft_p99_ms"),
+                        get("e2e_p99_ms")
+                    ),
+                ));
+            }
             let tpot = match idx.get("tpot_true_ms") {
                 Some(_) if !get("tpot_true_ms").is_empty() => num("tpot_true_ms")? * 1e-3,
                 _ => (e2e - ttft) / f64::from(output_len.max(2) - 1),
@@ -1054,6 +1092,8 @@ impl StageRun {
                 prompt_len_mean: num("prompt_len_mean")?,
                 ttft_mean_s: ttft,
                 e2e_mean_s: e2e,
+                ttft_p99_s: ttft_p99,
+                e2e_p99_s: e2e_p99,
                 tpot_s: tpot,
                 throughput_rps: match idx.get("throughput_rps") {
                     Some(_) => num("throughput_rps")?,

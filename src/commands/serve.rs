@@ -7,7 +7,7 @@ use clap::Args;
 
 use crate::args::*;
 use crate::error::CliError;
-use crate::messages::serve_error;
+use crate::messages::{band_error, serve_error};
 use kvplan_report as report;
 use kvplan_serve::cluster::autoscale::RawAutoscale;
 use kvplan_serve::cluster::scenario::{RawCluster, RawInterconnect, RawPool, RawReplica};
@@ -157,6 +157,14 @@ pub struct ServeArgs {
     /// run judged per hour of arrivals
     #[arg(long, value_name = "SPEC")]
     pub slo: Option<String>,
+    /// Error bands on the headline figures at this coverage (alone: 0.8): the run served again
+    /// with the kernel costs perturbed by the cost model's calibration residuals, each figure
+    /// widened by the residuals of the real vLLM runs kvplan is validated on
+    #[arg(long, value_name = "C", num_args = 0..=1, default_missing_value = "0.8")]
+    pub confidence: Option<f64>,
+    /// Perturbed runs behind --confidence's bands
+    #[arg(long, value_name = "N", default_value_t = kvplan_serve::bands::DEFAULT_DRAWS)]
+    pub band_draws: u32,
     /// Serve the same load on a fixed fleet of N replicas as well (N omitted: the
     /// autoscaler's max) and compare GPU-hours, cost and the hours that miss --slo
     #[arg(
@@ -477,6 +485,7 @@ pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
             .map_err(serve_error)?;
         return Ok(report::serve::day_report(&r, args.output.format)?);
     }
+    let bands = args.band_settings()?;
     let sc = kvplan_run::RawScenario::Serve(Box::new(raw)).resolve()?;
     if let kvplan_run::Scenario::Serve(s) = &sc {
         for n in &s.notes {
@@ -490,6 +499,9 @@ pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
     let (kvplan_run::Scenario::Serve(sc), kvplan_run::Report::Serve(mut out)) = (&sc, out?) else {
         unreachable!("a serving scenario gives a serving report")
     };
+    if let Some(settings) = bands {
+        out.bands = Some(serve_bands(sc, &out, measured.as_ref(), &settings)?);
+    }
     if let Some(slo) = &slo {
         match out.cluster.as_mut().and_then(|c| c.autoscale.as_mut()) {
             Some(a) => a.judge(&out.requests, slo),
@@ -508,6 +520,54 @@ pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
         }
         None => report::serve::serve_report(sc, &out, &written, format)?,
     })
+}
+
+impl ServeArgs {
+    /// `--confidence` and `--band-draws` as band settings (`None`: no bands asked for).
+    fn band_settings(&self) -> Result<Option<kvplan_serve::bands::BandSettings>, CliError> {
+        let Some(coverage) = self.confidence else {
+            return Ok(None);
+        };
+        let settings = kvplan_serve::bands::BandSettings {
+            coverage,
+            draws: self.band_draws,
+            seed: 0,
+        };
+        settings.check().map_err(band_error)?;
+        Ok(Some(settings))
+    }
+}
+
+/// The bands of `out`, the run of `sc` (on `measured`'s requests when replaying a run): the
+/// scenario served once per draw with perturbed kernel costs, in parallel.
+fn serve_bands(
+    sc: &kvplan_serve::scenario::ServeScenario,
+    out: &kvplan_serve::ServeReport,
+    measured: Option<&kvplan_serve::runs::MeasuredRun>,
+    settings: &kvplan_serve::bands::BandSettings,
+) -> Result<kvplan_serve::bands::ServeBands, CliError> {
+    use kvplan_serve::bands::{CostSpread, Residuals, perturbed_runs, serve_bands};
+    use kvplan_serve::scenario::ScenarioError;
+    let requests = match measured {
+        Some(run) => run.to_requests(),
+        None => sc
+            .requests()
+            .map_err(|e| serve_error(ScenarioError::from(e)))?,
+    };
+    let spread = CostSpread::builtin();
+    let settings = kvplan_serve::bands::BandSettings {
+        seed: sc.seed,
+        ..*settings
+    };
+    let drawn = perturbed_runs(sc, &requests, &spread, &settings)
+        .map_err(|e| serve_error(ScenarioError::from(e)))?;
+    Ok(serve_bands(
+        out,
+        &drawn,
+        &Residuals::builtin(),
+        spread,
+        &settings,
+    ))
 }
 
 /// `serve --compare-to STAGES.csv`: every stage of a stage table replayed with its own settings

@@ -13,7 +13,7 @@ use kvplan_serve::scenario::RawServeScenario;
 
 use crate::args::{Format, OutputArgs, RequestsArgs};
 use crate::error::CliError;
-use crate::messages::{flag_of, serve_error};
+use crate::messages::{band_error, flag_of, serve_error};
 
 /// `--help`'s long text (`src/help/serve-capacity.txt`).
 pub const SERVE_CAPACITY_LONG: &str = include_str!("../help/serve-capacity.txt").trim_ascii_end();
@@ -59,6 +59,20 @@ pub struct SloArgs {
         requires = "slo"
     )]
     pub qps_tolerance: f64,
+    /// SLO mode: an error band on each sustainable rate at this coverage (alone: 0.8): the
+    /// search run again with the kernel costs perturbed by the cost model's calibration
+    /// residuals, widened by the residuals of the real vLLM runs kvplan is validated on
+    #[arg(
+        long,
+        value_name = "C",
+        num_args = 0..=1,
+        default_missing_value = "0.8",
+        requires = "slo"
+    )]
+    pub confidence: Option<f64>,
+    /// SLO mode: searches with perturbed costs behind --confidence's bands
+    #[arg(long, value_name = "N", default_value_t = 8, requires = "confidence")]
+    pub band_draws: u32,
 }
 
 /// `kvplan serve-capacity`.
@@ -151,8 +165,20 @@ pub fn slo_capacity(
     let tps = slo_args.tensor_parallel_size.as_deref();
     let (hardware, tps) =
         configurations(target.hardware.as_deref(), tps).map_err(capacity_error)?;
+    let bands = slo_args
+        .confidence
+        .map(|coverage| {
+            let b = kvplan_serve::bands::BandSettings {
+                coverage,
+                draws: slo_args.band_draws,
+                seed: 0,
+            };
+            b.check().map(|()| b).map_err(band_error)
+        })
+        .transpose()?;
     let opts = SearchOptions {
         rel_tol: slo_args.qps_tolerance,
+        bands,
         ..SearchOptions::default()
     };
     let base = search_base(base);

@@ -1074,6 +1074,7 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
                 cluster: None,
                 tier: tiers,
                 goodput: None,
+                bands: None,
             });
         }
         let passes = self.engines.iter().map(|e| e.passes()).sum();
@@ -1086,6 +1087,7 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
             cluster: Some(Box::new(cluster)),
             tier: tiers,
             goodput: None,
+            bands: None,
         })
     }
 

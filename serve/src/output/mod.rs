@@ -509,6 +509,9 @@ pub struct ServeReport {
     /// The run judged against objectives (`serve --slo`; `None`: none given).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub goodput: Option<slo::Goodput>,
+    /// Error bands on the headline figures (`None`: none asked for; [`crate::bands`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bands: Option<crate::bands::ServeBands>,
 }
 
 fn num(w: &mut impl Write, x: f64) -> io::Result<()> {
@@ -655,7 +658,11 @@ impl ServeReport {
     /// The summary as pretty JSON: the summary's fields, then a CPU tier's counters
     /// (`tier`) and a cluster's replicas, router pools and transfers where the run has them.
     pub fn write_summary_json(&self, mut w: impl Write) -> io::Result<()> {
-        if self.cluster.is_none() && self.tier.is_none() && self.goodput.is_none() {
+        if self.cluster.is_none()
+            && self.tier.is_none()
+            && self.goodput.is_none()
+            && self.bands.is_none()
+        {
             serde_json::to_writer_pretty(&mut w, &self.summary)?;
             return writeln!(w);
         }
@@ -667,6 +674,8 @@ impl ServeReport {
             tier: Option<&'a crate::tier::TierStats>,
             #[serde(skip_serializing_if = "Option::is_none")]
             goodput: Option<&'a slo::Goodput>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            bands: Option<&'a crate::bands::ServeBands>,
             #[serde(flatten, skip_serializing_if = "Option::is_none")]
             cluster: Option<&'a cluster::ClusterOutput>,
         }
@@ -676,6 +685,7 @@ impl ServeReport {
                 summary: &self.summary,
                 tier: self.tier.as_ref(),
                 goodput: self.goodput.as_ref(),
+                bands: self.bands.as_ref(),
                 cluster: self.cluster.as_deref(),
             },
         )?;

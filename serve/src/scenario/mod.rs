@@ -345,6 +345,20 @@ impl ServeScenario {
         crate::cluster::simulate_cluster(self.plan()?, requests)
     }
 
+    /// [`run`](Self::run) with every engine's kernel times multiplied by `scales` (one draw of
+    /// an error band, [`crate::bands`]).
+    pub fn run_scaled(
+        &self,
+        requests: &[Request],
+        scales: crate::iteration::CostScales,
+    ) -> Result<ServeReport, crate::Error> {
+        let mut plan = self.plan()?;
+        for r in &mut plan.replicas {
+            r.timer.set_scales(scales);
+        }
+        crate::cluster::simulate_cluster(plan, requests)
+    }
+
     /// The cluster to run: the scenario's, or its one engine. Every engine steps one pass at a
     /// time when [`Resolved::step_by_step`] is set on [`ServeScenario::resolved`].
     fn plan(&self) -> Result<crate::cluster::ClusterPlan, crate::Error> {
@@ -397,6 +411,21 @@ impl ServeScenario {
             per_replica: false,
             autoscale: None,
         }
+    }
+
+    /// [`run_stream`](Self::run_stream) with every engine's kernel times multiplied by
+    /// `scales` (one draw of an error band, [`crate::bands`]).
+    pub fn run_stream_scaled(
+        &self,
+        requests: RequestStream,
+        progress: &dyn Progress,
+        scales: crate::iteration::CostScales,
+    ) -> Result<ServeReport, crate::Error> {
+        let mut plan = self.plan()?;
+        for r in &mut plan.replicas {
+            r.timer.set_scales(scales);
+        }
+        crate::cluster::simulate_cluster_stream(plan, requests, progress)
     }
 
     /// Serves a stream of requests (from [`request_stream`](Self::request_stream), or a
