@@ -739,7 +739,10 @@ mod tests {
             "/../data/validation/real_vllm/vllm_h100_llama2-7b_mixtral-8x7b.csv"
         );
         let text = std::fs::read_to_string(path).unwrap();
-        assert!(StageRun::parse(&text, "t.csv").is_ok());
+        let first = &StageRun::parse(&text, "t.csv").unwrap()[0];
+        // The optional percentiles are read: 45.9702 and 2188.8284 ms in the first row.
+        assert!((first.ttft_p99_s.unwrap() - 0.0459702).abs() < 1e-9);
+        assert!((first.e2e_p99_s.unwrap() - 2.1888284).abs() < 1e-9);
         let mut lines = text.lines();
         let header = lines.next().unwrap();
         let row = lines.next().unwrap();
@@ -790,6 +793,16 @@ mod tests {
                 "gpu_memory_utilization",
                 "0",
                 "t.csv:2: gpu_memory_utilization: `0` must be a fraction",
+            ),
+            (
+                "ttft_p99_ms",
+                "-inf",
+                "t.csv:2: ttft_p99_ms: `-inf` is not a latency",
+            ),
+            (
+                "ttft_p99_ms",
+                "1e9",
+                "t.csv:2: ttft_p99_ms: `1e9` is above e2e_p99_ms",
             ),
         ] {
             let e = StageRun::parse(&with(col, value), "t.csv")
