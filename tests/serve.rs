@@ -905,3 +905,62 @@ fn slo_capacity_confidence_gives_a_band_on_the_rate() {
         "{table}"
     );
 }
+
+/// A run that does not keep up says so (served against offered, the queue's growth) in the
+/// table and the JSON; one that keeps up, or whose requests all arrive at once, does not.
+#[test]
+fn an_overloaded_run_says_so() {
+    let d = TempDir::new("serve-overload");
+    let run = |arrivals: &str, qps: &str, extra: &[&str]| {
+        let a = [
+            &[
+                "serve",
+                "--model",
+                "llama-2-7b",
+                "--hardware",
+                "a100-80g-sxm",
+                "--arrivals",
+                arrivals,
+                "--requests",
+                "400",
+                "--lengths",
+                "1024",
+                "--output-lengths",
+                "128",
+            ][..],
+            &(if qps.is_empty() {
+                vec![]
+            } else {
+                vec!["--qps", qps]
+            }),
+            extra,
+        ]
+        .concat();
+        ok(&run_in(d.path(), &a))
+    };
+    let heavy = run("poisson", "60", &[]);
+    let line = heavy
+        .lines()
+        .find(|l| l.starts_with("warning: overloaded: "))
+        .unwrap_or_else(|| panic!("{heavy}"));
+    assert!(
+        line.contains("offered") && line.contains("grew by"),
+        "{line}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&run("poisson", "60", &["--format", "json"])).unwrap();
+    let o = &v["overload"];
+    let (served, offered) = (
+        o["served_rps"].as_f64().unwrap(),
+        o["offered_rps"].as_f64().unwrap(),
+    );
+    assert!(served < 0.8 * offered && offered > 40.0, "{o}");
+    assert!(o["queue_growth_s"].as_f64().unwrap() > 1.0, "{o}");
+    for (arrivals, qps) in [("poisson", "1"), ("all-at-once", "")] {
+        let light = run(arrivals, qps, &[]);
+        assert!(!light.contains("overloaded"), "{arrivals}: {light}");
+        let v: serde_json::Value =
+            serde_json::from_str(&run(arrivals, qps, &["--format", "json"])).unwrap();
+        assert!(v.get("overload").is_none(), "{arrivals}: {v}");
+    }
+}

@@ -427,6 +427,15 @@ fn table(sc: &ServeScenario, out: &ServeReport) -> String {
         let n = s.rejected_by_reason.get(why).copied().unwrap_or(0);
         let _ = writeln!(text, "rejected: {n} ({why})");
     }
+    if let Some(o) = out.overload() {
+        let _ = writeln!(
+            text,
+            "warning: overloaded: {:.3} req/s served of {:.3} offered; the queueing delay grew by {} across the arrivals, so the percentiles above depend on how long the run is (the highest rate this configuration sustains: kvplan serve-capacity)",
+            o.served_rps,
+            o.offered_rps,
+            secs(o.queue_growth_s)
+        );
+    }
     if let (Some(c), Some(cs)) = (&out.cluster, &sc.cluster) {
         text.push_str(&cluster_tables(c, cs));
     }

@@ -225,7 +225,26 @@ pub struct Summary {
     pub gpu_blocks: u32,
     /// Host swap space, bytes.
     pub host_bytes: u64,
+    /// The queueing delay's trend (not in the JSON; [`ServeReport::overload`] reads it).
+    #[serde(skip)]
+    pub queue_trend: QueueTrend,
 }
+
+/// A run that did not keep up with its arrivals.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Overload {
+    /// Requests per second offered: requests over the arrival span.
+    pub offered_rps: f64,
+    /// Requests per second finished: finished requests over the makespan.
+    pub served_rps: f64,
+    /// How much the queueing delay grew from the first arrival to the last, s.
+    pub queue_growth_s: f64,
+}
+
+/// The queue growth across the arrivals past which a run is overloaded: a second, or a tenth
+/// of the mean queueing delay (the capacity search's steady-state test,
+/// `capacity::SteadyState`).
+pub const OVERLOAD_QUEUE_GROWTH_S: f64 = 1.0;
 
 /// Values of one latency metric, kept for its percentiles: in memory up to [`SPILL_VALUES`],
 /// beyond that written to an unnamed temporary file and read back once, whole, for sorting.
@@ -373,15 +392,73 @@ pub struct SummaryAcc {
     cached: u64,
     /// TTFT, TPOT, E2E, queue.
     cols: [Column; 4],
+    trend: QueueTrendAcc,
+}
+
+/// The queueing delay's least-squares trend over arrival time, accumulated one finished request
+/// at a time (centred sums: no cancellation over long runs), and the arrival span of every
+/// request.
+#[derive(Debug, Clone, Copy, Default)]
+struct QueueTrendAcc {
+    n: f64,
+    mean_x: f64,
+    mean_y: f64,
+    sxx: f64,
+    sxy: f64,
+    first: Option<f64>,
+    last: f64,
+}
+
+impl QueueTrendAcc {
+    fn arrival(&mut self, x: f64) {
+        self.first = Some(self.first.map_or(x, |f| f.min(x)));
+        self.last = self.last.max(x);
+    }
+
+    fn add(&mut self, x: f64, y: f64) {
+        self.n += 1.0;
+        let dx = x - self.mean_x;
+        self.mean_x += dx / self.n;
+        self.mean_y += (y - self.mean_y) / self.n;
+        self.sxx += dx * (x - self.mean_x);
+        self.sxy += dx * (y - self.mean_y);
+    }
+
+    fn finish(&self) -> QueueTrend {
+        let span = self.first.map_or(0.0, |f| self.last - f);
+        QueueTrend {
+            growth_s: if self.n >= 2.0 && self.sxx > 0.0 {
+                self.sxy / self.sxx * span
+            } else {
+                0.0
+            },
+            mean_queue_s: self.mean_y,
+            arrival_span_s: span,
+        }
+    }
+}
+
+/// How the queueing delay moved across the arrivals: what says a run did not keep up.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct QueueTrend {
+    /// The least-squares slope of the served requests' queueing delay over their arrival time,
+    /// times the arrival span: how much the queue grew from the first arrival to the last, s.
+    pub growth_s: f64,
+    /// The served requests' mean queueing delay, s.
+    pub mean_queue_s: f64,
+    /// Seconds from the first arrival to the last (every request).
+    pub arrival_span_s: f64,
 }
 
 impl SummaryAcc {
     /// Counts one request.
     pub(crate) fn add(&mut self, q: &RequestRecord) -> Result<(), Error> {
         self.requests += 1;
+        self.trend.arrival(q.arrival_s);
         match q.status {
             Status::Finished => {
                 self.finished += 1;
+                self.trend.add(q.arrival_s, q.queue_s);
                 if q.finish_reason == Some(FinishReason::Length) {
                     self.truncated += 1;
                 }
@@ -430,6 +507,7 @@ impl SummaryAcc {
         let [ttft_s, tpot_s, e2e_s, queue_s] = p;
         let done = self.finished;
         Ok(Summary {
+            queue_trend: self.trend.finish(),
             requests: self.requests,
             finished: done,
             rejected: self.requests - done,
@@ -523,6 +601,25 @@ fn num(w: &mut impl Write, x: f64) -> io::Result<()> {
 }
 
 impl ServeReport {
+    /// Whether the run did not keep up with its arrivals: its queueing delay grew across the
+    /// arrivals by more than [`OVERLOAD_QUEUE_GROWTH_S`] and a tenth of its mean (the capacity
+    /// search's steady-state test on the whole run); `None` when it kept up, or when everything
+    /// arrived at once (a queue is then the workload's, not a load the server fails).
+    pub fn overload(&self) -> Option<Overload> {
+        let s = &self.summary;
+        let t = &s.queue_trend;
+        if !(t.arrival_span_s > 0.0)
+            || t.growth_s <= OVERLOAD_QUEUE_GROWTH_S.max(0.1 * t.mean_queue_s)
+        {
+            return None;
+        }
+        Some(Overload {
+            offered_rps: (s.requests.saturating_sub(1)) as f64 / t.arrival_span_s,
+            served_rps: s.requests_per_s,
+            queue_growth_s: t.growth_s,
+        })
+    }
+
     /// The per-step series of the whole run: one engine's own, or a cluster's replicas' summed
     /// at each step of any replica (each replica counted at its last step before).
     pub fn series(&self) -> Vec<IterationRecord> {
@@ -662,6 +759,7 @@ impl ServeReport {
             && self.tier.is_none()
             && self.goodput.is_none()
             && self.bands.is_none()
+            && self.overload().is_none()
         {
             serde_json::to_writer_pretty(&mut w, &self.summary)?;
             return writeln!(w);
@@ -676,6 +774,8 @@ impl ServeReport {
             goodput: Option<&'a slo::Goodput>,
             #[serde(skip_serializing_if = "Option::is_none")]
             bands: Option<&'a crate::bands::ServeBands>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            overload: Option<Overload>,
             #[serde(flatten, skip_serializing_if = "Option::is_none")]
             cluster: Option<&'a cluster::ClusterOutput>,
         }
@@ -686,6 +786,7 @@ impl ServeReport {
                 tier: self.tier.as_ref(),
                 goodput: self.goodput.as_ref(),
                 bands: self.bands.as_ref(),
+                overload: self.overload(),
                 cluster: self.cluster.as_deref(),
             },
         )?;
