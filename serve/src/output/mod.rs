@@ -608,7 +608,8 @@ impl ServeReport {
     pub fn overload(&self) -> Option<Overload> {
         let s = &self.summary;
         let t = &s.queue_trend;
-        if !(t.arrival_span_s > 0.0)
+        if t.arrival_span_s.is_nan()
+            || t.arrival_span_s <= 0.0
             || t.growth_s <= OVERLOAD_QUEUE_GROWTH_S.max(0.1 * t.mean_queue_s)
         {
             return None;
