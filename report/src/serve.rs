@@ -340,6 +340,7 @@ fn table(sc: &ServeScenario, out: &ServeReport) -> String {
     ]);
     t.row(&["TTFT p50 / p90 / p99".to_string(), three(&s.ttft_s)]);
     t.row(&["TPOT p50 / p90 / p99".to_string(), three(&s.tpot_s)]);
+    t.row(&["ITL p50 / p90 / p99".to_string(), three(&s.itl_s)]);
     t.row(&["E2E p50 / p90 / p99".to_string(), three(&s.e2e_s)]);
     t.row(&["queueing p50 / p90 / p99".to_string(), three(&s.queue_s)]);
     if s.truncated > 0 {

@@ -1041,6 +1041,7 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
         let mut compute = 0.0;
         for (e, r) in self.engines.iter().zip(resolved) {
             totals.add(&e.st.counters, e.st.kv.stats(), r);
+            totals.itl.merge(&e.st.itl);
             compute += e.compute_s;
             totals.iterations += e.iterations;
         }
@@ -1142,6 +1143,7 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
                 let e = &self.engines[i];
                 let mut t = Totals::default();
                 t.add(&e.st.counters, e.st.kv.stats(), &resolved[i]);
+                t.itl.merge(&e.st.itl);
                 t.iterations = e.iterations;
                 replicas[i].summary = Some(acc.finish(makespan, e.compute_s, &t)?);
             }

@@ -12,6 +12,7 @@ use crate::kv_cache::CacheStats;
 
 pub mod autoscale;
 pub mod cluster;
+pub mod itl;
 pub mod slo;
 
 /// Engine-wide counters the summary reports.
@@ -202,6 +203,9 @@ pub struct Summary {
     pub ttft_s: Percentiles,
     /// Time per output token.
     pub tpot_s: Percentiles,
+    /// Inter-token latency: every gap between two consecutive tokens of a request, pooled
+    /// (vLLM's `benchmarks/serve.py` ITL; [`itl`]).
+    pub itl_s: Percentiles,
     /// End to end.
     pub e2e_s: Percentiles,
     /// Queueing in the engine (reaching it to first scheduled).
@@ -354,8 +358,10 @@ fn spill_file() -> io::Result<std::fs::File> {
 }
 
 /// Engine-wide totals a summary reports, summed over a cluster's engines.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Totals {
+    /// Inter-token gaps.
+    pub itl: itl::ItlHistogram,
     pub counters: Counters,
     pub cache: CacheStats,
     pub gpu_blocks: u32,
@@ -520,6 +526,7 @@ impl SummaryAcc {
             requests_per_s: per_s(done as f64),
             ttft_s,
             tpot_s,
+            itl_s: totals.itl.percentiles(),
             e2e_s,
             queue_s,
             preemptions: counters.preemptions,

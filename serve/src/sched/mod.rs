@@ -89,6 +89,8 @@ pub struct Seq {
     pub first_sched: f64,
     /// First token processed.
     pub first_token: f64,
+    /// The latest token processed.
+    pub last_token: f64,
     /// Last token processed.
     pub finish: f64,
     /// Times preempted.
@@ -256,6 +258,8 @@ pub struct State<'a> {
     pub host_used: u64,
     /// Counters.
     pub counters: Counters,
+    /// Inter-token gaps of the tokens processed.
+    pub itl: crate::output::itl::ItlHistogram,
     /// Scratch for prefix-hit blocks.
     pub hits: Vec<u32>,
     /// Scratch list.
@@ -300,6 +304,7 @@ impl<'a> State<'a> {
             kv: KvCacheManager::new(r.gpu_blocks, r.config.block_size, r.prefix_caching),
             host_used: 0,
             counters: Counters::default(),
+            itl: Default::default(),
             hits: Vec::new(),
             scratch: Vec::new(),
             hybrid: None,
@@ -331,6 +336,7 @@ impl<'a> State<'a> {
             place: Place::Pending,
             first_sched: f64::NAN,
             first_token: f64::NAN,
+            last_token: f64::NAN,
             finish: f64::NAN,
             preemptions: 0,
             swapped_tokens: 0,
@@ -541,7 +547,10 @@ impl<'a> State<'a> {
             if s.first_token.is_nan() {
                 s.first_token = now;
                 self.just_first.push(v);
+            } else {
+                self.itl.add(now - s.last_token);
             }
+            s.last_token = now;
             if s.generated >= s.target && s.place != Place::Done {
                 s.finish = now;
                 let was = s.place;
