@@ -964,3 +964,46 @@ fn an_overloaded_run_says_so() {
         assert!(v.get("overload").is_none(), "{arrivals}: {v}");
     }
 }
+
+/// ITL pools every gap between consecutive tokens: with every request generating the same
+/// length, its mean is the mean TPOT (each request's gaps sum to its last token less its
+/// first), and its p99 is at least its p50; rows and JSON agree.
+#[test]
+fn itl_pools_the_gaps_between_tokens() {
+    let d = TempDir::new("serve-itl");
+    let args = [
+        "serve",
+        "--model",
+        "llama-2-7b",
+        "--hardware",
+        "a100-80g-sxm",
+        "--arrivals",
+        "poisson",
+        "--qps",
+        "4",
+        "--requests",
+        "60",
+        "--lengths",
+        "800",
+        "--output-lengths",
+        "64",
+    ];
+    let v: serde_json::Value = serde_json::from_str(&ok(&run_in(
+        d.path(),
+        &[&args[..], &["--format", "json"]].concat(),
+    )))
+    .unwrap();
+    let f = |k: &str, p: &str| v[k][p].as_f64().unwrap();
+    assert!(
+        (f("itl_s", "mean") / f("tpot_s", "mean") - 1.0).abs() < 1e-9,
+        "{} vs {}",
+        v["itl_s"],
+        v["tpot_s"]
+    );
+    assert!(f("itl_s", "p99") >= f("itl_s", "p50") && f("itl_s", "p50") > 0.0);
+    let table = ok(&run_in(d.path(), &args));
+    assert!(
+        table.lines().any(|l| l.starts_with("ITL p50 / p90 / p99")),
+        "{table}"
+    );
+}
