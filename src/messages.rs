@@ -11,7 +11,7 @@ use crate::error::CliError;
 /// 19 rows, [`Field`]'s names), the serving scenario (`workload.*`, `serve.*`) and the capacity
 /// commands' own settings. Every library error and note names a field; the binary names its
 /// flag through this table (a test holds every row to an option the command line has).
-const FLAGS: [(&str, &str); 87] = [
+const FLAGS: [(&str, &str); 89] = [
     ("model", "--model"),
     ("hardware", "--hardware"),
     ("strategy", "--strategy"),
@@ -64,6 +64,7 @@ const FLAGS: [(&str, &str); 87] = [
     ),
     ("serve.enable_prefix_caching", "--enable-prefix-caching"),
     ("serve.enable_chunked_prefill", "--enable-chunked-prefill"),
+    ("serve.async_scheduling", "--async-scheduling"),
     ("workload.shared_prefix.groups", "--prefix-groups"),
     (
         "workload.shared_prefix.users_per_group",
@@ -86,6 +87,7 @@ const FLAGS: [(&str, &str); 87] = [
     ("serve.quantization", "--quantization"),
     ("serve.kv_cache_dtype", "--kv-cache-dtype"),
     ("serve.dtype", "--dtype"),
+    ("serve.vllm_version", "--vllm-version"),
     ("serve.kv_offloading_size_gib", "--kv-offloading-size"),
     ("serve.kv_offloading_backend", "--kv-offloading-backend"),
     ("serve.kv_offloading_eviction", "--kv-offloading-eviction"),
@@ -124,8 +126,15 @@ const FLAGS: [(&str, &str); 87] = [
     ("capacity.rel_tol", "--qps-tolerance"),
 ];
 
-/// Flags typed under another name (clap aliases): messages name the one the user typed.
-const ALIASES: [(&str, &str); 2] = [("--prompt", "--context"), ("--hardware", "--profile")];
+/// Flags typed under another name (clap aliases, and the `--no-` half of an on/off pair):
+/// messages name the one the user typed.
+const ALIASES: [(&str, &str); 5] = [
+    ("--prompt", "--context"),
+    ("--hardware", "--profile"),
+    ("--enable-chunked-prefill", "--no-enable-chunked-prefill"),
+    ("--enable-prefix-caching", "--no-enable-prefix-caching"),
+    ("--async-scheduling", "--no-async-scheduling"),
+];
 
 /// `flag`, or its alias where the command line used the alias (`--context 0` is reported as
 /// `--context`, not `--prompt`).

@@ -1198,3 +1198,68 @@ fn a_dtype_the_gpu_or_model_cannot_serve_names_the_fix() {
         expect_input_error(&run_in(dir.path(), &args), &needles);
     }
 }
+
+/// `--vllm-version` names a release kvplan models, of the scheduler's engine, with the settings
+/// that release has: otherwise one line naming the flag and the releases modelled, exit 2.
+#[test]
+fn a_vllm_release_not_modelled_or_not_fitting_is_one_line() {
+    let dir = TempDir::new("vllm-version-errors");
+    let base = [
+        "serve",
+        "--model",
+        "llama-2-7b",
+        "--hardware",
+        "h100-sxm",
+        "--arrivals",
+        "poisson",
+        "--qps",
+        "1",
+        "--requests",
+        "4",
+        "--lengths",
+        "64",
+    ];
+    let cases: [(&[&str], &[&str]); 5] = [
+        (
+            &["--vllm-version", "0.12.0"],
+            &[
+                "--vllm-version",
+                "`0.12.0` is not a vLLM release kvplan models: 0.8.5, 0.9.2, 0.10.2, 0.11.0, \
+                 0.13.0, 0.15.1 (the default) with scheduler vllm-v1; 0.4.2 with vllm-v0, mixed \
+                 or chunked",
+            ],
+        ),
+        (
+            &["--vllm-version", "0.15.1", "--scheduler", "vllm-v0"],
+            &[
+                "error: --vllm-version (serve.vllm_version): ",
+                "use scheduler vllm-v1",
+            ],
+        ),
+        (
+            &["--vllm-version", "0.4"],
+            &[
+                "error: --vllm-version (serve.vllm_version): ",
+                "0.4.2 is the 0.4 engine",
+            ],
+        ),
+        (
+            &["--vllm-version", "0.9.2", "--async-scheduling"],
+            &[
+                "error: --async-scheduling (serve.async_scheduling): ",
+                "came in vLLM 0.10.0",
+            ],
+        ),
+        (
+            &["--vllm-version", "0.10.2", "--no-enable-chunked-prefill"],
+            &[
+                "error: --no-enable-chunked-prefill (serve.enable_chunked_prefill): ",
+                "always chunks prefills",
+            ],
+        ),
+    ];
+    for (extra, needles) in cases {
+        let args: Vec<&str> = [&base[..], extra].concat();
+        expect_input_error(&run_in(dir.path(), &args), needles);
+    }
+}

@@ -1007,3 +1007,66 @@ fn itl_pools_the_gaps_between_tokens() {
         "{table}"
     );
 }
+
+/// `--vllm-version`: the first line and the summary JSON name the release followed (0.15.1
+/// unless told, 0.4.2 for the 0.4 schedulers); an older release changes what it changed
+/// (0.10.2: piecewise graphs, no asynchronous scheduling) and is named too; a scenario's
+/// `[serve] vllm_version` reads the same and the flag wins over it.
+#[test]
+fn serve_names_the_vllm_release_it_followed() {
+    let d = dir_with_trace("serve-vllm-version");
+    let head = |out: &std::process::Output| ok(out).lines().next().unwrap().to_string();
+    let newest = head(&serve(&d, &["--requests-trace", "t.csv"]));
+    assert!(
+        newest.contains(", vLLM 0.15.1, vllm-v1 scheduler,")
+            && newest.contains(", async scheduling, CUDA graphs"),
+        "{newest}"
+    );
+    let old = head(&serve(
+        &d,
+        &["--requests-trace", "t.csv", "--vllm-version", "v0.10.2"],
+    ));
+    assert!(
+        old.contains(", vLLM 0.10.2, vllm-v1 scheduler,")
+            && !old.contains("async scheduling")
+            && old.ends_with(", piecewise CUDA graphs"),
+        "{old}"
+    );
+    let v0 = head(&serve(
+        &d,
+        &["--requests-trace", "t.csv", "--scheduler", "vllm-v0"],
+    ));
+    assert!(v0.contains(", vLLM 0.4.2, vllm-v0 scheduler,"), "{v0}");
+    let json = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec!["--requests-trace", "t.csv", "--format", "json"];
+        args.extend(extra);
+        serde_json::from_str(&ok(&serve(&d, &args))).unwrap()
+    };
+    assert_eq!(json(&[])["vllm_version"], "0.15.1");
+    assert_eq!(json(&["--vllm-version", "0.13"])["vllm_version"], "0.13.0");
+    std::fs::write(
+        d.path().join("s.toml"),
+        "model = \"llama-2-7b\"\nhardware = \"a100-80g-sxm\"\n[workload]\ntrace = \"t.csv\"\n\
+         [serve]\nvllm_version = \"0.11\"\n",
+    )
+    .unwrap();
+    let file: serde_json::Value = serde_json::from_str(&ok(&run_in(
+        d.path(),
+        &["serve", "s.toml", "--format", "json"],
+    )))
+    .unwrap();
+    assert_eq!(file["vllm_version"], "0.11.0");
+    let flag: serde_json::Value = serde_json::from_str(&ok(&run_in(
+        d.path(),
+        &[
+            "serve",
+            "s.toml",
+            "--format",
+            "json",
+            "--vllm-version",
+            "0.9.2",
+        ],
+    )))
+    .unwrap();
+    assert_eq!(flag["vllm_version"], "0.9.2");
+}

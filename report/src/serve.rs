@@ -279,7 +279,7 @@ fn table(sc: &ServeScenario, out: &ServeReport) -> String {
     let r = &sc.resolved;
     let _ = writeln!(
         text,
-        "serve (simulated): {} on {}{}, {workload}, {} scheduler, {} preemption, block {} tokens, {} GPU blocks, max_model_len {}, {} seqs / {} tokens per step{}{}",
+        "serve (simulated): {} on {}{}, {workload}, vLLM {}, {} scheduler, {} preemption, block {} tokens, {} GPU blocks, max_model_len {}, {} seqs / {} tokens per step{}{}",
         sc.model.name,
         match &sc.cluster {
             None => sc.hardware.name.clone(),
@@ -305,6 +305,7 @@ fn table(sc: &ServeScenario, out: &ServeReport) -> String {
             ),
         },
         precision(&sc.model),
+        s.vllm_version,
         kebab(&c.scheduler),
         kebab(&c.preemption),
         c.block_size,
@@ -317,10 +318,10 @@ fn table(sc: &ServeScenario, out: &ServeReport) -> String {
         } else {
             ""
         },
-        if r.cudagraph_sizes.is_empty() {
-            ", eager"
-        } else {
-            ", CUDA graphs"
+        match r.cudagraph_mode {
+            kvplan_serve::config::CudagraphMode::None => ", eager",
+            kvplan_serve::config::CudagraphMode::Piecewise => ", piecewise CUDA graphs",
+            kvplan_serve::config::CudagraphMode::FullAndPiecewise => ", CUDA graphs",
         },
     );
     let mut t = Table::new(&["metric", "value"]);

@@ -1,14 +1,16 @@
 //! Engine settings (vLLM's names and defaults) and what they resolve to against a model and a
 //! GPU: the KV block budget, the token and sequence limits, CUDA-graph capture sizes.
 //!
-//! Defaults follow vLLM v0.15.1 (the V1 engine) for `vllm-v1`: `EngineArgs.get_batch_defaults`
+//! Defaults follow a vLLM release ([`Config::vllm_version`], [`crate::sched::versions`]); for
+//! `vllm-v1` the newest, v0.15.1 (the V1 engine): `EngineArgs.get_batch_defaults`
 //! (`vllm/engine/arg_utils.py`) gives the OpenAI server 8192 batched tokens and 1024 sequences on
 //! GPUs with at least 70 GiB that are not A100s, 2048 and 256 on the rest; chunked prefill,
-//! prefix caching and asynchronous scheduling are on; CUDA graphs are captured for
-//! `[1, 2, 4, 8, 16, .., 248, 256, 272, .., 512]` tokens, capped at `min(2 × max_num_seqs,
-//! 512, max_num_batched_tokens)` (`VllmConfig._set_cudagraph_sizes`, `vllm/config/vllm.py`).
-//! The older schedulers (`vllm-v0`, `mixed`, `chunked`) keep vLLM 0.4's defaults (256
-//! sequences, synchronous steps, a free-block watermark, swap space).
+//! prefix caching and asynchronous scheduling are on; CUDA graphs (full for uniform decode
+//! steps, piecewise for the rest) are captured for `[1, 2, 4, 8, 16, .., 248, 256, 272, ..,
+//! 512]` tokens, capped at `min(2 × max_num_seqs, 512, max_num_batched_tokens)`
+//! (`VllmConfig._set_cudagraph_sizes`, `vllm/config/vllm.py`). Older V1 releases change some of
+//! these (see the release table). The older schedulers (`vllm-v0`, `mixed`, `chunked`) keep
+//! vLLM 0.4's defaults (256 sequences, synchronous steps, a free-block watermark, swap space).
 
 use kvplan_vocab::memory::{AttentionImpl, PrefillPass, prefill_working_set};
 use kvplan_vocab::{DType, HardwareProfile, KvCacheDtype, ModelSpec, Quantization};
@@ -16,6 +18,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::Error;
 use crate::sched::registry::Support;
+pub use crate::sched::versions::{CudagraphMode, VllmVersion};
+use crate::sched::versions::{Engine, Release};
 
 /// `a, b or c`.
 fn names<'a>(v: impl Iterator<Item = &'a str>) -> String {
@@ -25,6 +29,14 @@ fn names<'a>(v: impl Iterator<Item = &'a str>) -> String {
         Some((last, _)) => (*last).to_string(),
         None => String::new(),
     }
+}
+
+/// The numbers of the releases that `keep` holds for, oldest first.
+fn releases_where(keep: impl Fn(&Release) -> bool) -> impl Iterator<Item = &'static str> {
+    crate::sched::versions::RELEASES
+        .iter()
+        .filter(move |r| keep(r))
+        .map(|r| r.name)
 }
 
 /// Which sequences an iteration runs.
@@ -148,6 +160,12 @@ macro_rules! config_fields {
             pinned: bool = true,
             /// Scheduler (default `vllm-v1`).
             scheduler: SchedulerKind = SchedulerKind::VllmV1,
+            /// The vLLM release whose defaults and rules the engine follows
+            /// ([`crate::sched::versions`]): its batch defaults, prefix caching, chunked prefill,
+            /// asynchronous scheduling, CUDA-graph mode and capture sizes, wherever a setting is
+            /// left unset. Unset: the newest release of the scheduler's engine (0.15.1 for
+            /// `vllm-v1`, 0.4.2 for the 0.4 schedulers).
+            vllm_version: Option<VllmVersion> = None,
             /// Preemption mode (default recompute; `vllm-v1` recomputes only).
             preemption: Preemption = Preemption::Recompute,
             /// Most sequences running at once (`--max-num-seqs`).
@@ -438,6 +456,8 @@ impl Config {
 pub struct Resolved {
     /// The settings as given.
     pub config: Config,
+    /// The vLLM release followed ([`Config::vllm_version`], or the scheduler's default).
+    pub vllm_version: VllmVersion,
     /// `max_num_seqs` after defaults.
     pub max_num_seqs: u32,
     /// `max_num_batched_tokens` after defaults.
@@ -452,6 +472,8 @@ pub struct Resolved {
     pub async_scheduling: bool,
     /// CUDA-graph capture sizes in tokens, ascending (empty: eager).
     pub cudagraph_sizes: Vec<u32>,
+    /// How the graphs are used ([`CudagraphMode::None`] without capture sizes).
+    pub cudagraph_mode: CudagraphMode,
     /// GPU KV blocks (vLLM's `num_gpu_blocks`).
     pub gpu_blocks: u32,
     /// Blocks that hold KV (`vllm-v1`: one less, the null block).
@@ -489,16 +511,10 @@ fn check(field: &'static str, ok: bool, value: String, expect: &'static str) -> 
     }
 }
 
-/// vLLM's capture sizes up to `max`: 1, 2, 4, then every 8 below 256, then every 16.
+/// vLLM 0.15.1's capture sizes up to `max`: 1, 2, 4, then every 8 below 256, then every 16
+/// ([`crate::sched::versions::CaptureRule::EverySixteenFrom256`]).
 pub fn cudagraph_sizes(max: u32) -> Vec<u32> {
-    let mut v: Vec<u32> = [1, 2, 4].into_iter().filter(|&s| s <= max).collect();
-    if max >= 8 {
-        v.extend((8..(max + 1).min(256)).step_by(8));
-    }
-    if max >= 256 {
-        v.extend((256..=max).step_by(16));
-    }
-    v
+    crate::sched::versions::CaptureRule::EverySixteenFrom256.sizes(max)
 }
 
 impl Config {
@@ -553,7 +569,8 @@ impl Config {
             });
         }
         let spec = self.scheduler.spec();
-        let offload_bytes = self.check_offloading(spec, hw)?;
+        let release = self.release()?;
+        let offload_bytes = self.check_offloading(spec, release, hw)?;
         check(
             "block_size",
             (1..=1024).contains(&self.block_size),
@@ -596,7 +613,7 @@ impl Config {
                 .into(),
             });
         }
-        let Some(caching) = spec.prefix_caching.resolve(self.enable_prefix_caching) else {
+        let Some(caching) = release.prefix_caching.resolve(self.enable_prefix_caching) else {
             return Err(Error::InvalidConfig {
                 field: "enable_prefix_caching",
                 value: "true".into(),
@@ -605,7 +622,7 @@ impl Config {
                     .into(),
             });
         };
-        if spec.chunked_prefill == Support::No && self.enable_chunked_prefill.is_some() {
+        if release.chunked_prefill == Support::No && self.enable_chunked_prefill.is_some() {
             return Err(Error::InvalidConfig {
                 field: "enable_chunked_prefill",
                 value: format!("{}", self.enable_chunked_prefill.unwrap_or_default()),
@@ -614,11 +631,36 @@ impl Config {
                     .into(),
             });
         }
-        let chunked = spec.always_chunks
-            || spec
-                .chunked_prefill
-                .resolve(self.enable_chunked_prefill)
-                .unwrap_or(false);
+        let Some(chunking) = release.chunked_prefill.resolve(self.enable_chunked_prefill) else {
+            return Err(Error::InvalidConfig {
+                field: "enable_chunked_prefill",
+                value: "false".into(),
+                expect: format!(
+                    "true or unset with vLLM {}: its V1 engine always chunks prefills \
+                     (vllm/engine/arg_utils.py turns enable_chunked_prefill on); {} let it be \
+                     turned off",
+                    release.name,
+                    names(releases_where(|r| r.chunked_prefill == Support::DefaultOn))
+                )
+                .into(),
+            });
+        };
+        let chunked = spec.always_chunks || chunking;
+        let Some(async_scheduling) = release.async_scheduling.resolve(self.async_scheduling) else {
+            return Err(Error::InvalidConfig {
+                field: "async_scheduling",
+                value: "true".into(),
+                expect: format!(
+                    "false or unset with vLLM {}, which has no asynchronous scheduling (it came \
+                     in vLLM 0.10.0: {})",
+                    release.name,
+                    names(releases_where(
+                        |r| r.engine == Engine::V1 && r.async_scheduling != Support::No
+                    ))
+                )
+                .into(),
+            });
+        };
         let max_model_len = self.max_model_len.unwrap_or(model.max_position);
         check(
             "max_model_len",
@@ -626,7 +668,7 @@ impl Config {
             max_model_len.to_string(),
             "at least 2 tokens (a prompt of one token and one output token)",
         )?;
-        let (default_tokens, default_seqs) = (spec.batch_defaults)(hw);
+        let (default_tokens, default_seqs) = (release.batch_defaults)(hw);
         let seqs = self.max_num_seqs.unwrap_or(default_seqs);
         check("max_num_seqs", seqs >= 1, seqs.to_string(), "at least 1")?;
         let tokens = match self.max_num_batched_tokens {
@@ -659,8 +701,9 @@ impl Config {
         let graph_max = match self.max_cudagraph_capture_size {
             _ if self.enforce_eager => 0,
             Some(m) => m.min(tokens),
-            None => (2 * seqs).min(512).min(tokens),
+            None => release.capture.default_max(seqs).min(tokens),
         };
+        let cudagraph_sizes = release.capture.sizes(graph_max);
         let copies = self
             .swap_copies_per_block
             .unwrap_or(2 * model.num_layers)
@@ -717,13 +760,19 @@ impl Config {
         }
         Ok(Resolved {
             config: self.clone(),
+            vllm_version: release.version,
             max_num_seqs: seqs,
             max_num_batched_tokens: tokens,
             max_model_len,
             prefix_caching: caching,
             chunked_prefill: chunked,
-            async_scheduling: self.async_scheduling.unwrap_or(spec.async_default),
-            cudagraph_sizes: cudagraph_sizes(graph_max),
+            async_scheduling,
+            cudagraph_mode: if cudagraph_sizes.is_empty() {
+                CudagraphMode::None
+            } else {
+                release.cudagraph_mode
+            },
+            cudagraph_sizes,
             gpu_blocks,
             usable_blocks,
             watermark_blocks: if spec.watermark {
@@ -741,11 +790,47 @@ impl Config {
         })
     }
 
+    /// The vLLM release the engine follows: [`Config::vllm_version`], which must be one of the
+    /// scheduler's engine (a V1 release for `vllm-v1`, 0.4.2 for the 0.4 schedulers), or when
+    /// unset the newest of that engine.
+    pub fn release(&self) -> Result<&'static Release, Error> {
+        let spec = self.scheduler.spec();
+        let Some(v) = self.vllm_version else {
+            return Ok(VllmVersion::default_for(spec.generation).release());
+        };
+        let r = v.release();
+        if r.engine == spec.generation {
+            return Ok(r);
+        }
+        let expect = match spec.generation {
+            Engine::V1 => format!(
+                "a V1 release with scheduler {} ({}); vLLM {} is the 0.4 engine of schedulers \
+                 vllm-v0, mixed and chunked",
+                self.scheduler.as_str(),
+                names(VllmVersion::names_of(Engine::V1).into_iter()),
+                r.name
+            ),
+            Engine::V0 => format!(
+                "{} with scheduler {} (vLLM 0.4's engine); vLLM {} is a V1 release: use \
+                 scheduler vllm-v1",
+                names(VllmVersion::names_of(Engine::V0).into_iter()),
+                self.scheduler.as_str(),
+                r.name
+            ),
+        };
+        Err(Error::InvalidConfig {
+            field: "vllm_version",
+            value: r.name.into(),
+            expect: expect.into(),
+        })
+    }
+
     /// The CPU tier's settings: its size (bytes; 0 for none) against the host's RAM, a
     /// scheduler with KV connectors, a reload its backend can do.
     fn check_offloading(
         &self,
         spec: &crate::sched::registry::SchedulerSpec,
+        release: &Release,
         hw: &HardwareProfile,
     ) -> Result<u64, Error> {
         let show = kvplan_vocab::limits::show;
@@ -789,6 +874,33 @@ impl Config {
                     "unset with scheduler {} (vLLM's KV offloading is a V1 engine connector: use \
                      scheduler vllm-v1)",
                     self.scheduler.as_str()
+                )
+                .into(),
+            });
+        }
+        if self.kv_offloading_backend.as_str() == "native" && !release.native_offloading {
+            return Err(Error::InvalidConfig {
+                field: "kv_offloading_backend",
+                value: "native".into(),
+                expect: format!(
+                    "lmcache with vLLM {}: vLLM's own OffloadingConnector came in 0.11.0 \
+                     (vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py); {} \
+                     have it",
+                    release.name,
+                    names(releases_where(|r| r.native_offloading))
+                )
+                .into(),
+            });
+        }
+        if self.kv_offloading_eviction.as_str() == "arc" && !release.arc_eviction {
+            return Err(Error::InvalidConfig {
+                field: "kv_offloading_eviction",
+                value: "arc".into(),
+                expect: format!(
+                    "lru with vLLM {}: the CPU tier's ARC eviction came in 0.11.1 \
+                     (vllm/v1/kv_offload/arc_manager.py); {} have it",
+                    release.name,
+                    names(releases_where(|r| r.arc_eviction))
                 )
                 .into(),
             });

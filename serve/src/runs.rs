@@ -731,7 +731,8 @@ mod tests {
     }
 
     /// A stage table's impossible rows: latencies out of order or negative, a rate of 0 or past
-    /// a million, a memory fraction above 1; each named by row and column. The given table reads.
+    /// a million, a memory fraction above 1, a vLLM release not modelled; each named by row and
+    /// column. The given table reads.
     #[test]
     fn impossible_stage_rows_are_refused() {
         let path = concat!(
@@ -804,6 +805,19 @@ mod tests {
                 "1e9",
                 "t.csv:2: ttft_p99_ms: `1e9` is above e2e_p99_ms",
             ),
+            (
+                "vllm_version",
+                "v0.7.3",
+                "t.csv:2: vllm_version: `v0.7.3` is not a vLLM release kvplan models: 0.8.5, \
+                 0.9.2, 0.10.2, 0.11.0, 0.13.0, 0.15.1 (the default)",
+            ),
+            (
+                "vllm_version",
+                "0.4.2",
+                "t.csv:2: vllm_version: `0.4.2` is vLLM's 0.4 engine; a stage table's runs are \
+                 replayed on the V1 engine, whose releases kvplan models are 0.8.5, 0.9.2, \
+                 0.10.2, 0.11.0, 0.13.0, 0.15.1",
+            ),
         ] {
             let e = StageRun::parse(&with(col, value), "t.csv")
                 .unwrap_err()
@@ -828,8 +842,9 @@ pub struct StageRun {
     pub hardware: String,
     /// Tensor-parallel GPUs.
     pub tp: u32,
-    /// vLLM version as written.
-    pub vllm_version: String,
+    /// The vLLM release the server ran (`vllm_version`: `v0.15.1`, `0.15.1`; empty: not
+    /// recorded, replayed as the newest modelled): the replay follows its defaults and rules.
+    pub vllm_version: Option<crate::config::VllmVersion>,
     /// `max_model_len`.
     pub max_model_len: u32,
     /// `max_num_batched_tokens`.
@@ -993,6 +1008,10 @@ impl StageRun {
             if stage < 0 {
                 continue;
             }
+            let vllm_version = match get("vllm_version") {
+                "" => None,
+                v => Some(stage_version(v).map_err(|why| format_err(&at, why))?),
+            };
             let on = |c: &str| get(c).to_ascii_lowercase().starts_with("on");
             let output_len = whole("output_len")?;
             let ttft = num("ttft_mean_ms")? * 1e-3;
@@ -1079,7 +1098,7 @@ impl StageRun {
                 model_hf: get("model_hf").to_string(),
                 hardware: get("hardware").to_string(),
                 tp: whole("tp")?.max(1),
-                vllm_version: get("vllm_version").to_string(),
+                vllm_version,
                 max_model_len: whole("max_model_len")?,
                 max_num_batched_tokens: whole("max_num_batched_tokens")?,
                 max_num_seqs: whole("max_num_seqs")?,
@@ -1120,6 +1139,23 @@ impl StageRun {
         }
         Ok(out)
     }
+}
+
+/// A stage table's `vllm_version` cell: a V1 release kvplan models (a stage table's runs are
+/// of the V1 engine's OpenAI server), or why not.
+fn stage_version(cell: &str) -> Result<crate::config::VllmVersion, String> {
+    use crate::sched::versions::Engine;
+    let v = cell
+        .parse::<crate::config::VllmVersion>()
+        .map_err(|e| format!("vllm_version: {e}"))?;
+    if v.release().engine == Engine::V1 {
+        return Ok(v);
+    }
+    Err(format!(
+        "vllm_version: `{cell}` is vLLM's 0.4 engine; a stage table's runs are replayed on the V1 \
+         engine, whose releases kvplan models are {}",
+        crate::config::VllmVersion::names_of(Engine::V1).join(", ")
+    ))
 }
 
 /// A stage table's `cpu_offload` cell: `no` / empty (none), or `yes (N GiB ...)`.
@@ -1170,7 +1206,8 @@ pub fn hardware_preset(name: &str) -> Option<&'static str> {
 
 impl StageRun {
     /// The serving scenario that replays this stage: the model and GPU named in the row (or
-    /// the overrides), vLLM V1 with the row's settings, and inference-perf's shared-prefix load
+    /// the overrides), vLLM V1 with the row's settings and its release's rules and defaults
+    /// (`vllm_version`), and inference-perf's shared-prefix load
     /// at the stage's rate: `rate × duration` Poisson requests, the system prompts and questions
     /// scaled to the measured mean prompt length (the row's lengths are before tokenisation).
     pub fn scenario(
@@ -1224,6 +1261,7 @@ impl StageRun {
             },
             serve: crate::scenario::RawConfig {
                 scheduler: Some(crate::SchedulerKind::VllmV1),
+                vllm_version: self.vllm_version,
                 max_model_len: Some(self.max_model_len),
                 max_num_batched_tokens: Some(self.max_num_batched_tokens),
                 max_num_seqs: Some(self.max_num_seqs),

@@ -58,7 +58,11 @@ pub(crate) fn prepare_resolved(
     )
     .with_engine(EngineCosts {
         cudagraph_sizes: resolved.cudagraph_sizes.clone(),
-        full_graph_max_seqs: resolved.max_num_seqs,
+        // Piecewise graphs only (vLLM before 0.11.0): no step runs as a full graph.
+        full_graph_max_seqs: match resolved.cudagraph_mode {
+            crate::config::CudagraphMode::FullAndPiecewise => resolved.max_num_seqs,
+            _ => 0,
+        },
         serving: hw.serving.clone(),
     });
     (timer, resolved.clone())

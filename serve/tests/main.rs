@@ -17,3 +17,4 @@ mod serve;
 mod stream;
 mod tier;
 mod v1;
+mod versions;

@@ -33,6 +33,12 @@ pub struct ServeArgs {
     /// Scheduler [default: vllm-v1]
     #[arg(long, value_enum)]
     pub scheduler: Option<SchedulerKind>,
+    /// The vLLM release whose defaults and rules the engine follows (batch sizes, chunked
+    /// prefill, asynchronous scheduling, CUDA graphs): 0.8.5, 0.9.2, 0.10.2, 0.11.0, 0.13.0 or
+    /// 0.15.1 with vllm-v1, 0.4.2 with the 0.4 schedulers; `v0.15.1` and `0.15` read too
+    /// [default: 0.15.1 for vllm-v1, 0.4.2 for the others]
+    #[arg(long, value_name = "VERSION")]
+    pub vllm_version: Option<kvplan_serve::config::VllmVersion>,
     /// What happens to a preempted sequence's KV (vllm-v1: recompute only) [default: recompute]
     #[arg(long, value_enum)]
     pub preemption: Option<Preemption>,
@@ -210,6 +216,7 @@ impl ServeArgs {
                 gpu_memory_utilization: self.gpu_memory_utilization,
                 swap_space_gib: self.swap_space_gib,
                 scheduler: self.scheduler,
+                vllm_version: self.vllm_version,
                 preemption: self.preemption,
                 max_num_seqs: self.max_num_seqs,
                 max_num_batched_tokens: self.max_num_batched_tokens,

@@ -177,6 +177,9 @@ impl Percentiles {
 /// The run's summary.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Summary {
+    /// The vLLM release the engine followed (`0.15.1`; a cluster whose engines follow several:
+    /// each, oldest first, `0.13.0, 0.15.1`).
+    pub vllm_version: String,
     /// Requests given.
     pub requests: u64,
     /// Requests served.
@@ -367,6 +370,9 @@ pub(crate) struct Totals {
     pub gpu_blocks: u32,
     pub host_bytes: u64,
     pub iterations: u64,
+    /// The releases the engines follow, one bit each by their place in
+    /// [`crate::sched::versions::RELEASES`].
+    pub versions: u32,
 }
 
 impl Totals {
@@ -380,6 +386,20 @@ impl Totals {
         self.cache.hit_tokens += cache.hit_tokens;
         self.gpu_blocks = self.gpu_blocks.saturating_add(r.gpu_blocks);
         self.host_bytes = self.host_bytes.saturating_add(r.host_bytes);
+        let i = crate::sched::versions::RELEASES
+            .iter()
+            .position(|x| x.version == r.vllm_version)
+            .expect("every version is in the release table");
+        self.versions |= 1 << i;
+    }
+
+    /// The releases of [`Totals::versions`], oldest first: `0.15.1`, `0.13.0, 0.15.1`.
+    fn vllm_version(&self) -> String {
+        let names: Vec<&str> = (crate::sched::versions::RELEASES.iter().enumerate())
+            .filter(|&(i, _)| self.versions & (1 << i) != 0)
+            .map(|(_, r)| r.name)
+            .collect();
+        names.join(", ")
     }
 }
 
@@ -514,6 +534,7 @@ impl SummaryAcc {
         let done = self.finished;
         Ok(Summary {
             queue_trend: self.trend.finish(),
+            vllm_version: totals.vllm_version(),
             requests: self.requests,
             finished: done,
             rejected: self.requests - done,

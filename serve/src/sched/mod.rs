@@ -23,6 +23,7 @@ pub mod preempt;
 pub mod registry;
 pub mod v0;
 pub mod v1;
+pub mod versions;
 
 /// Where a request is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,24 +1,24 @@
 //! The scheduler registry: one [`SchedulerSpec`] per [`SchedulerKind`] (its name, the vLLM
-//! release whose rules it follows, its defaults, what it can do and the factory of its policy),
+//! engine whose releases it follows, what it can do and the factory of its policy),
 //! in the spirit of vLLM's `SchedulerInterface` implementations and Vidur's
 //! `ReplicaSchedulerRegistry`. Settings are checked against a spec's capabilities, never against
 //! a kind: adding a scheduler is a policy file and one line in [`SCHEDULERS`].
 
-use kvplan_vocab::HardwareProfile;
-
+use super::versions::Engine;
 use super::{Policy, v0, v1};
 use crate::{Preemption, SchedulerKind};
 
-/// A setting a scheduler has on, off, or not at all.
+/// A setting a scheduler or release has on, off, or not at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Support {
     /// Modelled; on unless turned off.
     DefaultOn,
     /// Modelled; off unless turned on.
     DefaultOff,
-    /// Always on: the scheduler cannot run without it.
+    /// Always on: the scheduler cannot run without it (or the release turns it on whatever is
+    /// asked).
     Always,
-    /// Not modelled for this scheduler: asking for it is an error.
+    /// Not modelled for this scheduler, or not in the release: asking for it is an error.
     No,
 }
 
@@ -35,24 +35,19 @@ impl Support {
     }
 }
 
-/// One scheduler kind: what it is, what it can do, its defaults and its policy.
+/// One scheduler kind: what it is, what it can do and its policy. The defaults that changed
+/// between vLLM releases (batch sizes, prefix caching, chunked prefill, asynchronous
+/// scheduling, CUDA graphs) are the release's it follows ([`super::versions::Release`]).
 #[derive(Debug)]
 pub struct SchedulerSpec {
     /// The kind.
     pub kind: SchedulerKind,
-    /// The release whose rules it follows.
-    pub follows: &'static str,
+    /// The engine whose releases it follows.
+    pub generation: Engine,
     /// The engine's name in messages.
     pub engine: &'static str,
-    /// Automatic prefix caching.
-    pub prefix_caching: Support,
-    /// Chunked prefill as a setting (`enable_chunked_prefill`): [`Support::No`] where the
-    /// scheduler decides itself ([`SchedulerSpec::always_chunks`]).
-    pub chunked_prefill: Support,
     /// Chunks prompts whatever the settings say (Sarathi's `chunked`).
     pub always_chunks: bool,
-    /// Asynchronous scheduling by default.
-    pub async_default: bool,
     /// The preemption modes it implements.
     pub preemption: &'static [Preemption],
     /// Keeps block 0 as the null block (vLLM V1's block pool).
@@ -65,50 +60,25 @@ pub struct SchedulerSpec {
     /// Takes KV from outside the GPU (vLLM's KV connectors: a CPU tier, a remote prefill):
     /// requests may wait for their KV to arrive before they are scheduled.
     pub kv_connector: bool,
-    /// Default `(max_num_batched_tokens, max_num_seqs)` on a GPU, before the rule for
-    /// chunking off (the longest prompt must fit one step).
-    pub batch_defaults: fn(&HardwareProfile) -> (u32, u32),
     /// A new policy.
     pub policy: fn() -> Box<dyn Policy>,
-}
-
-/// vLLM v0.15.1's OpenAI-server defaults (`EngineArgs.get_batch_defaults`): GPUs with at least
-/// 70 GiB that are not A100s get 8192 batched tokens and 1024 sequences, the rest 2048 and 256.
-fn v1_defaults(hw: &HardwareProfile) -> (u32, u32) {
-    let gib = hw.gpu.memory_bytes as f64 / (1u64 << 30) as f64;
-    let a100 = hw.gpu.name.contains("A100") || hw.name.starts_with("a100");
-    if gib >= 70.0 && !a100 {
-        (8192, 1024)
-    } else {
-        (2048, 256)
-    }
-}
-
-/// vLLM 0.4's defaults: 2048 batched tokens, 256 sequences.
-fn v0_defaults(_: &HardwareProfile) -> (u32, u32) {
-    (2048, 256)
 }
 
 const ALL_PREEMPTION: &[Preemption] =
     &[Preemption::Recompute, Preemption::Swap, Preemption::Hybrid];
 
-/// vLLM 0.4's engine: no prefix caching (here), whole prompts unless the policy chunks,
-/// every preemption mode, synchronous steps, a free-block watermark, requests that can never
-/// fit refused at arrival.
+/// vLLM 0.4's engine: whole prompts unless the policy chunks, every preemption mode, a
+/// free-block watermark, requests that can never fit refused at arrival.
 const V0: SchedulerSpec = SchedulerSpec {
     kind: SchedulerKind::PrefillFirst,
-    follows: "vLLM 0.4.2",
+    generation: Engine::V0,
     engine: "vLLM 0.4",
-    prefix_caching: Support::No,
-    chunked_prefill: Support::No,
     always_chunks: false,
-    async_default: false,
     preemption: ALL_PREEMPTION,
     null_block: false,
     watermark: true,
     rejects_unfittable: true,
     kv_connector: false,
-    batch_defaults: v0_defaults,
     policy: || Box::new(v0::PrefillFirst),
 };
 
@@ -116,30 +86,26 @@ const V0: SchedulerSpec = SchedulerSpec {
 pub static SCHEDULERS: &[SchedulerSpec] = &[
     SchedulerSpec {
         kind: SchedulerKind::VllmV1,
-        follows: "vLLM v0.15.1 (V1 engine)",
+        generation: Engine::V1,
         engine: "vLLM V1",
-        prefix_caching: Support::DefaultOn,
-        chunked_prefill: Support::DefaultOn,
         always_chunks: false,
-        async_default: true,
         preemption: &[Preemption::Recompute],
         null_block: true,
         watermark: false,
         rejects_unfittable: false,
         kv_connector: true,
-        batch_defaults: v1_defaults,
         policy: || Box::new(v1::V1),
     },
     V0,
+    // vLLM 0.4.2's engine, decodes and whole prompts in one step.
     SchedulerSpec {
         kind: SchedulerKind::Mixed,
-        follows: "vLLM 0.4.2, decodes and whole prompts in one step",
         policy: || Box::new(v0::Mixed),
         ..V0
     },
+    // vLLM 0.4.2's engine with Sarathi-Serve's chunked prefill.
     SchedulerSpec {
         kind: SchedulerKind::Chunked,
-        follows: "vLLM 0.4.2 with Sarathi-Serve's chunked prefill",
         always_chunks: true,
         policy: || Box::new(v0::Chunked),
         ..V0
