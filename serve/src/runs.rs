@@ -71,6 +71,9 @@ pub struct MeasuredRequest {
 pub struct MeasuredRun {
     /// Where it came from.
     pub name: String,
+    /// The model the file names, as written (a `vllm bench serve` JSON's `model_id`; a CSV
+    /// names none).
+    pub model: Option<String>,
     /// The requests, sorted by arrival.
     pub requests: Vec<MeasuredRequest>,
 }
@@ -347,7 +350,12 @@ impl MeasuredRun {
                 prefix: None,
             });
         }
-        MeasuredRun::checked(name, requests)
+        let mut run = MeasuredRun::checked(name, requests)?;
+        run.model = (v.get("model_id").and_then(|m| m.as_str()))
+            .map(str::trim)
+            .filter(|m| !m.is_empty())
+            .map(String::from);
+        Ok(run)
     }
 
     fn checked(name: &str, mut requests: Vec<MeasuredRequest>) -> Result<MeasuredRun, RunsError> {
@@ -361,6 +369,7 @@ impl MeasuredRun {
         }
         Ok(MeasuredRun {
             name: name.to_string(),
+            model: None,
             requests,
         })
     }
@@ -555,11 +564,13 @@ pub fn compare(run: &MeasuredRun, out: &ServeReport) -> Comparison {
 }
 
 /// Why a stage of a stage table was not replayed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum StageSkip {
     /// Its row does not make a scenario.
+    #[error(transparent)]
     Scenario(RunsError),
-    /// Its scenario does not resolve (an unknown model or GPU, a setting out of range).
+    /// Its scenario does not resolve (a setting out of range, a model that does not fit).
+    #[error(transparent)]
     Resolve(crate::scenario::ScenarioError),
 }
 
@@ -585,22 +596,36 @@ pub fn replay_stages(
         skipped: Vec::new(),
     };
     for st in stages {
-        let sc = st
-            .scenario(model, hardware)
-            .map_err(StageSkip::Scenario)
-            .and_then(|r| r.resolve().map_err(StageSkip::Resolve));
-        let sc = match sc {
-            Ok(sc) => sc,
-            Err(why) => {
-                replay.skipped.push((st.name.clone(), why));
-                continue;
-            }
-        };
-        let reqs = sc.requests()?;
-        let out = sc.run(&reqs)?;
-        replay.rows.push(StageComparison::new(st, &out));
+        match replay_stage(st, model, hardware)? {
+            Ok((_, row)) => replay.rows.push(row),
+            Err(why) => replay.skipped.push((st.name.clone(), why)),
+        }
     }
     Ok(replay)
+}
+
+/// One stage of [`replay_stages`]: the scenario it was replayed on and its comparison, or why
+/// its scenario could not be built (`Ok(Err(_))`); a replay that fails is an error.
+pub fn replay_stage(
+    stage: &StageRun,
+    model: Option<&str>,
+    hardware: Option<&str>,
+) -> Result<
+    Result<(crate::scenario::ServeScenario, StageComparison), StageSkip>,
+    crate::scenario::ScenarioError,
+> {
+    let sc = stage
+        .scenario(model, hardware)
+        .map_err(StageSkip::Scenario)
+        .and_then(|r| r.resolve().map_err(StageSkip::Resolve));
+    let sc = match sc {
+        Ok(sc) => sc,
+        Err(why) => return Ok(Err(why)),
+    };
+    let reqs = sc.requests()?;
+    let out = sc.run(&reqs)?;
+    let row = StageComparison::new(stage, &out);
+    Ok(Ok((sc, row)))
 }
 
 impl MeasuredRun {
@@ -809,6 +834,12 @@ mod tests {
 pub struct StageRun {
     /// `exp_name` and the stage index.
     pub name: String,
+    /// `exp_name`: the experiment whose load stages these are.
+    pub experiment: String,
+    /// The stage table it was read from, as named to [`StageRun::parse`].
+    pub file: String,
+    /// Its line in that file (the header is line 1).
+    pub line: u64,
     /// Hugging Face model id (`model_hf`).
     pub model_hf: String,
     /// GPU as written (`hardware`, e.g. `H100`).
@@ -1025,6 +1056,9 @@ impl StageRun {
             };
             out.push(StageRun {
                 name: format!("{} stage {stage}", get("exp_name")),
+                experiment: get("exp_name").to_string(),
+                file: name.to_string(),
+                line,
                 model_hf: get("model_hf").to_string(),
                 hardware: get("hardware").to_string(),
                 tp: whole("tp")?.max(1),
