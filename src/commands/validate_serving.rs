@@ -44,12 +44,10 @@ pub struct ValidateServingArgs {
     pub output: OutputArgs,
 }
 
-/// A stage's reason for being left out, in the command line's words.
+/// A stage's reason for being left out: the library's words, which name the scenario's field
+/// (`serve.tensor_parallel_size`), set from the row's column, not by a flag of this command.
 fn skip_text(why: StageSkip) -> String {
-    match why {
-        StageSkip::Resolve(e) => serve_error(e).message,
-        other => other.to_string(),
-    }
+    why.to_string()
 }
 
 /// A fidelity error in the command line's words: one line naming the file.
