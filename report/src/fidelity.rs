@@ -207,12 +207,22 @@ fn tables(what: &str, f: &Fidelity, skipped: &[SkippedStage]) -> String {
     let requests = f.runs.len() - stages;
     let plural =
         |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    let kinds: Vec<String> = [
+        (stages, plural(stages, "stage", "stages")),
+        (
+            requests,
+            plural(requests, "per-request run", "per-request runs"),
+        ),
+    ]
+    .into_iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(_, s)| s)
+    .collect();
     let mut text = format!(
-        "{what}: {} from {} replayed ({}, {})\n",
+        "{what}: {} from {} replayed ({})\n",
         plural(f.runs.len(), "run", "runs"),
         plural(f.files.len(), "file", "files"),
-        plural(stages, "stage", "stages"),
-        plural(requests, "per-request run", "per-request runs"),
+        kinds.join(", "),
     );
     for file in &f.files {
         let rows: Vec<&RunRow> = f.runs.iter().filter(|r| r.file == *file).collect();
