@@ -6,7 +6,8 @@
 //!   files (not those of folders inside), sorted by name. Each file is a stage table or a
 //!   per-request run ([`Measured::open`]); every file is read before anything is replayed.
 //! - **Replays** run in parallel (rayon), one per stage of a stage table (with the row's own
-//!   settings, [`crate::runs::replay_stage`]) and one per per-request run (on the base
+//!   settings, [`crate::runs::replay_stage`]; a row naming a model or GPU kvplan does not know
+//!   is refused when the file is read, [`check_stage_names`]) and one per per-request run (on the base
 //!   scenario's model, GPU and engine settings; a `vllm bench serve` JSON's `model_id` stands
 //!   for a model not given). Results keep the order of the inputs: the same inputs give the
 //!   same report, byte for byte, however the work was scheduled.
@@ -38,7 +39,10 @@ use std::path::PathBuf;
 use rayon::prelude::*;
 use serde::Serialize;
 
-use crate::runs::{Measured, MeasuredRun, MetricError, RunsError, StageRun, StageSkip, compare};
+use crate::runs::{
+    Measured, MeasuredRun, MetricError, ReplayError, RunsError, StageRun, StageSkip,
+    check_stage_names, compare,
+};
 use crate::scenario::{RawServeScenario, ScenarioError};
 
 /// Why a fidelity report could not be made. Each names the file (or folder) at fault.
@@ -494,6 +498,9 @@ pub fn validate_serving(
     for (i, f) in files.iter().enumerate() {
         match Measured::open(f)? {
             Measured::Stages(stages) => {
+                // A row naming a model or GPU kvplan does not know is refused now, before any
+                // replay.
+                check_stage_names(&stages, base.model.as_deref(), base.hardware.as_deref())?;
                 let levels = load_levels(&stages);
                 for (stage, (load, fraction)) in stages.into_iter().zip(levels) {
                     jobs.push(Job::Stage {
@@ -579,13 +586,15 @@ fn replay(job: &Job, base: &RawServeScenario, names: &[String]) -> Result<Outcom
         } => {
             let path = &names[*file];
             let (model, hardware) = (base.model.as_deref(), base.hardware.as_deref());
-            let replayed = crate::runs::replay_stage(stage, model, hardware).map_err(|source| {
-                FidelityError::Replay {
-                    path: path.clone(),
-                    run: stage.name.clone(),
-                    source: Box::new(source),
-                }
-            })?;
+            let replayed =
+                crate::runs::replay_stage(stage, model, hardware).map_err(|e| match e {
+                    ReplayError::Refused(e) => FidelityError::Runs(e),
+                    ReplayError::Scenario(source) => FidelityError::Replay {
+                        path: path.clone(),
+                        run: stage.name.clone(),
+                        source: Box::new(source),
+                    },
+                })?;
             let (sc, c) = match replayed {
                 Ok(r) => r,
                 Err(why) => {
