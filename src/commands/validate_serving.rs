@@ -89,6 +89,7 @@ fn fidelity_error(e: FidelityError) -> CliError {
                 "{path}: no stage could be replayed ({first}{more})"
             ))
         }
+        FidelityError::Runs(e) => CliError::input(super::serve::refused_row(&e)),
         other => CliError::input(other.to_string()),
     }
 }
