@@ -1152,6 +1152,63 @@ fn impossible_measurements_name_file_row_and_field() {
     }
 }
 
+/// A stage table's row naming a model or a GPU kvplan does not know is refused, not skipped:
+/// one line naming the file, the row, the field and the value, and the flag that replaces
+/// every row's (which makes the row acceptable); `calibrate --from-runs` and
+/// `validate-serving` read the same table and refuse the same.
+#[test]
+fn a_stage_row_naming_an_unknown_model_or_gpu_is_refused() {
+    let dir = TempDir::new("stage-unknown-names");
+    let table = std::fs::read_to_string(
+        crate::common::root()
+            .join("data/validation/real_vllm/vllm_h100_llama2-7b_mixtral-8x7b.csv"),
+    )
+    .unwrap();
+    let lines: Vec<&str> = table.lines().collect();
+    let cols: Vec<&str> = lines[0].split(',').collect();
+    // The codegen run's two stages (lines 2 and 3); the second names `value` in `col`.
+    let write = |file: &str, col: &str, value: &str| {
+        let i = cols.iter().position(|c| *c == col).unwrap();
+        let mut cells: Vec<&str> = lines[2].split(',').collect();
+        cells[i] = value;
+        let text = format!("{}\n{}\n{}\n", lines[0], lines[1], cells.join(","));
+        std::fs::write(dir.path().join(file), text).unwrap();
+    };
+    write("model.csv", "model_hf", "acme/Nonexistent-7b");
+    write("gpu.csv", "hardware", "MI999");
+    let run = |args: &[&str]| run_in(dir.path(), args);
+    let model = "model.csv:3: model_hf: `acme/Nonexistent-7b`";
+    let gpu = "gpu.csv:3: hardware: `MI999`";
+    expect_input_error(
+        &run(&["serve", "--compare-to", "model.csv"]),
+        &[&format!("error: --compare-to: {model}"), "--model"],
+    );
+    expect_input_error(
+        &run(&["serve", "--compare-to", "gpu.csv"]),
+        &[&format!("error: --compare-to: {gpu}"), "--hardware"],
+    );
+    for (file, needle) in [("model.csv", model), ("gpu.csv", gpu)] {
+        expect_input_error(
+            &run(&["calibrate", "--from-runs", file, "--base", "h100-sxm"]),
+            &[&format!("error: --from-runs: {needle}")],
+        );
+        expect_input_error(
+            &run(&["validate-serving", file]),
+            &[&format!("error: {needle}")],
+        );
+    }
+    // The flag over every row's makes the row one kvplan replays: both stages, none skipped.
+    for (file, flag, value) in [
+        ("gpu.csv", "--hardware", "h100-sxm"),
+        ("model.csv", "--model", "llama-2-7b"),
+    ] {
+        let out = run(&["serve", "--compare-to", file, flag, value]);
+        let text = crate::common::ok(&out);
+        assert!(text.contains("2 stage(s) replayed"), "{text}");
+        assert!(!text.contains("skipped"), "{text}");
+    }
+}
+
 /// `--dtype bfloat16` on a GPU below compute capability 8.0 is refused as vLLM refuses it,
 /// naming the fix; float16 for Gemma 2 likewise.
 #[test]

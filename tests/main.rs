@@ -21,3 +21,4 @@ mod serve;
 mod settings;
 mod supply;
 mod sweep;
+mod validate_serving;

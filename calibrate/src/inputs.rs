@@ -346,6 +346,9 @@ pub fn fit_runs(
     progress: &dyn kvplan_vocab::Progress,
 ) -> Result<RunsFitted, Error> {
     let stages = StageRun::read(runs).map_err(|e| Error::Input(format!("{}: {e}", l.runs)))?;
+    // Before the base is told from the rows' GPUs: a GPU without a preset is named by its row.
+    kvplan_serve::runs::check_stage_names(&stages, None, None)
+        .map_err(|e| Error::Input(format!("{}: {e}", l.runs)))?;
     let base_name = match base {
         Some(b) => b.to_string(),
         None => crate::runs::stages_base(&stages)

@@ -162,7 +162,8 @@ fn loss(c: &StageComparison) -> f64 {
 }
 
 /// Fits `base` (named `base_name`, a preset or profile path the stages resolve it by) to the
-/// stages whose model resolves and whose GPU is `base`'s. At most `fit_requests` requests of
+/// stages whose GPU is `base`'s (others are skipped, named); a row naming a model or GPU kvplan
+/// does not know is refused ([`kvplan_serve::runs::check_stage_names`]). At most `fit_requests` requests of
 /// each stage are replayed while searching (the figures settle within a few hundred seconds of
 /// load); the before/after reports replay every request.
 pub fn fit_stages(
@@ -237,6 +238,10 @@ pub fn fit_stages_progress(
     iterations: usize,
     progress: &dyn kvplan_vocab::Progress,
 ) -> Result<RunsFit, Error> {
+    // A row naming a model or GPU kvplan does not know is refused, not skipped (the fit has no
+    // model or GPU to put in its place).
+    kvplan_serve::runs::check_stage_names(stages, None, None)
+        .map_err(|e| Error::Input(e.to_string()))?;
     let mut skipped = Vec::new();
     let mut fit_set = Vec::new();
     let mut full_set = Vec::new();
@@ -264,7 +269,7 @@ pub fn fit_stages_progress(
                 full_set.push(b);
             }
             (Err(e), _) | (_, Err(e)) => {
-                // The first clause of a long message (an unknown model lists every preset).
+                // The first clause of a long message.
                 let short = e.split("; ").next().unwrap_or(&e).to_string();
                 skipped.push((st.name.clone(), short));
             }

@@ -294,6 +294,138 @@ pub fn latency_cdf(
     }])
 }
 
+/// One panel of a [`parity_chart`]: a metric, its unit, and its points (measured, predicted),
+/// one series per legend entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParityPanel {
+    /// The metric, as the panel's title.
+    pub metric: String,
+    /// Its unit, for the axis labels (`s`, `req/s`).
+    pub unit: String,
+    /// The points: x measured, y predicted. Each series keeps its colour across panels by its
+    /// place in the list, so give every panel the same series (empty where it has no point).
+    pub series: Vec<Series>,
+}
+
+/// Predicted against measured: one panel per metric, two side by side, both axes on a log scale
+/// over the same span (the panel's points' own), and the line y = x where prediction equals
+/// measurement; a point above the line was predicted high. Points are markers. A log axis
+/// cannot show 0 or less: such points are left out; a panel left with none is drawn empty.
+///
+/// Errors: [`Error::Empty`] when no panel has a positive point, [`Error::NonFinite`] for a NaN
+/// or infinite coordinate.
+pub fn parity_chart(panels: &[ParityPanel], title: &str) -> Result<String, Error> {
+    let positive = |s: &Series| Series {
+        points: (s.points.iter().copied())
+            .filter(|&(x, y)| !(x <= 0.0 || y <= 0.0))
+            .collect(),
+        ..s.clone()
+    };
+    let kept: Vec<Vec<Series>> = panels
+        .iter()
+        .map(|p| p.series.iter().map(positive).collect())
+        .collect();
+    let all: Vec<Series> = kept.iter().flatten().cloned().collect();
+    check(&all, title)?;
+    let cols = panels.len().clamp(1, 2);
+    let rows = panels.len().div_ceil(cols);
+    let side = PANEL_HEIGHT;
+    let mut svg = String::new();
+    {
+        let size = (side * cols as u32, side * rows as u32 + 40);
+        let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
+        root.fill(&WHITE).map_err(draw_err)?;
+        let root = root.titled(title, ("sans-serif", 22)).map_err(draw_err)?;
+        let areas = root.split_evenly((rows, cols));
+        for ((p, series), area) in panels.iter().zip(&kept).zip(&areas) {
+            draw_parity(area, p, series)?;
+        }
+        root.present().map_err(draw_err)?;
+    }
+    Ok(svg)
+}
+
+/// A log axis's tick: three significant digits at most, no trailing zeros (`0.009`, `20`).
+fn tick(v: f64) -> String {
+    if !(v.is_finite() && v > 0.0) {
+        return format!("{v}");
+    }
+    let digits = (2 - v.log10().floor() as i32).max(0) as usize;
+    let s = format!("{v:.digits$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+fn draw_parity<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    p: &ParityPanel,
+    series: &[Series],
+) -> Result<(), Error> {
+    let values = || {
+        series
+            .iter()
+            .flat_map(|s| s.points.iter().flat_map(|q| [q.0, q.1]))
+    };
+    let lo = values().fold(f64::INFINITY, f64::min);
+    let hi = values().fold(f64::NEG_INFINITY, f64::max);
+    let (lo, hi) = if lo.is_finite() { (lo, hi) } else { (1.0, 1.0) };
+    let (lo, hi) = (lo / 1.5, hi * 1.5);
+    let x_label = format!("measured ({}, log scale)", p.unit);
+    let y_label = format!("predicted ({}, log scale)", p.unit);
+    let mut chart = ChartBuilder::on(area)
+        .caption(&p.metric, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d((lo..hi).log_scale(), (lo..hi).log_scale())
+        .map_err(draw_err)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .y_desc(y_label)
+        .x_labels(6)
+        .y_labels(6)
+        .x_label_formatter(&|v| tick(*v))
+        .y_label_formatter(&|v| tick(*v))
+        .light_line_style(WHITE)
+        .draw()
+        .map_err(draw_err)?;
+    let grey = RGBColor(127, 127, 127);
+    chart
+        .draw_series(DashedLineSeries::new(
+            [(lo, lo), (hi, hi)],
+            6,
+            4,
+            grey.stroke_width(1),
+        ))
+        .map_err(draw_err)?
+        .label("y = x")
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], grey.stroke_width(1)));
+    for (i, s) in series.iter().enumerate() {
+        if s.points.is_empty() {
+            continue;
+        }
+        let color = PALETTE[i % PALETTE.len()];
+        chart
+            .draw_series(s.points.iter().map(|&q| Circle::new(q, 3, color.filled())))
+            .map_err(draw_err)?
+            .label(s.name.as_str())
+            .legend(move |(x, y)| Circle::new((x + 10, y), 3, color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font(("sans-serif", 12))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(draw_err)?;
+    Ok(())
+}
+
 /// The empirical CDF of the finite values of `v` as a step line: (x, fraction at or below x),
 /// at most [`MAX_POINTS`] points (evenly spaced ranks beyond that).
 fn cdf(v: &[f64], positive_only: bool) -> Vec<(f64, f64)> {
@@ -533,6 +665,50 @@ mod tests {
         // 1-pixel).
         assert_eq!(svg.matches("stroke-width=\"2\"").count(), 4, "{svg}");
         assert_eq!(svg.matches("<circle").count(), 6);
+    }
+
+    #[test]
+    fn parity_chart_draws_panels_on_log_axes_with_the_diagonal() {
+        let panel = |metric: &str, pts: Vec<(f64, f64)>| ParityPanel {
+            metric: metric.into(),
+            unit: "s".into(),
+            series: vec![
+                Series::scatter("llama", pts),
+                Series::scatter("mixtral", vec![]),
+            ],
+        };
+        let panels = [
+            panel("TTFT mean", vec![(0.025, 0.026), (100.0, 600.0)]),
+            // A zero cannot sit on a log axis: left out, the rest drawn.
+            panel("TPOT", vec![(0.0, 0.007), (0.008, 0.009)]),
+            panel("E2E mean", vec![(1.8, 1.9)]),
+        ];
+        let svg = parity_chart(&panels, "predicted against measured").unwrap();
+        for want in [
+            "TTFT mean",
+            "TPOT",
+            "E2E mean",
+            "log scale",
+            "y = x",
+            "llama",
+        ] {
+            assert!(svg.contains(want), "missing {want}");
+        }
+        // The empty series has no legend entry; 4 points drawn, one per legend of llama's.
+        assert!(!svg.contains("mixtral"));
+        assert_eq!(svg.matches("<circle").count(), 4 + 3);
+        assert_eq!(
+            svg,
+            parity_chart(&panels, "predicted against measured").unwrap()
+        );
+        assert!(matches!(
+            parity_chart(&[panel("x", vec![(0.0, 1.0)])], "t"),
+            Err(Error::Empty(_))
+        ));
+        assert!(matches!(
+            parity_chart(&[panel("x", vec![(f64::NAN, 1.0)])], "t"),
+            Err(Error::NonFinite { .. })
+        ));
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod calibrate;
 pub mod cleanup;
 pub mod deploy;
 pub mod diff;
+pub mod fidelity;
 pub mod files;
 pub mod listings;
 pub mod outputs;

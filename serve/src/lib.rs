@@ -38,6 +38,7 @@ pub mod config;
 pub mod day;
 pub mod deploy;
 pub mod engine;
+pub mod fidelity;
 pub mod iteration;
 pub mod kv_cache;
 pub(crate) mod lru;

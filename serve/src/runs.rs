@@ -45,6 +45,57 @@ pub enum RunsError {
         /// What is wrong and what is expected.
         message: String,
     },
+    /// A stage table's row names a model kvplan cannot load (`model_hf`).
+    #[error("{path}:{line}: model_hf: `{value}` {}", unknown_model(source))]
+    UnknownModel {
+        /// The file.
+        path: String,
+        /// The row's line (the header is line 1).
+        line: u64,
+        /// The model as written.
+        value: String,
+        /// Why it does not load.
+        source: Box<kvplan_vocab::Error>,
+    },
+    /// A stage table's row names a GPU with no hardware preset (`hardware`).
+    #[error(
+        "{path}:{line}: hardware: `{value}` has no hardware preset (write a preset's name, such as h100-sxm, or H100, H200, A100, A100 40GB, RTX 4090, T4)"
+    )]
+    UnknownGpu {
+        /// The file.
+        path: String,
+        /// The row's line (the header is line 1).
+        line: u64,
+        /// The GPU as written.
+        value: String,
+    },
+}
+
+/// Why a stage's model does not load, after its name: not a name kvplan knows (with the
+/// nearest, if any), or the load's own error (a config.json that cannot be read).
+fn unknown_model(e: &kvplan_vocab::Error) -> String {
+    match e {
+        kvplan_vocab::Error::UnknownModel { close, .. } => format!(
+            "is no model kvplan knows{} (write a preset's name, a preset's Hugging Face id, or a config.json path)",
+            match close.as_slice() {
+                [] => String::new(),
+                c => format!("; did you mean {}?", c.join(", ")),
+            }
+        ),
+        other => format!("does not load: {other}"),
+    }
+}
+
+impl RunsError {
+    /// The stage table's column at fault when a row names a model or GPU kvplan does not know
+    /// (`model_hf`, `hardware`); `None` for any other error.
+    pub fn unknown_column(&self) -> Option<&'static str> {
+        match self {
+            RunsError::UnknownModel { .. } => Some("model_hf"),
+            RunsError::UnknownGpu { .. } => Some("hardware"),
+            _ => None,
+        }
+    }
 }
 
 /// One request as a client measured it.
@@ -71,6 +122,9 @@ pub struct MeasuredRequest {
 pub struct MeasuredRun {
     /// Where it came from.
     pub name: String,
+    /// The model the file names, as written (a `vllm bench serve` JSON's `model_id`; a CSV
+    /// names none).
+    pub model: Option<String>,
     /// The requests, sorted by arrival.
     pub requests: Vec<MeasuredRequest>,
 }
@@ -347,7 +401,12 @@ impl MeasuredRun {
                 prefix: None,
             });
         }
-        MeasuredRun::checked(name, requests)
+        let mut run = MeasuredRun::checked(name, requests)?;
+        run.model = (v.get("model_id").and_then(|m| m.as_str()))
+            .map(str::trim)
+            .filter(|m| !m.is_empty())
+            .map(String::from);
+        Ok(run)
     }
 
     fn checked(name: &str, mut requests: Vec<MeasuredRequest>) -> Result<MeasuredRun, RunsError> {
@@ -361,6 +420,7 @@ impl MeasuredRun {
         }
         Ok(MeasuredRun {
             name: name.to_string(),
+            model: None,
             requests,
         })
     }
@@ -555,12 +615,49 @@ pub fn compare(run: &MeasuredRun, out: &ServeReport) -> Comparison {
 }
 
 /// Why a stage of a stage table was not replayed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum StageSkip {
-    /// Its row does not make a scenario.
-    Scenario(RunsError),
-    /// Its scenario does not resolve (an unknown model or GPU, a setting out of range).
+    /// Its scenario does not resolve (a setting out of range, a model that does not fit the
+    /// GPU). A model or GPU kvplan does not know is not skipped: it is refused
+    /// ([`ReplayError::Refused`]).
+    #[error(transparent)]
     Resolve(crate::scenario::ScenarioError),
+}
+
+/// Why a stage table could not be replayed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReplayError {
+    /// A row names a model or GPU kvplan does not know ([`check_stage_names`]).
+    #[error(transparent)]
+    Refused(RunsError),
+    /// A replay failed.
+    #[error(transparent)]
+    Scenario(#[from] crate::scenario::ScenarioError),
+}
+
+/// Refuses the first stage (in order) whose row names a model or GPU kvplan does not know:
+/// `model_hf` neither a preset (by name or Hugging Face id, [`kvplan_vocab::ModelSpec::preset_for_hf_id`])
+/// nor a model that loads (a config.json path), unless `model` replaces every row's;
+/// `hardware` without a preset ([`hardware_preset`]), unless `hardware` replaces every row's.
+/// The error names the file, the row's line, the column and the value.
+pub fn check_stage_names(
+    stages: &[StageRun],
+    model: Option<&str>,
+    hardware: Option<&str>,
+) -> Result<(), RunsError> {
+    // Each model is loaded once: a table repeats its models row after row.
+    let mut loaded: Vec<&str> = Vec::new();
+    for st in stages {
+        if model.is_none() && !loaded.contains(&st.model_hf.as_str()) {
+            st.model_loads()?;
+            loaded.push(&st.model_hf);
+        }
+        if hardware.is_none() {
+            st.gpu_preset()?;
+        }
+    }
+    Ok(())
 }
 
 /// A stage table replayed: one comparison per stage that ran, and the stages skipped by name.
@@ -573,34 +670,51 @@ pub struct StageReplay {
 }
 
 /// Replays every stage with its own settings (the model and GPU its row names, unless `model`
-/// / `hardware` say otherwise); a stage whose scenario cannot be built is skipped, a replay
-/// that fails is an error.
+/// / `hardware` say otherwise). A row naming a model or GPU kvplan does not know is refused
+/// before any stage runs ([`check_stage_names`]); a stage whose scenario does not resolve is
+/// skipped; a replay that fails is an error.
 pub fn replay_stages(
     stages: &[StageRun],
     model: Option<&str>,
     hardware: Option<&str>,
-) -> Result<StageReplay, crate::scenario::ScenarioError> {
+) -> Result<StageReplay, ReplayError> {
+    check_stage_names(stages, model, hardware).map_err(ReplayError::Refused)?;
     let mut replay = StageReplay {
         rows: Vec::new(),
         skipped: Vec::new(),
     };
     for st in stages {
-        let sc = st
-            .scenario(model, hardware)
-            .map_err(StageSkip::Scenario)
-            .and_then(|r| r.resolve().map_err(StageSkip::Resolve));
-        let sc = match sc {
-            Ok(sc) => sc,
-            Err(why) => {
-                replay.skipped.push((st.name.clone(), why));
-                continue;
-            }
-        };
-        let reqs = sc.requests()?;
-        let out = sc.run(&reqs)?;
-        replay.rows.push(StageComparison::new(st, &out));
+        match replay_stage(st, model, hardware)? {
+            Ok((_, row)) => replay.rows.push(row),
+            Err(why) => replay.skipped.push((st.name.clone(), why)),
+        }
     }
     Ok(replay)
+}
+
+/// One stage of [`replay_stages`]: the scenario it was replayed on and its comparison, or why
+/// its scenario does not resolve (`Ok(Err(_))`); a row naming a model or GPU kvplan does not
+/// know is refused, a replay that fails is an error.
+pub fn replay_stage(
+    stage: &StageRun,
+    model: Option<&str>,
+    hardware: Option<&str>,
+) -> Result<Result<(crate::scenario::ServeScenario, StageComparison), StageSkip>, ReplayError> {
+    let raw = stage
+        .scenario(model, hardware)
+        .map_err(ReplayError::Refused)?;
+    let sc = match raw.resolve() {
+        Ok(sc) => sc,
+        Err(why) => return Ok(Err(StageSkip::Resolve(why))),
+    };
+    let reqs = sc
+        .requests()
+        .map_err(crate::scenario::ScenarioError::from)?;
+    let out = sc
+        .run(&reqs)
+        .map_err(crate::scenario::ScenarioError::from)?;
+    let row = StageComparison::new(stage, &out);
+    Ok(Ok((sc, row)))
 }
 
 impl MeasuredRun {
@@ -826,6 +940,76 @@ mod tests {
             assert_eq!(e.lines().count(), 1);
         }
     }
+
+    /// A row naming a model or a GPU kvplan does not know is refused, naming the file, the line,
+    /// the column and the value; an override of that column makes the row acceptable; a pooled
+    /// row (never replayed) is not looked at.
+    #[test]
+    fn unknown_models_and_gpus_are_refused_unless_overridden() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../data/validation/real_vllm/vllm_h100_llama2-7b_mixtral-8x7b.csv"
+        );
+        let text = std::fs::read_to_string(path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let cols: Vec<&str> = lines[0].split(',').collect();
+        // Lines 2 and 3: the codegen stages; line 4 its pooled row.
+        let with = |line: usize, col: &str, value: &str| {
+            let i = cols.iter().position(|c| *c == col).unwrap();
+            let mut rows: Vec<String> = lines[..5].iter().map(|l| l.to_string()).collect();
+            let mut cells: Vec<&str> = lines[line - 1].split(',').collect();
+            cells[i] = value;
+            rows[line - 1] = cells.join(",");
+            StageRun::parse(&(rows.join("\n") + "\n"), "t.csv").unwrap()
+        };
+        assert!(check_stage_names(&with(3, "hardware", "H100"), None, None).is_ok());
+        let stages = with(3, "model_hf", "acme/Nonexistent-7b");
+        let e = check_stage_names(&stages, None, None).unwrap_err();
+        assert!(
+            matches!(e, RunsError::UnknownModel { line: 3, .. }),
+            "{e:?}"
+        );
+        let e = e.to_string();
+        assert!(
+            e.starts_with("t.csv:3: model_hf: `acme/Nonexistent-7b` is no model kvplan knows"),
+            "{e}"
+        );
+        assert_eq!(e.lines().count(), 1);
+        assert!(check_stage_names(&stages, Some("llama-2-7b"), None).is_ok());
+        // A near miss is named.
+        let e = check_stage_names(&with(2, "model_hf", "meta-llama/Llama-2-7x-hf"), None, None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("t.csv:2: model_hf: ") && e.contains("llama-2-7b"),
+            "{e}"
+        );
+        let stages = with(3, "hardware", "MI999");
+        let e = check_stage_names(&stages, None, None).unwrap_err();
+        assert!(matches!(e, RunsError::UnknownGpu { line: 3, .. }), "{e:?}");
+        let e = e.to_string();
+        assert!(
+            e.starts_with("t.csv:3: hardware: `MI999` has no hardware preset"),
+            "{e}"
+        );
+        assert!(!e.contains("--"), "a flag is the command line's word: {e}");
+        assert!(check_stage_names(&stages, None, Some("h100-sxm")).is_ok());
+        // The scenario of such a row is refused the same way; replaying the table stops there,
+        // before any stage runs.
+        assert!(matches!(
+            stages[1].scenario(None, None),
+            Err(RunsError::UnknownGpu { .. })
+        ));
+        assert!(matches!(
+            replay_stages(&stages, None, None),
+            Err(ReplayError::Refused(RunsError::UnknownGpu { line: 3, .. }))
+        ));
+        // A GPU named by its preset reads as that preset.
+        assert_eq!(hardware_preset("L40S"), Some("l40s"));
+        assert!(check_stage_names(&with(2, "hardware", "B200"), None, None).is_ok());
+        // The pooled row is not replayed: what it names is not looked at.
+        assert!(check_stage_names(&with(4, "hardware", "MI999"), None, None).is_ok());
+    }
 }
 
 /// One load stage of a shared-prefix serving run (inference-perf's "shared prefix" data against
@@ -836,6 +1020,12 @@ mod tests {
 pub struct StageRun {
     /// `exp_name` and the stage index.
     pub name: String,
+    /// `exp_name`: the experiment whose load stages these are.
+    pub experiment: String,
+    /// The stage table it was read from, as named to [`StageRun::parse`].
+    pub file: String,
+    /// Its line in that file (the header is line 1).
+    pub line: u64,
     /// Hugging Face model id (`model_hf`).
     pub model_hf: String,
     /// GPU as written (`hardware`, e.g. `H100`).
@@ -1095,6 +1285,9 @@ impl StageRun {
             };
             out.push(StageRun {
                 name: format!("{} stage {stage}", get("exp_name")),
+                experiment: get("exp_name").to_string(),
+                file: name.to_string(),
+                line,
                 model_hf: get("model_hf").to_string(),
                 hardware: get("hardware").to_string(),
                 tp: whole("tp")?.max(1),
@@ -1178,7 +1371,8 @@ fn offload_gib(cell: &str) -> Result<Option<f64>, String> {
 }
 
 /// The hardware preset a stage table's GPU name stands for (`H100` is the 80 GB SXM part the
-/// published runs used; `A100` the 80 GB SXM one unless the name says 40 GB or PCIe).
+/// published runs used; `A100` the 80 GB SXM one unless the name says 40 GB or PCIe; a preset's
+/// own name, such as `l40s`, that preset).
 pub fn hardware_preset(name: &str) -> Option<&'static str> {
     let n = name.to_ascii_lowercase();
     if n.contains("h200") {
@@ -1200,11 +1394,42 @@ pub fn hardware_preset(name: &str) -> Option<&'static str> {
     } else if n == "t4" || n.contains("tesla t4") {
         Some("t4")
     } else {
-        None
+        // A preset's own name (`l40s`, `b200`), in any case.
+        (kvplan_vocab::hardware::PRESETS.iter())
+            .find(|(p, _)| p.eq_ignore_ascii_case(n.trim()))
+            .map(|(p, _)| *p)
     }
 }
 
 impl StageRun {
+    /// The model this row names, as the scenario takes it (a preset's name, or `model_hf` as
+    /// written where that loads: a config.json path); an error naming the row where it does
+    /// not load.
+    pub fn model_loads(&self) -> Result<String, RunsError> {
+        let name = kvplan_vocab::ModelSpec::preset_for_hf_id(&self.model_hf)
+            .map(String::from)
+            .unwrap_or_else(|| self.model_hf.clone());
+        match kvplan_vocab::ModelSpec::resolve(&name) {
+            Ok(_) => Ok(name),
+            Err(e) => Err(RunsError::UnknownModel {
+                path: self.file.clone(),
+                line: self.line,
+                value: self.model_hf.clone(),
+                source: Box::new(e),
+            }),
+        }
+    }
+
+    /// The hardware preset this row's GPU stands for ([`hardware_preset`]); an error naming
+    /// the row where it has none.
+    pub fn gpu_preset(&self) -> Result<&'static str, RunsError> {
+        hardware_preset(&self.hardware).ok_or_else(|| RunsError::UnknownGpu {
+            path: self.file.clone(),
+            line: self.line,
+            value: self.hardware.clone(),
+        })
+    }
+
     /// The serving scenario that replays this stage: the model and GPU named in the row (or
     /// the overrides), vLLM V1 with the row's settings and its release's rules and defaults
     /// (`vllm_version`), and inference-perf's shared-prefix load
@@ -1217,23 +1442,11 @@ impl StageRun {
     ) -> Result<crate::scenario::RawServeScenario, RunsError> {
         let model = match model {
             Some(m) => m.to_string(),
-            None => kvplan_vocab::ModelSpec::preset_for_hf_id(&self.model_hf)
-                .map(String::from)
-                .unwrap_or_else(|| self.model_hf.clone()),
+            None => self.model_loads()?,
         };
         let hardware = match hardware {
             Some(h) => h.to_string(),
-            None => hardware_preset(&self.hardware)
-                .ok_or_else(|| {
-                    format_err(
-                        &self.name,
-                        format!(
-                            "hardware `{}` has no preset; give --hardware (a preset or profile)",
-                            self.hardware
-                        ),
-                    )
-                })?
-                .to_string(),
+            None => self.gpu_preset()?.to_string(),
         };
         let configured = f64::from(self.system_prompt_len + self.question_len);
         let scale = if configured > 0.0 && self.prompt_len_mean > 0.0 {

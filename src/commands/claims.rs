@@ -74,6 +74,17 @@ fn files(command: &Command) -> (Named, Named) {
             inputs.push(("--requests-trace", a.requests.requests_trace.clone()));
             (inputs, vec![("--svg", a.svg.clone())])
         }
+        Command::ValidateServing(a) => {
+            // A folder's files are inputs as much as the files named.
+            let inputs = a.inputs.iter().flat_map(|p| {
+                kvplan_serve::fidelity::expand_inputs(std::slice::from_ref(p))
+                    .unwrap_or_else(|_| vec![p.clone()])
+            });
+            (
+                inputs.map(|p| ("FILE_OR_DIR", Some(p))).collect(),
+                vec![("--out", a.out.clone()), ("--svg", a.svg.clone())],
+            )
+        }
         Command::Plot(a) => (
             vec![("CSV", Some(a.csv.clone()))],
             vec![("--out", a.out.clone())],

@@ -26,6 +26,7 @@ pub mod serve_capacity;
 pub mod simulate;
 pub mod sweep;
 pub mod validate;
+pub mod validate_serving;
 
 const ABOUT: &str = "Plan and simulate KV-cache offload and recomputation for LLM inference";
 
@@ -83,6 +84,11 @@ pub enum Command {
     /// throughput, TTFT/TPOT/E2E percentiles, preemptions and swap traffic
     #[command(long_about = serve::SERVE_LONG)]
     Serve(Box<serve::ServeArgs>),
+    /// Replay many measured serving runs (stage tables, per-request runs, folders of them) and
+    /// report how far prediction and measurement differ: per run, and by model, GPU, TP, load
+    /// level and metric
+    #[command(long_about = validate_serving::VALIDATE_SERVING_LONG)]
+    ValidateServing(validate_serving::ValidateServingArgs),
     /// Run a grid of scenarios (a base and axes) in parallel; one CSV or JSONL row per point
     #[command(long_about = sweep::SWEEP_LONG)]
     Sweep(sweep::SweepArgs),
@@ -196,6 +202,7 @@ pub fn run(cli: &Cli) -> Result<String, CliError> {
         Command::Calibrate(a) => calibrate::calibrate(a),
         Command::Validate(a) => validate::validate(a),
         Command::Serve(a) => serve::serve(a),
+        Command::ValidateServing(a) => validate_serving::validate_serving(a),
         Command::Diff(a) => diff::diff(a),
         Command::Plot(a) => plot::plot(a),
         Command::Regress { action } => diff::regress(action),

@@ -585,13 +585,16 @@ fn compare_stages(
     stages: &[kvplan_serve::runs::StageRun],
     format: report::Format,
 ) -> Result<String, CliError> {
-    use kvplan_serve::runs::{StageSkip, replay_stages};
+    use kvplan_serve::runs::{ReplayError, StageSkip, replay_stages};
     let (model, hardware) = (raw.model.as_deref(), raw.hardware.as_deref());
-    let replay = replay_stages(stages, model, hardware).map_err(serve_error)?;
+    let replay = replay_stages(stages, model, hardware).map_err(|e| match e {
+        ReplayError::Refused(e) => CliError::input(format!("--compare-to: {}", refused_row(&e))),
+        ReplayError::Scenario(s) => serve_error(s),
+        other => CliError::failure(other.to_string()),
+    })?;
     let rows = replay.rows;
     let skipped: Vec<(String, String)> = (replay.skipped.into_iter())
         .map(|(name, why)| match why {
-            StageSkip::Scenario(e) => (name, e.to_string()),
             StageSkip::Resolve(e) => (name, serve_error(e).message),
         })
         .collect();
@@ -610,4 +613,14 @@ fn compare_stages(
     Ok(report::serve::stage_comparisons(
         what, path, &rows, skipped, format,
     )?)
+}
+
+/// A measured-run error, with the flag that replaces every stage row's model or GPU where a row
+/// names one kvplan does not know.
+pub(crate) fn refused_row(e: &kvplan_serve::runs::RunsError) -> String {
+    match e.unknown_column() {
+        Some("model_hf") => format!("{e}; or give --model NAME|PATH to replay every row on it"),
+        Some(_) => format!("{e}; or give --hardware NAME|PATH to replay every row on it"),
+        None => e.to_string(),
+    }
 }
