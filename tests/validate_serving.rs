@@ -347,3 +347,71 @@ fn help_explains_load_levels_and_the_summary() {
         assert!(help.contains(w), "{w} not in --help");
     }
 }
+
+/// `--confidence`: each stage's metrics carry a band holding its value, and the summary's
+/// band_coverage is the share of counted measurements inside their bands (recounted here from
+/// the runs); without the flag there is none.
+#[test]
+fn confidence_fills_the_band_coverage() {
+    let d = TempDir::new("validate-serving-bands");
+    let text = std::fs::read_to_string(root().join(TABLE)).unwrap();
+    // The header, two served Llama stages and two served Mixtral ones (not the pooled rows,
+    // stage_index -1).
+    let served = |l: &&str| l.contains(",ok,") && !l.contains(",-1,");
+    let mut keep: Vec<&str> = text.lines().take(1).collect();
+    keep.extend(
+        text.lines()
+            .filter(|l| l.contains("llama-2") && served(l))
+            .take(2),
+    );
+    keep.extend(
+        text.lines()
+            .filter(|l| l.contains("mixtral") && served(l))
+            .take(2),
+    );
+    std::fs::write(d.path().join("s.csv"), keep.join("\n") + "\n").unwrap();
+    let json = |extra: &[&str]| -> serde_json::Value {
+        let a = [
+            &["validate-serving", "s.csv", "--format", "json"][..],
+            extra,
+        ]
+        .concat();
+        serde_json::from_str(&ok(&run_in(d.path(), &a))).unwrap()
+    };
+    let plain = json(&[]);
+    assert!(
+        plain["summary"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|g| g["band_coverage"].is_null())
+    );
+    let v = json(&["--confidence", "--band-draws", "2"]);
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 4);
+    let (mut inside, mut all) = (0, 0);
+    for r in runs {
+        for m in r["metrics"].as_array().unwrap() {
+            if m["metric"] != "ttft_mean_s" {
+                continue;
+            }
+            let b = &m["band"];
+            assert!(num(&b["lo"]) < num(&b["hi"]), "{m}");
+            assert_eq!(num(&b["coverage"]), 0.8);
+            all += 1;
+            inside += usize::from(
+                num(&b["lo"]) <= num(&m["measured"]) && num(&m["measured"]) <= num(&b["hi"]),
+            );
+        }
+    }
+    let total = v["summary"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["model"].is_null() && g["metric"] == "ttft_mean_s")
+        .unwrap();
+    assert!(
+        same(num(&total["band_coverage"]), inside as f64 / all as f64),
+        "{total}"
+    );
+}

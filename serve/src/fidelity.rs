@@ -289,8 +289,8 @@ pub struct GroupSummary {
     pub overload_agree: usize,
     /// Runs of the group with both verdicts.
     pub overload_judged: usize,
-    /// Share of measurements inside the prediction's error band (`None`: the predictions carry
-    /// no band yet).
+    /// Share of the counted measurements inside their prediction's error band (`None`: no band
+    /// drawn; `validate-serving --confidence`).
     pub band_coverage: Option<f64>,
 }
 
@@ -345,11 +345,16 @@ fn group(
 ) -> GroupSummary {
     let mut runs = 0;
     let mut errors = Vec::new();
+    let (mut banded, mut covered) = (0usize, 0usize);
     for r in rows {
         for m in r.metrics.iter().filter(|m| m.metric == metric) {
             runs += 1;
             if r.counts(m) {
                 errors.push(m.error);
+                if let Some(b) = &m.band {
+                    banded += 1;
+                    covered += usize::from(b.covers(m.measured));
+                }
             }
         }
     }
@@ -368,7 +373,7 @@ fn group(
         bias: quantile(&errors, 0.5),
         overload_agree: verdicts.iter().filter(|a| **a).count(),
         overload_judged: verdicts.len(),
-        band_coverage: None,
+        band_coverage: (banded > 0).then(|| covered as f64 / banded as f64),
     }
 }
 
@@ -490,6 +495,7 @@ fn load_levels(stages: &[StageRun]) -> Vec<(LoadLevel, f64)> {
 pub fn validate_serving(
     inputs: &[PathBuf],
     base: &RawServeScenario,
+    bands: Option<&crate::bands::BandSettings>,
     progress: &dyn kvplan_vocab::Progress,
 ) -> Result<Fidelity, FidelityError> {
     let files = expand_inputs(inputs)?;
@@ -534,7 +540,7 @@ pub fn validate_serving(
     let outcomes: Vec<Result<Outcome, FidelityError>> = jobs
         .par_iter()
         .map(|job| {
-            let r = replay(job, base, &names);
+            let r = replay(job, base, bands, &names);
             progress.advance();
             r
         })
@@ -576,7 +582,12 @@ pub fn validate_serving(
     })
 }
 
-fn replay(job: &Job, base: &RawServeScenario, names: &[String]) -> Result<Outcome, FidelityError> {
+fn replay(
+    job: &Job,
+    base: &RawServeScenario,
+    bands: Option<&crate::bands::BandSettings>,
+    names: &[String],
+) -> Result<Outcome, FidelityError> {
     match job {
         Job::Stage {
             file,
@@ -606,12 +617,52 @@ fn replay(job: &Job, base: &RawServeScenario, names: &[String]) -> Result<Outcom
                 }
             };
             let metric = |metric, p: f64, m: f64, error| MetricError {
+                band: None,
                 metric,
                 predicted: p,
                 measured: m,
                 error,
             };
             let (p, m) = (&c.predicted, &c.measured);
+            let mut metrics = vec![
+                metric("ttft_mean_s", p.ttft_mean_s, m.ttft_mean_s, c.ttft_error),
+                metric("tpot_mean_s", p.tpot_s, m.tpot_s, c.tpot_error),
+                metric("e2e_mean_s", p.e2e_mean_s, m.e2e_mean_s, c.e2e_error),
+                metric(
+                    "requests_per_s",
+                    p.throughput_rps,
+                    m.throughput_rps,
+                    c.throughput_error,
+                ),
+            ];
+            if let Some(settings) = bands {
+                let failed = |source: ScenarioError| FidelityError::Replay {
+                    path: path.clone(),
+                    run: stage.name.clone(),
+                    source: Box::new(source),
+                };
+                let reqs = sc.requests().map_err(|e| failed(e.into()))?;
+                let spread = crate::bands::CostSpread::builtin();
+                let drawn = crate::bands::perturbed_runs(&sc, &reqs, &spread, settings)
+                    .map_err(|e| failed(e.into()))?;
+                let residuals = crate::bands::Residuals::builtin();
+                for me in &mut metrics {
+                    use crate::bands::Metric as B;
+                    let b = match me.metric {
+                        "ttft_mean_s" => B::TtftMean,
+                        "tpot_mean_s" => B::TpotMean,
+                        "e2e_mean_s" => B::E2eMean,
+                        _ => B::RequestsPerS,
+                    };
+                    let draws: Vec<f64> = drawn.iter().map(|o| b.of(o)).collect();
+                    me.band = crate::bands::band(
+                        me.predicted,
+                        &draws,
+                        &residuals.of(b),
+                        settings.coverage,
+                    );
+                }
+            }
             Ok(Outcome::Row(Box::new(RunRow {
                 file: path.clone(),
                 run: c.name.clone(),
@@ -624,17 +675,7 @@ fn replay(job: &Job, base: &RawServeScenario, names: &[String]) -> Result<Outcom
                 load_fraction: *fraction,
                 overloaded_predicted: Some(p.overloaded),
                 overloaded_measured: Some(m.overloaded),
-                metrics: vec![
-                    metric("ttft_mean_s", p.ttft_mean_s, m.ttft_mean_s, c.ttft_error),
-                    metric("tpot_mean_s", p.tpot_s, m.tpot_s, c.tpot_error),
-                    metric("e2e_mean_s", p.e2e_mean_s, m.e2e_mean_s, c.e2e_error),
-                    metric(
-                        "requests_per_s",
-                        p.throughput_rps,
-                        m.throughput_rps,
-                        c.throughput_error,
-                    ),
-                ],
+                metrics,
                 median_request_e2e_error: None,
                 median_request_ttft_error: None,
             })))
@@ -721,6 +762,7 @@ mod tests {
             metrics: errors
                 .iter()
                 .map(|&(metric, error)| MetricError {
+                    band: None,
                     metric,
                     predicted: 1.0 + error,
                     measured: 1.0,

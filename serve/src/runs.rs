@@ -559,6 +559,9 @@ pub struct MetricError {
     pub measured: f64,
     /// `predicted / measured − 1`.
     pub error: f64,
+    /// The prediction's error band, when one was drawn ([`crate::bands`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub band: Option<crate::bands::Band>,
 }
 
 /// A prediction set against a measurement.
@@ -592,6 +595,7 @@ pub fn compare(run: &MeasuredRun, out: &ServeReport) -> Comparison {
         .into_iter()
         .zip(measured.named())
         .map(|((metric, p), (_, m))| MetricError {
+            band: None,
             metric,
             predicted: p,
             measured: m,

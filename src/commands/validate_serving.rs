@@ -12,7 +12,7 @@ use kvplan_serve::scenario::RawServeScenario;
 
 use crate::args::OutputArgs;
 use crate::error::CliError;
-use crate::messages::serve_error;
+use crate::messages::{band_error, serve_error};
 
 /// `--help`'s long text (`src/help/validate-serving.txt`).
 pub const VALIDATE_SERVING_LONG: &str =
@@ -39,6 +39,15 @@ pub struct ValidateServingArgs {
     /// Write the summary (one row per model, GPU, TP, load level and metric) as CSV
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+    /// Draw each stage's error bands at this coverage (alone: 0.8) and report how many
+    /// measurements they hold (the band_coverage column): each stage served again --band-draws
+    /// times with perturbed kernel costs. The built-in residuals come from the given real runs,
+    /// so on those runs the coverage is in-sample
+    #[arg(long, value_name = "C", num_args = 0..=1, default_missing_value = "0.8")]
+    pub confidence: Option<f64>,
+    /// Perturbed runs per stage behind --confidence
+    #[arg(long, value_name = "N", default_value_t = 8, requires = "confidence")]
+    pub band_draws: u32,
     /// Output
     #[command(flatten)]
     pub output: OutputArgs,
@@ -101,8 +110,19 @@ pub fn validate_serving(args: &ValidateServingArgs) -> Result<String, CliError> 
         hardware: args.hardware.clone(),
         ..RawServeScenario::default()
     };
+    let bands = args
+        .confidence
+        .map(|coverage| {
+            let b = kvplan_serve::bands::BandSettings {
+                coverage,
+                draws: args.band_draws,
+                seed: 0,
+            };
+            b.check().map(|()| b).map_err(band_error)
+        })
+        .transpose()?;
     let bar = kvplan_report::progress::bar();
-    let f = replay_all(&args.inputs, &base, bar.as_ref());
+    let f = replay_all(&args.inputs, &base, bands.as_ref(), bar.as_ref());
     drop(bar);
     let mut f = f.map_err(fidelity_error)?;
     let skipped: Vec<SkippedStage> = (std::mem::take(&mut f.skipped).into_iter())
