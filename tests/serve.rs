@@ -1070,3 +1070,53 @@ fn serve_names_the_vllm_release_it_followed() {
     .unwrap();
     assert_eq!(flag["vllm_version"], "0.9.2");
 }
+
+/// `plan-deployment --confidence`: the cheapest deployment's objectives with their bands
+/// (`lo < hi`, the value the plan's own figure), whether each crosses its limit, and how many
+/// perturbed runs met every objective; the table says the same; refused with --shard.
+#[test]
+fn plan_deployment_confidence_bands_the_cheapest() {
+    let d = TempDir::new("plan-bands");
+    let args = [
+        "plan-deployment",
+        "--model",
+        "llama-3.1-8b",
+        "--qps",
+        "6",
+        "--lengths",
+        "512",
+        "--output-lengths",
+        "64",
+        "--requests",
+        "400",
+        "--slo",
+        "ttft_p99=500ms,tpot_p99=40ms",
+        "--hardware",
+        "h100-sxm",
+        "--confidence",
+        "--band-draws",
+        "3",
+    ];
+    let v: serde_json::Value = serde_json::from_str(&ok(&run_in(
+        d.path(),
+        &[&args[..], &["--format", "json"]].concat(),
+    )))
+    .unwrap();
+    let c = &v["confidence"];
+    assert_eq!(c["draws"], 3);
+    assert!(c["draws_met"].as_u64().unwrap() <= 3);
+    let objectives = c["objectives"].as_array().unwrap();
+    assert_eq!(objectives.len(), 2);
+    for o in objectives {
+        let b = &o["band"];
+        let f = |k: &str| b[k].as_f64().unwrap();
+        assert!(f("lo") < f("hi") && f("coverage") == 0.8, "{o}");
+        let limit = o["limit_s"].as_f64().unwrap();
+        assert_eq!(o["crosses"].as_bool().unwrap(), f("hi") > limit, "{o}");
+    }
+    let table = ok(&run_in(d.path(), &args));
+    assert!(table.contains("confidence (80% bands, 3 runs"), "{table}");
+    assert!(table.contains("perturbed runs"), "{table}");
+    let out = run_in(d.path(), &[&args[..], &["--shard", "0/2"]].concat());
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -90,7 +90,12 @@ fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
 }
 
 /// Renders `plan` (complete, not a shard) under `slo`.
-pub fn render(plan: &Plan, slo: &Slo, format: Format) -> Result<String, Error> {
+pub fn render(
+    plan: &Plan,
+    slo: &Slo,
+    confidence: Option<&kvplan_serve::deploy::PlanConfidence>,
+    format: Format,
+) -> Result<String, Error> {
     let front = frontier(plan, slo);
     let cheapest = plan.cheapest();
     let on_front = |s: usize, u: u32| front.iter().any(|f| f.shape == s && f.units == u);
@@ -105,6 +110,8 @@ pub fn render(plan: &Plan, slo: &Slo, format: Format) -> Result<String, Error> {
                 counts: Counts,
                 cheapest: Option<Chosen>,
                 frontier: &'a [Frontier],
+                #[serde(skip_serializing_if = "Option::is_none")]
+                confidence: Option<&'a kvplan_serve::deploy::PlanConfidence>,
             }
             #[derive(Serialize)]
             struct Chosen {
@@ -123,6 +130,7 @@ pub fn render(plan: &Plan, slo: &Slo, format: Format) -> Result<String, Error> {
                     usd_per_hour: c.usd_per_hour,
                 }),
                 frontier: &front,
+                confidence,
             })
         }
         Format::Csv => {
@@ -167,7 +175,13 @@ pub fn render(plan: &Plan, slo: &Slo, format: Format) -> Result<String, Error> {
             }
             csv_text(CSV_HEADER, &rows)
         }
-        Format::Table => Ok(table(plan, slo, &front)),
+        Format::Table => {
+            let mut text = table(plan, slo, &front);
+            if let Some(c) = confidence {
+                text.push_str(&confidence_lines(c));
+            }
+            Ok(text)
+        }
     }
 }
 
@@ -397,4 +411,42 @@ pub fn frontier_svg(plan: &Plan, slo: &Slo) -> Result<String, Error> {
         &format!("{} under {}", plan.model, plan.slo),
     )
     .map_err(|e| Error::Failure(format!("cannot draw the frontier: {e}")))
+}
+
+/// The cheapest candidate's bands: each objective `value (lo-hi) of limit`, whether the band
+/// crosses it, and how many perturbed runs met every objective.
+fn confidence_lines(c: &kvplan_serve::deploy::PlanConfidence) -> String {
+    let show = kvplan_serve::capacity::show_seconds;
+    let mut text = format!(
+        "confidence ({:.0}% bands, {} runs of the cheapest with the kernel costs perturbed; docs/DESIGN.md, \"Error bands\"):\n",
+        100.0 * c.coverage,
+        c.draws
+    );
+    for o in &c.objectives {
+        let band = match &o.band {
+            Some(b) => format!("{} ({}-{})", show(b.value), show(b.lo), show(b.hi)),
+            None => "- (a perturbed run did not keep up)".into(),
+        };
+        text.push_str(&format!(
+            "  {} {band} of {}: {}\n",
+            o.objective,
+            show(o.limit_s),
+            if o.crosses {
+                "the band crosses the limit"
+            } else {
+                "within the limit across the band"
+            }
+        ));
+    }
+    text.push_str(&format!(
+        "  every objective held in {} of {} perturbed runs{}\n",
+        c.draws_met,
+        c.draws,
+        if c.objectives.iter().any(|o| o.crosses) {
+            "; one unit more, or a looser objective, for more certainty"
+        } else {
+            ""
+        }
+    ));
+    text
 }

@@ -84,6 +84,21 @@ pub struct PlanDeploymentArgs {
     /// shard as JSON for --merge
     #[arg(long, value_name = "I/N", conflicts_with = "merge")]
     pub shard: Option<String>,
+    /// Error bands on the cheapest deployment's objectives at this coverage (alone: 0.8): its
+    /// cluster served again --band-draws times with the kernel costs perturbed by the cost
+    /// model's calibration residuals, each objective widened by the residuals of the real vLLM
+    /// runs kvplan is validated on; says where a band crosses its limit
+    #[arg(
+        long,
+        value_name = "C",
+        num_args = 0..=1,
+        default_missing_value = "0.8",
+        conflicts_with_all = ["shard", "merge"]
+    )]
+    pub confidence: Option<f64>,
+    /// Perturbed runs behind --confidence
+    #[arg(long, value_name = "N", default_value_t = 8, requires = "confidence")]
+    pub band_draws: u32,
     /// Join shard outputs (JSON of --shard runs) into the unsharded answer, byte for byte
     #[arg(long, value_name = "FILE", num_args = 1..)]
     pub merge: Vec<PathBuf>,
@@ -274,8 +289,26 @@ pub fn plan_deployment(args: &PlanDeploymentArgs) -> Result<String, CliError> {
     let slo: Slo = slo_text
         .parse()
         .map_err(|e| CliError::input(format!("--slo: {e}")))?;
+    let bands = args
+        .confidence
+        .map(|coverage| {
+            let b = kvplan_serve::bands::BandSettings {
+                coverage,
+                draws: args.band_draws,
+                seed: 0,
+            };
+            b.check().map(|()| b).map_err(crate::messages::band_error)
+        })
+        .transpose()?;
+    let mut confidence = None;
     let plan = if args.merge.is_empty() {
-        search(args, &slo)?
+        let (plan, base) = search(args, &slo)?;
+        if let Some(settings) = &bands {
+            confidence =
+                kvplan_serve::deploy::confidence(&base, &plan, &slo, &Default::default(), settings)
+                    .map_err(plan_error)?;
+        }
+        plan
     } else {
         let mut parts = Vec::new();
         for p in &args.merge {
@@ -303,7 +336,7 @@ pub fn plan_deployment(args: &PlanDeploymentArgs) -> Result<String, CliError> {
     if plan.shard.is_some() {
         return Ok(kvplan_report::json_line(&plan)?);
     }
-    let out = kvplan_report::deploy::render(&plan, &slo, args.output.format)?;
+    let out = kvplan_report::deploy::render(&plan, &slo, confidence.as_ref(), args.output.format)?;
     if plan.cheapest().is_none() {
         let miss = match plan.nearest_miss() {
             Some((s, c)) => format!(
@@ -333,7 +366,8 @@ pub fn plan_deployment(args: &PlanDeploymentArgs) -> Result<String, CliError> {
     Ok(out)
 }
 
-fn search(args: &PlanDeploymentArgs, slo: &Slo) -> Result<Plan, CliError> {
+/// The plan, and the base scenario its candidates were built over.
+fn search(args: &PlanDeploymentArgs, slo: &Slo) -> Result<(Plan, RawServeScenario), CliError> {
     let r = &args.requests;
     if r.time_scale.is_some() && r.qps.is_some() {
         return Err(CliError::input(
@@ -396,7 +430,7 @@ fn search(args: &PlanDeploymentArgs, slo: &Slo) -> Result<Plan, CliError> {
     })
     .map_err(plan_error)?;
     drop(bar);
-    Ok(plan)
+    Ok((plan, base))
 }
 
 #[cfg(test)]

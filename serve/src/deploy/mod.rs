@@ -44,9 +44,11 @@ use crate::router::RouterKind;
 use crate::scenario::{RawServeScenario, ScenarioError};
 
 mod bound;
+mod confidence;
 pub mod frontier;
 
 pub use bound::{RateBound, unit_rate_bound};
+pub use confidence::{ObjectiveBand, PlanConfidence, confidence};
 pub use frontier::{Binding, Frontier, frontier};
 
 /// Most GPUs a candidate may have unless `max_gpus` says otherwise.
