@@ -871,34 +871,9 @@ pub fn op_errors(k: &KernelModel, samples: &[Sample]) -> Vec<(Column, usize, Err
     out
 }
 
-/// Per-layer residuals `ln(predicted / measured)` (every op of a layer but attention and the
-/// all-reduces, the residual add twice; one per CSV row), in row order: what an error band
-/// draws the token-wise kernels' spread from (`kvplan_serve::bands::CostSpread`).
-pub fn layer_log_residuals(k: &KernelModel, samples: &[Sample]) -> Vec<f64> {
-    let mut rows: Vec<(u64, f64, f64)> = Vec::new();
-    for s in samples {
-        let times = f64::from(s.column.per_layer());
-        if times == 0.0 {
-            continue;
-        }
-        let (p, m) = (times * device_seconds(k, s), times * s.seconds);
-        match rows.iter_mut().find(|r| r.0 == s.line) {
-            Some(r) => {
-                r.1 += p;
-                r.2 += m;
-            }
-            None => rows.push((s.line, p, m)),
-        }
-    }
-    rows.iter()
-        .filter(|r| r.1 > 0.0 && r.2 > 0.0)
-        .map(|r| (r.1 / r.2).ln())
-        .collect()
-}
-
-/// Per-layer errors (every op of a layer but attention and the all-reduces, the residual add
-/// twice; per CSV row) by tensor-parallel degree and bucket: `(tp, bucket, stat)`.
-pub fn layer_errors(k: &KernelModel, samples: &[Sample]) -> Vec<(u32, usize, ErrorStat)> {
+/// Per CSV row: `(line, tp, tokens, predicted, measured)` seconds of a layer's ops but attention
+/// and the all-reduces (the residual add twice).
+fn layer_rows(k: &KernelModel, samples: &[Sample]) -> Vec<(u64, u32, u32, f64, f64)> {
     let mut rows: Vec<(u64, u32, u32, f64, f64)> = Vec::new();
     for s in samples {
         let times = f64::from(s.column.per_layer());
@@ -914,6 +889,23 @@ pub fn layer_errors(k: &KernelModel, samples: &[Sample]) -> Vec<(u32, usize, Err
             None => rows.push((s.line, s.tp, s.tokens, p, m)),
         }
     }
+    rows
+}
+
+/// Per-layer residuals `ln(predicted / measured)` (every op of a layer but attention and the
+/// all-reduces, the residual add twice; one per CSV row), in row order: what an error band
+/// draws the token-wise kernels' spread from (`kvplan_serve::bands::CostSpread`).
+pub fn layer_log_residuals(k: &KernelModel, samples: &[Sample]) -> Vec<f64> {
+    (layer_rows(k, samples).iter())
+        .filter(|r| r.3 > 0.0 && r.4 > 0.0)
+        .map(|r| (r.3 / r.4).ln())
+        .collect()
+}
+
+/// Per-layer errors (every op of a layer but attention and the all-reduces, the residual add
+/// twice; per CSV row) by tensor-parallel degree and bucket: `(tp, bucket, stat)`.
+pub fn layer_errors(k: &KernelModel, samples: &[Sample]) -> Vec<(u32, usize, ErrorStat)> {
+    let rows = layer_rows(k, samples);
     let mut tps: Vec<u32> = rows.iter().map(|r| r.1).collect();
     tps.sort_unstable();
     tps.dedup();

@@ -184,7 +184,7 @@ pub fn measured_comparison(
             let mut t = Table::new(&["metric", "predicted", "measured", "error"]);
             for m in &cmp.metrics {
                 let show = |x: f64| {
-                    if m.metric.ends_with("_s") && !m.metric.ends_with("_per_s") {
+                    if kvplan_serve::fidelity::is_latency(m.metric) {
                         secs(x)
                     } else {
                         format!("{x:.3}")
