@@ -22,31 +22,46 @@ pub struct ItlHistogram {
     sum: f64,
     min: f64,
     max: f64,
+    /// The last gap counted and its bucket: the requests running through a step share their
+    /// gap, so most gaps repeat the one before (no logarithm).
+    last: Option<(f64, usize)>,
 }
 
 impl ItlHistogram {
     /// Counts one gap of `s` seconds (a gap that is not a finite time of 0 or more is skipped).
     pub fn add(&mut self, s: f64) {
-        if !(s.is_finite() && s >= 0.0) {
+        self.add_n(s, 1);
+    }
+
+    /// Counts `n` gaps of `s` seconds each.
+    pub fn add_n(&mut self, s: f64, n: u64) {
+        if !(s.is_finite() && s >= 0.0) || n == 0 {
             return;
         }
-        let i = if s <= FLOOR_S {
-            0
-        } else {
-            (((s / FLOOR_S).ln() / RATIO.ln()) as usize).min(MAX_BUCKETS - 1)
+        let i = match self.last {
+            Some((g, i)) if g == s => i,
+            _ => {
+                let i = if s <= FLOOR_S {
+                    0
+                } else {
+                    (((s / FLOOR_S).ln() / RATIO.ln()) as usize).min(MAX_BUCKETS - 1)
+                };
+                self.last = Some((s, i));
+                i
+            }
         };
         if i >= self.counts.len() {
             self.counts.resize(i + 1, 0);
         }
-        self.counts[i] += 1;
+        self.counts[i] += n;
         if self.n == 0 {
             (self.min, self.max) = (s, s);
         } else {
             self.min = self.min.min(s);
             self.max = self.max.max(s);
         }
-        self.n += 1;
-        self.sum += s;
+        self.n += n;
+        self.sum += s * n as f64;
     }
 
     /// Adds another engine's gaps.

@@ -538,6 +538,9 @@ impl<'a> State<'a> {
         self.just_finished.clear();
         self.just_first.clear();
         let mut finished = false;
+        // Inter-token gaps, counted in runs of equal gaps (the requests that ran through the
+        // step before share theirs).
+        let mut gap = (f64::NAN, 0u64);
         for &(v, _, emits) in &step.members {
             if !emits {
                 continue;
@@ -549,7 +552,13 @@ impl<'a> State<'a> {
                 s.first_token = now;
                 self.just_first.push(v);
             } else {
-                self.itl.add(now - s.last_token);
+                let g = now - s.last_token;
+                if g == gap.0 {
+                    gap.1 += 1;
+                } else {
+                    self.itl.add_n(gap.0, gap.1);
+                    gap = (g, 1);
+                }
             }
             s.last_token = now;
             if s.generated >= s.target && s.place != Place::Done {
@@ -578,6 +587,7 @@ impl<'a> State<'a> {
                 }
             }
         }
+        self.itl.add_n(gap.0, gap.1);
         if finished {
             let seqs = &self.seqs;
             self.running.retain(|&v| seqs[v].place != Place::Done);
