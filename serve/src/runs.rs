@@ -674,7 +674,7 @@ pub struct StageReplay {
 }
 
 /// Replays every stage with its own settings (the model and GPU its row names, unless `model`
-/// / `hardware` say otherwise). A row naming a model or GPU kvplan does not know is refused
+/// / `hardware` say otherwise), in parallel. A row naming a model or GPU kvplan does not know is refused
 /// before any stage runs ([`check_stage_names`]); a stage whose scenario does not resolve is
 /// skipped; a replay that fails is an error.
 pub fn replay_stages(
@@ -687,9 +687,17 @@ pub fn replay_stages(
         rows: Vec::new(),
         skipped: Vec::new(),
     };
-    for st in stages {
-        match replay_stage(st, model, hardware)? {
-            Ok((_, row)) => replay.rows.push(row),
+    // In parallel, collected in the table's order (the first failure in that order is the
+    // error), so the report is the serial one's.
+    let outcomes: Vec<_> = {
+        use rayon::prelude::*;
+        (stages.par_iter())
+            .map(|st| replay_stage(st, model, hardware).map(|r| r.map(|(_, row)| row)))
+            .collect()
+    };
+    for (st, outcome) in stages.iter().zip(outcomes) {
+        match outcome? {
+            Ok(row) => replay.rows.push(row),
             Err(why) => replay.skipped.push((st.name.clone(), why)),
         }
     }
