@@ -345,16 +345,30 @@ impl From<kvplan_planner::scenario::ScenarioError> for CliError {
 }
 
 /// A serving scenario error, as [`kvplan_run::ScenarioError`]s go.
-/// A band setting out of range, by the flag that set it.
-pub fn band_error(e: kvplan_serve::bands::BandError) -> CliError {
-    CliError::input(match e {
-        kvplan_serve::bands::BandError::Coverage(c) => {
-            format!("--confidence: {c} must be above 0 and below 1 (0.8 is 80%)")
-        }
-        kvplan_serve::bands::BandError::Draws(n) => {
-            format!("--band-draws: {n} must be from 2 to 1000")
-        }
-    })
+/// `--confidence` and `--band-draws` as band settings (`None`: no bands asked for), a setting
+/// out of range refused by the flag that set it.
+pub fn band_settings(
+    confidence: Option<f64>,
+    draws: u32,
+) -> Result<Option<kvplan_serve::bands::BandSettings>, CliError> {
+    use kvplan_serve::bands::{BandError, BandSettings};
+    let Some(coverage) = confidence else {
+        return Ok(None);
+    };
+    let settings = BandSettings {
+        coverage,
+        draws,
+        seed: 0,
+    };
+    settings.check().map_err(|e| {
+        CliError::input(match e {
+            BandError::Coverage(c) => {
+                format!("--confidence: {c} must be above 0 and below 1 (0.8 is 80%)")
+            }
+            BandError::Draws(n) => format!("--band-draws: {n} must be from 2 to 1000"),
+        })
+    })?;
+    Ok(Some(settings))
 }
 
 pub fn serve_error(e: kvplan_serve::scenario::ScenarioError) -> CliError {

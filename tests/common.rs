@@ -69,3 +69,16 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// Runs `args` in `d` and holds it to a refusal: exit 2, nothing on stdout, one line on stderr
+/// holding each of `words`.
+pub fn fails_with(d: &TempDir, args: &[&str], words: &[&str]) {
+    let out = run_in(d.path(), args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert!(out.stdout.is_empty(), "{args:?} printed {:?}", out.stdout);
+    assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    for w in words {
+        assert!(err.contains(w), "{args:?}: {w:?} not in {err}");
+    }
+}

@@ -1,6 +1,6 @@
 //! `kvplan serve`: outputs, files, determinism, scenario files, bad input.
 
-use crate::common::{TempDir, ok, run_in};
+use crate::common::{TempDir, fails_with, ok, run_in};
 
 const TRACE: &str = "arrived_at,num_prefill_tokens,num_decode_tokens
 0.0,300,20
@@ -178,17 +178,6 @@ fn flags_override_the_scenario_file() {
     ));
     assert!(synth.contains("synthetic, seed 0"), "{synth}");
     assert!(synth.contains("4 (4 finished"), "{synth}");
-}
-
-fn fails_with(d: &TempDir, args: &[&str], words: &[&str]) {
-    let out = run_in(d.path(), args);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-    assert!(out.stdout.is_empty(), "{args:?} printed {:?}", out.stdout);
-    assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
-    for w in words {
-        assert!(err.contains(w), "{args:?}: {w:?} not in {err}");
-    }
 }
 
 #[test]

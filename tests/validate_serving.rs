@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::common::{TempDir, ok, root, run_in};
+use crate::common::{TempDir, fails_with, ok, root, run_in};
 
 const TABLE: &str = "data/validation/real_vllm/vllm_h100_llama2-7b_mixtral-8x7b.csv";
 const RUN: &str = "tests/fixtures/fuzz-vllm-bench-serve.json";
@@ -251,17 +251,6 @@ fn stage_table_and_per_request_run_in_every_format() {
     }
     let svg = std::fs::read_to_string(d.path().join("fidelity.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("y = x") && svg.contains("TTFT mean"));
-}
-
-fn fails_with(d: &TempDir, args: &[&str], words: &[&str]) {
-    let out = run_in(d.path(), args);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-    assert!(out.stdout.is_empty(), "{args:?} printed {:?}", out.stdout);
-    assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
-    for w in words {
-        assert!(err.contains(w), "{args:?}: {w:?} not in {err}");
-    }
 }
 
 /// No input, an empty folder, a missing or malformed file, a per-request run with no GPU or

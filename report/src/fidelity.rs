@@ -326,17 +326,10 @@ fn requests_table(r: &RunRow) -> String {
     );
     let mut t = Table::new(&["metric", "predicted", "measured", "error"]);
     for m in &r.metrics {
-        let show = |x: f64| {
-            if kvplan_serve::fidelity::is_latency(m.metric) {
-                secs(x)
-            } else {
-                format!("{x:.3}")
-            }
-        };
         t.row(&[
             m.metric.to_string(),
-            show(m.predicted),
-            show(m.measured),
+            metric_value(m.metric, m.predicted),
+            metric_value(m.metric, m.measured),
             if m.error.is_finite() {
                 format!("{:+.1}%", m.error * 100.0)
             } else {

@@ -68,6 +68,16 @@ pub fn gib(bytes: u64) -> String {
     format!("{:.2} GiB", bytes as f64 / GIB)
 }
 
+/// A measured run's figure as its metric is read: a latency (`..._s`) in seconds' units, a rate
+/// to three decimals.
+pub fn metric_value(metric: &str, x: f64) -> String {
+    if kvplan_serve::fidelity::is_latency(metric) {
+        secs(x)
+    } else {
+        format!("{x:.3}")
+    }
+}
+
 /// Seconds with an adaptive unit.
 pub fn secs(s: f64) -> String {
     if !s.is_finite() {

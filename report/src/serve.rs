@@ -183,17 +183,10 @@ pub fn measured_comparison(
             );
             let mut t = Table::new(&["metric", "predicted", "measured", "error"]);
             for m in &cmp.metrics {
-                let show = |x: f64| {
-                    if kvplan_serve::fidelity::is_latency(m.metric) {
-                        secs(x)
-                    } else {
-                        format!("{x:.3}")
-                    }
-                };
                 t.row(&[
                     m.metric.to_string(),
-                    show(m.predicted),
-                    show(m.measured),
+                    metric_value(m.metric, m.predicted),
+                    metric_value(m.metric, m.measured),
                     format!("{:+.1}%", m.error * 100.0),
                 ]);
             }

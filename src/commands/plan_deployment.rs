@@ -289,17 +289,7 @@ pub fn plan_deployment(args: &PlanDeploymentArgs) -> Result<String, CliError> {
     let slo: Slo = slo_text
         .parse()
         .map_err(|e| CliError::input(format!("--slo: {e}")))?;
-    let bands = args
-        .confidence
-        .map(|coverage| {
-            let b = kvplan_serve::bands::BandSettings {
-                coverage,
-                draws: args.band_draws,
-                seed: 0,
-            };
-            b.check().map(|()| b).map_err(crate::messages::band_error)
-        })
-        .transpose()?;
+    let bands = crate::messages::band_settings(args.confidence, args.band_draws)?;
     let mut confidence = None;
     let plan = if args.merge.is_empty() {
         let (plan, base) = search(args, &slo)?;

@@ -7,7 +7,7 @@ use clap::Args;
 
 use crate::args::*;
 use crate::error::CliError;
-use crate::messages::{band_error, serve_error};
+use crate::messages::serve_error;
 use kvplan_report as report;
 use kvplan_serve::cluster::autoscale::RawAutoscale;
 use kvplan_serve::cluster::scenario::{RawCluster, RawInterconnect, RawPool, RawReplica};
@@ -492,7 +492,7 @@ pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
             .map_err(serve_error)?;
         return Ok(report::serve::day_report(&r, args.output.format)?);
     }
-    let bands = args.band_settings()?;
+    let bands = crate::messages::band_settings(args.confidence, args.band_draws)?;
     let sc = kvplan_run::RawScenario::Serve(Box::new(raw)).resolve()?;
     if let kvplan_run::Scenario::Serve(s) = &sc {
         for n in &s.notes {
@@ -527,22 +527,6 @@ pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
         }
         None => report::serve::serve_report(sc, &out, &written, format)?,
     })
-}
-
-impl ServeArgs {
-    /// `--confidence` and `--band-draws` as band settings (`None`: no bands asked for).
-    fn band_settings(&self) -> Result<Option<kvplan_serve::bands::BandSettings>, CliError> {
-        let Some(coverage) = self.confidence else {
-            return Ok(None);
-        };
-        let settings = kvplan_serve::bands::BandSettings {
-            coverage,
-            draws: self.band_draws,
-            seed: 0,
-        };
-        settings.check().map_err(band_error)?;
-        Ok(Some(settings))
-    }
 }
 
 /// The bands of `out`, the run of `sc` (on `measured`'s requests when replaying a run): the

@@ -13,7 +13,7 @@ use kvplan_serve::scenario::RawServeScenario;
 
 use crate::args::{Format, OutputArgs, RequestsArgs};
 use crate::error::CliError;
-use crate::messages::{band_error, flag_of, serve_error};
+use crate::messages::{flag_of, serve_error};
 
 /// `--help`'s long text (`src/help/serve-capacity.txt`).
 pub const SERVE_CAPACITY_LONG: &str = include_str!("../help/serve-capacity.txt").trim_ascii_end();
@@ -165,17 +165,7 @@ pub fn slo_capacity(
     let tps = slo_args.tensor_parallel_size.as_deref();
     let (hardware, tps) =
         configurations(target.hardware.as_deref(), tps).map_err(capacity_error)?;
-    let bands = slo_args
-        .confidence
-        .map(|coverage| {
-            let b = kvplan_serve::bands::BandSettings {
-                coverage,
-                draws: slo_args.band_draws,
-                seed: 0,
-            };
-            b.check().map(|()| b).map_err(band_error)
-        })
-        .transpose()?;
+    let bands = crate::messages::band_settings(slo_args.confidence, slo_args.band_draws)?;
     let opts = SearchOptions {
         rel_tol: slo_args.qps_tolerance,
         bands,

@@ -12,7 +12,7 @@ use kvplan_serve::scenario::RawServeScenario;
 
 use crate::args::OutputArgs;
 use crate::error::CliError;
-use crate::messages::{band_error, serve_error};
+use crate::messages::serve_error;
 
 /// `--help`'s long text (`src/help/validate-serving.txt`).
 pub const VALIDATE_SERVING_LONG: &str =
@@ -110,17 +110,7 @@ pub fn validate_serving(args: &ValidateServingArgs) -> Result<String, CliError> 
         hardware: args.hardware.clone(),
         ..RawServeScenario::default()
     };
-    let bands = args
-        .confidence
-        .map(|coverage| {
-            let b = kvplan_serve::bands::BandSettings {
-                coverage,
-                draws: args.band_draws,
-                seed: 0,
-            };
-            b.check().map(|()| b).map_err(band_error)
-        })
-        .transpose()?;
+    let bands = crate::messages::band_settings(args.confidence, args.band_draws)?;
     let bar = kvplan_report::progress::bar();
     let f = replay_all(&args.inputs, &base, bands.as_ref(), bar.as_ref());
     drop(bar);
