@@ -452,3 +452,32 @@ mod text_tests {
         assert_eq!(flags_in_text(parser), parser);
     }
 }
+
+/// The error of a serving run in which no request finished: what the library says, and which
+/// flag would let the first reason's requests through. Its report goes to stdout before it.
+pub fn nothing_finished(
+    n: &kvplan_serve::output::NothingFinished,
+    r: &kvplan_serve::config::Resolved,
+    stdout: String,
+) -> CliError {
+    let fix = match n.rejected.iter().max_by_key(|(_, count)| *count) {
+        Some(("prompt-too-long" | "exceeds-context", _)) => format!(
+            "; raise --max-model-len (now {}) or shorten the prompts",
+            r.max_model_len
+        ),
+        Some(("exceeds-kv-capacity", _)) => "; a request's KV at full length needs more blocks than the GPU holds: raise --gpu-memory-utilization or --tensor-parallel-size, use --kv-cache-dtype fp8, or shorten the requests".to_string(),
+        Some(("exceeds-batch-tokens", _)) => format!(
+            "; raise --max-num-batched-tokens (now {}) or let the scheduler chunk prompts (--enable-chunked-prefill)",
+            r.max_num_batched_tokens
+        ),
+        Some(("empty-request", _)) => {
+            "; every request needs at least one prompt and one output token".to_string()
+        }
+        _ => String::new(),
+    };
+    CliError {
+        code: crate::error::EXIT_INPUT,
+        message: format!("{n}{fix}"),
+        stdout: Some(stdout),
+    }
+}

@@ -11,6 +11,7 @@ mod inputs;
 mod library;
 mod measure;
 mod memory;
+mod no_answer;
 mod output;
 mod plot;
 mod readme;

@@ -53,7 +53,7 @@ fn table_json_and_csv_of_a_small_trace() {
     .unwrap();
     assert_eq!(json["finished"], 6);
     assert!(json["ttft_s"]["p99"].as_f64().unwrap() > 0.0);
-    assert!(json["output_tokens_per_s"].as_f64().unwrap() > 0.0);
+    assert!(json["output_tok_s"].as_f64().unwrap() > 0.0);
     let csv = ok(&serve(
         &d,
         &["--requests-trace", "t.csv", "--format", "csv"],

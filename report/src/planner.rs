@@ -832,6 +832,17 @@ pub fn capacity(r: &CapacityReport, batch: u32, format: Format) -> Result<String
             ]);
             for s in &r.strategies {
                 let k = s.max_context_tokens as f64 / 1024.0;
+                if s.max_context_tokens == 0 {
+                    // Nothing fits: no context, so no memory at it to show.
+                    t.row(&[
+                        s.strategy.as_str().to_string(),
+                        "none".to_string(),
+                        s.binding_limit.as_str().to_string(),
+                        "-".to_string(),
+                        "-".to_string(),
+                    ]);
+                    continue;
+                }
                 t.row(&[
                     s.strategy.as_str().to_string(),
                     if k >= 1024.0 {

@@ -80,6 +80,10 @@ pub fn metric_value(metric: &str, x: f64) -> String {
 
 /// Seconds with an adaptive unit.
 pub fn secs(s: f64) -> String {
+    // NaN: nothing measured (no request finished); infinite: a request never served.
+    if s.is_nan() {
+        return "-".into();
+    }
     if !s.is_finite() {
         return "inf".into();
     }

@@ -348,9 +348,16 @@ fn table(sc: &ServeScenario, out: &ServeReport) -> String {
         t.row(&[
             "prefix cache".to_string(),
             format!(
-                "{} hit rate, {} prompt tokens cached",
+                "{} hit rate, {} prompt tokens cached{}",
                 pct(s.prefix_cache_hit_rate),
-                s.cached_prompt_tokens
+                s.cached_prompt_tokens,
+                match s.preempted_prefix_cache_hit_rate {
+                    Some(r) => format!(
+                        " (new requests); {} hit rate of preempted requests resuming",
+                        pct(r)
+                    ),
+                    None => String::new(),
+                }
             ),
         ]);
     }
@@ -661,9 +668,23 @@ pub fn capacity(
                 header.push("$/M output tok");
             }
             let mut t = Table::new(&header);
+            // A percentile that falls on a rejected or truncated request (ranked as infinitely
+            // slow) has no time to show.
+            let served = |x: f64| {
+                if x == f64::INFINITY {
+                    "unserved".to_string()
+                } else {
+                    secs(x)
+                }
+            };
+            let unserved = rows.iter().any(|r| {
+                [&r.ttft, &r.tpot, &r.e2e]
+                    .iter()
+                    .any(|p| [p.p50, p.p95, p.p99].contains(&f64::INFINITY))
+            });
             for r in rows {
                 let three = |p: &kvplan_serve::output::Percentiles| {
-                    format!("{} / {} / {}", secs(p.p50), secs(p.p95), secs(p.p99))
+                    format!("{} / {} / {}", served(p.p50), served(p.p95), served(p.p99))
                 };
                 let mut cells = vec![
                     r.hardware.clone(),
@@ -676,7 +697,7 @@ pub fn capacity(
                     r.goodput_rps.map_or("-".into(), |g| format!("{g:.2}")),
                     three(&r.ttft),
                     three(&r.tpot),
-                    secs(r.e2e_p99_s),
+                    served(r.e2e_p99_s),
                     format!("{} of {}", r.rejected, r.measured_requests),
                     format!("{:.0}", r.output_tok_s),
                     r.limited_by.join(", "),
@@ -690,6 +711,21 @@ pub fn capacity(
                 t.row(&cells);
             }
             out.push_str(&t.render());
+            if unserved {
+                let _ = writeln!(
+                    out,
+                    "unserved: the percentile falls on a request rejected or cut at max_model_len (ranked as infinitely slow)"
+                );
+            }
+            for r in rows.iter().filter(|r| r.max_qps.is_none()) {
+                let _ = writeln!(
+                    out,
+                    "{} TP {}: no rate meets the SLO; its figures are at the lowest rate tried, {} req/s",
+                    r.hardware,
+                    r.tensor_parallel_size,
+                    r.fails_at_qps.map_or("-".into(), |q| format!("{q:.4}"))
+                );
+            }
             for r in rows {
                 if let (Some(q), Some(b)) = (r.max_qps, &r.max_qps_band) {
                     let _ = writeln!(

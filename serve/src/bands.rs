@@ -97,7 +97,7 @@ impl Metric {
             Metric::E2eMean => "e2e_mean",
             Metric::E2eP99 => "e2e_p99",
             Metric::RequestsPerS => "requests_per_s",
-            Metric::OutputTokensPerS => "output_tokens_per_s",
+            Metric::OutputTokensPerS => "output_tok_s",
         }
     }
 

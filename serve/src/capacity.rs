@@ -23,7 +23,10 @@
 //!   an infinite latency), so a percentile holds only if enough requests were served whole.
 //!
 //! Goodput is vLLM's (`vllm bench serve --goodput`): measured requests meeting every objective's
-//! limit themselves, per second of the measured span.
+//! limit themselves, here as the offered rate times their share of the measured requests (vLLM
+//! divides their count by its run's duration, the same in expectation; a Poisson stream's
+//! realised rate differs from the offered one by chance, and this keeps goodput at most the
+//! rate it was served at).
 
 use crate::bands::{self, Band, BandSettings, CostSpread, Residuals, band};
 use crate::iteration::CostScales;
@@ -224,8 +227,11 @@ pub fn judge(
         r.status == Status::Finished && r.finish_reason != Some(FinishReason::Length)
     };
     let col = |m: Metric| {
+        // A request that was not served whole ranks as infinitely slow; a served one with one
+        // output token has no TPOT to rank (vLLM's benchmark ranks TPOT over `output_len > 1`).
         let mut v: Vec<f64> = window
             .iter()
+            .filter(|r| !(m == Metric::Tpot && whole(r) && r.output_tokens <= 1))
             .map(|r| {
                 if whole(r) {
                     m.of_request(r)
@@ -276,7 +282,14 @@ pub fn judge(
         requests_per_s: per_s(served.len() as f64),
         output_tokens_per_s: per_s(out_tok as f64),
         total_tokens_per_s: per_s((out_tok + in_tok) as f64),
-        goodput_rps: per_s(good as f64),
+        // Good requests per second of the offered rate: a Poisson stream's realised rate
+        // differs from the offered one by chance, and goodput above the rate it was served at
+        // would read as a bug (vLLM divides by its run's duration: the same in expectation).
+        goodput_rps: if offered_rps > 0.0 && !window.is_empty() {
+            offered_rps * good as f64 / window.len() as f64
+        } else {
+            per_s(good as f64)
+        },
         ttft_s: col(Metric::Ttft),
         tpot_s: col(Metric::Tpot),
         e2e_s: col(Metric::E2e),
@@ -734,7 +747,7 @@ pub fn configurations(
     fn items(list: Option<&str>) -> impl Iterator<Item = &str> {
         list.into_iter().flat_map(|l| l.split(','))
     }
-    let hardware = items(hardware).map(|h| h.trim().to_string()).collect();
+    let hardware: Vec<String> = items(hardware).map(|h| h.trim().to_string()).collect();
     let tps = items(tensor_parallel)
         .map(|t| {
             t.trim()
@@ -746,8 +759,31 @@ pub fn configurations(
                     why: format!("'{t}' is not a GPU count; give counts such as 1,2,4"),
                 })
         })
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<Vec<u32>, _>>()?;
+    // A configuration given twice would be searched twice and shown twice.
+    // (An empty name is left for the comparison to refuse as no hardware.)
+    let named: Vec<&String> = hardware.iter().filter(|h| !h.is_empty()).collect();
+    if let Some(h) = first_repeat(&named) {
+        return Err(CapacityError::Setting {
+            field: "hardware",
+            why: format!("{h} is given twice; give each configuration once"),
+        });
+    }
+    if let Some(t) = first_repeat(&tps) {
+        return Err(CapacityError::Setting {
+            field: "serve.tensor_parallel_size",
+            why: format!("{t} is given twice; give each size once"),
+        });
+    }
     Ok((hardware, tps))
+}
+
+/// The first item that appears again later in `v`.
+fn first_repeat<T: PartialEq>(v: &[T]) -> Option<&T> {
+    v.iter()
+        .enumerate()
+        .find(|(i, x)| v[i + 1..].contains(x))
+        .map(|(_, x)| x)
 }
 
 /// The highest rate under `slo` of every configuration `hardware` x `tensor_parallel` (empty:

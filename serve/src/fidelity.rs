@@ -322,7 +322,7 @@ const METRIC_ORDER: [&str; 14] = [
     "e2e_p90_s",
     "e2e_p99_s",
     "requests_per_s",
-    "output_tokens_per_s",
+    "output_tok_s",
 ];
 
 fn metric_rank(m: &str) -> usize {

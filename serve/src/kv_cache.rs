@@ -131,15 +131,23 @@ pub fn prompt_hashes(r: &Request, block_size: u32, max_blocks: usize, out: &mut 
     out.extend_from_slice(kv.hashes_upto(&layout, n, bs));
 }
 
-/// Prefix-cache counters (vLLM's `PrefixCacheStats`).
+/// Prefix-cache counters (vLLM's `PrefixCacheStats`, v0.15.1 `vllm/v1/metrics/stats.py`: a
+/// request scheduled again after a preemption is counted apart, as vLLM counts it since 0.11.2,
+/// so the hit rate says what requests found of each other's prompts, not of their own KV).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct CacheStats {
-    /// Lookups (a new or resumed request being scheduled).
+    /// Lookups of new requests.
     pub lookups: u64,
-    /// Tokens looked up (the requests' lengths).
+    /// Tokens new requests looked up (their lengths).
     pub queried_tokens: u64,
-    /// Tokens found cached.
+    /// Tokens new requests found cached.
     pub hit_tokens: u64,
+    /// Lookups of requests resumed after a preemption (`preempted_requests`).
+    pub preempted_lookups: u64,
+    /// Tokens they looked up (`preempted_queries`).
+    pub preempted_queried_tokens: u64,
+    /// Tokens they found cached, mostly their own blocks not yet evicted (`preempted_hits`).
+    pub preempted_hit_tokens: u64,
 }
 
 /// Block tables over a [`BlockPool`], with vLLM V1's prefix caching, and the tier below it: a
@@ -185,12 +193,14 @@ impl KvCacheManager {
     /// vLLM's `get_computed_blocks`: the cached blocks that begin a request of `num_tokens`
     /// tokens (prompt plus any generated), longest first match, whole blocks, at most
     /// `num_tokens - 1` tokens (the last token is always computed, for its logits). Puts the
-    /// blocks in `out` and returns the tokens they hold. Without caching: none.
+    /// blocks in `out` and returns the tokens they hold. Without caching: none. `preempted`:
+    /// the request is being scheduled again after a preemption (counted apart).
     pub fn computed_blocks(
         &mut self,
         kv: &mut ReqKv,
         layout: &Layout,
         num_tokens: u32,
+        preempted: bool,
         out: &mut Vec<u32>,
     ) -> u32 {
         out.clear();
@@ -206,9 +216,19 @@ impl KvCacheManager {
             }
         }
         let hit = out.len() as u32 * self.block_size;
-        self.stats.lookups += 1;
-        self.stats.queried_tokens += u64::from(num_tokens);
-        self.stats.hit_tokens += u64::from(hit);
+        let s = &mut self.stats;
+        let (lookups, queried, hits) = if preempted {
+            (
+                &mut s.preempted_lookups,
+                &mut s.preempted_queried_tokens,
+                &mut s.preempted_hit_tokens,
+            )
+        } else {
+            (&mut s.lookups, &mut s.queried_tokens, &mut s.hit_tokens)
+        };
+        *lookups += 1;
+        *queried += u64::from(num_tokens);
+        *hits += u64::from(hit);
         hit
     }
 
@@ -381,14 +401,14 @@ mod tests {
         let la = Layout::of(&a);
         let mut ka = ReqKv::default();
         let mut hits = Vec::new();
-        assert_eq!(m.computed_blocks(&mut ka, &la, 64, &mut hits), 0);
+        assert_eq!(m.computed_blocks(&mut ka, &la, 64, false, &mut hits), 0);
         assert!(m.allocate_slots(&mut ka, &la, 0, 64, &hits, 64, 4096));
         assert_eq!(ka.blocks.len(), 4);
         // The same 64-token prompt: at most 63 tokens may hit, so three whole blocks.
         let b = req(1, 64, &[(9, 64)]);
         let lb = Layout::of(&b);
         let mut kb = ReqKv::default();
-        assert_eq!(m.computed_blocks(&mut kb, &lb, 64, &mut hits), 48);
+        assert_eq!(m.computed_blocks(&mut kb, &lb, 64, false, &mut hits), 48);
         assert_eq!(hits, ka.blocks[..3]);
         let free_before = m.num_free();
         assert!(m.allocate_slots(&mut kb, &lb, 48, 16, &hits.clone(), 64, 4096));
@@ -400,7 +420,7 @@ mod tests {
         let mut kc = ReqKv::default();
         let c = req(2, 80, &[(9, 64)]);
         assert_eq!(
-            m.computed_blocks(&mut kc, &Layout::of(&c), 80, &mut hits),
+            m.computed_blocks(&mut kc, &Layout::of(&c), 80, false, &mut hits),
             64
         );
         let s = m.stats();
@@ -426,7 +446,7 @@ mod tests {
         let lc = Layout::of(&c);
         let mut kc = ReqKv::default();
         let mut hits = Vec::new();
-        assert_eq!(m.computed_blocks(&mut kc, &lc, 48, &mut hits), 32);
+        assert_eq!(m.computed_blocks(&mut kc, &lc, 48, false, &mut hits), 32);
         // 3 blocks for 48 tokens: the two hits (evictable, so they count) and one new: 3 > 2
         // free blocks in all.
         assert!(!m.allocate_slots(&mut kc, &lc, 32, 16, &hits.clone(), 48, 4096));

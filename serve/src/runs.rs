@@ -526,7 +526,7 @@ impl Figures {
             }
         }
         v.push(("requests_per_s", self.requests_per_s));
-        v.push(("output_tokens_per_s", self.output_tokens_per_s));
+        v.push(("output_tok_s", self.output_tokens_per_s));
         v
     }
 }

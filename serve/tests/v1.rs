@@ -276,8 +276,11 @@ fn preemption_recomputes_and_hits_its_own_blocks() {
     assert!(!preempted.is_empty());
     // The victims are the latest admitted: the first requests are never preempted.
     assert_eq!(out.requests[0].preemptions, 0);
-    // Resumed lookups found blocks: hits beyond the first lookups' (which found nothing).
-    assert!(out.summary.prefix_cache_hit_rate > 0.0);
+    // Resumed lookups found their own blocks, counted apart from new requests' (which share
+    // nothing here, and found nothing), as vLLM's `PrefixCacheStats` counts them.
+    assert!(out.summary.preempted_prefix_cache_hit_rate.unwrap() > 0.0);
+    assert_eq!(out.summary.prefix_cache_hit_rate, 0.0);
+    assert_eq!(out.summary.cached_prompt_tokens, 0);
     let off = Config {
         enable_prefix_caching: Some(false),
         ..cfg
@@ -342,4 +345,32 @@ fn decode_steps_cost_the_same_with_equal_and_spread_lengths() {
             assert!(worst < 0.05, "{model} eager {eager}: {worst}");
         }
     }
+}
+
+/// TPOT is ranked over requests with a second token only (vLLM's `benchmarks/serve.py`:
+/// `if output_len > 1: tpots.append(tpot)`): one-token requests neither drag the percentiles
+/// to 0 nor count in the mean.
+#[test]
+fn tpot_ranks_only_requests_with_a_second_token() {
+    let (m, hw) = setup("llama-2-7b", "h100-sxm");
+    let reqs: Vec<Request> = (0..40)
+        .map(|i| Request::new(i, 0.05 * i as f64, 300, if i % 2 == 0 { 1 } else { 64 }))
+        .collect();
+    let out = simulate(&m, &hw, &Config::default(), &reqs).unwrap();
+    assert_eq!(out.summary.finished, 40);
+    let mut many: Vec<f64> = (out.requests.iter())
+        .filter(|r| r.output_tokens > 1)
+        .map(|r| r.tpot_s)
+        .collect();
+    assert_eq!(many.len(), 20);
+    let want = kvplan_serve::output::Percentiles::of(&mut many);
+    assert_eq!(out.summary.tpot_s, want);
+    assert!(out.summary.tpot_s.p50 > 0.0);
+    // Only one-token requests: nothing to rank, not 0.
+    let ones: Vec<Request> = (0..5)
+        .map(|i| Request::new(i, 0.1 * i as f64, 300, 1))
+        .collect();
+    let out = simulate(&m, &hw, &Config::default(), &ones).unwrap();
+    assert!(!out.summary.tpot_s.measured() && !out.summary.itl_s.measured());
+    assert!(out.summary.ttft_s.measured());
 }

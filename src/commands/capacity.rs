@@ -101,9 +101,17 @@ pub fn capacity(args: &CapacityArgs) -> Result<String, CliError> {
     }
     .resolve()?;
     let (r, format) = (input.report()?, args.output.format);
-    Ok(report::planner::capacity(
-        &r,
-        input.options.config.batch,
-        format,
-    )?)
+    let text = report::planner::capacity(&r, input.options.config.batch, format)?;
+    if r.strategies.iter().any(|s| s.max_context_tokens > 0) {
+        return Ok(text);
+    }
+    // No strategy holds even one token: the answer is that nothing fits.
+    Err(CliError {
+        code: crate::error::EXIT_INPUT,
+        message: format!(
+            "no strategy fits even one token of {} on {}: the weights and the runtime reserve fill its GPU memory; give a GPU with more memory (--hardware), a smaller model, or a smaller --runtime-reserve",
+            r.model, r.hardware
+        ),
+        stdout: Some(text),
+    })
 }

@@ -519,14 +519,18 @@ pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
     let title = format!("{} on {}", sc.model.name, sc.hardware.name);
     let written = report::serve::write_files(&out, &title, &files)?;
     let format = args.output.format;
-    Ok(match &measured {
+    let text = match &measured {
         Some(run) => {
             let cmp = kvplan_serve::runs::compare(run, &out);
             let what = "serve --compare-to";
             report::serve::measured_comparison(what, sc, run, &cmp, &written, format)?
         }
         None => report::serve::serve_report(sc, &out, &written, format)?,
-    })
+    };
+    match out.nothing_finished() {
+        Some(n) => Err(crate::messages::nothing_finished(&n, &sc.resolved, text)),
+        None => Ok(text),
+    }
 }
 
 /// The bands of `out`, the run of `sc` (on `measured`'s requests when replaying a run): the

@@ -177,7 +177,32 @@ pub fn slo_capacity(
         .map_err(capacity_error)?;
     drop(bar);
     let requests = base.workload.requests.unwrap_or(0);
-    Ok(kvplan_report::serve::capacity(
-        &slo, &cmp, &opts, requests, format,
-    )?)
+    let text = kvplan_report::serve::capacity(&slo, &cmp, &opts, requests, format)?;
+    if cmp.rows.iter().any(|r| r.max_qps.is_some()) {
+        return Ok(text);
+    }
+    // No configuration has an answer: say so, after the table that shows how far each missed.
+    let misses: Vec<String> = (cmp.rows.iter())
+        .map(|r| {
+            format!(
+                "{} TP {} misses {} at {} req/s",
+                r.hardware,
+                r.tensor_parallel_size,
+                if r.limited_by.is_empty() {
+                    "the SLO".to_string()
+                } else {
+                    r.limited_by.join(", ")
+                },
+                r.fails_at_qps.map_or("-".into(), |q| format!("{q:.4}"))
+            )
+        })
+        .collect();
+    Err(CliError {
+        code: crate::error::EXIT_INPUT,
+        message: format!(
+            "--slo: no configuration meets {slo} at any rate tried ({}); loosen the objectives or give larger --hardware / --tensor-parallel-size",
+            misses.join("; ")
+        ),
+        stdout: Some(text),
+    })
 }

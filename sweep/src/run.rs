@@ -32,7 +32,15 @@ fn run_table(table: Table, kind: kvplan_run::RunKind) -> Result<Vec<Metric>, Str
         r.serve.record_requests = Some(false);
     }
     let sc = raw.resolve().map_err(|e| e.to_string())?;
-    Ok(kvplan_run::run(&sc).map_err(|e| e.to_string())?.metrics())
+    let report = kvplan_run::run(&sc).map_err(|e| e.to_string())?;
+    // A serving point where no request finished measured no latency: a row of them would read
+    // as the best of the grid.
+    if let kvplan_run::Report::Serve(out) = &report
+        && let Some(n) = out.nothing_finished()
+    {
+        return Err(n.to_string());
+    }
+    Ok(report.metrics())
 }
 
 impl Sweep {

@@ -337,8 +337,10 @@ pub struct Figures {
     /// Served requests per second.
     pub requests_per_s: f64,
     /// Prompt tokens of served requests per second.
+    #[serde(rename = "input_tok_s", alias = "input_tokens_per_s")]
     pub input_tokens_per_s: f64,
     /// Output tokens of served requests per second.
+    #[serde(rename = "output_tok_s", alias = "output_tokens_per_s")]
     pub output_tokens_per_s: f64,
     /// Whether the queue kept up.
     pub stable: bool,
@@ -353,6 +355,7 @@ pub struct Figures {
     /// Dollars per million tokens, input and output together.
     pub usd_per_m_tokens: Option<f64>,
     /// Tokens (input and output) per second per GPU.
+    #[serde(rename = "tok_s_per_gpu", alias = "tokens_per_s_per_gpu")]
     pub tokens_per_s_per_gpu: f64,
     /// Tokens per dollar.
     pub tokens_per_usd: Option<f64>,

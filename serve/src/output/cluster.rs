@@ -22,8 +22,10 @@ pub struct ReplicaOutput {
     /// Requests the router sent it.
     pub routed: u64,
     /// Kernel time over the cluster's makespan.
+    #[serde(rename = "gpu_busy_fraction")]
     pub gpu_busy: f64,
     /// Network link time (KV transfers) over the makespan.
+    #[serde(rename = "network_busy_fraction")]
     pub network_busy: f64,
     /// KV blocks in use over the run, as a fraction of its blocks.
     pub kv_occupancy: f64,

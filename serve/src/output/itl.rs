@@ -90,10 +90,11 @@ impl ItlHistogram {
         self.n
     }
 
-    /// Mean and nearest-rank percentiles (as [`Percentiles::of`] ranks them); zeros when empty.
+    /// Mean and nearest-rank percentiles (as [`Percentiles::of`] ranks them); [`Percentiles::NONE`] when
+    /// empty.
     pub fn percentiles(&self) -> Percentiles {
         if self.n == 0 {
-            return Percentiles::default();
+            return Percentiles::NONE;
         }
         let at = |p: f64| {
             let rank = ((p * self.n as f64).ceil() as u64).clamp(1, self.n);
@@ -177,7 +178,7 @@ mod tests {
         let mut h = ItlHistogram::default();
         h.add(f64::NAN);
         h.add(-1.0);
-        assert_eq!(h.percentiles(), Percentiles::default());
+        assert!(!h.percentiles().measured());
         h.add(0.0);
         h.add(1e9);
         let p = h.percentiles();

@@ -138,8 +138,10 @@ fn is_zero_u32(x: &u32) -> bool {
     *x == 0
 }
 
-/// Percentiles of one metric over finished requests.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
+/// Percentiles of one metric over finished requests. A metric with no value to rank (no request
+/// finished; no request with a second token, for TPOT and ITL) is [`Percentiles::NONE`]: NaN
+/// throughout, `null` in JSON, empty in CSV, `-` in tables, never a number it did not measure.
+#[derive(Debug, Clone, Copy, Serialize)]
 pub struct Percentiles {
     /// Mean.
     pub mean: f64,
@@ -153,11 +155,46 @@ pub struct Percentiles {
     pub p99: f64,
 }
 
+/// Equal when every figure has the same bits: two runs that measured nothing are equal.
+impl PartialEq for Percentiles {
+    fn eq(&self, o: &Self) -> bool {
+        [
+            (self.mean, o.mean),
+            (self.p50, o.p50),
+            (self.p90, o.p90),
+            (self.p95, o.p95),
+            (self.p99, o.p99),
+        ]
+        .iter()
+        .all(|(a, b)| a.to_bits() == b.to_bits())
+    }
+}
+
+impl Default for Percentiles {
+    fn default() -> Self {
+        Percentiles::NONE
+    }
+}
+
 impl Percentiles {
-    /// Nearest-rank percentiles of `v` (sorted here); zeros when empty.
+    /// Nothing measured: NaN throughout.
+    pub const NONE: Percentiles = Percentiles {
+        mean: f64::NAN,
+        p50: f64::NAN,
+        p90: f64::NAN,
+        p95: f64::NAN,
+        p99: f64::NAN,
+    };
+
+    /// Whether there were values to rank (false for [`Percentiles::NONE`]).
+    pub fn measured(&self) -> bool {
+        !self.mean.is_nan()
+    }
+
+    /// Nearest-rank percentiles of `v` (sorted here); [`Percentiles::NONE`] when empty.
     pub fn of(v: &mut [f64]) -> Self {
         if v.is_empty() {
-            return Percentiles::default();
+            return Percentiles::NONE;
         }
         v.sort_unstable_by(f64::total_cmp);
         let at = |p: f64| {
@@ -197,8 +234,10 @@ pub struct Summary {
     /// Time of the last event (seconds from 0).
     pub makespan_s: f64,
     /// Output tokens of finished requests per second of makespan.
+    #[serde(rename = "output_tok_s")]
     pub output_tokens_per_s: f64,
     /// Prompt + output tokens of finished requests per second.
+    #[serde(rename = "total_tok_s")]
     pub total_tokens_per_s: f64,
     /// Finished requests per second.
     pub requests_per_s: f64,
@@ -221,10 +260,16 @@ pub struct Summary {
     pub swap_in_bytes: u64,
     /// Prompt tokens of finished requests found in the prefix cache when first scheduled.
     pub cached_prompt_tokens: u64,
-    /// Prefix-cache hit rate: tokens found over tokens looked up, every lookup counted (vLLM's
-    /// `prefix_cache_hits / prefix_cache_queries`); 0 without prefix caching.
+    /// Prefix-cache hit rate of new requests: tokens found over tokens looked up (vLLM's
+    /// `prefix_cache_hits / prefix_cache_queries`, which leave out requests resumed after a
+    /// preemption since 0.11.2); 0 without prefix caching or lookups.
     pub prefix_cache_hit_rate: f64,
+    /// The hit rate of lookups by requests resumed after a preemption (vLLM's `preempted_hits
+    /// / preempted_queries`; mostly their own blocks, not yet evicted); `None` (null) when no
+    /// preempted request looked up.
+    pub preempted_prefix_cache_hit_rate: Option<f64>,
     /// Kernel time over makespan.
+    #[serde(rename = "gpu_busy_fraction")]
     pub gpu_busy: f64,
     /// Iterations run.
     pub iterations: u64,
@@ -384,6 +429,9 @@ impl Totals {
         self.cache.lookups += cache.lookups;
         self.cache.queried_tokens += cache.queried_tokens;
         self.cache.hit_tokens += cache.hit_tokens;
+        self.cache.preempted_lookups += cache.preempted_lookups;
+        self.cache.preempted_queried_tokens += cache.preempted_queried_tokens;
+        self.cache.preempted_hit_tokens += cache.preempted_hit_tokens;
         self.gpu_blocks = self.gpu_blocks.saturating_add(r.gpu_blocks);
         self.host_bytes = self.host_bytes.saturating_add(r.host_bytes);
         let i = crate::sched::versions::RELEASES
@@ -491,11 +539,18 @@ impl SummaryAcc {
                 self.out += u64::from(q.output_tokens);
                 self.inp += u64::from(q.prompt_tokens);
                 self.cached += u64::from(q.cached_tokens);
-                for (c, x) in self
+                for (i, (c, x)) in self
                     .cols
                     .iter_mut()
                     .zip([q.ttft_s, q.tpot_s, q.e2e_s, q.queue_s])
+                    .enumerate()
                 {
+                    // TPOT is ranked over requests with a second token only, as vLLM's
+                    // benchmark ranks it (v0.15.1, `vllm/benchmarks/serve.py`,
+                    // `calculate_metrics`: `if output_len > 1: tpots.append(tpot)`).
+                    if i == 1 && q.output_tokens <= 1 {
+                        continue;
+                    }
                     c.push(x)?;
                 }
             }
@@ -559,6 +614,8 @@ impl SummaryAcc {
             } else {
                 0.0
             },
+            preempted_prefix_cache_hit_rate: (cache.preempted_queried_tokens > 0)
+                .then(|| cache.preempted_hit_tokens as f64 / cache.preempted_queried_tokens as f64),
             gpu_busy: per_s(compute_s),
             iterations: totals.iterations,
             gpu_blocks: totals.gpu_blocks,
@@ -628,7 +685,42 @@ fn num(w: &mut impl Write, x: f64) -> io::Result<()> {
     }
 }
 
+/// A run that served no request to its end: every latency is unmeasured, so the run has no
+/// answer to give (what [`ServeReport::nothing_finished`] returns).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no request finished: {}", self.why())]
+pub struct NothingFinished {
+    /// Requests given.
+    pub requests: u64,
+    /// Rejected requests by reason, in the order the first of each was given.
+    pub rejected: Vec<(&'static str, u64)>,
+}
+
+impl NothingFinished {
+    fn why(&self) -> String {
+        if self.requests == 0 {
+            return "the workload gave no request".into();
+        }
+        let reasons: Vec<String> = (self.rejected.iter())
+            .map(|(why, n)| format!("{n} {why}"))
+            .collect();
+        format!("all {} rejected ({})", self.requests, reasons.join(", "))
+    }
+}
+
 impl ServeReport {
+    /// `Some` when no request finished: nothing was measured, and a caller must not report the
+    /// run's latencies as an answer (they are [`Percentiles::NONE`]).
+    pub fn nothing_finished(&self) -> Option<NothingFinished> {
+        let s = &self.summary;
+        (s.finished == 0).then(|| NothingFinished {
+            requests: s.requests,
+            rejected: (s.rejected_order.iter())
+                .map(|why| (*why, s.rejected_by_reason.get(why).copied().unwrap_or(0)))
+                .collect(),
+        })
+    }
+
     /// Whether the run did not keep up with its arrivals: its queueing delay grew across the
     /// arrivals by more than [`OVERLOAD_QUEUE_GROWTH_S`] and a tenth of its mean (the capacity
     /// search's steady-state test on the whole run); `None` when it kept up, or when everything

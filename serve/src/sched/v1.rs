@@ -92,7 +92,7 @@ impl Policy for V1 {
             };
             let hit = if s.computed == 0 {
                 st.kv
-                    .computed_blocks(&mut s.kv, layout, known, &mut st.hits)
+                    .computed_blocks(&mut s.kv, layout, known, s.preemptions > 0, &mut st.hits)
             } else {
                 st.hits.clear();
                 0
