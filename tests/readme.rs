@@ -195,3 +195,15 @@ fn readme_starts_with_the_two_commands_and_ci_runs_the_second() {
         blocks[1]
     );
 }
+
+/// The README lists the columns a stage table must have: exactly the reader's.
+#[test]
+fn readme_lists_the_stage_table_columns() {
+    let text = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let start = text
+        .find("recognised by its header (these columns")
+        .expect("the stage table's header paragraph");
+    let end = start + text[start..].find("each stage replayed").unwrap();
+    let listed: Vec<&str> = text[start..end].split('`').skip(1).step_by(2).collect();
+    assert_eq!(listed, kvplan_serve::runs::STAGE_COLUMNS.to_vec());
+}

@@ -85,6 +85,22 @@ pub enum Error {
         /// The table's columns, comma-separated.
         columns: String,
     },
+    /// One line asked for (no series columns) where rows repeat an x value: the table varies
+    /// other columns too, and one line through every row would zig-zag between them.
+    #[error(
+        "{x} = {value} appears in {rows} rows: the table varies other columns too ({candidates}); give the columns that tell the lines apart as series, or filter the table to one value of each"
+    )]
+    RepeatedX {
+        /// The x column.
+        x: String,
+        /// The first x value found more than once.
+        value: String,
+        /// Rows holding it.
+        rows: usize,
+        /// Columns that differ between those rows and repeat over the table (the likely axes),
+        /// comma-separated; `none found` when no column does.
+        candidates: String,
+    },
     /// A table with a header and no rows, or no header.
     #[error("the table has no rows")]
     EmptyTable,

@@ -78,6 +78,9 @@ pub fn series_from_table(
             return Err(Error::NonNumeric(name.to_string()));
         }
     }
+    if bi.is_empty() {
+        repeated_x(header, rows, xi, yi)?;
+    }
     let mut series: Vec<Series> = Vec::new();
     let mut skipped = 0;
     for row in rows {
@@ -109,6 +112,53 @@ pub fn series_from_table(
         s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
     }
     Ok(TableSeries { series, skipped })
+}
+
+/// Without series columns: an x value held by several rows is an error naming the columns
+/// that differ between them and repeat across the table (a sweep's other axes), not one line
+/// joining them all.
+fn repeated_x(header: &[String], rows: &[Vec<String>], xi: usize, yi: usize) -> Result<(), Error> {
+    fn cell(r: &[String], i: usize) -> &str {
+        r.get(i).map_or("", |c| c.trim())
+    }
+    let mut seen: std::collections::BTreeMap<&str, Vec<usize>> = Default::default();
+    for (n, r) in rows.iter().enumerate() {
+        if !cell(r, xi).is_empty() {
+            seen.entry(cell(r, xi)).or_default().push(n);
+        }
+    }
+    // The first repeated value in the table's order.
+    let Some((value, at)) = (rows.iter())
+        .map(|r| cell(r, xi))
+        .find_map(|v| seen.get(v).filter(|at| at.len() > 1).map(|at| (v, at)))
+    else {
+        return Ok(());
+    };
+    let distinct = |i: usize| {
+        (rows.iter().map(|r| cell(r, i)))
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+    };
+    let skip = ["point", "status", "reason"];
+    let candidates: Vec<&str> = (0..header.len())
+        .filter(|&i| i != xi && i != yi && !skip.contains(&header[i].as_str()))
+        .filter(|&i| {
+            at.iter()
+                .any(|&n| cell(&rows[n], i) != cell(&rows[at[0]], i))
+        })
+        .filter(|&i| distinct(i) < rows.len())
+        .map(|i| header[i].as_str())
+        .collect();
+    Err(Error::RepeatedX {
+        x: header[xi].clone(),
+        value: value.to_string(),
+        rows: at.len(),
+        candidates: if candidates.is_empty() {
+            "none found".into()
+        } else {
+            candidates.join(", ")
+        },
+    })
 }
 
 /// Unit suffixes of kvplan's column names, longest first.
@@ -165,7 +215,17 @@ mod tests {
                 Series::new("strategy=gpu-only", vec![(8.0, 30.0)]),
             ]
         );
-        let t = series_from_table(&header, &rows, "batch", "decode_throughput_tok_s", &[]).unwrap();
+        // Without series, batch 8 in two rows is refused, naming the column that differs.
+        let e = series_from_table(&header, &rows, "batch", "decode_throughput_tok_s", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("batch = 16 appears in 2 rows") && e.contains("(strategy)"),
+            "{e}"
+        );
+        // One value per x: one line.
+        let t = series_from_table(&header, &rows[..2], "batch", "decode_throughput_tok_s", &[])
+            .unwrap();
         assert_eq!(t.series.len(), 1);
         assert_eq!(t.series[0].name, "decode_throughput_tok_s");
     }
