@@ -2,14 +2,14 @@
 //! SIGTERM) or killed outright (SIGKILL) at a seeded moment after some rows have finished, then
 //! run again with `--resume`: the rows it kept are counted, and the file it ends with is the
 //! uninterrupted run's, byte for byte. Also what a killed run leaves behind (a stale lock file,
-//! a temporary file).
+//! a temporary file) and a base that makes every point fail.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::common::{TempDir, bin, ok, run_in};
+use crate::common::{TempDir, bin, fails_with, ok, run_in};
 
 /// 48 serving points, slow (5,000 requests) and fast (500) in turn, so that two threads finish
 /// them out of order: about 2 s in a debug build.
@@ -235,4 +235,37 @@ fn a_stale_lock_and_temporary_files_of_a_killed_run_are_taken_over_and_removed()
             "s.toml".into()
         ]
     );
+}
+
+#[test]
+fn a_base_that_every_point_fails_on_is_one_line_naming_the_field() {
+    let d = TempDir::new("resume-base");
+    // No prompt lengths: every point of the grid would be an error row with the same reason.
+    let sweep = "kind = \"serve\"\n[base]\nmodel = \"llama-2-7b\"\nhardware = \"a100-80g-sxm\"\n[base.workload]\narrivals = \"poisson\"\nqps = 4\noutput_lengths = \"uniform:8:64\"\nrequests = 50\n[axes]\n\"workload.seed\" = [1, 2]\n\"serve.preemption\" = [\"recompute\", \"swap\"]\n";
+    std::fs::write(d.path().join("s.toml"), sweep).unwrap();
+    for resume in [false, true] {
+        let mut args = vec!["sweep", "s.toml", "--out", "o.csv"];
+        if resume {
+            args.push("--resume");
+        }
+        fails_with(
+            &d,
+            &args,
+            &[
+                "s.toml: base: workload.prompt_lengths: required",
+                "every point of the sweep fails this way",
+            ],
+        );
+        assert_eq!(d.files(), ["s.toml"], "something was written");
+    }
+    // A point-specific failure stays a row: one axis value that does not fit.
+    let sweep = "kind = \"simulate\"\n[base]\nhardware = \"a100-40g-pcie4\"\nstrategy = \"gpu-only\"\nworkload = { prompt = 64, gen = 3, batch = 2 }\n[axes]\nmodel = [\"opt-1.3b\", \"opt-30b\"]\n";
+    std::fs::write(d.path().join("s.toml"), sweep).unwrap();
+    let out = run_in(d.path(), &["sweep", "s.toml", "--out", "o.csv"]);
+    assert!(ok(&out).contains("2 points run (1 ok, 1 error)"));
+    // So does a sweep whose base is completed by an axis.
+    let sweep = "kind = \"serve\"\n[base]\nmodel = \"llama-2-7b\"\nhardware = \"a100-80g-sxm\"\n[base.workload]\narrivals = \"poisson\"\nqps = 4\noutput_lengths = \"uniform:8:64\"\nrequests = 20\n[axes]\n\"workload.prompt_lengths\" = [\"64\", \"128\"]\n";
+    std::fs::write(d.path().join("s.toml"), sweep).unwrap();
+    let out = run_in(d.path(), &["sweep", "s.toml", "--out", "o.csv"]);
+    assert!(ok(&out).contains("2 points run (2 ok, 0 error)"));
 }
