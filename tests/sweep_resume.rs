@@ -118,6 +118,12 @@ fn killed_then_resumed(signal: &str, default_seed: u64) {
     );
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
+    let mut partial = read(p, "rows.csv");
+    let kept = whole_rows(&partial);
+    assert!(
+        kept >= rows && kept < POINTS,
+        "{at}: {kept} of {POINTS} rows in rows.csv: the run was not stopped midway"
+    );
     match signal {
         "-KILL" => {
             use std::os::unix::process::ExitStatusExt;
@@ -134,12 +140,6 @@ fn killed_then_resumed(signal: &str, default_seed: u64) {
             );
         }
     }
-    let mut partial = read(p, "rows.csv");
-    let kept = whole_rows(&partial);
-    assert!(
-        kept >= rows && kept < POINTS,
-        "{at}: {kept} of {POINTS} rows written"
-    );
     if signal == "-KILL" {
         // As if it had been killed in the middle of writing a row: the cut-off line goes.
         let row = want.lines().nth(1 + POINTS / 2).unwrap();
