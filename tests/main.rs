@@ -22,4 +22,5 @@ mod serve;
 mod settings;
 mod supply;
 mod sweep;
+mod sweep_resume;
 mod validate_serving;

@@ -182,6 +182,17 @@ fn resume_after_a_kill_gives_the_same_file() {
             ));
             assert_eq!(read(&d, "part"), full, "{format}, cut at {cut}");
         }
+        // Uninterrupted, into a file that does not exist yet: the same bytes (its rows written
+        // as they finish, then put in point order).
+        std::fs::remove_file(d.path().join("part")).unwrap();
+        let said = ok(&run_in(
+            d.path(),
+            &[
+                "sweep", "s.toml", "--format", format, "--out", "part", "--resume",
+            ],
+        ));
+        assert!(said.contains("0 kept from the previous run"), "{said}");
+        assert_eq!(read(&d, "part"), full, "{format}, from nothing");
         // A shard resumes its own rows.
         ok(&run_in(
             d.path(),
@@ -346,4 +357,25 @@ fn plot_draws_a_metric_against_an_axis_one_line_per_series() {
     );
     refused(&out, &["--plot-y", "nope", "decode_latency_s"]);
     assert!(!d.path().join("r2.csv").exists() && !d.path().join("q.svg").exists());
+}
+
+#[cfg(unix)]
+#[test]
+fn a_device_gets_the_rows_and_no_fingerprint_beside_it() {
+    let d = dir_with("sweep-device", SWEEP);
+    let sidecar = Path::new("/dev/null.fingerprint");
+    let before = std::fs::metadata(sidecar).and_then(|m| m.modified()).ok();
+    for resume in [false, true] {
+        let mut args = vec!["sweep", "s.toml", "--out", "/dev/null"];
+        if resume {
+            args.push("--resume");
+        }
+        let said = ok(&run_in(d.path(), &args));
+        assert!(
+            said.starts_with("/dev/null: 9 points run (7 ok, 2 error)"),
+            "{said}"
+        );
+        let after = std::fs::metadata(sidecar).and_then(|m| m.modified()).ok();
+        assert_eq!(before, after, "a fingerprint was written beside /dev/null");
+    }
 }

@@ -10,6 +10,16 @@ use std::sync::{Mutex, MutexGuard, Once};
 /// and the lock files of [`claim`](crate::outputs::claim).
 static PENDING: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 static HANDLER: Once = Once::new();
+/// What the handler says on stderr, if not the default ([`set_interrupt_message`]).
+static MESSAGE: Mutex<Option<String>> = Mutex::new(None);
+
+/// What to say on stderr if the process is interrupted (instead of "no output file was
+/// replaced"): a run that writes its output in place (`kvplan sweep --resume`) says where its
+/// rows are and how to finish. Installs the handler.
+pub fn set_interrupt_message(text: String) {
+    install_handler();
+    *MESSAGE.lock().unwrap_or_else(|e| e.into_inner()) = Some(text);
+}
 
 fn pending() -> MutexGuard<'static, Vec<PathBuf>> {
     PENDING.lock().unwrap_or_else(|e| e.into_inner())
@@ -51,7 +61,11 @@ fn install_handler() {
                         for p in files.iter() {
                             let _ = fs::remove_file(p);
                         }
-                        eprintln!("kvplan: interrupted; no output file was replaced");
+                        let message = MESSAGE.lock().unwrap_or_else(|e| e.into_inner()).take();
+                        eprintln!(
+                            "kvplan: interrupted; {}",
+                            message.as_deref().unwrap_or("no output file was replaced")
+                        );
                         std::process::exit(128 + signal);
                     }
                 });

@@ -10,7 +10,9 @@
 //!   written directly: never replaced, never renamed over.
 //! - A directory is an error.
 //! - A temporary file is removed if the process gets SIGINT, SIGTERM or SIGHUP before it is
-//!   renamed into place ([`crate::outputs`]); the old file stays as it was.
+//!   renamed into place ([`crate::outputs`]); the old file stays as it was. One left by a
+//!   process killed outright (SIGKILL) is removed by the next run that claims the same output
+//!   ([`remove_orphaned_temps`]).
 
 use std::fs::{self, File, Metadata, OpenOptions};
 use std::io::{self, BufWriter, Write};
@@ -139,8 +141,9 @@ pub fn open_stream(path: &Path, what: &str, keep: Option<u64>) -> Result<File, E
 
 /// Streams to the output file `path` (for the option `what`) or, without one, to stdout:
 /// `write` writes, and what it returns is returned once the file is complete. With `keep`
-/// (resuming), the first `keep` bytes of the file are kept and the rest appended in place
-/// ([`open_stream`]); without it, the rows go to a temporary file renamed over `path` once
+/// (resuming), the first `keep` bytes of the file are kept (`Some(0)`: a file started afresh,
+/// created if need be) and the rest written in place ([`open_stream`]), so that a killed run
+/// leaves what it wrote; without it, the rows go to a temporary file renamed over `path` once
 /// `write` succeeds, so the old file stays whole until the new one is (and stays, if the run
 /// fails or is interrupted). A write that fails is a failure naming the file (or stdout).
 pub fn stream_to<T>(
@@ -271,6 +274,63 @@ fn write_replacing<T>(
         settle(&tmp, || fs::remove_file(&tmp).ok());
     }
     result
+}
+
+/// Whether the temporary file name `file` is one [`create_temp`] makes for the file `name`
+/// (`.NAME.PID.N.tmp`), and if so, the process id in it.
+fn temp_pid(file: &str, name: &str) -> Option<u32> {
+    let middle = file
+        .strip_prefix('.')?
+        .strip_prefix(name)?
+        .strip_prefix('.')?
+        .strip_suffix(".tmp")?;
+    let (pid, n) = middle.split_once('.')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (digits(pid) && digits(n)).then(|| pid.parse().ok())?
+}
+
+/// Whether the process `pid` may still be running: where `/proc` shows the processes (Linux),
+/// whether it is there; elsewhere it cannot be told, and the answer is no.
+fn may_be_running(pid: u32) -> bool {
+    let proc = Path::new("/proc");
+    proc.join("self").exists() && proc.join(pid.to_string()).exists()
+}
+
+/// Removes the temporary files that runs killed outright (SIGKILL, a crash, a power cut) left
+/// beside the output file `target` (`.NAME.PID.N.tmp`, as [`write_output`] names them): those
+/// of other processes that are no longer running. Call it only while holding the output's lock
+/// ([`crate::outputs::claim`]), when no other kvplan can be writing it. Returns the files
+/// removed; a file that cannot be removed (or a directory that cannot be read) is left alone.
+pub fn remove_orphaned_temps(target: &Path) -> Vec<PathBuf> {
+    let (Some(name), dir) = (target.file_name(), target.parent()) else {
+        return Vec::new();
+    };
+    let name = name.to_string_lossy();
+    let dir = match dir {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let ours = std::process::id();
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let file = entry.file_name();
+        let Some(pid) = temp_pid(&file.to_string_lossy(), &name) else {
+            continue;
+        };
+        let plain = entry.file_type().is_ok_and(|t| t.is_file());
+        if pid == ours || !plain || may_be_running(pid) {
+            continue;
+        }
+        let path = dir.join(&file);
+        if fs::remove_file(&path).is_ok() {
+            removed.push(path);
+        }
+    }
+    removed.sort();
+    removed
 }
 
 /// A new temporary file in `dir`; `create_new` never opens something already there (a stale
@@ -461,6 +521,41 @@ mod tests {
         let e = write_output(&dir.0.join("loop1"), "the trace", hello).unwrap_err();
         assert!(e.is_input());
         assert!(e.message().contains("loop1"), "{e}");
+    }
+
+    #[test]
+    fn only_the_orphaned_temporary_files_of_the_target_are_removed() {
+        let dir = dir("orphans");
+        let target = dir.0.join("out.csv");
+        let ours = std::process::id();
+        for name in [
+            ".out.csv.0.0.tmp".to_string(),        // a process that is gone
+            ".out.csv.0.12.tmp".into(),            // its 13th
+            format!(".out.csv.{ours}.0.tmp"),      // this process's own
+            ".out.csv.fingerprint.0.0.tmp".into(), // another file's
+            ".out.csv.x.0.tmp".into(),             // not a process id
+            ".out.csv.0.tmp".into(),               // not a temporary file's name
+            "out.csv".into(),
+        ] {
+            fs::write(dir.0.join(name), "x").unwrap();
+        }
+        let removed = remove_orphaned_temps(&target);
+        assert_eq!(
+            removed,
+            [
+                dir.0.join(".out.csv.0.0.tmp"),
+                dir.0.join(".out.csv.0.12.tmp")
+            ]
+        );
+        assert_eq!(dir.names().len(), 5, "{:?}", dir.names());
+        // A process that is still running keeps its file (where /proc tells).
+        if Path::new("/proc/self").exists() {
+            let name = format!(".out.csv.{}.0.tmp", 1);
+            fs::write(dir.0.join(&name), "x").unwrap();
+            assert!(remove_orphaned_temps(&target).is_empty());
+        }
+        assert_eq!(temp_pid(".a.b.7.0.tmp", "a.b"), Some(7));
+        assert_eq!(temp_pid(".a.b.7.0.tmp", "a"), None);
     }
 
     #[cfg(unix)]

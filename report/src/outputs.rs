@@ -8,22 +8,33 @@
 //! holds the locking process's id. A second kvplan writing the same file is refused, naming
 //! that process. The lock files are removed when the run ends, including on SIGINT, SIGTERM or
 //! SIGHUP; a run killed outright (SIGKILL) leaves its lock file, which the next run takes over
-//! (the kernel releases the lock of a dead process).
+//! (the kernel releases the lock of a dead process), saying so ([`Claim::notes`]). Holding the
+//! lock, a run also removes the temporary files that such a killed run left beside the output
+//! ([`remove_orphaned_temps`]): no live kvplan can be writing them.
 //!
 //! Labels (`what`) are the caller's: the command line passes its flags.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
 use crate::Error;
 use crate::cleanup::{register_cleanup, settle};
-use crate::files::{Target, resolve};
+use crate::files::{Target, remove_orphaned_temps, resolve};
 
 /// The outputs of a run, locked until this is dropped.
 #[derive(Debug, Default)]
 pub struct Claim {
     locks: Vec<(PathBuf, File)>,
+    notes: Vec<String>,
+}
+
+impl Claim {
+    /// What claiming cleaned up after runs that were killed outright, one line each (for
+    /// stderr, after `note: `): a stale lock file taken over, a temporary file removed.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
 }
 
 impl Drop for Claim {
@@ -149,7 +160,23 @@ pub fn claim(inputs: &[(&str, &Path)], outputs: &[(&str, &Path)]) -> Result<Clai
     let mut claim = Claim::default();
     for out in &checked {
         if let Some(target) = &out.target {
-            claim.locks.push(lock(out.what, out.path, target)?);
+            let (lp, file, stale) = lock(out.what, out.path, target)?;
+            claim.locks.push((lp.clone(), file));
+            if let Some(pid) = stale {
+                claim.notes.push(format!(
+                    "{}: took over the stale lock file {} of process {pid}, which is no longer running (killed before it could remove it)",
+                    out.what,
+                    lp.display()
+                ));
+            }
+            for tmp in remove_orphaned_temps(target) {
+                claim.notes.push(format!(
+                    "{}: removed {}, left by a run that was killed while writing {}",
+                    out.what,
+                    tmp.display(),
+                    shown(out.path)
+                ));
+            }
         }
     }
     Ok(claim)
@@ -162,8 +189,10 @@ fn lock_path(target: &Path) -> PathBuf {
 }
 
 /// Locks the output `target` (named `path` by the option `what`): its lock file created or
-/// taken over, locked, and holding this process's id.
-fn lock(what: &str, path: &Path, target: &Path) -> Result<(PathBuf, File), Error> {
+/// taken over, locked, and holding this process's id. Also returns the id of the process whose
+/// lock file was taken over, if it names one: a lock file that is there, unlocked, was left by
+/// a process killed before it could remove it (the kernel releases a dead process's lock).
+fn lock(what: &str, path: &Path, target: &Path) -> Result<(PathBuf, File, Option<u32>), Error> {
     let lp = lock_path(target);
     let cannot = |e: io::Error| {
         let dir = lp.parent().unwrap_or(Path::new("."));
@@ -203,15 +232,23 @@ fn lock(what: &str, path: &Path, target: &Path) -> Result<(PathBuf, File), Error
             continue;
         }
         register_cleanup(&lp);
+        let mut before = String::new();
+        let _ = f.read_to_string(&mut before);
+        let stale = before
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|&pid| pid != std::process::id());
         let written = f
             .set_len(0)
+            .and_then(|()| f.rewind())
             .and_then(|()| writeln!(f, "{}", std::process::id()))
             .and_then(|()| f.flush());
         if let Err(e) = written {
             settle(&lp, || fs::remove_file(&lp).ok());
             return Err(cannot(e));
         }
-        return Ok((lp, f));
+        return Ok((lp, f, stale));
     }
     Err(Error::Failure(format!(
         "{what}: cannot lock {}: its lock file {} keeps changing",
@@ -290,6 +327,35 @@ mod tests {
         assert!(e.message().starts_with("--out: "), "{e}");
         drop(first);
         claim(&[], &[("--out", &out)]).unwrap();
+    }
+
+    #[test]
+    fn a_stale_lock_is_taken_over_and_a_killed_runs_temporary_files_removed() {
+        let d = dir("stale");
+        let out = d.0.join("rows.csv");
+        // A run killed outright left its lock file (unlocked: the kernel released it) and a
+        // temporary file; process 0 is never a running kvplan.
+        fs::write(d.0.join(".rows.csv.lock"), "0\n").unwrap();
+        fs::write(d.0.join(".rows.csv.0.3.tmp"), "point\n").unwrap();
+        let c = claim(&[], &[("--out", &out)]).unwrap();
+        let notes = c.notes().join("\n");
+        assert!(
+            notes.starts_with("--out: took over the stale lock file ")
+                && notes.contains(".rows.csv.lock of process 0, which is no longer running"),
+            "{notes}"
+        );
+        assert!(
+            notes.contains(".rows.csv.0.3.tmp, left by a run that was killed"),
+            "{notes}"
+        );
+        assert_eq!(c.notes().len(), 2);
+        assert_eq!(d.names(), [".rows.csv.lock"]);
+        let mine = fs::read_to_string(d.0.join(".rows.csv.lock")).unwrap();
+        assert_eq!(mine, format!("{}\n", std::process::id()));
+        drop(c);
+        // A lock file that names no process (or this one) is taken over without a word.
+        fs::write(d.0.join(".rows.csv.lock"), "").unwrap();
+        assert!(claim(&[], &[("--out", &out)]).unwrap().notes().is_empty());
     }
 
     #[test]

@@ -189,7 +189,11 @@ impl From<kvplan_report::Error> for CliError {
 /// Runs the command line's command; the text for stdout.
 pub fn run(cli: &Cli) -> Result<String, CliError> {
     // Every output checked against the inputs and locked before anything runs.
-    let _outputs = claims::claim_outputs(&cli.command)?;
+    let outputs = claims::claim_outputs(&cli.command)?;
+    // What claiming cleaned up after a run killed outright (a stale lock, a temporary file).
+    for note in outputs.notes() {
+        crate::messages::hold_note(note.clone());
+    }
     match &cli.command {
         Command::Models(a) => models::models(a),
         Command::Hardware(a) => hardware::hardware(a),

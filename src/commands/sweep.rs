@@ -6,11 +6,13 @@
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use kvplan_report::files::{stream_to, write_text};
+use kvplan_report::cleanup::set_interrupt_message;
+use kvplan_report::files::{remove_orphaned_temps, stream_to, write_text};
 use kvplan_sweep::{Fingerprint, Format, PlotLabels, Shard, Sweep, SweepError};
 
 use super::plot::noted;
 use crate::error::CliError;
+use crate::messages::hold_note;
 use kvplan_report::plots::draw_table;
 
 /// `--help`'s long text (`src/help/sweep.txt`).
@@ -31,7 +33,8 @@ pub struct SweepArgs {
     /// Row format
     #[arg(long, value_enum, default_value_t = Format::Csv)]
     pub format: Format,
-    /// Keep the rows already in --out and run only the rest
+    /// Write the rows to --out itself as points finish, keep the rows already there and run
+    /// only the rest; the complete file is put in point order
     #[arg(long, requires = "out")]
     pub resume: bool,
     /// Run only the points with index % N == I (0-based), e.g. --shard 0/4
@@ -118,27 +121,40 @@ pub fn sweep(args: &SweepArgs) -> Result<String, CliError> {
     let points = sweep
         .points(args.shard, resume, format, "--resume")
         .map_err(CliError::input)?;
+    // A resumed run into a regular file (or a new one) writes its rows in place, as they
+    // finish, so that a killed run leaves every finished row for the next --resume; once
+    // complete, the file is put in point order. Anything else is written in point order.
+    let in_place = args.out.as_deref().filter(|_| points.keep().is_some());
     // A progress bar where stderr is a terminal.
     let ran = points.indices.len();
     let bar = kvplan_report::progress::bar();
     bar.start(ran as u64, "points");
-    // Which sweep wrote the rows, beside them: before rows are appended in place (--resume),
+    // Which sweep wrote the rows, beside them: before rows are written in place (--resume),
     // after the new file is complete otherwise.
-    let stamp = |out: &Path| {
-        let text = sweep.fingerprint().to_text();
-        write_text(&Fingerprint::path(out), "--out", &text)
-    };
-    if let Some(out) = resume {
+    let stamp = |out: &Path| write_fingerprint(out, "--out", &sweep.fingerprint());
+    if let Some(out) = in_place {
         stamp(out)?;
+        set_interrupt_message(format!(
+            "the rows finished so far are in {}: run the same command again (with --resume) to run the rest",
+            out.display()
+        ));
     }
+    let ordered = in_place.is_none();
     let result = stream_to(args.out.as_deref(), "--out", points.keep(), |sink| {
-        sweep.stream(&points.indices, format, points.header(), sink, || {
-            bar.advance()
-        })
+        sweep.stream(
+            &points.indices,
+            format,
+            points.header(),
+            ordered,
+            sink,
+            || bar.advance(),
+        )
     });
     drop(bar);
-    if let (Some(out), None, Ok(Some(_))) = (&args.out, resume, &result) {
-        stamp(out)?;
+    match (&args.out, in_place, &result) {
+        (Some(out), None, Ok(Some(_))) => stamp(out)?,
+        (_, Some(out), Ok(Some(_))) => put_in_point_order(out, format)?,
+        _ => {}
     }
     let Some(errors) = result? else {
         return Ok(String::new());
@@ -157,6 +173,39 @@ pub fn sweep(args: &SweepArgs) -> Result<String, CliError> {
         write_text(&spec.file, "--out", &svg)?;
     }
     Ok(points.summary(out, errors, plot.as_ref().map(|s| s.file.as_path())))
+}
+
+/// Writes `fp` beside the rows file `out` ([`Fingerprint::path`]) for the option `what`. The
+/// lock on `out` covers the sidecar too: a temporary file of it that a killed run left is an
+/// orphan, removed (with a note).
+/// A FIFO or device (`/dev/null`, `/dev/stdout`) has no sidecar: nothing is written beside it.
+fn write_fingerprint(out: &Path, what: &str, fp: &Fingerprint) -> Result<(), CliError> {
+    if std::fs::metadata(out).is_ok_and(|m| !m.is_file()) {
+        return Ok(());
+    }
+    let sidecar = Fingerprint::path(out);
+    for tmp in remove_orphaned_temps(&sidecar) {
+        hold_note(format!(
+            "{what}: removed {}, left by a run that was killed while writing {}",
+            tmp.display(),
+            sidecar.display()
+        ));
+    }
+    Ok(write_text(&sidecar, what, &fp.to_text())?)
+}
+
+/// Rewrites the complete output `out` of a resumed run (its rows in the order they finished)
+/// with its rows in point order, the bytes of an uninterrupted run; through a temporary file
+/// renamed into place, so that a run killed meanwhile leaves the complete rows, which the next
+/// --resume keeps and puts in order. A file in order already is left alone.
+fn put_in_point_order(out: &Path, format: Format) -> Result<(), CliError> {
+    let text = std::fs::read_to_string(out).map_err(|e| {
+        CliError::failure(format!("--out: cannot read back '{}': {e}", out.display()))
+    })?;
+    match kvplan_sweep::rows::sort_rows(&text, format) {
+        Some(sorted) => Ok(write_text(out, "--out", &sorted)?),
+        None => Ok(()),
+    }
 }
 
 impl MergeArgs {
@@ -186,7 +235,7 @@ pub fn merge(args: &MergeArgs) -> Result<String, CliError> {
         .map_err(|e| CliError::input(format!("merge: {e}")))?;
     write_text(out, "merge output", &merged)?;
     if let Some(f) = stamp {
-        write_text(&Fingerprint::path(out), "merge output", &f.to_text())?;
+        write_fingerprint(out, "merge output", &f)?;
     }
     Ok(format!("{}: merged {} files\n", out.display(), texts.len()))
 }

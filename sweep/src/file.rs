@@ -265,28 +265,57 @@ fn non_finite(v: &Value) -> Option<String> {
     }
 }
 
-/// Why the scenario `table` of `kind` is refused for its field `field` (its dotted path), if
-/// it is: the scenario resolved as a single run resolves it, and its error kept only where it
-/// names that field (or a field below it).
-///
-/// A model or GPU that cannot be loaded is named by its value, not its field ("unknown
-/// hardware 'x'"): such an error counts where it quotes the value the field holds.
-fn refused_value(kind: Kind, table: Table, field: &str) -> Option<String> {
-    let value = lookup(&table, field).and_then(|v| v.as_str().map(str::to_string));
-    let e = match RawScenario::from_table(table, kind).and_then(RawScenario::resolve) {
-        Ok(_) => return None,
-        Err(e) => e,
-    };
-    let message = one_line(&e.to_string());
-    let named = match e.field() {
-        Some(f) => f == field || f.starts_with(&format!("{field}.")),
-        None => {
-            message.starts_with(&format!("{field}:"))
-                || value.is_some_and(|v| !v.is_empty() && message.contains(&v))
-        }
-    };
-    named.then_some(message)
+/// How the scenario `table` of `kind` fails to resolve as a single run resolves it, if it
+/// does: the one-line message, and the field it names (if it names one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Unresolved {
+    message: String,
+    field: Option<String>,
 }
+
+impl Unresolved {
+    /// Resolves `table` (a point's scenario).
+    fn of(kind: Kind, table: Table) -> Option<Unresolved> {
+        let e = RawScenario::from_table(table, kind)
+            .and_then(RawScenario::resolve)
+            .err()?;
+        Some(Unresolved {
+            message: one_line(&e.to_string()),
+            field: e.field(),
+        })
+    }
+
+    /// Whether this is the same failure as `other`: the same field named, or, where neither
+    /// names one, the same message.
+    fn same_as(&self, other: &Unresolved) -> bool {
+        match (&self.field, &other.field) {
+            (Some(a), Some(b)) => a == b,
+            (None, None) => self.message == other.message,
+            _ => false,
+        }
+    }
+
+    /// Whether the failure is the fault of the field `field` (its dotted path) of `table` (the
+    /// scenario that failed): the error names that field (or a field below it).
+    ///
+    /// A model or GPU that cannot be loaded is named by its value, not its field ("unknown
+    /// hardware 'x'"): such an error counts where it quotes the value the field holds.
+    fn names(&self, table: &Table, field: &str) -> bool {
+        match &self.field {
+            Some(f) => f == field || f.starts_with(&format!("{field}.")),
+            None => {
+                let value = lookup(table, field).and_then(Value::as_str);
+                self.message.starts_with(&format!("{field}:"))
+                    || value.is_some_and(|v| !v.is_empty() && self.message.contains(v))
+            }
+        }
+    }
+}
+
+/// The points checked one by one before a sweep is refused because every point fails the same
+/// way ([`Sweep::fails_everywhere`]); beyond them, the probes (every axis value, every
+/// explicit point) stand for the rest.
+const CONFIRM_POINTS: u64 = 1_000;
 
 /// The value at the dotted `path` of `table`.
 fn lookup<'t>(table: &'t Table, path: &str) -> Option<&'t Value> {
@@ -455,6 +484,9 @@ impl Sweep {
             columns.push(name);
             axes.push(Axis { values });
         }
+        // How each probe fails to resolve (`None`: it resolves): every axis value with the
+        // other axes at their first values, and every explicit point.
+        let mut probes: Vec<Option<Unresolved>> = Vec::new();
         // Each axis value as a flag would be checked (a known model and GPU, sizes in range):
         // set with the other axes at their first values and resolved; an error that names the
         // axis's own field is the value's fault and stops the sweep before it starts. Errors
@@ -472,13 +504,15 @@ impl Sweep {
                         message: m,
                     })?;
                 }
-                if let Some(m) = refused_value(kind, t, name) {
+                let failed = Unresolved::of(kind, t.clone());
+                if let Some(u) = failed.as_ref().filter(|u| u.names(&t, name)) {
                     return Err(SweepError::Axis {
                         path: path.to_path_buf(),
                         axis: name.clone(),
-                        message: format!("value {j} ({v}): {m}"),
+                        message: format!("value {j} ({v}): {}", u.message),
                     });
                 }
+                probes.push(failed);
             }
         }
 
@@ -549,11 +583,16 @@ impl Sweep {
                 assigned.push((col, v));
             }
             check(kind, &t).map_err(point_error)?;
-            for (col, v) in &assigned {
-                if let Some(m) = refused_value(kind, t.clone(), &columns[*col]) {
-                    return Err(point_error(format!("{} ({v}): {m}", columns[*col])));
+            let failed = Unresolved::of(kind, t.clone());
+            if let Some(u) = &failed {
+                for (col, v) in &assigned {
+                    if u.names(&t, &columns[*col]) {
+                        let m = &u.message;
+                        return Err(point_error(format!("{} ({v}): {m}", columns[*col])));
+                    }
                 }
             }
+            probes.push(failed);
             points.push(assigned);
         }
         if axes.is_empty() && points.is_empty() {
@@ -567,7 +606,7 @@ impl Sweep {
             axes.iter()
                 .fold(1u64, |n, a| n.saturating_mul(a.values.len() as u64))
         };
-        Ok(Sweep {
+        let sweep = Sweep {
             kind,
             base,
             dir,
@@ -576,7 +615,42 @@ impl Sweep {
             points,
             grid_len,
             hash: crate::fingerprint::fnv1a(&resolved),
-        })
+        };
+        if let Some(u) = sweep.fails_everywhere(&probes) {
+            let what = u
+                .field
+                .map_or_else(String::new, |f| format!(" (no axis or point sets {f})"));
+            return Err(base_error(format!(
+                "{}; every point of the sweep fails this way{what}: fix it in the base",
+                u.message
+            )));
+        }
+        Ok(sweep)
+    }
+
+    /// The failure every point of the sweep shares, if there is one: a setting the base lacks
+    /// or gets wrong that no axis or point changes (a required field not given, say), which
+    /// would make every row an error with the same reason. `probes` are how every axis value
+    /// (with the other axes at their first values) and every explicit point resolve; where all
+    /// fail the same way, every point is checked too (the first [`CONFIRM_POINTS`]), so a
+    /// combination of values that resolves keeps the sweep running. Failures of a point's own
+    /// values, or that only running finds (a plan that does not fit), are not this: they stay
+    /// error rows.
+    fn fails_everywhere(&self, probes: &[Option<Unresolved>]) -> Option<Unresolved> {
+        let first = probes.first()?.clone()?;
+        if !probes
+            .iter()
+            .all(|p| p.as_ref().is_some_and(|p| p.same_as(&first)))
+        {
+            return None;
+        }
+        for i in 0..self.len().min(CONFIRM_POINTS) {
+            let t = self.scenario(i).ok()?;
+            if !Unresolved::of(self.kind, t).is_some_and(|u| u.same_as(&first)) {
+                return None;
+            }
+        }
+        Some(first)
     }
 
     /// Which engine runs the points.
@@ -704,7 +778,7 @@ mod tests {
     fn the_base_may_say_its_kind_and_the_two_must_agree() {
         // No sweep-level kind: the base's own `kind` decides.
         let s = sweep(
-            "[base]\nkind = \"serve\"\nmodel = \"llama-2-7b\"\nhardware = \"a100-80g-sxm\"\n[axes]\n\"workload.qps\" = [1.0, 2.0]\n",
+            "[base]\nkind = \"serve\"\nmodel = \"llama-2-7b\"\nhardware = \"a100-80g-sxm\"\nworkload = { arrivals = \"poisson\", prompt_lengths = \"64\", requests = 10 }\n[axes]\n\"workload.qps\" = [1.0, 2.0]\n",
         )
         .unwrap();
         assert_eq!(s.kind(), Kind::Serve);
@@ -746,6 +820,30 @@ mod tests {
         assert!(e("kind = \"simulate\"\nbase = 3\n").starts_with("dir/s.toml:2:"));
         let top = e(&format!("{BASE}[axis]\n"));
         assert!(top.contains("unknown field `axis`"), "{top}");
+    }
+
+    #[test]
+    fn a_base_every_point_fails_on_is_refused_naming_the_field() {
+        let serve = "kind = \"serve\"\n[base]\nmodel = \"llama-2-7b\"\nhardware = \"a100-80g-sxm\"\nworkload = { arrivals = \"poisson\", qps = 2, requests = 10 }\n";
+        let e = |text: String| sweep(&text).unwrap_err().to_string();
+        let grid = e(format!("{serve}[axes]\n\"workload.seed\" = [1, 2]\n"));
+        assert!(
+            grid.starts_with("dir/s.toml: base: workload.prompt_lengths: required")
+                && grid.ends_with("; every point of the sweep fails this way (no axis or point sets workload.prompt_lengths): fix it in the base"),
+            "{grid}"
+        );
+        let points = e(format!("{serve}[[points]]\n\"workload.seed\" = 3\n"));
+        assert!(
+            points.contains("every point of the sweep fails"),
+            "{points}"
+        );
+        // An axis or a point that sets it: the points without it stay error rows.
+        for fix in [
+            "[axes]\n\"workload.prompt_lengths\" = [\"64\", \"128\"]\n",
+            "[axes]\n\"workload.seed\" = [1, 2]\n[[points]]\n\"workload.prompt_lengths\" = \"64\"\n",
+        ] {
+            sweep(&format!("{serve}{fix}")).unwrap();
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! - [`run`]: one point → a [`Row`] (its metrics, or the one-line reason it cannot run), and
 //!   [`Sweep::run_ordered`]: points in parallel (rayon), rows handed over in point order.
 //! - [`rows`]: the CSV / JSONL text of a row, the header, what `--resume` keeps of a file
-//!   ([`rows::resume_point`]), and [`rows::merge`] of shard outputs.
+//!   ([`Sweep::resume_rows`], [`rows::sort_rows`]), and [`rows::merge`] of shard outputs.
 //! - [`fingerprint`]: which sweep (and kvplan version) wrote a file of rows, kept beside it, so
 //!   that `--resume` and merge refuse another sweep's rows.
 //!

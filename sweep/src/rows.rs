@@ -2,8 +2,8 @@
 //! column order). Columns: `point` (always, so shards can be merged), the point's values by
 //! dotted path, the metrics, `status` (`ok` or `error`) and `reason`. Numbers are plain (no
 //! exponent in CSV; empty / null where undefined). Every row is exactly one line (values and
-//! reasons hold no line breaks), which is what [`resume`](Sweep::resume_point) and [`merge`]
-//! rely on.
+//! reasons hold no line breaks), which is what [`resume`](Sweep::resume_rows), [`merge`] and
+//! [`sort_rows`] rely on.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -40,17 +40,39 @@ pub enum ResumeError {
         /// The file's.
         found: String,
     },
-    /// A row is not the next point this run would write.
+    /// A row holds a point this run does not write (another shard's, or past the last), or
+    /// no point index at all.
     #[error(
-        "line {line} holds {found} where this sweep (and --shard) writes point {expected}: the file is not a prefix of this sweep's output; give another --out file, or delete it to start over"
+        "line {line} holds {found}, which this sweep (and --shard) does not write: the file is not this run's output; give another --out file, or delete it to start over"
     )]
-    NotAPrefix {
+    NotThisRun {
         /// 1-based line.
         line: usize,
-        /// The point expected there (or `none` past the last).
-        expected: String,
-        /// What the line holds.
+        /// What the line holds (`point N`, or `no point index`).
         found: String,
+    },
+    /// A point's row is in the file twice.
+    #[error(
+        "line {line} holds point {point} a second time: the file is not one run's output; give another --out file, or delete it to start over"
+    )]
+    Duplicate {
+        /// 1-based line.
+        line: usize,
+        /// The point.
+        point: u64,
+    },
+    /// A line names a point of this run but is not its row: its values differ from the
+    /// point's, or it has the wrong number of columns.
+    #[error(
+        "line {line} is not point {point}'s row of this sweep ({why}); give another --out file, or delete it to start over"
+    )]
+    NotARow {
+        /// 1-based line.
+        line: usize,
+        /// The point it names.
+        point: u64,
+        /// What differs.
+        why: String,
     },
 }
 
@@ -274,16 +296,46 @@ impl Sweep {
         }
     }
 
+    /// The start of point `index`'s row, up to the first metric: the point and its values,
+    /// exactly as [`format_row`](Self::format_row) writes them (with the separator after them).
+    fn row_start(&self, index: u64, format: Format) -> String {
+        let values = self.values(index);
+        match format {
+            Format::Csv => {
+                let mut cells = vec![index.to_string()];
+                cells.extend(values.iter().map(|v| v.map(csv_value).unwrap_or_default()));
+                let mut line = csv_line(&cells);
+                line.truncate(line.trim_end_matches(['\r', '\n']).len());
+                line.push(',');
+                line
+            }
+            Format::Jsonl => {
+                let mut s = format!("{{\"point\":{index}");
+                for (k, v) in self.columns().iter().zip(&values) {
+                    let v = v.map_or("null".into(), json_value);
+                    let _ = write!(s, ",{}:{v}", json_str(k));
+                }
+                s.push(',');
+                s
+            }
+        }
+    }
+
     /// What `--resume` keeps of `existing` (the output file as a killed run left it), for a run
-    /// that writes the points `indices` in order: the number of bytes to keep (whole lines; a
-    /// cut-off last line is dropped) and how many of `indices` they already hold. An empty file,
-    /// or one holding only part of the header, keeps nothing.
-    pub fn resume_point(
+    /// that writes the points `indices`: the number of bytes to keep (whole lines; a cut-off
+    /// last line is dropped) and the points those lines hold, in the order they are written
+    /// (a resumable run writes its rows as they finish, not in point order). An empty file, or
+    /// one holding only part of the header, keeps nothing.
+    ///
+    /// Every kept line is checked: the header is this sweep's, and each row is one of
+    /// `indices`, given once, starting with that point's values and holding every column; a
+    /// file that is not this run's output is an error, not rows to keep.
+    pub fn resume_rows(
         &self,
         existing: &[u8],
         format: Format,
         indices: &[u64],
-    ) -> Result<(usize, usize), ResumeError> {
+    ) -> Result<(usize, Vec<u64>), ResumeError> {
         let keep = existing
             .iter()
             .rposition(|&b| b == b'\n')
@@ -291,7 +343,7 @@ impl Sweep {
         let text = String::from_utf8_lossy(&existing[..keep]);
         let mut lines = text.lines().enumerate().peekable();
         if lines.peek().is_none() {
-            return Ok((0, 0));
+            return Ok((0, Vec::new()));
         }
         let header = self.header_columns();
         let expected_keys: BTreeSet<String> = header.iter().cloned().collect();
@@ -305,7 +357,9 @@ impl Sweep {
                 });
             }
         }
-        let mut done = 0;
+        let wanted: BTreeSet<u64> = indices.iter().copied().collect();
+        let mut seen = BTreeSet::new();
+        let mut done = Vec::new();
         for (i, line) in lines {
             let point = match format {
                 Format::Csv => csv_point(line),
@@ -320,21 +374,71 @@ impl Sweep {
                     json_point(line)
                 }
             };
-            if point.is_none() || point != indices.get(done).copied() {
-                return Err(ResumeError::NotAPrefix {
+            let Some(point) = point.filter(|p| wanted.contains(p)) else {
+                return Err(ResumeError::NotThisRun {
                     line: i + 1,
-                    expected: indices
-                        .get(done)
-                        .map_or("none (all its points are written)".into(), |p| {
-                            p.to_string()
-                        }),
                     found: point.map_or("no point index".into(), |p| format!("point {p}")),
                 });
+            };
+            if !seen.insert(point) {
+                return Err(ResumeError::Duplicate { line: i + 1, point });
             }
-            done += 1;
+            let not_row = |why: String| ResumeError::NotARow {
+                line: i + 1,
+                point,
+                why,
+            };
+            if !line.starts_with(&self.row_start(point, format)) {
+                return Err(not_row("its values are not the point's".into()));
+            }
+            if format == Format::Csv {
+                let cells = csv::ReaderBuilder::new()
+                    .has_headers(false)
+                    .from_reader(line.as_bytes())
+                    .records()
+                    .next()
+                    .and_then(Result::ok)
+                    .map_or(0, |r| r.len());
+                if cells != header.len() {
+                    return Err(not_row(format!("{cells} columns, not {}", header.len())));
+                }
+            }
+            done.push(point);
         }
         Ok((keep, done))
     }
+}
+
+/// The complete output `text` of a run (CSV or JSONL, its rows in any order, as a resumable run
+/// writes them) with its rows in point order, the CSV header first: the bytes an uninterrupted
+/// run writes. `None` when the rows are in point order already. Lines without a point index
+/// (none in a file [`Sweep::resume_rows`] accepts) go last, in the order given.
+pub fn sort_rows(text: &str, format: Format) -> Option<String> {
+    let (header, rows) = match format {
+        Format::Csv => match text.find('\n') {
+            Some(i) => text.split_at(i + 1),
+            None => return None,
+        },
+        Format::Jsonl => ("", text),
+    };
+    let point = |line: &str| match format {
+        Format::Csv => csv_point(line),
+        Format::Jsonl => json_point(line),
+    };
+    let mut lines: Vec<(u64, &str)> = rows
+        .split_inclusive('\n')
+        .map(|l| (point(l.trim_end()).unwrap_or(u64::MAX), l))
+        .collect();
+    if lines.is_sorted_by_key(|(p, _)| *p) {
+        return None;
+    }
+    lines.sort_by_key(|(p, _)| *p);
+    let mut out = String::with_capacity(text.len());
+    out.push_str(header);
+    for (_, l) in lines {
+        out.push_str(l);
+    }
+    Some(out)
 }
 
 /// The shard outputs at `paths` as [`merge`] takes them: `(name, text)`, the name the path as
@@ -540,9 +644,9 @@ mod tests {
             let full = output(&s, format, &all);
             let cut = full.len() - 7; // inside the last line
             let (keep, done) = s
-                .resume_point(&full.as_bytes()[..cut], format, &all)
+                .resume_rows(&full.as_bytes()[..cut], format, &all)
                 .unwrap();
-            assert_eq!(done, 5);
+            assert_eq!(done, [0, 1, 2, 3, 4]);
             assert_eq!(
                 &full[..keep],
                 full.rsplit_once('\n')
@@ -554,15 +658,66 @@ mod tests {
                     .to_string()
                     + "\n"
             );
-            assert_eq!(s.resume_point(b"poi", format, &all).unwrap(), (0, 0));
-            // A shard's rows are not a prefix of another shard's.
+            assert_eq!(s.resume_rows(b"poi", format, &all).unwrap(), (0, vec![]));
+            // A shard's rows are not another shard's.
             let e = s
-                .resume_point(full.as_bytes(), format, &[1, 3, 5])
+                .resume_rows(full.as_bytes(), format, &[1, 3, 5])
                 .unwrap_err();
-            assert!(matches!(e, ResumeError::NotAPrefix { .. }), "{e}");
+            assert!(matches!(e, ResumeError::NotThisRun { .. }), "{e}");
         }
-        let e = s.resume_point(b"point,x\n", Format::Csv, &all).unwrap_err();
+        let e = s.resume_rows(b"point,x\n", Format::Csv, &all).unwrap_err();
         assert!(e.to_string().contains("not this sweep's"), "{e}");
+    }
+
+    /// The header and the rows of a CSV output, each line with its line break.
+    fn split_rows(text: &str) -> (&str, Vec<&str>) {
+        let (h, rows) = text.split_at(text.find('\n').unwrap() + 1);
+        (h, rows.split_inclusive('\n').collect())
+    }
+
+    #[test]
+    fn resume_keeps_rows_in_the_order_they_finished_and_sorts_them_back() {
+        let s = sweep();
+        let all: Vec<u64> = (0..6).collect();
+        let full = output(&s, Format::Csv, &all);
+        let (header, rows) = split_rows(&full);
+        assert_eq!(sort_rows(&full, Format::Csv), None);
+        // Points 4, 1 and 5 finished first; 2 was being written when the run was killed.
+        let partial = format!("{header}{}{}{}{}", rows[4], rows[1], rows[5], &rows[2][..9]);
+        let (keep, done) = s
+            .resume_rows(partial.as_bytes(), Format::Csv, &all)
+            .unwrap();
+        assert_eq!(done, [4, 1, 5]);
+        assert_eq!(keep, partial.len() - 9);
+        // The rest appended, in any order, sorts back into the uninterrupted run's bytes.
+        let whole = format!("{}{}{}{}", &partial[..keep], rows[3], rows[0], rows[2]);
+        assert_eq!(sort_rows(&whole, Format::Csv).unwrap(), full);
+        let json = output(&s, Format::Jsonl, &all);
+        let mut lines: Vec<&str> = json.split_inclusive('\n').collect();
+        lines.reverse();
+        assert_eq!(sort_rows(&lines.concat(), Format::Jsonl).unwrap(), json);
+        // A row given twice, a row whose values are not its point's, a row cut short.
+        let twice = format!("{header}{}{}", rows[1], rows[1]);
+        let e = s
+            .resume_rows(twice.as_bytes(), Format::Csv, &all)
+            .unwrap_err();
+        assert!(
+            matches!(e, ResumeError::Duplicate { line: 3, point: 1 }),
+            "{e}"
+        );
+        let other = format!("{header}{}", rows[1].replacen("1,", "2,", 1));
+        let e = s
+            .resume_rows(other.as_bytes(), Format::Csv, &all)
+            .unwrap_err();
+        assert!(e.to_string().contains("values are not the point's"), "{e}");
+        let short = format!(
+            "{header}{},ok,\n",
+            rows[1].split(',').take(6).collect::<Vec<_>>().join(",")
+        );
+        let e = s
+            .resume_rows(short.as_bytes(), Format::Csv, &all)
+            .unwrap_err();
+        assert!(e.to_string().contains("columns, not"), "{e}");
     }
 
     #[test]

@@ -73,6 +73,29 @@ impl Sweep {
     pub fn run_ordered<E>(
         &self,
         indices: &[u64],
+        emit: impl FnMut(Row) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.run_points(indices, true, emit)
+    }
+
+    /// Runs `indices` as [`run_ordered`](Self::run_ordered) does, but calls `emit` with each
+    /// row as soon as it is done, in the order the points finish: no finished row waits behind
+    /// a slower one, so a sweep killed midway has handed over every row but those still
+    /// running. Which rows come first depends on the threads' timing; the rows themselves do
+    /// not.
+    pub fn run_unordered<E>(
+        &self,
+        indices: &[u64],
+        emit: impl FnMut(Row) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.run_points(indices, false, emit)
+    }
+
+    /// [`run_ordered`](Self::run_ordered) (`ordered`) or [`run_unordered`](Self::run_unordered).
+    fn run_points<E>(
+        &self,
+        indices: &[u64],
+        ordered: bool,
         mut emit: impl FnMut(Row) -> Result<(), E>,
     ) -> Result<(), E> {
         let next = AtomicUsize::new(0);
@@ -101,13 +124,22 @@ impl Sweep {
             });
             let mut pending = BTreeMap::new();
             let mut want = 0usize;
+            let fail = |e| {
+                stop.store(true, Ordering::Relaxed);
+                Err(e)
+            };
             for (k, row) in rx {
+                if !ordered {
+                    if let Err(e) = emit(row) {
+                        return fail(e);
+                    }
+                    continue;
+                }
                 pending.insert(k, row);
                 while let Some(row) = pending.remove(&want) {
                     want += 1;
                     if let Err(e) = emit(row) {
-                        stop.store(true, Ordering::Relaxed);
-                        return Err(e);
+                        return fail(e);
                     }
                 }
             }

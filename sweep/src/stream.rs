@@ -38,9 +38,9 @@ impl std::str::FromStr for Shard {
 /// What a resumed run keeps of its output file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Resume {
-    /// Bytes of the file to keep (the whole rows).
+    /// Bytes of the file to keep (the whole rows; 0 for a file started afresh).
     pub keep: u64,
-    /// Points those rows hold (dropped from the front of the run's indices).
+    /// Points those rows hold (dropped from the run's indices).
     pub kept: usize,
 }
 
@@ -51,9 +51,11 @@ impl Sweep {
         (first..self.len()).step_by(step as usize).collect()
     }
 
-    /// Resuming into the output file `out` (if it is a regular file): the whole rows it already
-    /// holds of `indices`, which are dropped from `indices`. Errors are one line, `label` (the
-    /// option that asked for it) first.
+    /// Resuming into the output file `out`: the whole rows it already holds of `indices`
+    /// ([`resume_rows`](Self::resume_rows)), which are dropped from `indices`. A path where
+    /// nothing is yet keeps nothing (`keep` 0: the file is started afresh, and rows are written
+    /// to it as they finish); a FIFO or device is not resumed (`None`). Errors are one line,
+    /// `label` (the option that asked for it) first.
     pub fn resume(
         &self,
         out: &Path,
@@ -61,8 +63,13 @@ impl Sweep {
         indices: &mut Vec<u64>,
         label: &str,
     ) -> Result<Option<Resume>, String> {
-        if !std::fs::metadata(out).is_ok_and(|m| m.is_file()) {
-            return Ok(None);
+        match std::fs::metadata(out) {
+            Ok(m) if m.is_file() => {}
+            Ok(_) => return Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Some(Resume { keep: 0, kept: 0 }));
+            }
+            Err(e) => return Err(format!("{label}: cannot read '{}': {e}", out.display())),
         }
         let existing = std::fs::read(out)
             .map_err(|e| format!("{label}: cannot read '{}': {e}", out.display()))?;
@@ -70,13 +77,14 @@ impl Sweep {
             self.check_fingerprint(out)
                 .map_err(|e| format!("{label}: {e}"))?;
         }
-        let (bytes, kept) = self
-            .resume_point(&existing, format, indices)
+        let (bytes, done) = self
+            .resume_rows(&existing, format, indices)
             .map_err(|e| format!("{label}: {}: {e}", out.display()))?;
-        indices.drain(..kept);
+        let done: std::collections::BTreeSet<u64> = done.into_iter().collect();
+        indices.retain(|i| !done.contains(i));
         Ok(Some(Resume {
             keep: bytes as u64,
-            kept,
+            kept: done.len(),
         }))
     }
 
@@ -102,16 +110,21 @@ impl Sweep {
         })
     }
 
-    /// Runs the points `indices` and writes their rows to `sink` in point order, the header
-    /// first when `header`; one write and a flush per row, so a run killed midway leaves whole
-    /// rows (and at most one cut-off line, which [`resume`](Self::resume) drops). `on_row` is
-    /// called once per row (a progress bar). Returns the rows that are errors, or `None` when
-    /// the reader went away (a closed pipe): the run stops quietly.
+    /// Runs the points `indices` and writes their rows to `sink`, the header first when
+    /// `header`; one write and a flush per row, so a run killed midway leaves whole rows (and
+    /// at most one cut-off line, which [`resume`](Self::resume) drops). With `ordered` the rows
+    /// are written in point order ([`run_ordered`](Self::run_ordered): stdout, a file replaced
+    /// whole); without it, as each point finishes ([`run_unordered`](Self::run_unordered): a
+    /// resumable file, which loses only the rows still running when it is killed and is put in
+    /// point order by [`sort_rows`](crate::rows::sort_rows) once complete). `on_row` is called
+    /// once per row (a progress bar). Returns the rows that are errors, or `None` when the
+    /// reader went away (a closed pipe): the run stops quietly.
     pub fn stream(
         &self,
         indices: &[u64],
         format: Format,
         header: bool,
+        ordered: bool,
         sink: &mut dyn Write,
         mut on_row: impl FnMut(),
     ) -> std::io::Result<Option<u64>> {
@@ -130,12 +143,17 @@ impl Sweep {
             return quiet(e);
         }
         let mut errors = 0u64;
-        let result = self.run_ordered(indices, |row| {
+        let emit = |row: crate::Row| {
             errors += u64::from(row.outcome.is_err());
             on_row();
             sink.write_all(self.format_row(&row, format).as_bytes())?;
             sink.flush()
-        });
+        };
+        let result = if ordered {
+            self.run_ordered(indices, emit)
+        } else {
+            self.run_unordered(indices, emit)
+        };
         match result {
             Ok(()) => Ok(Some(errors)),
             Err(e) => quiet(e),
@@ -155,7 +173,8 @@ pub struct Points {
 }
 
 impl Points {
-    /// Bytes of the output file to keep (`None`: truncate it).
+    /// Bytes of the output file to keep, where the run writes it in place (`None`: the rows
+    /// are not resumed, and replace the file whole once complete).
     pub fn keep(&self) -> Option<u64> {
         self.kept.map(|r| r.keep)
     }
@@ -337,16 +356,22 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("kvplan-sweep-points-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let out = dir.join("rows.csv");
-        // A file that does not exist yet keeps nothing.
+        // A file that does not exist yet keeps nothing, and is written in place from its
+        // header on.
         let _ = std::fs::remove_file(&out);
         let p = s.points(None, Some(&out), Format::Csv, "resume").unwrap();
-        assert_eq!((p.indices.len(), p.kept, p.resuming), (5, None, true));
-        // One holding the header and point 0 keeps them; the cut-off line after them goes.
-        let kept = format!("{}0,1,x\n", s.header(Format::Csv));
+        let nothing = Some(Resume { keep: 0, kept: 0 });
+        assert_eq!((p.indices.len(), p.kept, p.resuming), (5, nothing, true));
+        assert!(p.header() && p.keep() == Some(0));
+        // One holding the header and points 3 and 0 keeps them; the cut-off line after them
+        // goes.
+        let row = |i| s.format_row(&s.run_point(i), Format::Csv);
+        let kept = format!("{}{}{}", s.header(Format::Csv), row(3), row(0));
         std::fs::write(&out, format!("{kept}1,2")).unwrap();
         let p = s.points(None, Some(&out), Format::Csv, "resume").unwrap();
-        assert_eq!(p.indices, [1, 2, 3, 4]);
+        assert_eq!(p.indices, [1, 2, 4]);
         assert_eq!(p.keep(), Some(kept.len() as u64));
+        assert_eq!(p.kept.map(|r| r.kept), Some(2));
         assert!(!p.header());
         // One that is not this sweep's output is an error naming the option.
         std::fs::write(&out, "a,b\n").unwrap();
