@@ -334,3 +334,21 @@ fn context_capacity_with_nothing_fitting_fails() {
         "h100-sxm",
     ]));
 }
+
+/// `diff` of two outputs with no metric in common compared nothing: exit 2 saying so, not a
+/// pass; one shared metric is a comparison.
+#[test]
+fn diff_of_unrelated_outputs_fails() {
+    let d = TempDir::new("diff-unrelated");
+    std::fs::write(d.path().join("a.json"), "{\"a\": 1}").unwrap();
+    std::fs::write(d.path().join("b.json"), "{\"b\": 2}").unwrap();
+    std::fs::write(d.path().join("c.json"), "{\"a\": 1, \"b\": 2}").unwrap();
+    let out = run_in(d.path(), &["diff", "a.json", "b.json"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("a.json and b.json share no metric (1 only in the first, 1 only in the second)"),
+        "{err}"
+    );
+    ok(&run_in(d.path(), &["diff", "a.json", "c.json"]));
+}

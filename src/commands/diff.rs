@@ -112,6 +112,20 @@ pub fn diff(args: &DiffArgs) -> Result<String, CliError> {
     let mut c = compare(&a, &b, tolerance).map_err(diff_error)?;
     c.accept(&args.accept);
     let out = report::diff::comparison(&c, args.changed_only, args.output.format)?;
+    // Two outputs with no metric in common compared nothing: not a pass.
+    if !c.metrics.is_empty() && c.metrics.iter().all(|m| m.a.is_none() || m.b.is_none()) {
+        let only_a = c.metrics.iter().filter(|m| m.b.is_none()).count();
+        return Err(CliError {
+            code: crate::error::EXIT_INPUT,
+            message: format!(
+                "{} and {} share no metric ({only_a} only in the first, {} only in the second): give two outputs of the same command",
+                args.a.display(),
+                args.b.display(),
+                c.metrics.len() - only_a
+            ),
+            stdout: Some(out),
+        });
+    }
     verdict(out, report::diff::failures(&c, tolerance, "--accept"))
 }
 
