@@ -848,6 +848,7 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
             self.pull_kv(i, pull);
         }
         for (index, t, finished) in std::mem::take(&mut out.ended) {
+            crate::probe::with(|p| p.ended(index, finished));
             if role == Role::Prefill && finished {
                 self.pools[p].in_flight[m] -= 1;
                 self.pools[p].router.ended(index, m);
