@@ -680,3 +680,39 @@ fn committed_proptest_regressions_are_replayed() {
     let seeds = persistence.load_persisted_failures2(Some(file!()));
     assert!(!seeds.is_empty(), "no seeds read for {}", file!());
 }
+
+/// Asynchronous steps on a vLLM 0.4 engine with swap: request 2 is swapped out (the victim of
+/// request 0's next block) while the step sampling its last token is in flight. It finishes
+/// once, leaves the swapped queue and gives its host copy back, instead of staying there to be
+/// swapped in again (a token past its output length and a second end) or, once retired,
+/// indexed out of the engine's window (a panic). Found by
+/// `invariants::v0_engines_keep_their_invariants`.
+#[test]
+fn a_request_swapped_out_with_its_last_token_in_flight_ends_once() {
+    let (m, hw, _) = setup("opt-125m", "a100-40g-pcie4");
+    let reqs = [
+        Request::new(0, 0.0, 3, 20),
+        Request::new(1, 0.0, 9, 6),
+        Request::new(2, 0.0, 1, 1),
+    ];
+    let cfg = Config {
+        scheduler: SchedulerKind::Mixed,
+        preemption: Preemption::Swap,
+        async_scheduling: Some(true),
+        block_size: 4,
+        num_gpu_blocks_override: Some(7),
+        watermark: 0.0,
+        max_model_len: Some(64),
+        ..Config::default()
+    };
+    let out = simulate(&m, &hw, &cfg, &reqs).unwrap();
+    let s = &out.summary;
+    assert!(s.preemptions > 0 && s.swap_out_bytes > 0, "{s:?}");
+    assert_eq!(s.finished, 3);
+    for (r, q) in out.requests.iter().zip(&reqs) {
+        assert_eq!(
+            (r.status, r.output_tokens),
+            (Status::Finished, q.output_tokens)
+        );
+    }
+}
