@@ -451,6 +451,21 @@ mod tests {
         assert_eq!(dir.names(), ["out.csv"]);
     }
 
+    /// The real `/dev/null` and `/dev/full`, only looked at (never written): a character
+    /// device is written in place, never replaced. `tests/output.rs` writes private copies of
+    /// them end to end where device nodes can be made (root and mknod: its ignored tests).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn character_devices_are_written_in_place() {
+        for dev in ["/dev/null", "/dev/full"] {
+            match resolve(Path::new(dev)) {
+                Ok(Target::Special(m)) => assert_eq!(kind_name(&m), "a character device"),
+                Ok(_) => panic!("{dev} would be replaced or refused"),
+                Err(e) => panic!("{dev}: {e}"),
+            }
+        }
+    }
+
     #[test]
     fn regular_file_is_replaced_whole() {
         let dir = dir("regular");

@@ -448,6 +448,7 @@ impl<'a> Engine<'a> {
             Host::Blocked => {
                 let f = self.inflight.pop_front().expect("a step in flight");
                 self.st.complete(&f.step, self.now);
+                crate::probe::with(|p| p.completed(&self.st, &f.step));
                 for &v in &self.st.just_finished {
                     out.ended.push((self.index[v], self.now, true));
                 }
@@ -521,6 +522,7 @@ impl<'a> Engine<'a> {
         if self.host == Host::Blocked {
             let f = self.inflight.pop_front().expect("a step in flight");
             self.st.complete(&f.step, self.now);
+            crate::probe::with(|p| p.completed(&self.st, &f.step));
             debug_assert!(self.st.just_finished.is_empty() && self.st.just_first.is_empty());
             self.spare.push(f.step);
         }
@@ -548,6 +550,7 @@ impl<'a> Engine<'a> {
         out: &mut Outbox,
     ) -> Result<bool, Error> {
         step.shape.extra_gpu_s = std::mem::take(&mut self.gpu_debt);
+        crate::probe::with(|p| p.launched(&self.st, &step));
         let t = self.timer.time(&step.shape);
         let launch_at = self.now + t.cpu_before_s;
         let start = launch_at.max(self.gpu_free);

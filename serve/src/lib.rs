@@ -44,6 +44,8 @@ pub mod kv_cache;
 pub(crate) mod lru;
 mod named;
 pub mod output;
+#[doc(hidden)]
+pub mod probe;
 pub mod router;
 pub mod runs;
 pub mod scenario;

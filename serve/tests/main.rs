@@ -10,6 +10,7 @@ mod cluster;
 mod deploy;
 mod fastforward;
 mod host;
+mod invariants;
 mod quant;
 mod real_vllm;
 mod roofline;

@@ -8,6 +8,7 @@ use kvplan_serve::{
 };
 use kvplan_sim::engine::makespan;
 use kvplan_vocab::layers::head_ops;
+use kvplan_vocab::schedule::OpKind;
 use kvplan_vocab::timeline::{Window, metrics};
 use kvplan_vocab::{CostModel, HardwareProfile, ModelSpec};
 use kvplan_workloads::Request;
@@ -106,6 +107,55 @@ proptest! {
         let label = |name: &str| sched.ops().iter().filter(|o| sched.label(o) == name).count();
         prop_assert_eq!(label("router"), m.moe_layers() as usize);
         prop_assert_eq!(label("ffn_up"), m.num_layers as usize);
+    }
+
+    /// A dense model at tensor-parallel sizes 1, 2 and 4: the closed-form step equals the
+    /// engine's makespan of its schedule, the schedule all-reduces each layer's attention and
+    /// FFN output (the rows' hidden states over the ranks; none on one GPU), and the step takes
+    /// its other kernels plus exactly those all-reduces. Dropping the all-reduce from the serving
+    /// iteration (its closed form, or the layer's ops) fails here; the MoE test above is the
+    /// only other that shards a model.
+    #[test]
+    fn dense_iteration_time_includes_the_tensor_parallel_all_reduce(
+        seqs in batch().prop_filter("a step with work", |s| !s.is_empty()),
+        tp in prop::sample::select(vec![1u32, 2, 4]),
+    ) {
+        let m = ModelSpec::preset("llama-2-7b").unwrap().sharded(tp).unwrap();
+        prop_assert!(m.moe.is_none());
+        let cost = CostModel::new(&HardwareProfile::preset("h100-sxm").unwrap());
+        let mut timer = IterationTimer::new(&m, &cost, 16, 1, true);
+        let mut it = IterationShape::default();
+        it.seqs.clone_from(&seqs);
+        it.logits = seqs.len() as u32;
+        let fast = timer.time(&it).total_s;
+        let sched = timer.schedule(&it);
+        let slow = makespan(&sched, &cost).unwrap();
+        prop_assert!(rel(fast, slow) < 1e-9, "tp {tp}: fast {fast} engine {slow}");
+        let is_ar = |k: &OpKind| matches!(k, OpKind::AllReduce { .. });
+        let ars: Vec<&OpKind> = sched.ops().iter().map(|o| &o.kind).filter(|k| is_ar(k)).collect();
+        if tp == 1 {
+            prop_assert!(ars.is_empty(), "an all-reduce on one GPU");
+            return Ok(());
+        }
+        let rows: u64 = seqs.iter().map(|&(q, _)| u64::from(q)).sum();
+        let bytes = rows * u64::from(m.hidden) * m.dtype_bytes();
+        prop_assert_eq!(ars.len(), 2 * m.num_layers as usize, "two all-reduces per layer");
+        for k in &ars {
+            prop_assert_eq!(**k, OpKind::AllReduce { bytes, ranks: tp as u16 });
+        }
+        let each = cost.allreduce(bytes, tp as u16);
+        prop_assert!(each > 0.0);
+        // One compute stream, no copies: the step is the sum of its kernels.
+        let others: f64 = (sched.ops().iter())
+            .filter(|o| !is_ar(&o.kind))
+            .map(|o| cost.duration(&o.kind))
+            .sum();
+        let with = others + 2.0 * f64::from(m.num_layers) * each;
+        prop_assert!(
+            rel(fast, with) < 1e-9,
+            "tp {tp}: step {fast} s, its other kernels {others} s + {} all-reduces of {each} s = {with} s",
+            2 * m.num_layers
+        );
     }
 }
 
@@ -679,4 +729,40 @@ fn committed_proptest_regressions_are_replayed() {
         .expect("persisted");
     let seeds = persistence.load_persisted_failures2(Some(file!()));
     assert!(!seeds.is_empty(), "no seeds read for {}", file!());
+}
+
+/// Asynchronous steps on a vLLM 0.4 engine with swap: request 2 is swapped out (the victim of
+/// request 0's next block) while the step sampling its last token is in flight. It finishes
+/// once, leaves the swapped queue and gives its host copy back, instead of staying there to be
+/// swapped in again (a token past its output length and a second end) or, once retired,
+/// indexed out of the engine's window (a panic). Found by
+/// `invariants::v0_engines_keep_their_invariants`.
+#[test]
+fn a_request_swapped_out_with_its_last_token_in_flight_ends_once() {
+    let (m, hw, _) = setup("opt-125m", "a100-40g-pcie4");
+    let reqs = [
+        Request::new(0, 0.0, 3, 20),
+        Request::new(1, 0.0, 9, 6),
+        Request::new(2, 0.0, 1, 1),
+    ];
+    let cfg = Config {
+        scheduler: SchedulerKind::Mixed,
+        preemption: Preemption::Swap,
+        async_scheduling: Some(true),
+        block_size: 4,
+        num_gpu_blocks_override: Some(7),
+        watermark: 0.0,
+        max_model_len: Some(64),
+        ..Config::default()
+    };
+    let out = simulate(&m, &hw, &cfg, &reqs).unwrap();
+    let s = &out.summary;
+    assert!(s.preemptions > 0 && s.swap_out_bytes > 0, "{s:?}");
+    assert_eq!(s.finished, 3);
+    for (r, q) in out.requests.iter().zip(&reqs) {
+        assert_eq!(
+            (r.status, r.output_tokens),
+            (Status::Finished, q.output_tokens)
+        );
+    }
 }

@@ -141,13 +141,15 @@ fn progress_hears_every_request_served() {
 }
 
 /// Per-request records are held to the end: past the ceiling the run is refused before it
-/// starts, naming the request count; without records the same count is accepted.
+/// starts, naming the request count; without records the same count is accepted and served
+/// (stopped once the first requests are: serving ten million takes minutes).
 #[test]
 fn records_past_the_ceiling_are_refused_up_front() {
     let n = MAX_RECORDED_REQUESTS + 1;
     let sc = scenario(&CASES[0].replace("requests = 600", &format!("requests = {n}")));
+    let refused = Stop::default();
     let e = sc
-        .run_stream(sc.request_stream().unwrap(), &Silent)
+        .run_stream(sc.request_stream().unwrap(), &refused)
         .unwrap_err()
         .to_string();
     assert!(
@@ -156,9 +158,45 @@ fn records_past_the_ceiling_are_refused_up_front() {
         )),
         "{e}"
     );
+    assert_eq!(*refused.0.lock().unwrap(), None, "the refused run started");
     // Drawing the stream costs nothing: the requests are not generated up front.
     let mut lean = sc.clone();
     lean.config.record_requests = false;
     let stream = lean.request_stream().unwrap();
     assert_eq!(stream.len(), n);
+    // The same count without records runs: it starts, and serves requests until `Stop` stops
+    // it at its first progress report.
+    let accepted = Stop::default();
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        lean.run_stream(stream, &accepted)
+    }));
+    match run {
+        Err(p) => assert!(p.is::<Stopped>(), "the run failed otherwise"),
+        Ok(r) => panic!(
+            "a run of {n} requests ended: {:?}",
+            r.map(|o| o.summary.requests)
+        ),
+    }
+    let (total, served) = accepted.0.lock().unwrap().expect("the run started");
+    assert_eq!(total, n);
+    assert!(served > 0, "no request served");
+}
+
+/// What [`Stop`] unwinds with.
+struct Stopped;
+
+/// Hears a run start (its total) and stops it at its first report of requests served.
+#[derive(Default)]
+struct Stop(std::sync::Mutex<Option<(u64, u64)>>);
+
+impl Progress for Stop {
+    fn start(&self, total: u64, _: &str) {
+        *self.0.lock().unwrap() = Some((total, 0));
+    }
+    fn set(&self, done: u64) {
+        if let Some(h) = self.0.lock().unwrap().as_mut() {
+            h.1 = done;
+        }
+        std::panic::panic_any(Stopped);
+    }
 }

@@ -172,6 +172,36 @@ fn followers_are_sent_after_their_predecessor_ends() {
     assert_eq!(r[2].status, Status::Finished);
 }
 
+/// A rejected request ends at its send, but the driver hears of it only when its engine refuses
+/// it (its send plus the frontend): a follower with no think time is sent then, not in the past
+/// behind a request already delivered (which tripped the engine's check that deliveries come
+/// in order, in a debug build; found by `invariants::v0_engines_keep_their_invariants`).
+#[test]
+fn a_follower_of_a_rejected_request_is_sent_once_the_rejection_is_known() {
+    let (m, hw) = setup("opt-125m", "a100-40g-pcie4");
+    let frontend = hw.serving.frontend_us * 1e-6;
+    let mut reqs: Vec<Request> = (0..4).map(|i| Request::new(i, 0.0, 16, 4)).collect();
+    reqs[1].prompt_tokens = 600;
+    reqs[2].follows = Some(Follows {
+        request: 1,
+        think_s: 0.0,
+    });
+    reqs.push(Request::new(4, 0.0001, 16, 4));
+    let cfg = Config {
+        max_model_len: Some(512),
+        ..Config::default()
+    };
+    let out = simulate(&m, &hw, &cfg, &reqs).unwrap();
+    let r = &out.requests;
+    assert_eq!(r[1].status, Status::Rejected(RejectReason::PromptTooLong));
+    assert!((r[2].arrival_s - frontend).abs() < 1e-12, "{:?}", r[2]);
+    assert!(
+        r.iter()
+            .filter(|q| q.id != 1)
+            .all(|q| q.status == Status::Finished)
+    );
+}
+
 fn timer(m: &ModelSpec, hw: &HardwareProfile, cfg: &Config) -> (IterationTimer, f64) {
     let r = cfg.validate(m, hw).unwrap();
     let cost = CostModel::new(hw);

@@ -820,7 +820,7 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
             }
         }
         if !out.is_empty() {
-            self.handle(i, p, m, &mut out)?;
+            self.handle(i, p, m, before, &mut out)?;
         }
         self.outbox = out;
         if let Some(f) = &mut self.fleet
@@ -832,8 +832,15 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
         Ok(())
     }
 
-    /// What a pass of engine `i` (member `m` of pool `p`) reported.
-    fn handle(&mut self, i: usize, p: usize, m: usize, out: &mut Outbox) -> Result<(), Error> {
+    /// What a pass of engine `i` (member `m` of pool `p`) at `at` reported.
+    fn handle(
+        &mut self,
+        i: usize,
+        p: usize,
+        m: usize,
+        at: f64,
+        out: &mut Outbox,
+    ) -> Result<(), Error> {
         let role = self.plans[i].role;
         if role != Role::Prefill && self.pools[p].needs.first_tokens {
             for &index in &out.first {
@@ -848,6 +855,7 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
             self.pull_kv(i, pull);
         }
         for (index, t, finished) in std::mem::take(&mut out.ended) {
+            crate::probe::with(|p| p.ended(index, finished));
             if role == Role::Prefill && finished {
                 self.pools[p].in_flight[m] -= 1;
                 self.pools[p].router.ended(index, m);
@@ -873,7 +881,7 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
                 }
             }
             self.handoff.remove(&index);
-            self.ended_at(index, t);
+            self.ended_at(index, t, at);
         }
         for (index, mut record) in out.retired.drain(..) {
             if let Some(acc) = &mut self.replica_acc {
@@ -909,8 +917,11 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
         Ok(())
     }
 
-    /// Request `index` ended at `t`: release the followers waiting for it.
-    fn ended_at(&mut self, index: usize, t: f64) {
+    /// Request `index` ended at `t`, reported at `at`: release the followers waiting for it,
+    /// never before `at` (a request rejected by its engine ends at its send, and the driver
+    /// hears of it only at the engine's pass: a follower released before that would be sent
+    /// in the past, behind requests already delivered).
+    fn ended_at(&mut self, index: usize, t: f64, at: f64) {
         let Some(c) = &mut self.closed else {
             return;
         };
@@ -920,7 +931,7 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
                 continue;
             };
             let think = q.follows.map_or(0.0, |x| x.think_s);
-            let send = (t + think).max(q.arrival_s);
+            let send = (t + think).max(q.arrival_s).max(at);
             self.released.push(Release {
                 time: send,
                 index: f,
@@ -1033,7 +1044,8 @@ impl<I: Iterator<Item = Request>> Driver<'_, I> {
         for i in 0..self.engines.len() {
             self.engines[i].drain(&mut out)?;
             let (p, m) = self.pool_of(i);
-            self.handle(i, p, m, &mut out)?;
+            let at = self.engines[i].now();
+            self.handle(i, p, m, at, &mut out)?;
         }
         self.progress.set(self.retired);
         let makespan = self.engines.iter().map(|e| e.now()).fold(0.0f64, f64::max);

@@ -578,9 +578,18 @@ impl<'a> State<'a> {
                 }
                 finished = true;
                 self.just_finished.push(v);
-                if was == Place::Waiting {
+                match was {
                     // Preempted while its last token was in flight.
-                    self.waiting.retain(|&w| w != v);
+                    Place::Waiting => self.waiting.retain(|&w| w != v),
+                    // Swapped out while its last token was in flight (asynchronous steps on a
+                    // vLLM 0.4 engine): its copy on the host is dropped.
+                    Place::Swapped => {
+                        self.swapped.retain(|&w| w != v);
+                        self.host_used -= s.host_bytes;
+                        s.host_bytes = 0;
+                        s.act_blocks = 0;
+                    }
+                    _ => {}
                 }
                 if let Some(l) = self.layouts.get_mut(v) {
                     *l = None;
