@@ -1320,3 +1320,89 @@ fn a_vllm_release_not_modelled_or_not_fitting_is_one_line() {
         expect_input_error(&run_in(dir.path(), &args), needles);
     }
 }
+
+/// Settings vLLM itself refuses are refused, naming the flag and what the release accepts:
+/// `--block-size` outside the release's choices (`CacheConfig.BlockSize`, 0.4.2's
+/// `--block-size` choices), a token budget below `--max-num-seqs` or, with chunked prefill off,
+/// below `max_model_len` (`SchedulerConfig`'s checks, the same in every release).
+#[test]
+fn settings_vllm_refuses_are_refused_by_release() {
+    let dir = TempDir::new("vllm-refuses");
+    let base = [
+        "serve",
+        "--model",
+        "llama-2-7b",
+        "--hardware",
+        "h100-sxm",
+        "--arrivals",
+        "poisson",
+        "--qps",
+        "1",
+        "--requests",
+        "4",
+        "--lengths",
+        "64",
+    ];
+    let cases: [(&[&str], &[&str]); 7] = [
+        (
+            &["--block-size", "7"],
+            &[
+                "error: --block-size (serve.block_size): ",
+                "one of 1, 8, 16, 32, 64, 128 or 256: the block sizes vLLM 0.15.1 accepts (got 7)",
+            ],
+        ),
+        (
+            &["--block-size", "256", "--vllm-version", "0.11.0"],
+            &["one of 1, 8, 16, 32, 64 or 128", "vLLM 0.11.0", "(got 256)"],
+        ),
+        (
+            &["--block-size", "64", "--scheduler", "vllm-v0"],
+            &["one of 8, 16 or 32", "vLLM 0.4.2", "(got 64)"],
+        ),
+        (
+            &["--max-num-batched-tokens", "64", "--max-num-seqs", "128"],
+            &[
+                "error: --max-num-batched-tokens (serve.max_num_batched_tokens): ",
+                "at least max_num_seqs (128)",
+                "raise --max-num-batched-tokens or lower --max-num-seqs",
+                "(got 64)",
+            ],
+        ),
+        (
+            // Before 0.10 the default max_num_seqs is not lowered to a smaller budget.
+            &["--max-num-batched-tokens", "100", "--vllm-version", "0.9.2"],
+            &[
+                "error: --max-num-batched-tokens (serve.max_num_batched_tokens): ",
+                "at least max_num_seqs (1024, vLLM 0.9.2's default on this GPU)",
+            ],
+        ),
+        (
+            &["--max-num-seqs", "10000"],
+            &[
+                "error: --max-num-seqs (serve.max_num_seqs): ",
+                "at most max_num_batched_tokens (8192, vLLM 0.15.1's default on this GPU)",
+            ],
+        ),
+        (
+            &["--scheduler", "vllm-v0", "--max-num-batched-tokens", "1024"],
+            &[
+                "error: --max-num-batched-tokens (serve.max_num_batched_tokens): ",
+                "at least max_model_len (4096) when chunked prefill is off",
+                "vLLM 0.4.2",
+            ],
+        ),
+    ];
+    for (extra, needles) in cases {
+        let args: Vec<&str> = [&base[..], extra].concat();
+        expect_input_error(&run_in(dir.path(), &args), needles);
+    }
+    // What vLLM accepts runs: 0.15.1's own 256, and a default max_num_seqs above a small
+    // budget, lowered to it from vLLM 0.10.
+    for extra in [
+        &["--block-size", "256"][..],
+        &["--max-num-batched-tokens", "100"],
+    ] {
+        let args: Vec<&str> = [&base[..], extra].concat();
+        crate::common::ok(&run_in(dir.path(), &args));
+    }
+}
