@@ -1406,3 +1406,76 @@ fn settings_vllm_refuses_are_refused_by_release() {
         crate::common::ok(&run_in(dir.path(), &args));
     }
 }
+
+/// A bad cell is reported at its own line whatever the file's line ends: `\r\n` files (the
+/// stage tables in data/ are saved so) were named a line early (row 2 of a runs file at
+/// `:1`), a row after blank lines at the first blank one.
+#[test]
+fn measured_rows_are_named_by_their_line_in_crlf_files() {
+    let dir = TempDir::new("crlf-lines");
+    let run = |args: &[&str]| run_in(dir.path(), args);
+    std::fs::write(
+        dir.path().join("r3.csv"),
+        "arrival_s,prompt_tokens,output_tokens,ttft_s,e2e_s\r\n0,100,10,0.1,0.2\r\n1,100,10,abc,0.2\r\n",
+    )
+    .unwrap();
+    let serve = [
+        "serve",
+        "--model",
+        "llama-2-7b",
+        "--hardware",
+        "a100-80g-sxm",
+    ];
+    expect_input_error(
+        &run(&[&serve[..], &["--compare-to", "r3.csv"]].concat()),
+        &["error: --compare-to: r3.csv:3: ttft_s: `abc` is not a number"],
+    );
+    std::fs::write(
+        dir.path().join("blank.csv"),
+        "arrival_s,prompt_tokens,output_tokens,ttft_s,e2e_s\n0,100,10,0.1,0.2\n\n\n1,1x0,10,0.1,0.2\n",
+    )
+    .unwrap();
+    expect_input_error(
+        &run(&[&serve[..], &["--compare-to", "blank.csv"]].concat()),
+        &["blank.csv:5: prompt_tokens: `1x0`"],
+    );
+    // A stage table as data/ holds it (`\r\n`), its second stage's cell spoilt.
+    let table = std::fs::read_to_string(
+        crate::common::root()
+            .join("data/validation/real_vllm/vllm_h100_llama2-7b_mixtral-8x7b.csv"),
+    )
+    .unwrap();
+    assert!(
+        table.contains("\r\n"),
+        "the stage table is saved with \\r\\n"
+    );
+    let rows: Vec<&str> = table.split("\r\n").take(3).collect();
+    let spoilt = rows[2].replacen(",591.6300,", ",5x1.6300,", 1);
+    std::fs::write(
+        dir.path().join("stages.csv"),
+        format!("{}\r\n{}\r\n{spoilt}\r\n", rows[0], rows[1]),
+    )
+    .unwrap();
+    expect_input_error(
+        &run(&["serve", "--compare-to", "stages.csv"]),
+        &["stages.csv:3: prompt_len_mean: `5x1.6300` is not a number"],
+    );
+    // A trace.
+    std::fs::write(
+        dir.path().join("trace.csv"),
+        "arrived_at,num_prefill_tokens,num_decode_tokens\r\n0,10,5\r\n1,x,5\r\n",
+    )
+    .unwrap();
+    expect_input_error(
+        &run(&[
+            "serve",
+            "--model",
+            "llama-2-7b",
+            "--hardware",
+            "h100-sxm",
+            "--requests-trace",
+            "trace.csv",
+        ]),
+        &["trace.csv:3: num_prefill_tokens: `x`"],
+    );
+}

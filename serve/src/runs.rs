@@ -230,9 +230,10 @@ impl MeasuredRun {
         let status = find(&["status"]);
         let prefix = find(&["prefix"]);
         let mut requests = Vec::new();
+        let mut lines = kvplan_workloads::lines::LineCounter::new(text);
         for rec in rdr.records() {
             let rec = rec.map_err(|e| format_err(name, e.to_string()))?;
-            let line = rec.position().map_or(0, |p| p.line());
+            let line = rec.position().map_or(0, |p| lines.line_at(p.byte()));
             let at = |field: &str, msg: String| {
                 format_err(&format!("{name}:{line}"), format!("{field}: {msg}"))
             };
@@ -1185,9 +1186,10 @@ impl StageRun {
             }
         }
         let mut out = Vec::new();
+        let mut lines = kvplan_workloads::lines::LineCounter::new(text);
         for rec in rdr.records() {
             let rec = rec.map_err(|e| format_err(name, e.to_string()))?;
-            let line = rec.position().map_or(0, |p| p.line());
+            let line = rec.position().map_or(0, |p| lines.line_at(p.byte()));
             let at = format!("{name}:{line}");
             let get = |c: &str| idx.get(c).and_then(|&i| rec.get(i)).unwrap_or("");
             let num = |c: &str| -> Result<f64, RunsError> {
