@@ -1479,3 +1479,89 @@ fn measured_rows_are_named_by_their_line_in_crlf_files() {
         &["trace.csv:3: num_prefill_tokens: `x`"],
     );
 }
+
+/// A config.json value out of range names the file, the field and what is accepted; a
+/// `max_position_embeddings` of 0 is the config's, not `--max-model-len`'s (which defaults
+/// to it); a DeepSeek config is refused for its attention (MLA) before any expert field is
+/// asked for.
+#[test]
+fn config_json_values_name_their_field_and_range() {
+    let dir = TempDir::new("config-json-fields");
+    let llama = "\"hidden_size\":4096,\"num_attention_heads\":32,\"num_key_value_heads\":8,\"num_hidden_layers\":32,\"intermediate_size\":14336,\"vocab_size\":32000";
+    let files = [
+        (
+            "moe.json",
+            format!(
+                "{{\"model_type\":\"mixtral\",{llama},\"max_position_embeddings\":32768,\"num_local_experts\":1e12,\"num_experts_per_tok\":2}}"
+            ),
+        ),
+        (
+            "heads.json",
+            format!(
+                "{{\"model_type\":\"llama\",{llama},\"max_position_embeddings\":4096,\"head_dim\":-3}}"
+            ),
+        ),
+        (
+            "mp0.json",
+            format!("{{\"model_type\":\"llama\",{llama},\"max_position_embeddings\":0}}"),
+        ),
+        // No expert fields at all: the attention is what is refused.
+        (
+            "ds.json",
+            format!(
+                "{{\"model_type\":\"deepseek_v3\",{llama},\"max_position_embeddings\":163840,\"kv_lora_rank\":512,\"q_lora_rank\":1536}}"
+            ),
+        ),
+    ];
+    for (name, text) in &files {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let serve = |model: &str| {
+        run_in(
+            dir.path(),
+            &[
+                "serve",
+                "--model",
+                model,
+                "--hardware",
+                "h100-sxm",
+                "--arrivals",
+                "poisson",
+                "--qps",
+                "1",
+                "--requests",
+                "4",
+                "--lengths",
+                "64",
+            ],
+        )
+    };
+    expect_input_error(
+        &serve("moe.json"),
+        &[
+            "error: moe.json: num_local_experts: must be a whole number from 1 to 65535: the routed experts per layer (got 1000000000000)",
+        ],
+    );
+    expect_input_error(
+        &serve("heads.json"),
+        &["error: heads.json: head_dim: must be a whole number from 0 to 4294967295 (got -3)"],
+    );
+    let mp0 = "error: mp0.json: max_position_embeddings: must be at least 2";
+    let err = expect_input_error(&serve("mp0.json"), &[mp0]);
+    assert!(!err.contains("--max-model-len"), "{err}");
+    // The op-level commands, which ran it with a note, refuse it too.
+    for cmd in [
+        &["simulate", "--model", "mp0.json", "--hardware", "h100-sxm"][..],
+        &["capacity", "--model", "mp0.json", "--hardware", "h100-sxm"],
+    ] {
+        expect_input_error(&run_in(dir.path(), cmd), &[mp0]);
+    }
+    let err = expect_input_error(
+        &serve("ds.json"),
+        &[
+            "error: ds.json: kv_lora_rank: unsupported attention: deepseek_v3 uses multi-head latent attention (MLA",
+            "(got 512)",
+        ],
+    );
+    assert!(!err.contains("n_routed_experts"), "{err}");
+}
