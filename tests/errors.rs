@@ -1565,3 +1565,85 @@ fn config_json_values_name_their_field_and_range() {
     );
     assert!(!err.contains("n_routed_experts"), "{err}");
 }
+
+/// A value of the wrong type or out of a field's range in a TOML file (a scenario, a sweep's
+/// base, base file or point, a hardware profile) names the field and its line, in words: not
+/// the bare "invalid value: integer `-1`, expected u32".
+#[test]
+fn toml_values_of_the_wrong_type_name_their_field() {
+    let dir = TempDir::new("toml-fields");
+    let workload = "[workload]\narrivals = \"poisson\"\nqps = 1\nrequests = 4\nprompt_lengths = \"64\"\noutput_lengths = \"16\"\n";
+    let files = [
+        (
+            "scenario.toml",
+            format!("[serve]\nmax_num_seqs = -1\n{workload}"),
+        ),
+        (
+            "sweep.toml",
+            format!(
+                "kind = \"serve\"\n[base]\nmodel = \"llama-2-7b\"\nhardware = \"h100-sxm\"\n[base.serve]\nmax_num_seqs = -1\n[base.{}[axes]\n\"workload.qps\" = [1, 2]\n",
+                &workload[1..]
+            ),
+        ),
+        (
+            "base-file.toml",
+            "kind = \"serve\"\nbase_file = \"scenario.toml\"\n[axes]\n\"workload.qps\" = [1, 2]\n"
+                .to_string(),
+        ),
+        (
+            "points.toml",
+            format!(
+                "kind = \"serve\"\n[base]\nmodel = \"llama-2-7b\"\nhardware = \"h100-sxm\"\n[base.{}[[points]]\n\"workload.qps\" = 2\n\"serve.max_num_seqs\" = -1\n",
+                &workload[1..]
+            ),
+        ),
+        (
+            "gpu.toml",
+            "base = \"h100-sxm\"\n\n[host]\nram_gib = \"lots\"\n".to_string(),
+        ),
+    ];
+    for (name, text) in &files {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let words = "invalid value: integer `-1`, expected a whole number from 0 to 4294967295";
+    let run = |args: &[&str]| run_in(dir.path(), args);
+    let serve = [
+        "serve",
+        "scenario.toml",
+        "--model",
+        "llama-2-7b",
+        "--hardware",
+        "h100-sxm",
+    ];
+    expect_input_error(
+        &run(&serve),
+        &[&format!(
+            "error: scenario.toml: line 2: serve.max_num_seqs: {words}"
+        )],
+    );
+    expect_input_error(
+        &run(&["sweep", "sweep.toml", "--out", "o.csv"]),
+        &[&format!(
+            "error: sweep.toml:6: base.serve.max_num_seqs: {words}"
+        )],
+    );
+    expect_input_error(
+        &run(&["sweep", "base-file.toml", "--out", "o.csv"]),
+        &[&format!(
+            "error: scenario.toml:2: serve.max_num_seqs: {words}"
+        )],
+    );
+    expect_input_error(
+        &run(&["sweep", "points.toml", "--out", "o.csv"]),
+        &[&format!(
+            "error: points.toml: points[0]: serve.max_num_seqs (-1): {words}"
+        )],
+    );
+    expect_input_error(
+        &run(&["simulate", "--model", "opt-1.3b", "--hardware", "gpu.toml"]),
+        &[
+            "error: gpu.toml: line 4: host.ram_gib: invalid type: string \"lots\", expected a number",
+        ],
+    );
+    assert!(!dir.path().join("o.csv").exists());
+}
