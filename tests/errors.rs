@@ -1647,3 +1647,59 @@ fn toml_values_of_the_wrong_type_name_their_field() {
     );
     assert!(!dir.path().join("o.csv").exists());
 }
+
+/// A `--compare-to` file that is empty, a JSON array or another JSON value is refused saying
+/// what is expected (a `vllm bench serve` result object, or a per-request CSV), not with the
+/// CSV header's message.
+#[test]
+fn compare_to_json_of_the_wrong_shape_says_what_is_expected() {
+    let dir = TempDir::new("compare-json-shape");
+    let object = "expected the JSON object `vllm bench serve --save-detailed` writes";
+    for (file, text, words) in [
+        ("empty.json", "", &["empty.json: is empty; ", object][..]),
+        (
+            "list.json",
+            "[]\n",
+            &["list.json: is a JSON array; ", object],
+        ),
+        (
+            "numbers.json",
+            " [1, 2]",
+            &["numbers.json: is a JSON array; "],
+        ),
+        (
+            "null.json",
+            "null",
+            &["null.json: is not a JSON object; ", object],
+        ),
+        (
+            "other.json",
+            "{\"duration\": 3}",
+            &["other.json: no `input_lens` array"],
+        ),
+        (
+            "blank.csv",
+            " \n\n",
+            &[
+                "blank.csv: is empty; expected a per-request CSV",
+                "or a `vllm bench serve",
+            ],
+        ),
+    ] {
+        std::fs::write(dir.path().join(file), text).unwrap();
+        let out = run_in(
+            dir.path(),
+            &[
+                "serve",
+                "--model",
+                "llama-2-7b",
+                "--hardware",
+                "a100-80g-sxm",
+                "--compare-to",
+                file,
+            ],
+        );
+        let err = expect_input_error(&out, &[&["error: --compare-to: "][..], words].concat());
+        assert!(!err.contains("no arrival column"), "{err}");
+    }
+}
