@@ -1703,3 +1703,61 @@ fn compare_to_json_of_the_wrong_shape_says_what_is_expected() {
         assert!(!err.contains("no arrival column"), "{err}");
     }
 }
+
+/// A row with more fields than its header is refused, naming the file, the line and both
+/// counts: a trace (read before only up to its columns), a per-request runs CSV (the extra
+/// cells were dropped: `1,000` read as two cells shifted every column after it) and a stage
+/// table (the csv crate's "found record with 42 fields" at the wrong line).
+#[test]
+fn rows_wider_than_their_header_are_refused() {
+    let dir = TempDir::new("wide-rows");
+    let run = |args: &[&str]| run_in(dir.path(), args);
+    std::fs::write(
+        dir.path().join("trace.csv"),
+        "arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,5\n1,10,5,7\n",
+    )
+    .unwrap();
+    expect_input_error(
+        &run(&[
+            "serve",
+            "--model",
+            "llama-2-7b",
+            "--hardware",
+            "h100-sxm",
+            "--requests-trace",
+            "trace.csv",
+        ]),
+        &["trace.csv:3: 4 fields, but the header (line 1) has 3"],
+    );
+    std::fs::write(
+        dir.path().join("run.csv"),
+        "arrival_s,prompt_tokens,output_tokens,ttft_s,e2e_s\n0,100,10,0.1,0.2\n1,1,000,10,0.1,0.2\n",
+    )
+    .unwrap();
+    let serve = [
+        "serve",
+        "--model",
+        "llama-2-7b",
+        "--hardware",
+        "a100-80g-sxm",
+    ];
+    expect_input_error(
+        &run(&[&serve[..], &["--compare-to", "run.csv"]].concat()),
+        &["error: --compare-to: run.csv:3: 6 fields, but the header has 5; quote a cell"],
+    );
+    let table = std::fs::read_to_string(
+        crate::common::root()
+            .join("data/validation/real_vllm/vllm_h100_llama2-7b_mixtral-8x7b.csv"),
+    )
+    .unwrap();
+    let rows: Vec<&str> = table.split("\r\n").take(3).collect();
+    std::fs::write(
+        dir.path().join("stages.csv"),
+        format!("{}\r\n{}\r\n{},extra\r\n", rows[0], rows[1], rows[2]),
+    )
+    .unwrap();
+    expect_input_error(
+        &run(&["serve", "--compare-to", "stages.csv"]),
+        &["error: --compare-to: stages.csv:3: 42 fields, but the header has 41"],
+    );
+}

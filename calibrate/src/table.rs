@@ -322,7 +322,13 @@ impl<'a> TableRows<'a> {
             Ok(true) => {}
             Err(e) => {
                 let line = e.position().map_or(0, |p| self.lines.line_at(p.byte()));
-                return Err(table_error(self.origin, line, "", e.to_string()));
+                let why = match e.kind() {
+                    csv::ErrorKind::UnequalLengths {
+                        expected_len, len, ..
+                    } => format!("{len} fields, but the header has {expected_len}"),
+                    _ => e.to_string(),
+                };
+                return Err(table_error(self.origin, line, "", why));
             }
         }
         let line = self

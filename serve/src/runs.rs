@@ -129,6 +129,44 @@ pub struct MeasuredRun {
     pub requests: Vec<MeasuredRequest>,
 }
 
+/// A row with cells past the header's columns: they belong to no column (a shifted row, an
+/// unquoted comma), and are refused rather than dropped unread.
+fn wider_than_header(name: &str, line: u64, fields: usize, header: usize) -> RunsError {
+    format_err(
+        &format!("{name}:{line}"),
+        format!(
+            "{fields} fields, but the header has {header}; quote a cell that holds a comma, or \
+             name every column in the header"
+        ),
+    )
+}
+
+/// A CSV reader's error, its row named by its line ([`kvplan_workloads::lines`]) and a row of
+/// the wrong width in words.
+fn csv_err(
+    name: &str,
+    e: &csv::Error,
+    lines: &mut kvplan_workloads::lines::LineCounter,
+    header: usize,
+) -> RunsError {
+    let line = e.position().map(|p| lines.line_at(p.byte()));
+    match (e.kind(), line) {
+        (csv::ErrorKind::UnequalLengths { len, .. }, Some(line)) => {
+            let len = *len as usize;
+            if len > header {
+                wider_than_header(name, line, len, header)
+            } else {
+                format_err(
+                    &format!("{name}:{line}"),
+                    format!("{len} fields, but the header has {header}"),
+                )
+            }
+        }
+        (_, Some(line)) => format_err(&format!("{name}:{line}"), e.to_string()),
+        (_, None) => format_err(name, e.to_string()),
+    }
+}
+
 fn format_err(path: &str, message: impl Into<String>) -> RunsError {
     RunsError::Format {
         path: path.to_string(),
@@ -303,8 +341,11 @@ impl MeasuredRun {
         let mut requests = Vec::new();
         let mut lines = kvplan_workloads::lines::LineCounter::new(text);
         for rec in rdr.records() {
-            let rec = rec.map_err(|e| format_err(name, e.to_string()))?;
+            let rec = rec.map_err(|e| csv_err(name, &e, &mut lines, header.len()))?;
             let line = rec.position().map_or(0, |p| lines.line_at(p.byte()));
+            if rec.len() > header.len() {
+                return Err(wider_than_header(name, line, rec.len(), header.len()));
+            }
             let at = |field: &str, msg: String| {
                 format_err(&format!("{name}:{line}"), format!("{field}: {msg}"))
             };
@@ -1508,7 +1549,7 @@ impl StageRun {
         let mut out = Vec::new();
         let mut lines = kvplan_workloads::lines::LineCounter::new(text);
         for rec in rdr.records() {
-            let rec = rec.map_err(|e| format_err(name, e.to_string()))?;
+            let rec = rec.map_err(|e| csv_err(name, &e, &mut lines, header.len()))?;
             let line = rec.position().map_or(0, |p| lines.line_at(p.byte()));
             let at = format!("{name}:{line}");
             let get = |c: &str| idx.get(c).and_then(|&i| rec.get(i)).unwrap_or("");

@@ -197,6 +197,20 @@ impl Trace {
                     ),
                 ));
             }
+            // A cell past the header's columns belongs to no column: a shifted row, an
+            // unquoted comma, or a column the header lacks, not to be dropped unread.
+            if rec.len() > header.len() {
+                return Err(row_err(
+                    line,
+                    format!(
+                        "{} fields, but the header (line {header_line}) has {}: `{}`; quote a \
+                         cell that holds a comma, or name every column in the header",
+                        rec.len(),
+                        header.len(),
+                        header.iter().collect::<Vec<_>>().join(",")
+                    ),
+                ));
+            }
             let t_raw = &rec[idx[0]];
             let t: f64 = t_raw.parse().map_err(|_| {
                 row_err(
