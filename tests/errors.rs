@@ -160,7 +160,14 @@ fn capacity_inputs_name_their_flags() {
     );
     fails(
         &["--host-ram", "0"],
-        &["error: --host-ram ", "positive", "got 0"],
+        &["error: --host-ram ", "more than 0", "got 0"],
+    );
+    // An absurd size is refused with the accepted range, not clamped silently.
+    fails(
+        &["--host-ram", "1e308"],
+        &[
+            "error: --host-ram (capacity.host_ram): must be more than 0 and at most 1048576 GiB (more than 0, at most 1 PiB) (got 1e308)",
+        ],
     );
     fails(
         &["--runtime-reserve", "-1"],
