@@ -413,11 +413,21 @@ impl Sweep {
                 Some((f, t)) => kvplan_run::locate(t, kind, None).map(|e| (f.clone(), e)),
             };
             return Err(match located.filter(|(_, f)| f.message == message) {
-                Some((file, f)) => SweepError::Parse {
-                    path: file,
-                    line: f.line,
-                    message: f.keyed(),
-                },
+                Some((file, f)) => {
+                    // A message that names its field itself (an unknown field) still says it
+                    // is the base's.
+                    let keyed = f.keyed();
+                    let message = if base_file.is_none() && keyed == f.message {
+                        format!("base: {keyed}")
+                    } else {
+                        keyed
+                    };
+                    SweepError::Parse {
+                        path: file,
+                        line: f.line,
+                        message,
+                    }
+                }
                 None => base_error(message),
             });
         }
