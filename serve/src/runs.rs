@@ -479,6 +479,16 @@ impl MeasuredRun {
         let n = shape.check().map_err(|m| format_err(name, m))?;
         // Pass 2: the values of a file of the right shape.
         let v: bench::Bench = serde_json::from_reader(open()?).map_err(json_err)?;
+        let lens = [
+            v.input_lens.len(),
+            v.output_lens.len(),
+            v.ttfts.len(),
+            v.itls.len(),
+            v.start_times.len(),
+        ];
+        if lens.iter().any(|&l| l != n) {
+            return Err(format_err(name, "changed while it was read; read it again"));
+        }
         let t0 = v
             .start_times
             .iter()
