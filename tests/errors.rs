@@ -160,7 +160,14 @@ fn capacity_inputs_name_their_flags() {
     );
     fails(
         &["--host-ram", "0"],
-        &["error: --host-ram ", "positive", "got 0"],
+        &["error: --host-ram ", "more than 0", "got 0"],
+    );
+    // An absurd size is refused with the accepted range, not clamped silently.
+    fails(
+        &["--host-ram", "1e308"],
+        &[
+            "error: --host-ram (capacity.host_ram): must be more than 0 and at most 1048576 GiB (more than 0, at most 1 PiB) (got 1e308)",
+        ],
     );
     fails(
         &["--runtime-reserve", "-1"],
@@ -1319,4 +1326,445 @@ fn a_vllm_release_not_modelled_or_not_fitting_is_one_line() {
         let args: Vec<&str> = [&base[..], extra].concat();
         expect_input_error(&run_in(dir.path(), &args), needles);
     }
+}
+
+/// Settings vLLM itself refuses are refused, naming the flag and what the release accepts:
+/// `--block-size` outside the release's choices (`CacheConfig.BlockSize`, 0.4.2's
+/// `--block-size` choices), a token budget below `--max-num-seqs` or, with chunked prefill off,
+/// below `max_model_len` (`SchedulerConfig`'s checks, the same in every release).
+#[test]
+fn settings_vllm_refuses_are_refused_by_release() {
+    let dir = TempDir::new("vllm-refuses");
+    let base = [
+        "serve",
+        "--model",
+        "llama-2-7b",
+        "--hardware",
+        "h100-sxm",
+        "--arrivals",
+        "poisson",
+        "--qps",
+        "1",
+        "--requests",
+        "4",
+        "--lengths",
+        "64",
+    ];
+    let cases: [(&[&str], &[&str]); 7] = [
+        (
+            &["--block-size", "7"],
+            &[
+                "error: --block-size (serve.block_size): ",
+                "one of 1, 8, 16, 32, 64, 128 or 256: the block sizes vLLM 0.15.1 accepts (got 7)",
+            ],
+        ),
+        (
+            &["--block-size", "256", "--vllm-version", "0.11.0"],
+            &["one of 1, 8, 16, 32, 64 or 128", "vLLM 0.11.0", "(got 256)"],
+        ),
+        (
+            &["--block-size", "64", "--scheduler", "vllm-v0"],
+            &["one of 8, 16 or 32", "vLLM 0.4.2", "(got 64)"],
+        ),
+        (
+            &["--max-num-batched-tokens", "64", "--max-num-seqs", "128"],
+            &[
+                "error: --max-num-batched-tokens (serve.max_num_batched_tokens): ",
+                "at least max_num_seqs (128)",
+                "raise --max-num-batched-tokens or lower --max-num-seqs",
+                "(got 64)",
+            ],
+        ),
+        (
+            // Before 0.10 the default max_num_seqs is not lowered to a smaller budget.
+            &["--max-num-batched-tokens", "100", "--vllm-version", "0.9.2"],
+            &[
+                "error: --max-num-batched-tokens (serve.max_num_batched_tokens): ",
+                "at least max_num_seqs (1024, vLLM 0.9.2's default on this GPU)",
+            ],
+        ),
+        (
+            &["--max-num-seqs", "10000"],
+            &[
+                "error: --max-num-seqs (serve.max_num_seqs): ",
+                "at most max_num_batched_tokens (8192, vLLM 0.15.1's default on this GPU)",
+            ],
+        ),
+        (
+            &["--scheduler", "vllm-v0", "--max-num-batched-tokens", "1024"],
+            &[
+                "error: --max-num-batched-tokens (serve.max_num_batched_tokens): ",
+                "at least max_model_len (4096) when chunked prefill is off",
+                "vLLM 0.4.2",
+            ],
+        ),
+    ];
+    for (extra, needles) in cases {
+        let args: Vec<&str> = [&base[..], extra].concat();
+        expect_input_error(&run_in(dir.path(), &args), needles);
+    }
+    // What vLLM accepts runs: 0.15.1's own 256, and a default max_num_seqs above a small
+    // budget, lowered to it from vLLM 0.10.
+    for extra in [
+        &["--block-size", "256"][..],
+        &["--max-num-batched-tokens", "100"],
+    ] {
+        let args: Vec<&str> = [&base[..], extra].concat();
+        crate::common::ok(&run_in(dir.path(), &args));
+    }
+}
+
+/// A bad cell is reported at its own line whatever the file's line ends: `\r\n` files (the
+/// stage tables in data/ are saved so) were named a line early (row 2 of a runs file at
+/// `:1`), a row after blank lines at the first blank one.
+#[test]
+fn measured_rows_are_named_by_their_line_in_crlf_files() {
+    let dir = TempDir::new("crlf-lines");
+    let run = |args: &[&str]| run_in(dir.path(), args);
+    std::fs::write(
+        dir.path().join("r3.csv"),
+        "arrival_s,prompt_tokens,output_tokens,ttft_s,e2e_s\r\n0,100,10,0.1,0.2\r\n1,100,10,abc,0.2\r\n",
+    )
+    .unwrap();
+    let serve = [
+        "serve",
+        "--model",
+        "llama-2-7b",
+        "--hardware",
+        "a100-80g-sxm",
+    ];
+    expect_input_error(
+        &run(&[&serve[..], &["--compare-to", "r3.csv"]].concat()),
+        &["error: --compare-to: r3.csv:3: ttft_s: `abc` is not a number"],
+    );
+    std::fs::write(
+        dir.path().join("blank.csv"),
+        "arrival_s,prompt_tokens,output_tokens,ttft_s,e2e_s\n0,100,10,0.1,0.2\n\n\n1,1x0,10,0.1,0.2\n",
+    )
+    .unwrap();
+    expect_input_error(
+        &run(&[&serve[..], &["--compare-to", "blank.csv"]].concat()),
+        &["blank.csv:5: prompt_tokens: `1x0`"],
+    );
+    // A stage table as data/ holds it (`\r\n`), its second stage's cell spoilt.
+    let table = std::fs::read_to_string(
+        crate::common::root()
+            .join("data/validation/real_vllm/vllm_h100_llama2-7b_mixtral-8x7b.csv"),
+    )
+    .unwrap();
+    assert!(
+        table.contains("\r\n"),
+        "the stage table is saved with \\r\\n"
+    );
+    let rows: Vec<&str> = table.split("\r\n").take(3).collect();
+    let spoilt = rows[2].replacen(",591.6300,", ",5x1.6300,", 1);
+    std::fs::write(
+        dir.path().join("stages.csv"),
+        format!("{}\r\n{}\r\n{spoilt}\r\n", rows[0], rows[1]),
+    )
+    .unwrap();
+    expect_input_error(
+        &run(&["serve", "--compare-to", "stages.csv"]),
+        &["stages.csv:3: prompt_len_mean: `5x1.6300` is not a number"],
+    );
+    // A trace.
+    std::fs::write(
+        dir.path().join("trace.csv"),
+        "arrived_at,num_prefill_tokens,num_decode_tokens\r\n0,10,5\r\n1,x,5\r\n",
+    )
+    .unwrap();
+    expect_input_error(
+        &run(&[
+            "serve",
+            "--model",
+            "llama-2-7b",
+            "--hardware",
+            "h100-sxm",
+            "--requests-trace",
+            "trace.csv",
+        ]),
+        &["trace.csv:3: num_prefill_tokens: `x`"],
+    );
+}
+
+/// A config.json value out of range names the file, the field and what is accepted; a
+/// `max_position_embeddings` of 0 is the config's, not `--max-model-len`'s (which defaults
+/// to it); a DeepSeek config is refused for its attention (MLA) before any expert field is
+/// asked for.
+#[test]
+fn config_json_values_name_their_field_and_range() {
+    let dir = TempDir::new("config-json-fields");
+    let llama = "\"hidden_size\":4096,\"num_attention_heads\":32,\"num_key_value_heads\":8,\"num_hidden_layers\":32,\"intermediate_size\":14336,\"vocab_size\":32000";
+    let files = [
+        (
+            "moe.json",
+            format!(
+                "{{\"model_type\":\"mixtral\",{llama},\"max_position_embeddings\":32768,\"num_local_experts\":1e12,\"num_experts_per_tok\":2}}"
+            ),
+        ),
+        (
+            "heads.json",
+            format!(
+                "{{\"model_type\":\"llama\",{llama},\"max_position_embeddings\":4096,\"head_dim\":-3}}"
+            ),
+        ),
+        (
+            "mp0.json",
+            format!("{{\"model_type\":\"llama\",{llama},\"max_position_embeddings\":0}}"),
+        ),
+        // No expert fields at all: the attention is what is refused.
+        (
+            "ds.json",
+            format!(
+                "{{\"model_type\":\"deepseek_v3\",{llama},\"max_position_embeddings\":163840,\"kv_lora_rank\":512,\"q_lora_rank\":1536}}"
+            ),
+        ),
+    ];
+    for (name, text) in &files {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let serve = |model: &str| {
+        run_in(
+            dir.path(),
+            &[
+                "serve",
+                "--model",
+                model,
+                "--hardware",
+                "h100-sxm",
+                "--arrivals",
+                "poisson",
+                "--qps",
+                "1",
+                "--requests",
+                "4",
+                "--lengths",
+                "64",
+            ],
+        )
+    };
+    expect_input_error(
+        &serve("moe.json"),
+        &[
+            "error: moe.json: num_local_experts: must be a whole number from 1 to 65535: the routed experts per layer (got 1000000000000)",
+        ],
+    );
+    expect_input_error(
+        &serve("heads.json"),
+        &["error: heads.json: head_dim: must be a whole number from 0 to 4294967295 (got -3)"],
+    );
+    let mp0 = "error: mp0.json: max_position_embeddings: must be at least 2";
+    let err = expect_input_error(&serve("mp0.json"), &[mp0]);
+    assert!(!err.contains("--max-model-len"), "{err}");
+    // The op-level commands, which ran it with a note, refuse it too.
+    for cmd in [
+        &["simulate", "--model", "mp0.json", "--hardware", "h100-sxm"][..],
+        &["capacity", "--model", "mp0.json", "--hardware", "h100-sxm"],
+    ] {
+        expect_input_error(&run_in(dir.path(), cmd), &[mp0]);
+    }
+    let err = expect_input_error(
+        &serve("ds.json"),
+        &[
+            "error: ds.json: kv_lora_rank: unsupported attention: deepseek_v3 uses multi-head latent attention (MLA",
+            "(got 512)",
+        ],
+    );
+    assert!(!err.contains("n_routed_experts"), "{err}");
+}
+
+/// A value of the wrong type or out of a field's range in a TOML file (a scenario, a sweep's
+/// base, base file or point, a hardware profile) names the field and its line, in words: not
+/// the bare "invalid value: integer `-1`, expected u32".
+#[test]
+fn toml_values_of_the_wrong_type_name_their_field() {
+    let dir = TempDir::new("toml-fields");
+    let workload = "[workload]\narrivals = \"poisson\"\nqps = 1\nrequests = 4\nprompt_lengths = \"64\"\noutput_lengths = \"16\"\n";
+    let files = [
+        (
+            "scenario.toml",
+            format!("[serve]\nmax_num_seqs = -1\n{workload}"),
+        ),
+        (
+            "sweep.toml",
+            format!(
+                "kind = \"serve\"\n[base]\nmodel = \"llama-2-7b\"\nhardware = \"h100-sxm\"\n[base.serve]\nmax_num_seqs = -1\n[base.{}[axes]\n\"workload.qps\" = [1, 2]\n",
+                &workload[1..]
+            ),
+        ),
+        (
+            "base-file.toml",
+            "kind = \"serve\"\nbase_file = \"scenario.toml\"\n[axes]\n\"workload.qps\" = [1, 2]\n"
+                .to_string(),
+        ),
+        (
+            "points.toml",
+            format!(
+                "kind = \"serve\"\n[base]\nmodel = \"llama-2-7b\"\nhardware = \"h100-sxm\"\n[base.{}[[points]]\n\"workload.qps\" = 2\n\"serve.max_num_seqs\" = -1\n",
+                &workload[1..]
+            ),
+        ),
+        (
+            "gpu.toml",
+            "base = \"h100-sxm\"\n\n[host]\nram_gib = \"lots\"\n".to_string(),
+        ),
+    ];
+    for (name, text) in &files {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let words = "invalid value: integer `-1`, expected a whole number from 0 to 4294967295";
+    let run = |args: &[&str]| run_in(dir.path(), args);
+    let serve = [
+        "serve",
+        "scenario.toml",
+        "--model",
+        "llama-2-7b",
+        "--hardware",
+        "h100-sxm",
+    ];
+    expect_input_error(
+        &run(&serve),
+        &[&format!(
+            "error: scenario.toml: line 2: serve.max_num_seqs: {words}"
+        )],
+    );
+    expect_input_error(
+        &run(&["sweep", "sweep.toml", "--out", "o.csv"]),
+        &[&format!(
+            "error: sweep.toml:6: base.serve.max_num_seqs: {words}"
+        )],
+    );
+    expect_input_error(
+        &run(&["sweep", "base-file.toml", "--out", "o.csv"]),
+        &[&format!(
+            "error: scenario.toml:2: serve.max_num_seqs: {words}"
+        )],
+    );
+    expect_input_error(
+        &run(&["sweep", "points.toml", "--out", "o.csv"]),
+        &[&format!(
+            "error: points.toml: points[0]: serve.max_num_seqs (-1): {words}"
+        )],
+    );
+    expect_input_error(
+        &run(&["simulate", "--model", "opt-1.3b", "--hardware", "gpu.toml"]),
+        &[
+            "error: gpu.toml: line 4: host.ram_gib: invalid type: string \"lots\", expected a number",
+        ],
+    );
+    assert!(!dir.path().join("o.csv").exists());
+}
+
+/// A `--compare-to` file that is empty, a JSON array or another JSON value is refused saying
+/// what is expected (a `vllm bench serve` result object, or a per-request CSV), not with the
+/// CSV header's message.
+#[test]
+fn compare_to_json_of_the_wrong_shape_says_what_is_expected() {
+    let dir = TempDir::new("compare-json-shape");
+    let object = "expected the JSON object `vllm bench serve --save-detailed` writes";
+    for (file, text, words) in [
+        ("empty.json", "", &["empty.json: is empty; ", object][..]),
+        (
+            "list.json",
+            "[]\n",
+            &["list.json: is a JSON array; ", object],
+        ),
+        (
+            "numbers.json",
+            " [1, 2]",
+            &["numbers.json: is a JSON array; "],
+        ),
+        (
+            "null.json",
+            "null",
+            &["null.json: is not a JSON object; ", object],
+        ),
+        (
+            "other.json",
+            "{\"duration\": 3}",
+            &["other.json: no `input_lens` array"],
+        ),
+        (
+            "blank.csv",
+            " \n\n",
+            &[
+                "blank.csv: is empty; expected a per-request CSV",
+                "or a `vllm bench serve",
+            ],
+        ),
+    ] {
+        std::fs::write(dir.path().join(file), text).unwrap();
+        let out = run_in(
+            dir.path(),
+            &[
+                "serve",
+                "--model",
+                "llama-2-7b",
+                "--hardware",
+                "a100-80g-sxm",
+                "--compare-to",
+                file,
+            ],
+        );
+        let err = expect_input_error(&out, &[&["error: --compare-to: "][..], words].concat());
+        assert!(!err.contains("no arrival column"), "{err}");
+    }
+}
+
+/// A row with more fields than its header is refused, naming the file, the line and both
+/// counts: a trace (read before only up to its columns), a per-request runs CSV (the extra
+/// cells were dropped: `1,000` read as two cells shifted every column after it) and a stage
+/// table (the csv crate's "found record with 42 fields" at the wrong line).
+#[test]
+fn rows_wider_than_their_header_are_refused() {
+    let dir = TempDir::new("wide-rows");
+    let run = |args: &[&str]| run_in(dir.path(), args);
+    std::fs::write(
+        dir.path().join("trace.csv"),
+        "arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,5\n1,10,5,7\n",
+    )
+    .unwrap();
+    expect_input_error(
+        &run(&[
+            "serve",
+            "--model",
+            "llama-2-7b",
+            "--hardware",
+            "h100-sxm",
+            "--requests-trace",
+            "trace.csv",
+        ]),
+        &["trace.csv:3: 4 fields, but the header (line 1) has 3"],
+    );
+    std::fs::write(
+        dir.path().join("run.csv"),
+        "arrival_s,prompt_tokens,output_tokens,ttft_s,e2e_s\n0,100,10,0.1,0.2\n1,1,000,10,0.1,0.2\n",
+    )
+    .unwrap();
+    let serve = [
+        "serve",
+        "--model",
+        "llama-2-7b",
+        "--hardware",
+        "a100-80g-sxm",
+    ];
+    expect_input_error(
+        &run(&[&serve[..], &["--compare-to", "run.csv"]].concat()),
+        &["error: --compare-to: run.csv:3: 6 fields, but the header has 5; quote a cell"],
+    );
+    let table = std::fs::read_to_string(
+        crate::common::root()
+            .join("data/validation/real_vllm/vllm_h100_llama2-7b_mixtral-8x7b.csv"),
+    )
+    .unwrap();
+    let rows: Vec<&str> = table.split("\r\n").take(3).collect();
+    std::fs::write(
+        dir.path().join("stages.csv"),
+        format!("{}\r\n{}\r\n{},extra\r\n", rows[0], rows[1], rows[2]),
+    )
+    .unwrap();
+    expect_input_error(
+        &run(&["serve", "--compare-to", "stages.csv"]),
+        &["error: --compare-to: stages.csv:3: 42 fields, but the header has 41"],
+    );
 }

@@ -115,3 +115,37 @@ fn exec_under_a_memory_limit_is_one_line_not_an_abort() {
     assert_eq!(e.lines().count(), 1, "{e}");
     assert!(e.starts_with("error: cannot allocate "), "{e}");
 }
+
+/// A malformed `--compare-to` JSON is refused in constant memory: read as it streams, its shape
+/// checked before any value is kept. Ten million numbers in a 20 MB file held as a JSON tree
+/// took about 350 MB (a 140 MB one 2.3 GB); under this limit that aborted.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_large_malformed_compare_to_json_is_refused_under_a_100_mb_limit() {
+    let d = TempDir::new("mem-json");
+    let mut text = String::with_capacity(20_000_100);
+    text.push_str("{\"input_lens\":[");
+    text.push_str(&"1,".repeat(10_000_000));
+    text.push('1');
+    std::fs::write(d.path().join("big.json"), &text).unwrap();
+    let o = run_limited(
+        d.path(),
+        100_000,
+        &[
+            "serve",
+            "--model",
+            "llama-2-7b",
+            "--hardware",
+            "a100-80g-sxm",
+            "--compare-to",
+            "big.json",
+        ],
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("big.json: not JSON: EOF while parsing a list"),
+        "{err}"
+    );
+}

@@ -249,7 +249,7 @@ fn bad_input_is_one_line_and_exit_2() {
         ),
         (
             synth(&["--block-size", "0"]),
-            vec!["--block-size", "1..=1024"],
+            vec!["--block-size", "one of 1, 8, 16, 32, 64, 128 or 256"],
         ),
         (
             synth(&["--lengths", "zipf:10:5"]),

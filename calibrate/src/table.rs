@@ -33,43 +33,6 @@ use serde::Deserialize;
 use crate::Error;
 use crate::fit::nelder_mead;
 
-/// File line numbers from the byte offsets the csv reader gives, counted incrementally. (Its own
-/// line numbers are one short in CRLF files, Vidur's among them: a record's position is the LF
-/// of the `\r\n` before it.)
-pub(crate) struct LineCounter<'a> {
-    text: &'a str,
-    byte: usize,
-    line: u64,
-}
-
-impl<'a> LineCounter<'a> {
-    pub(crate) fn new(text: &'a str) -> Self {
-        LineCounter {
-            text,
-            byte: 0,
-            line: 1,
-        }
-    }
-
-    /// The line of the record starting at `byte` (offsets increase from call to call).
-    pub(crate) fn line_at(&mut self, byte: usize) -> u64 {
-        // A record that starts at a line break starts on the next line.
-        let start = match self.text.as_bytes().get(byte) {
-            Some(b'\n') => byte + 1,
-            _ => byte,
-        }
-        .min(self.text.len());
-        if start >= self.byte {
-            self.line += self.text.as_bytes()[self.byte..start]
-                .iter()
-                .filter(|&&c| c == b'\n')
-                .count() as u64;
-            self.byte = start;
-        }
-        self.line
-    }
-}
-
 /// A measured column of the table and the kvplan op it times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Column {
@@ -329,7 +292,7 @@ pub(crate) fn read_table_text(path: &Path) -> Result<String, Error> {
 pub(crate) struct TableRows<'a> {
     reader: csv::Reader<&'a [u8]>,
     record: csv::StringRecord,
-    lines: LineCounter<'a>,
+    lines: kvplan_workloads::lines::LineCounter<'a>,
     origin: &'a str,
 }
 
@@ -346,7 +309,7 @@ impl<'a> TableRows<'a> {
         let rows = TableRows {
             reader,
             record: csv::StringRecord::new(),
-            lines: LineCounter::new(text),
+            lines: kvplan_workloads::lines::LineCounter::new(text),
             origin,
         };
         Ok((rows, headers))
@@ -358,14 +321,20 @@ impl<'a> TableRows<'a> {
             Ok(false) => return Ok(None),
             Ok(true) => {}
             Err(e) => {
-                let line = e.position().map_or(0, |p| p.line());
-                return Err(table_error(self.origin, line, "", e.to_string()));
+                let line = e.position().map_or(0, |p| self.lines.line_at(p.byte()));
+                let why = match e.kind() {
+                    csv::ErrorKind::UnequalLengths {
+                        expected_len, len, ..
+                    } => format!("{len} fields, but the header has {expected_len}"),
+                    _ => e.to_string(),
+                };
+                return Err(table_error(self.origin, line, "", why));
             }
         }
         let line = self
             .record
             .position()
-            .map_or(0, |p| self.lines.line_at(p.byte() as usize));
+            .map_or(0, |p| self.lines.line_at(p.byte()));
         Ok(Some((&self.record, line)))
     }
 }

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 
+use kvplan_workloads::lines::LineCounter;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -187,8 +188,8 @@ fn array_keys(items: &[Value]) -> Option<Vec<String>> {
     None
 }
 
-fn csv_error(name: &str, e: &csv::Error) -> Error {
-    let line = e.position().map(|p| p.line());
+fn csv_error(name: &str, e: &csv::Error, lines: &mut LineCounter) -> Error {
+    let line = e.position().map(|p| lines.line_at(p.byte()));
     let message = match e.kind() {
         csv::ErrorKind::UnequalLengths {
             expected_len, len, ..
@@ -208,16 +209,17 @@ fn parse_number(cell: &str) -> Option<f64> {
 
 fn parse_csv(name: &str, text: &str) -> Result<Input> {
     let mut r = csv::ReaderBuilder::new().from_reader(text.as_bytes());
+    let mut lines = LineCounter::new(text);
     let header: Vec<String> = r
         .headers()
-        .map_err(|e| csv_error(name, &e))?
+        .map_err(|e| csv_error(name, &e, &mut lines))?
         .iter()
         .map(|h| h.trim().to_string())
         .collect();
     let mut records = Vec::new();
     for rec in r.records() {
-        let rec = rec.map_err(|e| csv_error(name, &e))?;
-        let line = rec.position().map_or(0, |p| p.line());
+        let rec = rec.map_err(|e| csv_error(name, &e, &mut lines))?;
+        let line = rec.position().map_or(0, |p| lines.line_at(p.byte()));
         records.push((line, rec.iter().map(String::from).collect::<Vec<_>>()));
     }
     if header == TIMELINE_COLUMNS {

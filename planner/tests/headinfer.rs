@@ -381,11 +381,11 @@ fn a_raw_capacity_question_names_the_field_at_fault() {
     // A number: the vocabulary's InvalidValue, by its field.
     let whole = "must be a whole number of at least 1";
     let (gib, reserve) = (
-        "must be a positive number of GiB",
-        "must be zero or more GiB",
+        "must be more than 0 and at most 1048576 GiB (more than 0, at most 1 PiB)",
+        "must be from 0 to 1048576 GiB (0 to 1 PiB)",
     );
     type Edit = fn(&mut RawCapacity);
-    let cases: [(Edit, &str, &str); 9] = [
+    let cases: [(Edit, &str, &str); 11] = [
         (|r| r.batch = 0, "workload.batch 0", whole),
         (|r| r.batch = -3, "workload.batch -3", whole),
         (|r| r.batch = 1 << 32, "workload.batch 4294967296", whole),
@@ -409,6 +409,17 @@ fn a_raw_capacity_question_names_the_field_at_fault() {
         (
             |r| r.runtime_reserve_gib = f64::INFINITY,
             "capacity.runtime_reserve inf",
+            reserve,
+        ),
+        // Absurd sizes are refused, not clamped to what a byte count holds.
+        (
+            |r| r.host_ram_gib = Some(1e308),
+            "capacity.host_ram 1e308",
+            gib,
+        ),
+        (
+            |r| r.runtime_reserve_gib = 2e6,
+            "capacity.runtime_reserve 2000000",
             reserve,
         ),
     ];

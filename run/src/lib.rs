@@ -38,7 +38,7 @@ mod report;
 
 pub use error::ScenarioError;
 pub use kvplan_vocab::RunKind;
-pub use read::{RawScenario, rebase};
+pub use read::{FieldError, RawScenario, locate, rebase};
 pub use report::{Metric, Report, SERVE_METRICS, SIMULATE_METRICS, columns};
 
 use kvplan_planner::scenario::Scenario as SimulateScenario;

@@ -111,16 +111,16 @@ impl RawScenario {
         }
         Self::from_table(table, kind).map_err(|e| match e {
             // The same text parsed straight into the kind's type: the parser's error then
-            // carries the field's place in the file.
+            // carries the field's place in the file: its line, and the key a type or range
+            // error does not name (`max_num_seqs = -1`: "invalid value: integer `-1`").
             ScenarioError::Parse { message, .. } => {
-                let text = without_kind(&text);
-                let spanned = match kind {
-                    RunKind::Simulate => toml::from_str::<RawSimulate>(&text).err(),
-                    RunKind::Serve => toml::from_str::<RawServeScenario>(&text).err(),
+                let (line, message) = match locate(&text, kind, None) {
+                    Some(f) if f.message == message => (f.line, f.keyed()),
+                    _ => (None, message),
                 };
                 ScenarioError::Parse {
                     path: Some(path.to_path_buf()),
-                    line: spanned.and_then(|e| kvplan_vocab::error::toml_line(&text, &e)),
+                    line,
                     message,
                 }
             }
@@ -164,7 +164,7 @@ impl RawScenario {
         let parse = |e: toml::de::Error| ScenarioError::Parse {
             path: None,
             line: None,
-            message: one_line(e.message()),
+            message: kvplan_vocab::error::toml_message(e.message()),
         };
         // `kind` is the layer's: the kinds' own types hold their fields only.
         table.remove("kind");
@@ -208,6 +208,70 @@ impl RawScenario {
             RawScenario::Serve(r) => Scenario::Serve(Box::new(r.resolve()?)),
         })
     }
+}
+
+/// Where in a file a scenario's field is refused by the parser: its line and its dotted key
+/// ([`locate`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// The line (1-based), where the parser knows it.
+    pub line: Option<usize>,
+    /// The dotted key of the value at fault (`serve.max_num_seqs`), where one holds it.
+    pub key: Option<String>,
+    /// The parser's message in words ([`kvplan_vocab::error::toml_message`]), as
+    /// [`RawScenario::from_table`] words it.
+    pub message: String,
+}
+
+impl FieldError {
+    /// The message after the key it is about, where the message does not already name it
+    /// (`serve.max_num_seqs: invalid value: integer `-1`, expected a whole number ...`).
+    pub fn keyed(&self) -> String {
+        match self.key.as_deref() {
+            Some(k) if !k.is_empty() => {
+                let last = k.rsplit('.').next().unwrap_or(k);
+                let last = last.split('[').next().unwrap_or(last);
+                if self.message.contains(&format!("`{last}`")) {
+                    self.message.clone()
+                } else {
+                    format!("{k}: {}", self.message)
+                }
+            }
+            _ => self.message.clone(),
+        }
+    }
+}
+
+/// The first field the parser refuses in `text`, a scenario of `kind` (or, with `under`, the
+/// scenario in `text`'s top-level table of that name, a sweep's `[base]`): `text` parsed
+/// straight into the kind's type, whose errors carry a place in the file, unlike those of a
+/// table already parsed. `None` when it parses.
+pub fn locate(text: &str, kind: RunKind, under: Option<&str>) -> Option<FieldError> {
+    // Only its errors are wanted.
+    #[allow(dead_code)]
+    #[derive(serde::Deserialize)]
+    struct Base<T> {
+        base: T,
+    }
+    let text = without_kind(text);
+    let e = match (kind, under) {
+        (RunKind::Simulate, None) => toml::from_str::<RawSimulate>(&text).err(),
+        (RunKind::Serve, None) => toml::from_str::<RawServeScenario>(&text).err(),
+        (RunKind::Simulate, Some(_)) => toml::from_str::<Base<RawSimulate>>(&text).err(),
+        (RunKind::Serve, Some(_)) => toml::from_str::<Base<RawServeScenario>>(&text).err(),
+    }?;
+    let mut key = kvplan_vocab::error::toml_key(&text, &e);
+    if let (Some(table), Some(k)) = (under, key.as_mut()) {
+        match k.strip_prefix(table).and_then(|r| r.strip_prefix('.')) {
+            Some(rest) => *k = rest.to_string(),
+            None => return None,
+        }
+    }
+    Some(FieldError {
+        line: kvplan_vocab::error::toml_line(&text, &e),
+        key,
+        message: kvplan_vocab::error::toml_message(e.message()),
+    })
 }
 
 /// `text` with its top-level `kind = ...` line blanked (lines keep their numbers): the kinds'

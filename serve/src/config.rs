@@ -571,12 +571,20 @@ impl Config {
         let spec = self.scheduler.spec();
         let release = self.release()?;
         let offload_bytes = self.check_offloading(spec, release, hw)?;
-        check(
-            "block_size",
-            (1..=1024).contains(&self.block_size),
-            self.block_size.to_string(),
-            "1..=1024",
-        )?;
+        // vLLM's `--block-size` choices, by release ([`Release::block_sizes`]).
+        if !release.block_sizes.contains(&self.block_size) {
+            let sizes: Vec<String> = release.block_sizes.iter().map(u32::to_string).collect();
+            return Err(Error::InvalidConfig {
+                field: "block_size",
+                value: self.block_size.to_string(),
+                expect: format!(
+                    "one of {}: the block sizes vLLM {} accepts",
+                    names(sizes.iter().map(String::as_str)),
+                    release.name
+                )
+                .into(),
+            });
+        }
         let u = self.gpu_memory_utilization;
         check(
             "gpu_memory_utilization",
@@ -683,21 +691,64 @@ impl Config {
             tokens.to_string(),
             "at least 1",
         )?;
-        if !spec.rejects_unfittable && !chunked && tokens < max_model_len {
+        // vLLM's `SchedulerConfig` checks, the same in every release modelled (`_verify_args`,
+        // `vllm/config.py` in 0.4.2 to 0.9.2, `vllm/config/scheduler.py` in 0.10.2 and 0.11.0;
+        // `verify_max_model_len`, `vllm/config/scheduler.py`, in 0.13.0 and 0.15.1).
+        if !chunked && tokens < max_model_len {
             return Err(Error::InvalidConfig {
                 field: "max_num_batched_tokens",
                 value: tokens.to_string(),
-                expect: "at least max_model_len when chunked prefill is off (vLLM refuses this \
-                         too: a prompt longer than the budget could never run)"
-                    .into(),
+                expect: format!(
+                    "at least max_model_len ({max_model_len}) when chunked prefill is off: vLLM \
+                     {} refuses a step budget a prompt of max_model_len tokens could never fit \
+                     (raise `serve.max_num_batched_tokens`, lower `serve.max_model_len`, or turn \
+                     chunked prefill on)",
+                    release.name
+                )
+                .into(),
             });
         }
-        // V1's scheduler caps running requests at the token budget (each needs one token).
-        let seqs = if spec.null_block {
-            seqs.min(tokens)
-        } else {
-            seqs
+        // A default `max_num_seqs` above the budget: lowered to it from vLLM 0.10.2
+        // ([`Release::caps_default_seqs`]), refused before, as a given one always is.
+        let seqs = match self.max_num_seqs {
+            None if release.caps_default_seqs => seqs.min(tokens),
+            _ => seqs,
         };
+        if tokens < seqs {
+            let default = |given: bool| {
+                if given {
+                    String::new()
+                } else {
+                    format!(", vLLM {}'s default on this GPU", release.name)
+                }
+            };
+            let (field, value, bound) = if self.max_num_batched_tokens.is_some() {
+                let d = default(self.max_num_seqs.is_some());
+                (
+                    "max_num_batched_tokens",
+                    tokens,
+                    format!("at least max_num_seqs ({seqs}{d})"),
+                )
+            } else {
+                let d = default(false);
+                (
+                    "max_num_seqs",
+                    seqs,
+                    format!("at most max_num_batched_tokens ({tokens}{d})"),
+                )
+            };
+            return Err(Error::InvalidConfig {
+                field,
+                value: value.to_string(),
+                expect: format!(
+                    "{bound}: vLLM {} refuses a step budget below one token per running \
+                     sequence (raise `serve.max_num_batched_tokens` or lower \
+                     `serve.max_num_seqs`)",
+                    release.name
+                )
+                .into(),
+            });
+        }
         let graph_max = match self.max_cudagraph_capture_size {
             _ if self.enforce_eager => 0,
             Some(m) => m.min(tokens),

@@ -129,6 +129,44 @@ pub struct MeasuredRun {
     pub requests: Vec<MeasuredRequest>,
 }
 
+/// A row with cells past the header's columns: they belong to no column (a shifted row, an
+/// unquoted comma), and are refused rather than dropped unread.
+fn wider_than_header(name: &str, line: u64, fields: usize, header: usize) -> RunsError {
+    format_err(
+        &format!("{name}:{line}"),
+        format!(
+            "{fields} fields, but the header has {header}; quote a cell that holds a comma, or \
+             name every column in the header"
+        ),
+    )
+}
+
+/// A CSV reader's error, its row named by its line ([`kvplan_workloads::lines`]) and a row of
+/// the wrong width in words.
+fn csv_err(
+    name: &str,
+    e: &csv::Error,
+    lines: &mut kvplan_workloads::lines::LineCounter,
+    header: usize,
+) -> RunsError {
+    let line = e.position().map(|p| lines.line_at(p.byte()));
+    match (e.kind(), line) {
+        (csv::ErrorKind::UnequalLengths { len, .. }, Some(line)) => {
+            let len = *len as usize;
+            if len > header {
+                wider_than_header(name, line, len, header)
+            } else {
+                format_err(
+                    &format!("{name}:{line}"),
+                    format!("{len} fields, but the header has {header}"),
+                )
+            }
+        }
+        (_, Some(line)) => format_err(&format!("{name}:{line}"), e.to_string()),
+        (_, None) => format_err(name, e.to_string()),
+    }
+}
+
 fn format_err(path: &str, message: impl Into<String>) -> RunsError {
     RunsError::Format {
         path: path.to_string(),
@@ -147,39 +185,110 @@ pub enum Measured {
 }
 
 impl Measured {
-    /// Reads `path`, telling a stage table by its header from a single run's file.
+    /// Reads `path`, telling a stage table by its header from a single run's file. A JSON file
+    /// (by its first character, or a `.json` name) is read as it streams, never held whole.
     pub fn open(path: &Path) -> Result<Measured, RunsError> {
         let name = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| RunsError::Io {
-            path: name.clone(),
-            source,
-        })?;
+        if is_json_file(path, &name)? {
+            return Ok(Measured::Run(MeasuredRun::from_json_path(path, &name)?));
+        }
+        let text = read_text(path, &name)?;
         if is_stage_table(text.lines().next().unwrap_or("")) {
             Ok(Measured::Stages(StageRun::parse(&text, &name)?))
         } else {
-            Ok(Measured::Run(MeasuredRun::from_text(&text, &name)?))
+            Ok(Measured::Run(MeasuredRun::from_csv(&text, &name)?))
         }
     }
 }
 
+fn read_text(path: &Path, name: &str) -> Result<String, RunsError> {
+    std::fs::read_to_string(path).map_err(|source| RunsError::Io {
+        path: name.to_string(),
+        source,
+    })
+}
+
+/// What a measured run's file may be, in words, for a file that is neither.
+const EITHER: &str = "expected a per-request CSV (a header with arrival_s, prompt_tokens, \
+                      output_tokens, ttft_s and e2e_s) or a `vllm bench serve --save-detailed` \
+                      result JSON";
+
+/// What a `vllm bench serve` result must be, for a JSON file that is not one.
+const BENCH_OBJECT: &str = "expected the JSON object `vllm bench serve --save-detailed` writes, \
+                            with the arrays input_lens, output_lens, ttfts, itls, start_times \
+                            (and errors)";
+
+/// Whether the file at `path` is JSON: its first character other than white space is `{` or
+/// `[`, or its name ends in `.json`. An empty file is refused here, naming what is expected.
+fn is_json_file(path: &Path, name: &str) -> Result<bool, RunsError> {
+    use std::io::Read;
+    let io = |source| RunsError::Io {
+        path: name.to_string(),
+        source,
+    };
+    let mut file = std::fs::File::open(path).map_err(io)?;
+    let mut buf = [0u8; 4096];
+    let first = loop {
+        let n = file.read(&mut buf).map_err(io)?;
+        if n == 0 {
+            break None;
+        }
+        if let Some(&b) = buf[..n].iter().find(|b| !b.is_ascii_whitespace()) {
+            break Some(b);
+        }
+    };
+    let json_name = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    match first {
+        None => Err(format_err(
+            name,
+            format!(
+                "is empty; {}",
+                if json_name { BENCH_OBJECT } else { EITHER }
+            ),
+        )),
+        Some(b) => Ok(b == b'{' || b == b'[' || json_name),
+    }
+}
+
 impl MeasuredRun {
-    /// Reads a per-request CSV or a `vllm bench serve` JSON (by its first non-blank character).
+    /// Reads a per-request CSV or a `vllm bench serve` JSON (by its first non-blank character,
+    /// or a `.json` name).
     pub fn from_path(path: &Path) -> Result<MeasuredRun, RunsError> {
         let name = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| RunsError::Io {
-            path: name.clone(),
-            source,
-        })?;
-        MeasuredRun::from_text(&text, &name)
+        if is_json_file(path, &name)? {
+            return MeasuredRun::from_json_path(path, &name);
+        }
+        MeasuredRun::from_csv(&read_text(path, &name)?, &name)
     }
 
     /// [`MeasuredRun::from_path`] from text; `name` stands for the file in errors.
     pub fn from_text(text: &str, name: &str) -> Result<MeasuredRun, RunsError> {
-        if text.trim_start().starts_with('{') {
+        let t = text.trim_start();
+        if t.starts_with(['{', '[']) || name.to_ascii_lowercase().ends_with(".json") {
             MeasuredRun::from_vllm_json(text, name)
+        } else if t.is_empty() {
+            Err(format_err(name, format!("is empty; {EITHER}")))
         } else {
             MeasuredRun::from_csv(text, name)
         }
+    }
+
+    /// A `vllm bench serve` JSON read from `path` as it streams: first its shape (which arrays
+    /// it holds, how long), every value skipped unread, then, if the shape is one, its values.
+    /// A malformed or misshapen file of any size fails after the first pass, in constant
+    /// memory; a good one holds its requests' figures, not the text or a document tree.
+    fn from_json_path(path: &Path, name: &str) -> Result<MeasuredRun, RunsError> {
+        let open = || {
+            std::fs::File::open(path)
+                .map(|f| std::io::BufReader::with_capacity(1 << 16, f))
+                .map_err(|source| RunsError::Io {
+                    path: name.to_string(),
+                    source,
+                })
+        };
+        MeasuredRun::from_json_reader(open, name)
     }
 
     /// Reads the per-request CSV format (see the module docs).
@@ -230,9 +339,13 @@ impl MeasuredRun {
         let status = find(&["status"]);
         let prefix = find(&["prefix"]);
         let mut requests = Vec::new();
+        let mut lines = kvplan_workloads::lines::LineCounter::new(text);
         for rec in rdr.records() {
-            let rec = rec.map_err(|e| format_err(name, e.to_string()))?;
-            let line = rec.position().map_or(0, |p| p.line());
+            let rec = rec.map_err(|e| csv_err(name, &e, &mut lines, header.len()))?;
+            let line = rec.position().map_or(0, |p| lines.line_at(p.byte()));
+            if rec.len() > header.len() {
+                return Err(wider_than_header(name, line, rec.len(), header.len()));
+            }
             let at = |field: &str, msg: String| {
                 format_err(&format!("{name}:{line}"), format!("{field}: {msg}"))
             };
@@ -313,60 +426,89 @@ impl MeasuredRun {
 
     /// Reads a `vllm bench serve --save-detailed` result JSON.
     pub fn from_vllm_json(text: &str, name: &str) -> Result<MeasuredRun, RunsError> {
-        let v: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| format_err(name, format!("not JSON: {e}")))?;
-        let array = |key: &str| -> Result<&Vec<serde_json::Value>, RunsError> {
-            v.get(key).and_then(|x| x.as_array()).ok_or_else(|| {
-                format_err(
-                    name,
-                    format!(
-                        "no `{key}` array: a `vllm bench serve` result saved with \
-                         --save-detailed carries input_lens, output_lens, ttfts, itls, \
-                         start_times and errors"
-                    ),
-                )
-            })
+        MeasuredRun::from_json_reader(|| Ok(text.as_bytes()), name)
+    }
+
+    /// A `vllm bench serve` JSON from the reader `open` gives (called once per pass).
+    fn from_json_reader<R: std::io::Read>(
+        open: impl Fn() -> Result<R, RunsError>,
+        name: &str,
+    ) -> Result<MeasuredRun, RunsError> {
+        let first = {
+            let mut r = open()?;
+            let mut byte = [0u8; 1];
+            loop {
+                match r.read(&mut byte) {
+                    Ok(0) => break None,
+                    Ok(_) if byte[0].is_ascii_whitespace() => {}
+                    Ok(_) => break Some(byte[0]),
+                    Err(source) => {
+                        return Err(RunsError::Io {
+                            path: name.to_string(),
+                            source,
+                        });
+                    }
+                }
+            }
         };
-        let inputs = array("input_lens")?;
-        let outputs = array("output_lens")?;
-        let ttfts = array("ttfts")?;
-        let itls = array("itls")?;
-        let starts = array("start_times")?;
-        let errors = v.get("errors").and_then(|x| x.as_array());
-        let n = inputs.len();
-        for (key, a) in [
-            ("output_lens", outputs),
-            ("ttfts", ttfts),
-            ("itls", itls),
-            ("start_times", starts),
-        ] {
-            if a.len() != n {
+        match first {
+            Some(b'{') => {}
+            None => return Err(format_err(name, format!("is empty; {BENCH_OBJECT}"))),
+            Some(b'[') => {
+                return Err(format_err(name, format!("is a JSON array; {BENCH_OBJECT}")));
+            }
+            Some(_) => {
                 return Err(format_err(
                     name,
-                    format!("`{key}` has {} entries, `input_lens` {n}", a.len()),
+                    format!("is not a JSON object; {BENCH_OBJECT}"),
                 ));
             }
         }
-        let t0 = starts
+        let json_err = |e: serde_json::Error| {
+            format_err(
+                name,
+                if e.is_syntax() || e.is_eof() {
+                    format!("not JSON: {e}")
+                } else {
+                    format!("not a `vllm bench serve` result: {e}")
+                },
+            )
+        };
+        // Pass 1: the shape, in constant memory.
+        let shape: bench::Shape = serde_json::from_reader(open()?).map_err(json_err)?;
+        let n = shape.check().map_err(|m| format_err(name, m))?;
+        // Pass 2: the values of a file of the right shape.
+        let v: bench::Bench = serde_json::from_reader(open()?).map_err(json_err)?;
+        let lens = [
+            v.input_lens.len(),
+            v.output_lens.len(),
+            v.ttfts.len(),
+            v.itls.len(),
+            v.start_times.len(),
+        ];
+        if lens.iter().any(|&l| l != n) {
+            return Err(format_err(name, "changed while it was read; read it again"));
+        }
+        let t0 = v
+            .start_times
             .iter()
-            .filter_map(|s| s.as_f64())
+            .filter_map(bench::Cell::as_f64)
             .fold(f64::INFINITY, f64::min);
         let mut requests = Vec::with_capacity(n);
         for i in 0..n {
             let bad = |key: &str| format_err(name, format!("`{key}[{i}]` is not a number"));
-            let tok = |a: &Vec<serde_json::Value>, key: &str| {
+            let tok = |a: &[bench::Cell], key: &str| {
                 a[i].as_u64()
                     .and_then(|x| u32::try_from(x).ok())
                     .ok_or_else(|| bad(key))
             };
-            let start = starts[i].as_f64().ok_or_else(|| bad("start_times"))?;
-            let ttft = ttfts[i].as_f64().ok_or_else(|| bad("ttfts"))?;
-            let gaps: f64 = itls[i]
-                .as_array()
-                .ok_or_else(|| bad("itls"))?
-                .iter()
-                .map(|g| g.as_f64().unwrap_or(0.0))
-                .sum();
+            let start = v.start_times[i]
+                .as_f64()
+                .ok_or_else(|| bad("start_times"))?;
+            let ttft = v.ttfts[i].as_f64().ok_or_else(|| bad("ttfts"))?;
+            let Some(gaps) = &v.itls[i].0 else {
+                return Err(bad("itls"));
+            };
             let negative = |key: &str, v: f64| {
                 format_err(
                     name,
@@ -376,33 +518,24 @@ impl MeasuredRun {
             if ttft.is_nan() || ttft < 0.0 {
                 return Err(negative("ttfts", ttft));
             }
-            if let Some(g) = itls[i]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|g| g.as_f64())
-                .find(|g| g.is_nan() || *g < 0.0)
-            {
+            if let Some(g) = gaps.bad {
                 return Err(negative("itls", g));
             }
-            let failed = errors
-                .and_then(|e| e.get(i))
-                .and_then(|e| e.as_str())
-                .is_some_and(|e| !e.is_empty());
-            let output = tok(outputs, "output_lens")?;
+            let failed = (v.errors.0.as_ref()).is_some_and(|e| e.0.get(i).copied() == Some(true));
+            let output = tok(&v.output_lens, "output_lens")?;
             let ok = !failed && output > 0;
             requests.push(MeasuredRequest {
                 arrival_s: start - t0,
-                prompt_tokens: tok(inputs, "input_lens")?,
+                prompt_tokens: tok(&v.input_lens, "input_lens")?,
                 output_tokens: output.max(1),
                 ttft_s: if ok { ttft } else { f64::NAN },
-                e2e_s: if ok { ttft + gaps } else { f64::NAN },
+                e2e_s: if ok { ttft + gaps.sum } else { f64::NAN },
                 ok,
                 prefix: None,
             });
         }
         let mut run = MeasuredRun::checked(name, requests)?;
-        run.model = (v.get("model_id").and_then(|m| m.as_str()))
+        run.model = (v.model_id.as_str())
             .map(str::trim)
             .filter(|m| !m.is_empty())
             .map(String::from);
@@ -752,6 +885,245 @@ impl MeasuredRun {
             requests: Some(1),
             ..Default::default()
         })
+    }
+}
+
+/// The parts of a `vllm bench serve` result JSON kvplan reads, deserialised as the file
+/// streams: no field holds more than its requests' figures (a request's gaps are summed as
+/// they are read), and every other field is skipped unread.
+mod bench {
+    use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+    use std::fmt;
+
+    /// The arrays a result must hold, by length, every value skipped (pass 1).
+    #[derive(serde::Deserialize)]
+    pub(super) struct Shape {
+        input_lens: Option<Array<Count>>,
+        output_lens: Option<Array<Count>>,
+        ttfts: Option<Array<Count>>,
+        itls: Option<Array<Count>>,
+        start_times: Option<Array<Count>>,
+    }
+
+    impl Shape {
+        /// The number of requests, or what is missing or uneven.
+        pub(super) fn check(&self) -> Result<usize, String> {
+            let arrays = [
+                ("input_lens", &self.input_lens),
+                ("output_lens", &self.output_lens),
+                ("ttfts", &self.ttfts),
+                ("itls", &self.itls),
+                ("start_times", &self.start_times),
+            ];
+            let mut lens = Vec::with_capacity(arrays.len());
+            for (key, a) in arrays {
+                match a {
+                    Some(Array(Some(Count(n)))) => lens.push((key, *n)),
+                    _ => {
+                        return Err(format!(
+                            "no `{key}` array: a `vllm bench serve` result saved with \
+                             --save-detailed carries input_lens, output_lens, ttfts, itls, \
+                             start_times and errors"
+                        ));
+                    }
+                }
+            }
+            let n = lens[0].1;
+            if let Some((key, len)) = lens[1..].iter().find(|(_, len)| *len != n) {
+                return Err(format!("`{key}` has {len} entries, `input_lens` {n}"));
+            }
+            usize::try_from(n).map_err(|_| format!("{n} requests are too many"))
+        }
+    }
+
+    /// The values kvplan reads (pass 2, after [`Shape::check`]).
+    #[derive(serde::Deserialize)]
+    pub(super) struct Bench {
+        pub(super) input_lens: Vec<Cell>,
+        pub(super) output_lens: Vec<Cell>,
+        pub(super) ttfts: Vec<Cell>,
+        pub(super) itls: Vec<Array<Gaps>>,
+        pub(super) start_times: Vec<Cell>,
+        #[serde(default)]
+        pub(super) errors: Array<Failed>,
+        #[serde(default)]
+        pub(super) model_id: Cell,
+    }
+
+    /// One value: a number, a string, or anything else (skipped unread).
+    #[derive(Default)]
+    pub(super) enum Cell {
+        U(u64),
+        I(i64),
+        F(f64),
+        Str(String),
+        #[default]
+        Other,
+    }
+
+    impl Cell {
+        pub(super) fn as_u64(&self) -> Option<u64> {
+            match *self {
+                Cell::U(u) => Some(u),
+                _ => None,
+            }
+        }
+
+        pub(super) fn as_f64(&self) -> Option<f64> {
+            match *self {
+                Cell::U(u) => Some(u as f64),
+                Cell::I(i) => Some(i as f64),
+                Cell::F(f) => Some(f),
+                _ => None,
+            }
+        }
+
+        pub(super) fn as_str(&self) -> Option<&str> {
+            match self {
+                Cell::Str(s) => Some(s),
+                _ => None,
+            }
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Cell {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Cell;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("any value")
+                }
+                fn visit_u64<E>(self, v: u64) -> Result<Cell, E> {
+                    Ok(Cell::U(v))
+                }
+                fn visit_i64<E>(self, v: i64) -> Result<Cell, E> {
+                    Ok(u64::try_from(v).map_or(Cell::I(v), Cell::U))
+                }
+                fn visit_f64<E>(self, v: f64) -> Result<Cell, E> {
+                    Ok(Cell::F(v))
+                }
+                fn visit_str<E>(self, v: &str) -> Result<Cell, E> {
+                    Ok(Cell::Str(v.to_string()))
+                }
+                fn visit_bool<E>(self, _: bool) -> Result<Cell, E> {
+                    Ok(Cell::Other)
+                }
+                fn visit_unit<E>(self) -> Result<Cell, E> {
+                    Ok(Cell::Other)
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Cell, A::Error> {
+                    while seq.next_element::<IgnoredAny>()?.is_some() {}
+                    Ok(Cell::Other)
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Cell, A::Error> {
+                    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                    Ok(Cell::Other)
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+
+    /// What an array folds to, element by element, as it is read.
+    pub(super) trait Fold: Default {
+        /// One element.
+        type Item: for<'de> Deserialize<'de>;
+        /// Takes one element in.
+        fn push(&mut self, item: Self::Item);
+    }
+
+    /// An array folded by `F` as it is read; `None` for a value that is not an array
+    /// (skipped unread).
+    pub(super) struct Array<F>(pub(super) Option<F>);
+
+    impl<F> Default for Array<F> {
+        fn default() -> Self {
+            Array(None)
+        }
+    }
+
+    impl<'de, F: Fold> Deserialize<'de> for Array<F> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V<F>(std::marker::PhantomData<F>);
+            impl<'de, F: Fold> Visitor<'de> for V<F> {
+                type Value = Array<F>;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("any value")
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Array<F>, A::Error> {
+                    let mut folded = F::default();
+                    while let Some(item) = seq.next_element::<F::Item>()? {
+                        folded.push(item);
+                    }
+                    Ok(Array(Some(folded)))
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Array<F>, A::Error> {
+                    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                    Ok(Array(None))
+                }
+                fn visit_u64<E>(self, _: u64) -> Result<Array<F>, E> {
+                    Ok(Array(None))
+                }
+                fn visit_i64<E>(self, _: i64) -> Result<Array<F>, E> {
+                    Ok(Array(None))
+                }
+                fn visit_f64<E>(self, _: f64) -> Result<Array<F>, E> {
+                    Ok(Array(None))
+                }
+                fn visit_str<E>(self, _: &str) -> Result<Array<F>, E> {
+                    Ok(Array(None))
+                }
+                fn visit_bool<E>(self, _: bool) -> Result<Array<F>, E> {
+                    Ok(Array(None))
+                }
+                fn visit_unit<E>(self) -> Result<Array<F>, E> {
+                    Ok(Array(None))
+                }
+            }
+            d.deserialize_any(V(std::marker::PhantomData))
+        }
+    }
+
+    /// An array's length, its elements skipped unread.
+    #[derive(Default)]
+    pub(super) struct Count(u64);
+
+    impl Fold for Count {
+        type Item = IgnoredAny;
+        fn push(&mut self, _: IgnoredAny) {
+            self.0 += 1;
+        }
+    }
+
+    /// A request's inter-token gaps: their sum (a value that is not a number counts 0) and the
+    /// first that is not a latency (below 0).
+    #[derive(Default)]
+    pub(super) struct Gaps {
+        pub(super) sum: f64,
+        pub(super) bad: Option<f64>,
+    }
+
+    impl Fold for Gaps {
+        type Item = Cell;
+        fn push(&mut self, c: Cell) {
+            let v = c.as_f64().unwrap_or(0.0);
+            if (v.is_nan() || v < 0.0) && self.bad.is_none() {
+                self.bad = Some(v);
+            }
+            self.sum += v;
+        }
+    }
+
+    /// `errors`: per request, whether it failed (a non-empty string).
+    #[derive(Default)]
+    pub(super) struct Failed(pub(super) Vec<bool>);
+
+    impl Fold for Failed {
+        type Item = Cell;
+        fn push(&mut self, c: Cell) {
+            self.0.push(c.as_str().is_some_and(|e| !e.is_empty()));
+        }
     }
 }
 
@@ -1185,9 +1557,10 @@ impl StageRun {
             }
         }
         let mut out = Vec::new();
+        let mut lines = kvplan_workloads::lines::LineCounter::new(text);
         for rec in rdr.records() {
-            let rec = rec.map_err(|e| format_err(name, e.to_string()))?;
-            let line = rec.position().map_or(0, |p| p.line());
+            let rec = rec.map_err(|e| csv_err(name, &e, &mut lines, header.len()))?;
+            let line = rec.position().map_or(0, |p| lines.line_at(p.byte()));
             let at = format!("{name}:{line}");
             let get = |c: &str| idx.get(c).and_then(|&i| rec.get(i)).unwrap_or("");
             let num = |c: &str| -> Result<f64, RunsError> {

@@ -93,8 +93,11 @@ fn closed_batch(model: &str, hw: &str, batch: u32, prompt: u32, output: u32) -> 
     let reqs: Vec<Request> = (0..batch)
         .map(|i| Request::new(u64::from(i), 0.0, prompt, output))
         .collect();
+    // vLLM 0.4 without chunked prefill refuses a budget below max_model_len: the requests'
+    // own length is the model length.
     let cfg = Config {
-        max_num_batched_tokens: Some((batch * prompt).max(4096)),
+        max_num_batched_tokens: Some((batch * prompt).max(4096).max(prompt + output)),
+        max_model_len: Some(prompt + output),
         ..Config::vllm_v0()
     };
     let out = simulate(&m, &h, &cfg, &reqs).unwrap();

@@ -337,6 +337,8 @@ fn chunked_prefill_lowers_throughput_when_passes_are_short() {
     let chunked = Config {
         scheduler: SchedulerKind::Chunked,
         max_num_batched_tokens: Some(128),
+        // vLLM refuses a budget below max_num_seqs (0.4.2's default is 256).
+        max_num_seqs: Some(128),
         ..Config::vllm_v0()
     };
     let ch = simulate(&m, &hw, &chunked, &reqs).unwrap();

@@ -380,6 +380,9 @@ impl Sweep {
             path: path.to_path_buf(),
             message,
         };
+        // Where the base was written (`None`: the sweep file's `[base]`), for the place of a
+        // field the parser refuses.
+        let mut base_file: Option<(PathBuf, String)> = None;
         let (base, base_dir) = match (raw.base, raw.base_file) {
             (Some(_), Some(_)) => {
                 return Err(base_error(
@@ -401,6 +404,7 @@ impl Sweep {
                 })?;
                 let t: Table = toml::from_str(&text).map_err(|e| parse_error(&f, &text, &e))?;
                 let d = f.parent().unwrap_or(Path::new("")).to_path_buf();
+                base_file = Some((f, text));
                 (t, d)
             }
         };
@@ -427,7 +431,35 @@ impl Sweep {
         let Value::Table(base) = base_value else {
             unreachable!("a table stays a table")
         };
-        check(kind, &base).map_err(base_error)?;
+        if let Err(message) = check(kind, &base) {
+            // The base parsed again from its text: the field's line and key, which a type or
+            // range error does not name ("invalid value: integer `-1`").
+            let located = match &base_file {
+                None => kvplan_run::locate(text, kind, Some("base")).map(|mut f| {
+                    f.key = f.key.map(|k| format!("base.{k}"));
+                    (path.to_path_buf(), f)
+                }),
+                Some((f, t)) => kvplan_run::locate(t, kind, None).map(|e| (f.clone(), e)),
+            };
+            return Err(match located.filter(|(_, f)| f.message == message) {
+                Some((file, f)) => {
+                    // A message that names its field itself (an unknown field) still says it
+                    // is the base's.
+                    let keyed = f.keyed();
+                    let message = if base_file.is_none() && keyed == f.message {
+                        format!("base: {keyed}")
+                    } else {
+                        keyed
+                    };
+                    SweepError::Parse {
+                        path: file,
+                        line: f.line,
+                        message,
+                    }
+                }
+                None => base_error(message),
+            });
+        }
 
         // Axes, in the order written.
         let mut leaves = Vec::new();
@@ -582,7 +614,22 @@ impl Sweep {
                 resolved.push_str(&format!("point {index} {name:?} = {v}\n"));
                 assigned.push((col, v));
             }
-            check(kind, &t).map_err(point_error)?;
+            if let Err(m) = check(kind, &t) {
+                // The field at fault: the first the base refuses on its own (a type or range
+                // error does not name its field: "invalid value: integer `-1`").
+                let alone = |col: usize, v: &Value| {
+                    let mut t = base.clone();
+                    let mut r = v.clone();
+                    rebase(kind, &columns[col], &mut r, &dir);
+                    set_path(&mut t, &columns[col], r).is_ok() && check(kind, &t).is_err()
+                };
+                return Err(point_error(
+                    match assigned.iter().find(|(col, v)| alone(*col, v)) {
+                        Some((col, v)) => format!("{} ({v}): {m}", columns[*col]),
+                        None => m,
+                    },
+                ));
+            }
             let failed = Unresolved::of(kind, t.clone());
             if let Some(u) = &failed {
                 for (col, v) in &assigned {

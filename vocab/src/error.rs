@@ -189,6 +189,122 @@ pub fn toml_line(text: &str, e: &toml::de::Error) -> Option<usize> {
         .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1)
 }
 
+/// The dotted path of the key whose value a TOML error points at (`serve.max_num_seqs`,
+/// `cluster.replica[1].count`), where the error has a place in `text` and a key's value (or
+/// the key itself) holds it: a type or range error from a typed parse names no field of its
+/// own ("invalid value: integer `-1`, expected u32").
+pub fn toml_key(text: &str, e: &toml::de::Error) -> Option<String> {
+    use toml::de::{DeTable, DeValue};
+    fn search(v: &DeValue<'_>, at: usize, path: &mut String) -> bool {
+        match v {
+            DeValue::Table(t) => t.iter().any(|(k, v)| {
+                let len = path.len();
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(k.get_ref());
+                let span = v.span();
+                let hit = search(v.get_ref(), at, path)
+                    || (!matches!(v.get_ref(), DeValue::Table(_) | DeValue::Array(_))
+                        && span.contains(&at))
+                    || k.span().contains(&at);
+                if !hit {
+                    path.truncate(len);
+                }
+                hit
+            }),
+            DeValue::Array(a) => a.iter().enumerate().any(|(i, v)| {
+                let len = path.len();
+                path.push_str(&format!("[{i}]"));
+                let hit = search(v.get_ref(), at, path)
+                    || (!matches!(v.get_ref(), DeValue::Table(_) | DeValue::Array(_))
+                        && v.span().contains(&at));
+                if !hit {
+                    path.truncate(len);
+                }
+                hit
+            }),
+            _ => false,
+        }
+    }
+    let at = e.span()?.start;
+    let doc = DeTable::parse(text).ok()?;
+    let mut path = String::new();
+    search(&DeValue::Table(doc.into_inner()), at, &mut path).then_some(path)
+}
+
+/// The dotted key at which a typed parse of `table` (already parsed, so without places) into
+/// `T` fails: the table written out as TOML and parsed again, the error's place then naming
+/// the key ([`toml_key`]). `None` when it parses.
+pub fn toml_table_key<T: serde::de::DeserializeOwned>(table: &toml::Table) -> Option<String> {
+    let text = toml::to_string(table).ok()?;
+    let e = toml::from_str::<T>(&text).err()?;
+    toml_key(&text, &e)
+}
+
+/// The 1-based line of `text` where the value at the dotted `key` (as [`toml_key`] writes it)
+/// is written, where `text` writes it.
+pub fn toml_line_of(text: &str, key: &str) -> Option<usize> {
+    use toml::de::{DeTable, DeValue};
+    let doc = DeTable::parse(text).ok()?;
+    let mut table: &DeTable<'_> = doc.get_ref();
+    let parts: Vec<&str> = key.split('.').collect();
+    let mut at = None;
+    for (n, part) in parts.iter().enumerate() {
+        let (name, indices) = part.split_at(part.find('[').unwrap_or(part.len()));
+        let mut v = table.iter().find(|(k, _)| k.get_ref() == name)?.1;
+        for index in indices.split(['[', ']']).filter(|s| !s.is_empty()) {
+            let DeValue::Array(a) = v.get_ref() else {
+                return None;
+            };
+            v = a.get(index.parse::<usize>().ok()?)?;
+        }
+        if n + 1 == parts.len() {
+            at = Some(v.span().start);
+        } else {
+            let DeValue::Table(t) = v.get_ref() else {
+                return None;
+            };
+            table = t;
+        }
+    }
+    let at = at?.min(text.len());
+    Some(text[..at].matches('\n').count() + 1)
+}
+
+/// A typed TOML parser's message in words: `expected u32` is a whole number from 0 to
+/// 4294967295, `expected f64` a number, ... (the Rust type means nothing to a file's author).
+pub fn toml_message(message: &str) -> String {
+    const WORDS: [(&str, &str); 9] = [
+        ("u8", "a whole number from 0 to 255"),
+        ("u16", "a whole number from 0 to 65535"),
+        ("u32", "a whole number from 0 to 4294967295"),
+        ("u64", "a whole number from 0 to 18446744073709551615"),
+        ("usize", "a whole number, 0 or more"),
+        ("i32", "a whole number"),
+        ("i64", "a whole number"),
+        ("f32", "a number"),
+        ("f64", "a number"),
+    ];
+    let text = one_line(message);
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(i) = rest.find("expected ") {
+        let after = &rest[i + "expected ".len()..];
+        let word_end = after
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(after.len());
+        out.push_str(&rest[..i + "expected ".len()]);
+        match WORDS.iter().find(|(ty, _)| *ty == &after[..word_end]) {
+            Some((_, words)) => out.push_str(words),
+            None => out.push_str(&after[..word_end]),
+        }
+        rest = &after[word_end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Collapses a multi-line parser message into one line.
 pub(crate) fn one_line(message: &str) -> String {
     message
@@ -224,6 +340,58 @@ mod tests {
 
     fn names(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn toml_errors_name_their_key_in_words() {
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Serve {
+            max_num_seqs: Option<u32>,
+            qps: Option<f64>,
+        }
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct File {
+            serve: Option<Serve>,
+            replica: Option<Vec<Serve>>,
+        }
+        for (text, key, words) in [
+            (
+                "[serve]\nqps = 1.0\nmax_num_seqs = -1\n",
+                "serve.max_num_seqs",
+                "invalid value: integer `-1`, expected a whole number from 0 to 4294967295",
+            ),
+            (
+                "serve = { qps = \"x\" }\n",
+                "serve.qps",
+                "invalid type: string \"x\", expected a number",
+            ),
+            (
+                "[[replica]]\nqps = 1\n[[replica]]\nmax_num_seqs = 1.5\n",
+                "replica[1].max_num_seqs",
+                "invalid type: floating point `1.5`, expected a whole number from 0 to 4294967295",
+            ),
+        ] {
+            let e = toml::from_str::<File>(text).unwrap_err();
+            assert_eq!(toml_key(text, &e).as_deref(), Some(key), "{text}");
+            assert_eq!(toml_message(e.message()), words, "{text}");
+        }
+        // A table already parsed (merged, or a sweep point) has no places: written out again.
+        let table: toml::Table =
+            toml::from_str("[[replica]]\nqps = 1.0\n[[replica]]\nqps = 2.0\nmax_num_seqs = -4\n")
+                .unwrap();
+        let key = toml_table_key::<File>(&table);
+        assert_eq!(key.as_deref(), Some("replica[1].max_num_seqs"));
+        let text = "# comment\n[serve]\nqps = 1.0\n\n[[replica]]\nqps = 3.0\n";
+        assert_eq!(toml_line_of(text, "serve.qps"), Some(3));
+        assert_eq!(toml_line_of(text, "replica[0].qps"), Some(6));
+        assert_eq!(toml_line_of(text, "replica[1].qps"), None);
+        assert_eq!(toml_message("expected u32s or u8"), "expected u32s or u8");
+        assert_eq!(
+            toml_message("expected u8"),
+            "expected a whole number from 0 to 255"
+        );
     }
 
     #[test]

@@ -654,7 +654,7 @@ fn copy_completion(c: &Check, link: &LinkSection) -> Result<f64> {
 /// Converts a `toml` error into a one-line [`Error::Parse`] with the line number.
 pub(crate) fn toml_error(origin: &str, text: &str, e: &toml::de::Error) -> Error {
     let line = crate::error::toml_line(text, e);
-    let message = e.message().trim().replace('\n', " ");
+    let message = crate::error::toml_message(e.message());
     Error::Parse {
         origin: origin.to_string(),
         message: match line {
@@ -708,9 +708,34 @@ fn file_stem(path: &Path) -> String {
 
 /// Checks a merged profile table and converts it; `text` is the top file's, for line numbers.
 fn from_table(table: toml::Table, origin: &str, text: &str) -> Result<HardwareProfile> {
-    let raw: ProfileFile = table
-        .try_into()
-        .map_err(|e: toml::de::Error| toml_error(origin, text, &e))?;
+    let raw: ProfileFile = match table.clone().try_into() {
+        Ok(raw) => raw,
+        Err(e) => {
+            // A merged table's error has no place, and a type or range error names no field
+            // ("invalid type: string \"x\", expected f64"): the key it is about, and its line
+            // where this file writes it.
+            let message = crate::error::toml_message(e.message());
+            let key = crate::error::toml_table_key::<ProfileFile>(&table);
+            let line = key
+                .as_deref()
+                .and_then(|k| crate::error::toml_line_of(text, k));
+            let named = |k: &str| {
+                let last = k.rsplit('.').next().unwrap_or(k);
+                message.contains(&format!("`{last}`"))
+            };
+            let message = match key {
+                Some(k) if !named(&k) => format!("{k}: {message}"),
+                _ => message,
+            };
+            return Err(Error::Parse {
+                origin: origin.to_string(),
+                message: match line {
+                    Some(l) => format!("line {l}: {message}"),
+                    None => message,
+                },
+            });
+        }
+    };
     validate(raw, origin)
 }
 

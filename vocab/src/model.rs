@@ -597,6 +597,16 @@ impl ModelSpec {
                 ));
             }
         }
+        // The context the model was trained for: at least a prompt token and an output token
+        // (a zero here would be blamed on `--max-model-len`, which defaults to it).
+        if self.max_position < 2 {
+            return Err(Error::invalid(
+                format!("{origin}: max_position_embeddings"),
+                self.max_position,
+                "must be at least 2 (the longest sequence the model takes: a prompt token and an \
+                 output token at the least)",
+            ));
+        }
         for (field, v) in [
             ("num_hidden_layers", self.num_layers),
             ("num_attention_heads", self.num_heads),
@@ -1098,12 +1108,48 @@ impl Cfg<'_> {
     }
 
     fn opt_u32(&self, keys: &[&str]) -> Result<Option<u32>> {
-        let Some(v) = self.get(keys) else {
+        self.opt_u32_in(keys, 0..=u32::MAX, "")
+    }
+
+    /// The first of `keys` present, a whole number in `range`; otherwise an error naming the
+    /// file, the field, the value and the range (`what` the field holds, for the message).
+    fn opt_u32_in(
+        &self,
+        keys: &[&str],
+        range: std::ops::RangeInclusive<u32>,
+        what: &str,
+    ) -> Result<Option<u32>> {
+        let Some((key, v)) = keys
+            .iter()
+            .find_map(|k| self.map.get(*k).filter(|v| !v.is_null()).map(|v| (*k, v)))
+        else {
             return Ok(None);
         };
         match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
-            Some(n) => Ok(Some(n)),
-            None => Err(self.wrong_type(keys[0], "a non-negative integer", v)),
+            Some(n) if range.contains(&n) => Ok(Some(n)),
+            _ => {
+                let shown = match v {
+                    Value::Number(n) => n
+                        .as_f64()
+                        .filter(|_| !n.is_u64() && !n.is_i64())
+                        .map_or_else(|| n.to_string(), crate::limits::show),
+                    other => other.to_string(),
+                };
+                let what = if what.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {what}")
+                };
+                Err(Error::invalid(
+                    format!("{}: {key}", self.origin),
+                    shown,
+                    format!(
+                        "must be a whole number from {} to {}{what}",
+                        range.start(),
+                        range.end()
+                    ),
+                ))
+            }
         }
     }
 
@@ -1286,11 +1332,19 @@ fn llama_like(c: &Cfg, name: &str, family: Family) -> Result<ModelSpec> {
 /// family needs is required: a missing one is an error naming it.
 fn moe_of(c: &Cfg, family: Family, layers: u32) -> Result<(Moe, Option<u32>)> {
     let need = |field: &str, what: &str| {
-        c.opt_u32(&[field])?.ok_or_else(|| Error::MissingField {
-            origin: c.origin.to_string(),
-            field: field.to_string(),
-            hint: Some(format!("required for a {} model: {what}", family.as_str())),
-        })
+        // The routed experts: 1 to 65535 ([`ModelSpec::validate`]); other counts and widths
+        // at least 1.
+        let range = if matches!(field, "num_local_experts" | "num_experts") {
+            1..=u32::from(u16::MAX)
+        } else {
+            1..=u32::MAX
+        };
+        c.opt_u32_in(&[field], range, what)?
+            .ok_or_else(|| Error::MissingField {
+                origin: c.origin.to_string(),
+                field: field.to_string(),
+                hint: Some(format!("required for a {} model: {what}", family.as_str())),
+            })
     };
     let moe = |experts, top_k, expert_ffn, shared_ffn, is_moe: &dyn Fn(u32) -> bool| Moe {
         experts,
@@ -1368,32 +1422,21 @@ fn moe_of(c: &Cfg, family: Family, layers: u32) -> Result<(Moe, Option<u32>)> {
     })
 }
 
-/// DeepSeek-V2 / V3 (`deepseek_v2`, `deepseek_v3`): their expert fields are read (a missing one
-/// is named), then the model is refused: its attention is multi-head latent attention (MLA,
+/// DeepSeek-V2 / V3 (`deepseek_v2`, `deepseek_v3`): refused for their attention before any
+/// other field is asked for. Every one of them uses multi-head latent attention (MLA,
 /// `kv_lora_rank`), whose compressed KV cache and absorbed projections kvplan does not model.
 fn deepseek(c: &Cfg, model_type: &str) -> Result<ModelSpec> {
-    let need = |field: &str, what: &str| {
-        c.opt_u32(&[field])?.ok_or_else(|| Error::MissingField {
-            origin: c.origin.to_string(),
-            field: field.to_string(),
-            hint: Some(format!("required for a {model_type} model: {what}")),
-        })
-    };
-    need("n_routed_experts", "the routed experts per layer")?;
-    need("num_experts_per_tok", "the experts each token is routed to")?;
-    need("moe_intermediate_size", "the FFN width of one expert")?;
-    c.opt_u32(&["n_shared_experts"])?;
-    c.opt_u32(&["first_k_dense_replace"])?;
     let rank = c
-        .opt_u32(&["kv_lora_rank"])?
+        .get(&["kv_lora_rank"])
         .map_or_else(|| "absent".to_string(), |r| r.to_string());
     Err(Error::invalid(
         format!("{}: kv_lora_rank", c.origin),
         rank,
         format!(
-            "{model_type} uses multi-head latent attention (MLA: a compressed KV cache of \
-             kv_lora_rank + qk_rope_head_dim per token), which kvplan does not model; its \
-             experts (n_routed_experts, n_shared_experts, first_k_dense_replace) would be read"
+            "unsupported attention: {model_type} uses multi-head latent attention (MLA: a \
+             compressed KV cache of kv_lora_rank + qk_rope_head_dim per token), which kvplan does \
+             not model; it models multi-head, grouped-query and multi-query attention \
+             (num_key_value_heads)"
         ),
     ))
 }
@@ -1681,7 +1724,8 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(
-            e.contains("hidden_size") && e.contains("non-negative"),
+            e.starts_with("x.json: hidden_size: must be a whole number from 0 to 4294967295")
+                && e.ends_with("(got -4)"),
             "{e}"
         );
     }

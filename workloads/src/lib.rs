@@ -155,6 +155,7 @@ use serde::{Deserialize, Serialize};
 
 mod generate;
 mod limits;
+pub mod lines;
 mod segment;
 mod spec;
 mod trace;

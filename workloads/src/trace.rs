@@ -111,10 +111,6 @@ impl ReplayOptions {
     }
 }
 
-fn csv_line(e: &csv::Error) -> Option<u64> {
-    e.position().map(|p| p.line())
-}
-
 impl Trace {
     /// Reads and checks a trace file.
     pub fn from_path(path: impl AsRef<Path>) -> Result<Trace> {
@@ -134,7 +130,9 @@ impl Trace {
             line,
             message,
         };
-        let read_err = |e: csv::Error| match csv_line(&e) {
+        // Lines from byte offsets: the parser's own count is a line early after a `\r\n`.
+        let (reader, lines) = crate::lines::track(reader);
+        let read_err = |e: csv::Error| match e.position().map(|p| lines.line_at(p.byte())) {
             Some(line) => row_err(line, e.to_string()),
             None => match e.into_kind() {
                 csv::ErrorKind::Io(source) => Error::Io {
@@ -159,7 +157,7 @@ impl Trace {
             }
             Some(r) => r.map_err(read_err)?,
         };
-        let header_line = header.position().map_or(1, |p| p.line());
+        let header_line = header.position().map_or(1, |p| lines.line_at(p.byte()));
         let mut idx = [0usize; 3];
         for (slot, col) in idx.iter_mut().zip(COLUMNS) {
             *slot = header.iter().position(|h| h == col).ok_or_else(|| {
@@ -189,13 +187,27 @@ impl Trace {
         let mut prev = 0.0f64;
         for rec in records {
             let rec = rec.map_err(read_err)?;
-            let line = rec.position().map_or(0, |p| p.line());
+            let line = rec.position().map_or(0, |p| lines.line_at(p.byte()));
             if rec.len() < needed {
                 return Err(row_err(
                     line,
                     format!(
                         "{} field(s), but the header needs {needed} (`{TRACE_HEADER}`)",
                         rec.len()
+                    ),
+                ));
+            }
+            // A cell past the header's columns belongs to no column: a shifted row, an
+            // unquoted comma, or a column the header lacks, not to be dropped unread.
+            if rec.len() > header.len() {
+                return Err(row_err(
+                    line,
+                    format!(
+                        "{} fields, but the header (line {header_line}) has {}: `{}`; quote a \
+                         cell that holds a comma, or name every column in the header",
+                        rec.len(),
+                        header.len(),
+                        header.iter().collect::<Vec<_>>().join(",")
                     ),
                 ));
             }

@@ -167,12 +167,17 @@ fn whole(field: &str, v: i64) -> Result<u32> {
 
 /// `v` GiB in bytes: more than zero (or zero, where `zero_ok`), and finite.
 fn gib_bytes(field: &str, v: f64, zero_ok: bool) -> Result<u64> {
-    let ok = v.is_finite() && (v > 0.0 || (zero_ok && v == 0.0));
-    let accepted = if zero_ok {
-        "zero or more"
-    } else {
-        "a positive number of"
+    // Host memory's physical range (more than 0, at most 1 PiB): an absurd size is refused,
+    // not clamped to what a byte count holds.
+    let range = kvplan_vocab::limits::Range {
+        min: 0.0,
+        min_exclusive: !zero_ok,
+        label: if zero_ok {
+            "0 to 1 PiB"
+        } else {
+            kvplan_vocab::limits::MEMORY.label
+        },
+        ..kvplan_vocab::limits::MEMORY
     };
-    ok.then_some((v * GIB) as u64)
-        .ok_or_else(|| Error::invalid(field, v, format!("must be {accepted} GiB")))
+    range.check(field, v, GIB, "GiB").map(|b| b as u64)
 }

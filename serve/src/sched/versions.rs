@@ -24,6 +24,15 @@
 //! them (`vllm/v1/core/sched/scheduler.py`). vLLM 0.8.5 caps a running request's tokens at
 //! `max_model_len − computed` where later releases cap at one less; the two differ only under
 //! speculative decoding, which kvplan does not model.
+//!
+//! Settings vLLM refuses are refused here by the same rules, read from each release:
+//! `--block-size` is one of the release's [`Release::block_sizes`] (8, 16, 32 in 0.4.2; 1 to 128
+//! from 0.8.5; 256 too from 0.13.0), and `SchedulerConfig`'s two checks, the same in every
+//! release (`_verify_args`, `vllm/config.py` in 0.4.2 to 0.9.2, `vllm/config/scheduler.py` in
+//! 0.10.2 and 0.11.0; `verify_max_model_len`, `vllm/config/scheduler.py`, in 0.13.0 and
+//! 0.15.1): `max_num_batched_tokens` at least `max_num_seqs`, and at least `max_model_len`
+//! unless chunked prefill is on. Where `max_num_seqs` is left unset, releases from 0.10.2
+//! lower its default to the token budget ([`Release::caps_default_seqs`]); older ones refuse.
 
 use std::fmt;
 use std::str::FromStr;
@@ -159,7 +168,27 @@ pub struct Release {
     pub native_offloading: bool,
     /// The CPU tier can evict by ARC (`kv_offload/arc_manager.py`, from vLLM 0.11.1).
     pub arc_eviction: bool,
+    /// The block sizes `--block-size` accepts: vLLM 0.4.2's `choices=[8, 16, 32]`
+    /// (`EngineArgs.add_cli_args`, `vllm/engine/arg_utils.py`); from 0.8.5 the choices of
+    /// `CacheConfig.block_size: BlockSize` (`literal_to_kwargs`/`get_kwargs` turn the `Literal`
+    /// into argparse `choices`): `Literal[1, 8, 16, 32, 64, 128]` in 0.8.5 and 0.9.2
+    /// (`vllm/config.py`), 0.10.2 and 0.11.0 (`vllm/config/cache.py`), with 256 from 0.13.0
+    /// (`vllm/config/cache.py`, the same in 0.15.1).
+    pub block_sizes: &'static [u32],
+    /// A `max_num_seqs` left unset is lowered to `max_num_batched_tokens` when the token budget
+    /// is smaller (`EngineArgs._set_default_args`, from 0.10.2: `min(default_max_num_seqs,
+    /// max_num_batched_tokens)`; from 0.13.0 `_set_default_max_num_seqs_and_batched_tokens_args`,
+    /// `vllm/engine/arg_utils.py`); before, the default stands and `SchedulerConfig` refuses the
+    /// pair.
+    pub caps_default_seqs: bool,
 }
+
+/// `--block-size` choices of vLLM 0.4.2 (`vllm/engine/arg_utils.py`).
+const BLOCK_SIZES_0_4: &[u32] = &[8, 16, 32];
+/// `BlockSize` of vLLM 0.8.5 to 0.11.0 (`vllm/config.py`, from 0.10 `vllm/config/cache.py`).
+const BLOCK_SIZES_0_8: &[u32] = &[1, 8, 16, 32, 64, 128];
+/// `BlockSize` of vLLM 0.13.0 and 0.15.1 (`vllm/config/cache.py`).
+const BLOCK_SIZES_0_13: &[u32] = &[1, 8, 16, 32, 64, 128, 256];
 
 /// vLLM 0.8.5's OpenAI-server defaults (`EngineArgs._set_default_args_v1`,
 /// `vllm/engine/arg_utils.py`): GPUs with at least 70 GiB get 8192 batched tokens and 1024
@@ -210,6 +239,8 @@ const V0_8_5: Release = Release {
     capture: CaptureRule::EveryEightTo512,
     native_offloading: false,
     arc_eviction: false,
+    block_sizes: BLOCK_SIZES_0_8,
+    caps_default_seqs: false,
 };
 
 /// Every release modelled, oldest first; the last is the default of the V1 scheduler.
@@ -229,6 +260,8 @@ pub static RELEASES: &[Release] = &[
         capture: CaptureRule::EverySixteenFrom256,
         native_offloading: false,
         arc_eviction: false,
+        block_sizes: BLOCK_SIZES_0_4,
+        caps_default_seqs: false,
     },
     V0_8_5,
     // vLLM 0.9.2: A100s keep the small batch defaults (`_set_default_args_v1`: `"a100" not in
@@ -251,6 +284,7 @@ pub static RELEASES: &[Release] = &[
         batch_defaults: large_but_a100,
         async_scheduling: Support::DefaultOff,
         capture: CaptureRule::EveryEight,
+        caps_default_seqs: true,
         ..V0_8_5
     },
     // vLLM 0.11.0: `CUDAGraphMode.FULL_AND_PIECEWISE` by default ("default to full and
@@ -266,6 +300,7 @@ pub static RELEASES: &[Release] = &[
         cudagraph_mode: CudagraphMode::FullAndPiecewise,
         capture: CaptureRule::EveryEight,
         native_offloading: true,
+        caps_default_seqs: true,
         ..V0_8_5
     },
     // vLLM 0.13.0: chunked prefill on by default but no longer forced
@@ -283,6 +318,8 @@ pub static RELEASES: &[Release] = &[
         capture: CaptureRule::EverySixteenFrom256,
         native_offloading: true,
         arc_eviction: true,
+        block_sizes: BLOCK_SIZES_0_13,
+        caps_default_seqs: true,
         ..V0_8_5
     },
     // vLLM 0.15.1: asynchronous scheduling on unless something is incompatible
@@ -299,6 +336,8 @@ pub static RELEASES: &[Release] = &[
         capture: CaptureRule::EverySixteenFrom256,
         native_offloading: true,
         arc_eviction: true,
+        block_sizes: BLOCK_SIZES_0_13,
+        caps_default_seqs: true,
         ..V0_8_5
     },
 ];
