@@ -347,8 +347,46 @@ fn diff_of_unrelated_outputs_fails() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("a.json and b.json share no metric (1 only in the first, 1 only in the second)"),
+        err.contains(
+            "a.json and b.json share no metric (1 only in the first, 1 only in the second)"
+        ),
         "{err}"
     );
     ok(&run_in(d.path(), &["diff", "a.json", "c.json"]));
+}
+
+/// A measured run in which no request succeeded measured nothing: `--compare-to` refuses it
+/// (it printed `+inf%` and `NaN%` errors), and a literal `nan` latency is refused by its line.
+#[test]
+fn a_measured_run_with_nothing_measured_is_refused() {
+    let d = TempDir::new("measured-nothing");
+    let head = "arrival_s,prompt_tokens,output_tokens,ttft_s,e2e_s\n";
+    std::fs::write(
+        d.path().join("failed.csv"),
+        format!("{head}0.0,100,10,,\n0.1,100,10,,\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        d.path().join("nan.csv"),
+        format!("{head}0.0,100,10,0.05,0.5\n0.1,100,10,nan,0.5\n"),
+    )
+    .unwrap();
+    let base = [
+        "serve",
+        "--model",
+        "llama-2-7b",
+        "--hardware",
+        "h100-sxm",
+        "--compare-to",
+    ];
+    let mut a = base.to_vec();
+    a.push("failed.csv");
+    crate::common::fails_with(
+        &d,
+        &a,
+        &["failed.csv", "no request succeeded (all 2 failed"],
+    );
+    let mut a = base.to_vec();
+    a.push("nan.csv");
+    crate::common::fails_with(&d, &a, &["nan.csv:3", "ttft_s", "`nan` is not a number"]);
 }

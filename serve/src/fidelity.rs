@@ -258,7 +258,7 @@ impl RunRow {
 
 /// Whether `metric` is a latency (seconds), not a rate.
 pub fn is_latency(metric: &str) -> bool {
-    metric.ends_with("_s") && !metric.ends_with("_per_s")
+    metric.ends_with("_s") && !metric.ends_with("_per_s") && !metric.ends_with("_tok_s")
 }
 
 /// One group of the summary: a model, GPU, TP and load level (each `None` in the totals over
@@ -918,6 +918,17 @@ mod tests {
 
     /// Per-request runs have no overload verdict: they are out of the agreement, not counted
     /// as agreeing.
+    #[test]
+    fn rates_are_not_latencies() {
+        for m in ["ttft_mean_s", "e2e_p99_s", "tpot_p50_s"] {
+            assert!(is_latency(m), "{m}");
+        }
+        // Every rate a comparison names, in the one vocabulary (an overloaded run keeps them).
+        for m in ["requests_per_s", "output_tok_s", "total_tok_s"] {
+            assert!(!is_latency(m), "{m}");
+        }
+    }
+
     #[test]
     fn runs_without_verdicts_stay_out_of_the_agreement() {
         let mut r = row("a", LoadLevel::Only, (false, false), &[("e2e_p99_s", 0.1)]);

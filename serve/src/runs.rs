@@ -355,8 +355,15 @@ impl MeasuredRun {
                 if c.is_empty() {
                     return Ok(f64::NAN);
                 }
-                c.parse::<f64>()
-                    .map_err(|_| at(field, format!("`{c}` is not a number")))
+                match c.parse::<f64>() {
+                    // `nan` parses, but a measurement is a number or an empty cell.
+                    Ok(v) if v.is_nan() => Err(at(
+                        field,
+                        format!("`{c}` is not a number; leave the cell empty for a failed request"),
+                    )),
+                    Ok(v) => Ok(v),
+                    Err(_) => Err(at(field, format!("`{c}` is not a number"))),
+                }
             };
             let tokens = |i: usize| -> Result<u32, RunsError> {
                 let c = cell(i);
@@ -545,6 +552,16 @@ impl MeasuredRun {
     fn checked(name: &str, mut requests: Vec<MeasuredRequest>) -> Result<MeasuredRun, RunsError> {
         if requests.is_empty() {
             return Err(format_err(name, "no requests"));
+        }
+        // A run in which no request succeeded measured no latency: nothing to compare with.
+        if !requests.iter().any(|r| r.ok) {
+            return Err(format_err(
+                name,
+                format!(
+                    "no request succeeded (all {} failed or without latencies): nothing measured to compare with",
+                    requests.len()
+                ),
+            ));
         }
         requests.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
         let t0 = requests[0].arrival_s;

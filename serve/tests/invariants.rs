@@ -353,7 +353,8 @@ fn request(
 
 fn load() -> impl Strategy<Value = Load> {
     (
-        prop::sample::select(vec![4u32, 8, 16]),
+        // Block sizes every release modelled accepts (vLLM 0.4.2: 8, 16, 32).
+        prop::sample::select(vec![8u32, 16, 32]),
         16u32..=256,
         0u32..=3,
         1u32..=12,
@@ -497,9 +498,17 @@ fn config(e: &Engine, load: &Load, m: &ModelSpec) -> Config {
     let mut budget = load.budget;
     if v1 {
         blocks = blocks.max(mml.div_ceil(load.block_size) + 1);
-        if e.chunked == Some(false) {
-            budget = budget.map(|b| b.max(mml));
-        }
+    }
+    // Budgets vLLM refuses are refused (`Config::validate`): at least one token per sequence,
+    // and a whole prompt of max_model_len where prompts are not chunked.
+    let chunks = if v1 {
+        e.chunked != Some(false)
+    } else {
+        e.scheduler == SchedulerKind::Chunked
+    };
+    budget = budget.map(|b| b.max(load.max_num_seqs));
+    if !chunks {
+        budget = budget.map(|b| b.max(mml));
     }
     let block_bytes = u64::from(load.block_size) * m.kv_bytes_per_token();
     Config {
@@ -648,19 +657,20 @@ proptest! {
 /// `num_gpu_blocks`, less the watermark), but their block pool keeps vLLM V1's null block and
 /// holds one block fewer, so a request that needs every block can never be scheduled and the
 /// run stalls (or, on `chunked`, preempts itself for ever). Found by
-/// `v0_engines_keep_their_invariants` (a request of 85 + 1 tokens in 22 blocks of 4).
+/// `v0_engines_keep_their_invariants` (a request of 85 + 1 tokens in 22 blocks of 4; here, with
+/// vLLM 0.4's smallest block size, 86 tokens in 11 blocks of 8).
 #[test]
 #[ignore = "known bug: the vLLM 0.4 engines' block pool is one block short of usable_blocks"]
 fn v0_pool_holds_what_its_admission_rule_counts() {
     let (m, hw) = model();
     let cfg = Config {
-        block_size: 4,
-        num_gpu_blocks_override: Some(22),
+        block_size: 8,
+        num_gpu_blocks_override: Some(11),
         max_model_len: Some(177),
         ..Config::vllm_v0()
     };
     let r = cfg.validate(&m, &hw).unwrap();
-    assert_eq!((r.usable_blocks, r.watermark_blocks), (22, 0));
+    assert_eq!((r.usable_blocks, r.watermark_blocks), (11, 0));
     let out = simulate(&m, &hw, &cfg, &[Request::new(0, 0.0, 85, 1)]);
     assert_eq!(out.map(|o| o.summary.finished).ok(), Some(1));
 }
