@@ -534,35 +534,11 @@ fn config(e: &Engine, load: &Load, m: &ModelSpec) -> Config {
     }
 }
 
-/// The requests of `load` as `cfg` runs them: on the vLLM 0.4 engines, a request whose KV at
-/// full length takes exactly the blocks the admission rule allows (`usable_blocks` less the
-/// watermark) is emptied (rejected at arrival), so the loads stay clear of the known bug
-/// [`v0_pool_holds_what_its_admission_rule_counts`] shows.
-fn requests(cfg: &Config, load: &Load) -> Vec<Request> {
-    let mut requests = load.requests.clone();
-    if cfg.scheduler == SchedulerKind::VllmV1 {
-        return requests;
-    }
-    let blocks = cfg.num_gpu_blocks_override.unwrap();
-    let watermark = (cfg.watermark * f64::from(blocks)) as u32;
-    for q in &mut requests {
-        let total = (q.prompt_tokens + q.output_tokens).min(load.max_model_len);
-        if total.div_ceil(load.block_size) + watermark == blocks {
-            q.output_tokens = 0;
-        }
-    }
-    requests
-}
-
 /// Runs `load` on `e` under the checker (which panics at the first invariant broken), then
 /// checks the ends and records: the report.
 fn run(e: &Engine, load: &Load) -> Result<ServeReport, TestCaseError> {
     let (m, hw) = model();
     let cfg = config(e, load, &m);
-    let load = &Load {
-        requests: requests(&cfg, load),
-        ..load.clone()
-    };
     let log = Rc::new(RefCell::new(Log::default()));
     let probe = Checker { log: log.clone() };
     let out = watch(Box::new(probe), || simulate(&m, &hw, &cfg, &load.requests));
@@ -652,15 +628,13 @@ proptest! {
     }
 }
 
-/// Known bug, not fixed here because the fix changes figures (see `docs/testing.md`): the vLLM
-/// 0.4 engines admit a request whose KV at full length fits `usable_blocks` (all
-/// `num_gpu_blocks`, less the watermark), but their block pool keeps vLLM V1's null block and
-/// holds one block fewer, so a request that needs every block can never be scheduled and the
-/// run stalls (or, on `chunked`, preempts itself for ever). Found by
+/// The vLLM 0.4 engines admit a request whose KV at full length fits `usable_blocks` (all
+/// `num_gpu_blocks`, less the watermark); their block pool kept vLLM V1's null block and held
+/// one block fewer, so a request that needed every block could never be scheduled and the run
+/// stalled (or, on `chunked`, preempted itself for ever). Found by
 /// `v0_engines_keep_their_invariants` (a request of 85 + 1 tokens in 22 blocks of 4; here, with
 /// vLLM 0.4's smallest block size, 86 tokens in 11 blocks of 8).
 #[test]
-#[ignore = "known bug: the vLLM 0.4 engines' block pool is one block short of usable_blocks"]
 fn v0_pool_holds_what_its_admission_rule_counts() {
     let (m, hw) = model();
     let cfg = Config {

@@ -752,7 +752,7 @@ fn a_request_swapped_out_with_its_last_token_in_flight_ends_once() {
         preemption: Preemption::Swap,
         async_scheduling: Some(true),
         block_size: 8,
-        num_gpu_blocks_override: Some(4),
+        num_gpu_blocks_override: Some(3),
         watermark: 0.0,
         max_model_len: Some(64),
         ..Config::default()

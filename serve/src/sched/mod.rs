@@ -302,7 +302,10 @@ impl<'a> State<'a> {
             waiting: VecDeque::new(),
             running: Vec::new(),
             swapped: VecDeque::new(),
-            kv: KvCacheManager::new(r.gpu_blocks, r.config.block_size, r.prefix_caching),
+            // The pool reserves its block 0 (vLLM V1's null block): V1's usable blocks are the
+            // rest, as vLLM counts them; the 0.4 engines have no null block, and every one of
+            // their blocks is usable (`usable_blocks`, what their admission rule counts).
+            kv: KvCacheManager::new(r.usable_blocks + 1, r.config.block_size, r.prefix_caching),
             host_used: 0,
             counters: Counters::default(),
             itl: Default::default(),
