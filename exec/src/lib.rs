@@ -43,8 +43,8 @@
 //! ```
 //!
 //! Modules, each using only modules listed after it (and this root's types): [`check`] (runs the
-//! correctness checks), `cpu` and `cuda` (the backends; [`fake`] is the CUDA executor on a
-//! simulated driver, for tests without a GPU), `sched` (schedule scan, stream threads),
+//! correctness checks), `cpu` and `cuda` (the backends; `fake`, with the `fake-cuda` feature, is
+//! the CUDA executor on a simulated driver, for tests without a GPU), `sched` (schedule scan, stream threads),
 //! `data` (seeded inputs), `kernel` (the kernel types the backends and the checks share: attention
 //! shape, strided copy, the checks' device interface, the f64 reference attention).
 //!
@@ -66,6 +66,7 @@ pub use check::{
     Accuracy, AttentionCase, CUDA_FP16_ATOL, Equivalence, attention_accuracy,
     kvpr_attention_equivalence,
 };
+#[cfg(feature = "fake-cuda")]
 pub use cuda::fake;
 pub use kernel::AttentionShape;
 

@@ -32,7 +32,7 @@
 //!   over it. `real` implements it on cudarc (what [`crate::open`] uses); `fake` simulates it on
 //!   the CPU — a virtual clock per stream, events, allocations, and a record of every call — so
 //!   the executor's stream placement, event ordering, buffers, copies and launches are tested
-//!   without a GPU ([`crate::fake`]).
+//!   without a GPU (`kvplan_exec::fake`, with the `fake-cuda` feature the crate's tests turn on).
 //! - Modules, each using only those listed after it: `check` and `executor` (the two users of a
 //!   device), `device` (one device's stream pool and events, on any driver), `fake` (the
 //!   simulated driver), `real` (the cudarc driver: a device's context and kernels), `launch`
@@ -46,6 +46,7 @@ mod check;
 mod device;
 mod driver;
 mod executor;
+#[cfg(feature = "fake-cuda")]
 pub mod fake;
 mod launch;
 mod real;
