@@ -1,5 +1,6 @@
-//! kvplan's serving simulator: many requests over time on one GPU, iteration by iteration, on
-//! the planner's models, hardware profiles, cost model and memory accounting.
+//! kvplan's serving simulator: many requests over time on one GPU or a cluster of them,
+//! iteration by iteration, on the vocabulary's models, hardware profiles, cost model and memory
+//! accounting (`kvplan-vocab`; the planner is not a dependency).
 //!
 //! Shaped like vLLM's engine (v0.15.1, the V1 engine, with vLLM 0.4's schedulers kept for the
 //! swap-versus-recompute studies):
