@@ -11,7 +11,7 @@ use crate::error::CliError;
 /// 19 rows, [`Field`]'s names), the serving scenario (`workload.*`, `serve.*`) and the capacity
 /// commands' own settings. Every library error and note names a field; the binary names its
 /// flag through this table (a test holds every row to an option the command line has).
-const FLAGS: [(&str, &str); 89] = [
+const FLAGS: [(&str, &str); 96] = [
     ("model", "--model"),
     ("hardware", "--hardware"),
     ("strategy", "--strategy"),
@@ -124,6 +124,13 @@ const FLAGS: [(&str, &str); 89] = [
     ("capacity.host_ram", "--host-ram"),
     ("capacity.runtime_reserve", "--runtime-reserve"),
     ("capacity.rel_tol", "--qps-tolerance"),
+    ("plan.prices", "--price"),
+    ("plan.shard", "--shard"),
+    ("plan.max_gpus", "--max-gpus"),
+    ("plan.layouts", "--layouts"),
+    ("plan.routers", "--routers"),
+    ("format", "--format"),
+    ("backend", "--backend"),
 ];
 
 /// Flags typed under another name (clap aliases, and the `--no-` half of an on/off pair):

@@ -145,7 +145,7 @@ impl Default for ExecOptions {
 pub enum Error {
     /// `libcuda` could not be loaded.
     #[error(
-        "no CUDA driver found (libcuda could not be loaded); use --backend cpu, or run on a machine with an NVIDIA driver"
+        "no CUDA driver found (libcuda could not be loaded); use `backend` cpu, or run on a machine with an NVIDIA driver"
     )]
     NoCudaDriver,
     /// The driver loaded but reports no (or too few) devices.

@@ -328,7 +328,7 @@ impl ServeDtype {
         };
         if explicit == DType::Bf16 && !bf16_ok {
             return Err(format!(
-                "float16 or float32 on {} (compute capability {}): vLLM runs bfloat16 only from 8.0; use --dtype half",
+                "float16 or float32 on {} (compute capability {}): vLLM runs bfloat16 only from 8.0; use `serve.dtype` half",
                 hw.name,
                 cc.map_or("none recorded".into(), |c| format!("{c:.1}"))
             ));

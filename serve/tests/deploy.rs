@@ -266,9 +266,13 @@ fn bad_settings_name_their_field() {
     let mut none = o.clone();
     none.prices = BTreeMap::new();
     let sp = space(&["quadro-rtx-5000"], &[1], &[Layout::Colocated]);
-    // A preset without a published price needs --price.
+    // A preset without a published price needs one given (the field, which the binary names
+    // by its flag).
     let e = plan(&load, &sp, &slo, &none, &|_| {}).unwrap_err();
-    assert!(e.to_string().contains("--price quadro-rtx-5000=USD"), "{e}");
+    assert!(
+        e.to_string().contains("`plan.prices` quadro-rtx-5000=USD"),
+        "{e}"
+    );
 }
 
 /// The roofline bound is a bound: above the simulated service rate (the completion rate with

@@ -196,7 +196,7 @@ fn dtype_follows_vllm_on_each_gpu() {
     let e = c.validate(&small, &t4).unwrap_err();
     assert!(
         matches!(e, Error::InvalidConfig { field: "dtype", .. })
-            && e.to_string().contains("--dtype half"),
+            && e.to_string().contains("`serve.dtype` half"),
         "{e}"
     );
     let step = |d: ServeDtype| {

@@ -238,7 +238,7 @@ pub enum PlanError {
     },
     /// A GPU without a price.
     #[error(
-        "{hardware} has no price per GPU-hour: give one with --price {hardware}=USD or gpu.price_usd_per_hour in its profile"
+        "{hardware} has no price per GPU-hour: give one with `plan.prices` {hardware}=USD or gpu.price_usd_per_hour in its profile"
     )]
     NoPrice {
         /// The GPU.
@@ -532,7 +532,8 @@ impl Plan {
         let Some((first_name, first)) = it.next() else {
             return Err(PlanError::Setting {
                 field: "merge",
-                why: "no inputs: give the shard outputs (--format json of each --shard run)".into(),
+                why: "no inputs: give the shard outputs (`format` json of each `plan.shard` run)"
+                    .into(),
             });
         };
         let mut shapes: BTreeMap<usize, (String, ShapeResult)> = BTreeMap::new();
@@ -552,7 +553,7 @@ impl Plan {
                 return Err(PlanError::Setting {
                     field: "merge",
                     why: format!(
-                        "{name}: another search than {first_name}'s (objectives, model, load, space, --max-gpus or prices differ); merge only the shards of one search"
+                        "{name}: another search than {first_name}'s (objectives, model, load, space, `plan.max_gpus` or prices differ); merge only the shards of one search"
                     ),
                 });
             }
@@ -606,20 +607,20 @@ pub fn shapes(space: &Space) -> Result<Vec<Shape>, PlanError> {
     if space.hardware.is_empty() || space.hardware.iter().any(|h| h.trim().is_empty()) {
         return Err(empty(
             "plan.hardware",
-            "e.g. --hardware h100-sxm,a100-80g-sxm",
+            "e.g. `hardware` h100-sxm,a100-80g-sxm",
         ));
     }
     if space.tensor_parallel.is_empty() {
         return Err(empty(
             "plan.tensor_parallel_size",
-            "e.g. --tensor-parallel-size 1,2",
+            "e.g. `serve.tensor_parallel_size` 1,2",
         ));
     }
     if space.layouts.is_empty() {
-        return Err(empty("plan.layouts", "e.g. --layouts colocated,1:2"));
+        return Err(empty("plan.layouts", "e.g. `plan.layouts` colocated,1:2"));
     }
     if space.routers.is_empty() {
-        return Err(empty("plan.routers", "e.g. --routers round-robin"));
+        return Err(empty("plan.routers", "e.g. `plan.routers` round-robin"));
     }
     if let Some(k) = space.knobs.iter().find(|k| k.values.is_empty()) {
         return Err(PlanError::Setting {
@@ -684,7 +685,7 @@ pub fn load_of(base: &RawServeScenario) -> Result<Load, PlanError> {
     if span.is_nan() || span <= 0.0 {
         return Err(PlanError::Setting {
             field: "workload.arrivals",
-            why: "every request arrives at once: a deployment is planned for a rate; give --qps with poisson or gamma arrivals, or a trace".into(),
+            why: "every request arrives at once: a deployment is planned for a rate; give `workload.qps` with poisson or gamma arrivals, or a trace".into(),
         });
     }
     let mean = |f: fn(&kvplan_workloads::Request) -> u32| {
@@ -727,7 +728,7 @@ pub fn plan(
     {
         return Err(PlanError::Setting {
             field: "plan.shard",
-            why: format!("{i}/{n}: write I/N with 0 <= I < N, e.g. --shard 0/4"),
+            why: format!("{i}/{n}: write I/N with 0 <= I < N, e.g. `plan.shard` 0/4"),
         });
     }
     let all = shapes(space)?;
