@@ -148,7 +148,7 @@ fn prices(spec: Option<&str>) -> Result<BTreeMap<String, f64>, CliError> {
         return Ok(BTreeMap::new());
     };
     let list = kvplan_vocab::hardware::parse_price_overrides(spec)
-        .map_err(|e| CliError::input(e.to_string()))?;
+        .map_err(|e| CliError::input(crate::messages::flags_in_text(&e.to_string())))?;
     Ok(list.into_iter().collect())
 }
 

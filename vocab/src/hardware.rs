@@ -936,11 +936,12 @@ impl HardwareProfile {
         from_table(table, origin, text)
     }
 
-    /// Replaces the GPU's price with `usd` per GPU-hour from `source` (e.g. `--price on the
+    /// Replaces the GPU's price with `usd` per GPU-hour from `source` (e.g. `given on the
     /// command line`); the profile's own source and date go with the price they cited. An error
-    /// names `--price` unless `usd` lies in [`limits::PRICE`].
+    /// names the field `` `plan.prices` `` (a front end words it) unless `usd` lies in
+    /// [`limits::PRICE`].
     pub fn with_price(&mut self, usd: f64, source: &str) -> Result<()> {
-        check_price("--price", usd)?;
+        check_price(PRICES, usd)?;
         self.gpu.price_usd_per_hour = Some(usd);
         self.gpu.price_source = Some(source.to_string());
         self.gpu.price_date = None;
@@ -966,9 +967,13 @@ impl HardwareProfile {
     }
 }
 
-/// How `--price` is written, for its error messages.
-const PRICE_FORM: &str = "give NAME=USD[,NAME=USD...], NAME as --hardware names it and USD one GPU's \
-                          price per hour, e.g. --price h100-sxm=2.5";
+/// The field of the price overrides, in backquotes: its messages name it so, and a front end
+/// words it (the CLI as `--price`).
+const PRICES: &str = "`plan.prices`";
+
+/// How the price overrides are written, for their error messages (fields in backquotes).
+const PRICE_FORM: &str = "give NAME=USD[,NAME=USD...], NAME as `hardware` names it and USD one \
+                          GPU's price per hour, e.g. `plan.prices` h100-sxm=2.5";
 
 fn check_price(field: &str, usd: f64) -> Result<f64> {
     if limits::PRICE.contains(usd) {
@@ -977,15 +982,15 @@ fn check_price(field: &str, usd: f64) -> Result<f64> {
         Err(Error::invalid(
             field,
             limits::show(usd),
-            "must be more than 0 and at most 10000 US dollars per GPU-hour, e.g. --price h100-sxm=2.5",
+            "must be more than 0 and at most 10000 US dollars per GPU-hour, e.g. `plan.prices` h100-sxm=2.5",
         ))
     }
 }
 
-/// The prices of `--price NAME=USD[,NAME=USD...]`, in the order given: each NAME a preset or a
-/// profile path as `--hardware` takes it, each USD one GPU's price per hour (more than 0, at most
+/// The prices of `NAME=USD[,NAME=USD...]` (the CLI's `--price`), in the order given: each NAME a
+/// preset or a profile path as a hardware list takes it, each USD one GPU's price per hour (more than 0, at most
 /// [`limits::PRICE`]'s). A piece that is not `NAME=USD`, a price out of range and a NAME given
-/// twice (presets case-insensitively) are errors naming `--price` that show the form.
+/// twice (presets case-insensitively) are errors naming the field that show the form.
 ///
 /// ```
 /// let p = kvplan_vocab::hardware::parse_price_overrides("h100-sxm=2.5, a100-80g-sxm=1.2")?;
@@ -996,27 +1001,27 @@ fn check_price(field: &str, usd: f64) -> Result<f64> {
 pub fn parse_price_overrides(text: &str) -> Result<Vec<(String, f64)>> {
     let mut out: Vec<(String, f64)> = Vec::new();
     if text.trim().is_empty() {
-        return Err(Error::invalid("--price", "\"\"", PRICE_FORM));
+        return Err(Error::invalid(PRICES, "\"\"", PRICE_FORM));
     }
     for piece in text.split(',') {
         let piece = piece.trim();
         let Some((name, usd)) = piece.split_once('=') else {
-            return Err(Error::invalid("--price", format!("{piece:?}"), PRICE_FORM));
+            return Err(Error::invalid(PRICES, format!("{piece:?}"), PRICE_FORM));
         };
         let (name, usd) = (name.trim(), usd.trim());
         if name.is_empty() || usd.is_empty() {
-            return Err(Error::invalid("--price", format!("{piece:?}"), PRICE_FORM));
+            return Err(Error::invalid(PRICES, format!("{piece:?}"), PRICE_FORM));
         }
         let usd: f64 = usd
             .parse()
-            .map_err(|_| Error::invalid("--price", format!("{piece:?}"), PRICE_FORM))?;
-        check_price(&format!("--price {name}"), usd)?;
+            .map_err(|_| Error::invalid(PRICES, format!("{piece:?}"), PRICE_FORM))?;
+        check_price(&format!("{PRICES} {name}"), usd)?;
         let same = |n: &str| n == name || (!looks_like_path(name) && n.eq_ignore_ascii_case(name));
         if out.iter().any(|(n, _)| same(n)) {
             return Err(Error::invalid(
-                "--price",
+                PRICES,
                 format!("{piece:?}"),
-                format!("prices {name} twice; give each NAME once, e.g. --price h100-sxm=2.5"),
+                format!("prices {name} twice; give each NAME once, e.g. {PRICES} h100-sxm=2.5"),
             ));
         }
         out.push((name.to_string(), usd));
@@ -1492,18 +1497,18 @@ mod tests {
         // A profile of its own with no price has none; `--price` gives one.
         let mut t = HardwareProfile::from_toml_str("base = \"h100-nvl\"\n", "my.toml").unwrap();
         assert_eq!(t.gpu.price_usd_per_hour, None);
-        t.with_price(2.5, "--price on the command line").unwrap();
+        t.with_price(2.5, "given on the command line").unwrap();
         assert_eq!(t.gpu.price_usd_per_hour, Some(2.5));
         assert_eq!(
             t.gpu.price_source.as_deref(),
-            Some("--price on the command line")
+            Some("given on the command line")
         );
         let mut p = preset.clone();
-        p.with_price(2.5, "--price on the command line").unwrap();
+        p.with_price(2.5, "given on the command line").unwrap();
         assert_eq!(p.gpu.price_date, None);
         for bad in [0.0, -1.0, f64::NAN, 1e5] {
             let e = p.with_price(bad, "x").unwrap_err().to_string();
-            assert!(e.starts_with("--price: must be more than 0"), "{e}");
+            assert!(e.starts_with("`plan.prices`: must be more than 0"), "{e}");
         }
     }
 
@@ -1573,22 +1578,22 @@ mod tests {
             ]
         );
         for (text, needle) in [
-            ("", "--price h100-sxm=2.5"),
-            ("h100-sxm", "--price h100-sxm=2.5"),
-            ("h100-sxm=", "--price h100-sxm=2.5"),
-            ("=2.5", "--price h100-sxm=2.5"),
-            ("h100-sxm=2.5,", "--price h100-sxm=2.5"),
-            ("h100-sxm=$2.5", "--price h100-sxm=2.5"),
+            ("", "`plan.prices` h100-sxm=2.5"),
+            ("h100-sxm", "`plan.prices` h100-sxm=2.5"),
+            ("h100-sxm=", "`plan.prices` h100-sxm=2.5"),
+            ("=2.5", "`plan.prices` h100-sxm=2.5"),
+            ("h100-sxm=2.5,", "`plan.prices` h100-sxm=2.5"),
+            ("h100-sxm=$2.5", "`plan.prices` h100-sxm=2.5"),
             ("h100-sxm=two", "(got \"h100-sxm=two\")"),
             ("h100-sxm:2.5", "NAME=USD"),
-            ("h100-sxm=0", "--price h100-sxm: must be more than 0"),
-            ("h100-sxm=-1", "--price h100-sxm: must be more than 0"),
-            ("h100-sxm=inf", "--price h100-sxm: must be"),
+            ("h100-sxm=0", "`plan.prices` h100-sxm: must be more than 0"),
+            ("h100-sxm=-1", "`plan.prices` h100-sxm: must be more than 0"),
+            ("h100-sxm=inf", "`plan.prices` h100-sxm: must be"),
             ("h100-sxm=2,H100-SXM=3", "prices H100-SXM twice"),
         ] {
             let e = parse_price_overrides(text).unwrap_err().to_string();
             assert!(
-                e.starts_with("--price") && e.contains(needle),
+                e.starts_with("`plan.prices`") && e.contains(needle),
                 "{text}: {e}"
             );
             assert!(!e.contains('\n'), "{e}");
