@@ -37,6 +37,15 @@ impl CliError {
     pub fn failure(message: impl Into<String>) -> Self {
         Self::new(false, message)
     }
+
+    /// A run that ended with no answer for its input (exit code 2), its report `stdout` printed
+    /// first: what it did find, and why that is no answer.
+    pub fn no_answer(stdout: String, message: impl Into<String>) -> Self {
+        CliError {
+            stdout: Some(stdout),
+            ..Self::input(message)
+        }
+    }
 }
 
 impl From<kvplan_sim::Error> for CliError {

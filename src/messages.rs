@@ -461,7 +461,7 @@ mod text_tests {
 }
 
 /// The error of a serving run in which no request finished: what the library says, and which
-/// flag would let the first reason's requests through. Its report goes to stdout before it.
+/// flag would let the commonest reason's requests through. Its report goes to stdout before it.
 pub fn nothing_finished(
     n: &kvplan_serve::output::NothingFinished,
     r: &kvplan_serve::config::Resolved,
@@ -482,9 +482,5 @@ pub fn nothing_finished(
         }
         _ => String::new(),
     };
-    CliError {
-        code: crate::error::EXIT_INPUT,
-        message: format!("{n}{fix}"),
-        stdout: Some(stdout),
-    }
+    CliError::no_answer(stdout, format!("{n}{fix}"))
 }

@@ -3,6 +3,14 @@
 
 use crate::common::{TempDir, ok, run, run_in};
 
+/// Stdout and stderr as text.
+fn texts(out: &std::process::Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 const SERVE: [&str; 5] = ["serve", "--model", "llama-2-7b", "--hardware", "h100-sxm"];
 
 fn serve(extra: &[&str]) -> std::process::Output {
@@ -28,10 +36,7 @@ fn serve_with_nothing_finished_fails_and_shows_no_latency() {
         "100",
     ];
     let out = serve(&load);
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
+    let (stdout, stderr) = texts(&out);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains("no request finished: all 20 rejected (20 prompt-too-long)")
@@ -163,10 +168,7 @@ fn serve_capacity_with_no_answer_fails() {
     let mut a = CAPACITY.to_vec();
     a.extend(["--hardware", "h100-sxm", "--slo", "ttft_p99=1ms"]);
     let out = run(&a);
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
+    let (stdout, stderr) = texts(&out);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains("no configuration meets ttft_p99=1ms")
@@ -310,10 +312,7 @@ fn plot_refuses_repeated_x_without_series() {
 #[test]
 fn context_capacity_with_nothing_fitting_fails() {
     let out = run(&["capacity", "--model", "llama-3.1-405b", "--hardware", "t4"]);
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
+    let (stdout, stderr) = texts(&out);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains("no strategy fits even one token of llama-3.1-405b on t4"),

@@ -106,12 +106,11 @@ pub fn capacity(args: &CapacityArgs) -> Result<String, CliError> {
         return Ok(text);
     }
     // No strategy holds even one token: the answer is that nothing fits.
-    Err(CliError {
-        code: crate::error::EXIT_INPUT,
-        message: format!(
+    Err(CliError::no_answer(
+        text,
+        format!(
             "no strategy fits even one token of {} on {}: the weights and the runtime reserve fill its GPU memory; give a GPU with more memory (--hardware), a smaller model, or a smaller --runtime-reserve",
             r.model, r.hardware
         ),
-        stdout: Some(text),
-    })
+    ))
 }

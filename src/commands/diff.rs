@@ -115,16 +115,15 @@ pub fn diff(args: &DiffArgs) -> Result<String, CliError> {
     // Two outputs with no metric in common compared nothing: not a pass.
     if !c.metrics.is_empty() && c.metrics.iter().all(|m| m.a.is_none() || m.b.is_none()) {
         let only_a = c.metrics.iter().filter(|m| m.b.is_none()).count();
-        return Err(CliError {
-            code: crate::error::EXIT_INPUT,
-            message: format!(
+        return Err(CliError::no_answer(
+            out,
+            format!(
                 "{} and {} share no metric ({only_a} only in the first, {} only in the second): give two outputs of the same command",
                 args.a.display(),
                 args.b.display(),
                 c.metrics.len() - only_a
             ),
-            stdout: Some(out),
-        });
+        ));
     }
     verdict(out, report::diff::failures(&c, tolerance, "--accept"))
 }

@@ -197,12 +197,11 @@ pub fn slo_capacity(
             )
         })
         .collect();
-    Err(CliError {
-        code: crate::error::EXIT_INPUT,
-        message: format!(
+    Err(CliError::no_answer(
+        text,
+        format!(
             "--slo: no configuration meets {slo} at any rate tried ({}); loosen the objectives or give larger --hardware / --tensor-parallel-size",
             misses.join("; ")
         ),
-        stdout: Some(text),
-    })
+    ))
 }
