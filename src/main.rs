@@ -1,10 +1,6 @@
-//! The `kvplan` command line: parse, load, call the planner and simulator, render.
+//! The `kvplan` binary: parse the command line, run its command ([`kvplan::run`]), print the
+//! answer and the notes, exit with the code the answer carries.
 #![forbid(unsafe_code)]
-
-mod args;
-mod commands;
-mod error;
-mod messages;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -12,8 +8,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use clap::error::ErrorKind;
 
-use commands::{Cli, run};
-use error::EXIT_INPUT;
+use kvplan::error::{self, EXIT_INPUT};
+use kvplan::{Cli, messages, run};
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {

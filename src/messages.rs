@@ -212,6 +212,29 @@ pub fn flags_in_text(text: &str) -> String {
     out
 }
 
+/// The flag that sets scenario field `field` (`offload.weights` → `--weights`, or the alias
+/// the command line used), or the field in backquotes where no flag sets it.
+pub fn flag_name(field: &str) -> String {
+    match FLAGS.iter().find(|(f, _)| *f == field) {
+        Some(&(_, flag)) => as_typed(flag).to_string(),
+        None => format!("`{field}`"),
+    }
+}
+
+/// A plan's notes as this command line words them: each scenario field the note names
+/// (`offload.weights`) by its flag (`--weights`).
+pub fn word_notes(notes: &mut [kvplan_planner::plan::PlanNote]) {
+    for n in notes {
+        *n = n.worded(&flag_name);
+    }
+}
+
+/// A simulated run's notes (its plan's and its report's) as this command line words them.
+pub fn word_run(run: &mut kvplan_planner::run::SimulatedRun) {
+    word_notes(&mut run.plan.notes);
+    word_notes(&mut run.report.notes);
+}
+
 /// How a library error names a field in the CLI: a planner field by its flag alone (`--batch`;
 /// `workload.batch x workload.prompt` → `--batch x --prompt`), a serving field by flag and field
 /// (`--tensor-parallel-size (serve.tensor_parallel_size)`), any other (a profile's

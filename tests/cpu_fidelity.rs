@@ -9,7 +9,7 @@
 //! 25%) depends on machine load (it once measured 25.07% on a 2-core machine) and is checked
 //! only by the ignored `_wall_clock` tests (`cargo test --test cpu_fidelity -- --ignored`).
 
-#[path = "common.rs"]
+#[path = "cli/common.rs"]
 #[allow(dead_code)]
 mod common;
 

@@ -171,7 +171,7 @@ mod tests {
             &hw,
             &cost,
             &shape,
-            Strategy::FullTransfer,
+            Strategy::FULL_TRANSFER,
             &Options::default(),
         )
         .unwrap();

@@ -152,11 +152,15 @@ fn calibrated_chunk_costs_reach_the_runahead_planner() {
         &hw,
         &cost,
         &shape,
-        Strategy::Runahead,
+        Strategy::RUNAHEAD,
         &Options::default(),
     )
     .unwrap();
-    let d = p.decisions.runahead().cloned().unwrap();
+    let d = p
+        .decisions
+        .get::<kvplan_planner::runahead::RunaheadDetails>()
+        .cloned()
+        .unwrap();
     let tl = kvplan_sim::simulate(&p.schedule, &cost).unwrap();
     let ttft = tl.makespan();
     assert!(

@@ -70,10 +70,7 @@ fn bench_plan(c: &mut Criterion, group_name: &str, name: &str, devices: u32, sam
         prompt: CONTEXT,
         gen_len: 1,
     };
-    let options = Options {
-        runahead: RunaheadOptions { devices },
-        ..Options::default()
-    };
+    let options = Options::default().with(RunaheadOptions { devices });
     let mut group = c.benchmark_group(group_name);
     group
         .sample_size(samples)
@@ -87,7 +84,7 @@ fn bench_plan(c: &mut Criterion, group_name: &str, name: &str, devices: u32, sam
                     &hw,
                     &cost,
                     &shape,
-                    Strategy::Runahead,
+                    Strategy::RUNAHEAD,
                     black_box(&options),
                 )
                 .unwrap(),

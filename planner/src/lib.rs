@@ -19,8 +19,8 @@
 //! let hw = HardwareProfile::preset("a100-40g-pcie4")?;
 //! let cost = CostModel::new(&hw);
 //! let shape = Shape { batch: 64, gpu_batches: 1, prompt: 128, gen_len: 4 };
-//! let p = plan(&model, &hw, &cost, &shape, Strategy::Kvpr, &Options::default())?;
-//! assert!(p.decisions.splits().iter().all(|s| s.split.recompute_tokens > 0));
+//! let p = plan(&model, &hw, &cost, &shape, Strategy::KVPR, &Options::default())?;
+//! assert!(splits(&p.decisions).iter().all(|s| s.split.recompute_tokens > 0));
 //! # Ok::<(), kvplan_vocab::Error>(())
 //! ```
 #![warn(missing_docs)]
@@ -29,8 +29,10 @@
 pub mod headinfer;
 pub mod offload;
 pub mod plan;
+pub mod registry;
 pub mod report;
 pub mod run;
 pub mod runahead;
 pub mod scenario;
+pub mod strategy;
 pub mod types;

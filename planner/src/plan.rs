@@ -1,12 +1,15 @@
-//! The dispatcher and the planner's public face: [`plan`] sends a strategy to its planner (the
-//! offload planner in [`crate::offload`], HeadInfer in [`crate::headinfer`], KV-Runahead in
-//! [`crate::runahead`]), and the shared plan types ([`crate::types`]) and the offload planner's
+//! The dispatcher and the planner's public face: [`plan`] sends a strategy to its
+//! [`Planner`] through [`crate::registry`] (the offload planner in [`crate::offload`], HeadInfer
+//! in [`crate::headinfer`], KV-Runahead in [`crate::runahead`], and any registered at run time),
+//! and the shared plan types ([`crate::types`], [`crate::strategy`]) and the offload planner's
 //! public pieces are re-exported here, so `kvplan_planner::plan::{plan, Options, Shape,
 //! Strategy, Plan}` is the one path callers use. No strategy imports this module: each reads the
-//! leaf [`crate::types`].
+//! leaves [`crate::types`] and [`crate::strategy`].
 
 pub use crate::offload::memory_plan;
 pub use crate::offload::split::{MAX_SEARCHED_STEPS, kvpr_splits, split_problem};
+pub use crate::offload::{KvprOptions, SplitModel, SplitPolicy, Splits, StepSplit, splits};
+pub use crate::strategy::{Defaults, Input, Planner};
 pub use crate::types::*;
 
 use kvplan_vocab::cost::CostModel;
@@ -24,11 +27,11 @@ pub fn plan(
     options: &Options,
 ) -> Result<Plan> {
     shape.validate()?;
-    match strategy {
-        Strategy::HeadInfer => crate::headinfer::plan(model, hw, cost, shape, options),
-        Strategy::Runahead => crate::runahead::plan(model, hw, cost, shape, options),
-        Strategy::Kvpr | Strategy::FullTransfer | Strategy::GpuOnly => {
-            crate::offload::plan(model, hw, cost, shape, strategy, options)
-        }
-    }
+    crate::registry::planner(strategy).plan(&Input {
+        model,
+        hw,
+        cost,
+        shape,
+        options,
+    })
 }

@@ -3,8 +3,9 @@
 
 use serde::Serialize;
 
+use crate::offload::{StepSplit, splits};
 use crate::runahead::TtftByMethod;
-use crate::types::{Order, Plan, StepSplit};
+use crate::types::{Order, Plan};
 use kvplan_vocab::schedule::HostMemory;
 use kvplan_vocab::timeline::{Breakdown, Metrics, Source, Timeline, Window, metrics};
 
@@ -67,7 +68,7 @@ pub struct RunReport {
     /// Ops in the schedule.
     pub ops: usize,
     /// Decisions and warnings.
-    pub notes: Vec<String>,
+    pub notes: Vec<crate::types::PlanNote>,
 }
 
 impl RunReport {
@@ -85,15 +86,11 @@ impl RunReport {
             0.0
         };
         let tokens = plan.shape.total_batch() as f64 * f64::from(plan.shape.gen_len - 1);
-        let mean_frac = if plan.decisions.splits().is_empty() {
+        let splits = splits(&plan.decisions);
+        let mean_frac = if splits.is_empty() {
             0.0
         } else {
-            plan.decisions
-                .splits()
-                .iter()
-                .map(recompute_fraction)
-                .sum::<f64>()
-                / plan.decisions.splits().len() as f64
+            splits.iter().map(recompute_fraction).sum::<f64>() / splits.len() as f64
         };
         RunReport {
             strategy: plan.strategy.as_str().into(),

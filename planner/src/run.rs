@@ -1,5 +1,5 @@
 //! A checked [`Scenario`] in, simulated results out: plan, simulate, report — and the rules of
-//! `--compare` (which strategies run side by side, which failures are reported rather than
+//! comparing (which strategies run side by side, which failures are reported rather than
 //! fatal, and the KVPR-over-full-transfer ratios). Front ends (the CLI, a sweep, a server) call
 //! these and only render what they return.
 //!
@@ -99,8 +99,11 @@ pub fn simulate_strategy(
     })
 }
 
-/// The strategies `compare` runs side by side, in this order.
-pub const COMPARED: [Strategy; 3] = Strategy::ALL;
+/// The strategies `compare` runs side by side, in this order: the registered strategies that
+/// ask to be compared ([`Planner::compared`](crate::strategy::Planner::compared)).
+pub fn compared() -> Vec<Strategy> {
+    crate::registry::compared()
+}
 
 /// A strategy `compare` could not run for the scenario, and why.
 #[derive(Debug)]
@@ -123,7 +126,7 @@ pub struct Ratios {
 /// Every compared strategy run on one scenario.
 #[derive(Debug)]
 pub struct Comparison {
-    /// The strategies that ran, in [`COMPARED`] order (never empty).
+    /// The strategies that ran, in [`compared`] order (never empty).
     pub runs: Vec<SimulatedRun>,
     /// The strategies the planner refused, with the reason.
     pub skipped: Vec<Skipped>,
@@ -138,16 +141,16 @@ impl Comparison {
     }
 }
 
-/// Runs every strategy of [`COMPARED`] on the scenario (ignoring its own strategy). A strategy
+/// Runs every strategy of [`compared`] on the scenario (ignoring its own strategy). A strategy
 /// the planner refuses for the input (it does not fit, …) is [`Skipped`], not fatal; other
 /// failures are. `gpu-only` has no placement choice: its weights are always on the GPU.
 pub fn compare(scenario: &Scenario) -> Result<Comparison, RunError> {
     let cost = scenario.cost_model();
     let mut runs = Vec::new();
     let mut skipped = Vec::new();
-    for strategy in COMPARED {
+    for strategy in compared() {
         let mut sc = scenario.clone();
-        if strategy == Strategy::GpuOnly {
+        if strategy == Strategy::GPU_ONLY {
             sc.options.weights = WeightsPlacement::Gpu;
         }
         match simulate_strategy(&sc, &cost, strategy) {
@@ -166,7 +169,7 @@ pub fn compare(scenario: &Scenario) -> Result<Comparison, RunError> {
             .find(|r| r.plan.strategy == st)
             .map(|r| &r.report)
     };
-    let kvpr_vs_full_transfer = match (report(Strategy::Kvpr), report(Strategy::FullTransfer)) {
+    let kvpr_vs_full_transfer = match (report(Strategy::KVPR), report(Strategy::FULL_TRANSFER)) {
         (Some(k), Some(f)) if f.decode_latency_s > 0.0 => Some(Ratios {
             decode_latency_ratio: k.decode_latency_s / f.decode_latency_s,
             throughput_ratio: k.decode_throughput_tok_s / f.decode_throughput_tok_s,

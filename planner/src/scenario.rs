@@ -19,7 +19,7 @@
 //! let scenario = raw.resolve()?;
 //! assert_eq!((scenario.shape.batch, scenario.shape.prompt), (8, 128));
 //! let plan = scenario.plan()?;
-//! assert_eq!(plan.decisions.splits().len(), 3);
+//! assert_eq!(splits(&plan.decisions).len(), 3);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -29,20 +29,22 @@ use serde::Deserialize;
 
 use crate::headinfer::HeadInferOptions;
 use crate::plan::{
-    Options, Plan, Shape, SplitModel, SplitPolicy, Strategy, WeightsPlacement, plan,
+    KvprOptions, Options, Plan, Shape, SplitModel, SplitPolicy, Strategy, WeightsPlacement, plan,
 };
+use crate::registry;
 use crate::runahead::{LinkOverride, RunaheadOptions, with_link_override};
+use crate::strategy::{Defaults, Planner};
 use kvplan_vocab::host::Implementation;
 use kvplan_vocab::limits;
 use kvplan_vocab::schedule::HostMemory;
 use kvplan_vocab::{CostModel, DType, HardwareProfile, KvCacheDtype, ModelSpec, Quantization};
 
 /// The default workload: the KVPR paper's latency setting (Table 3, first row).
-pub const DEFAULT_BATCH: u32 = 64;
+pub const DEFAULT_BATCH: u32 = Defaults::LATENCY.batch;
 /// Default prompt length.
 pub const DEFAULT_PROMPT: u32 = 128;
 /// Default generation length.
-pub const DEFAULT_GEN: u32 = 32;
+pub const DEFAULT_GEN: u32 = Defaults::LATENCY.gen_len;
 /// The most devices a KV-Runahead scenario may offer.
 pub const MAX_DEVICES: u32 = 64;
 
@@ -490,13 +492,47 @@ impl RawScenario {
     /// Checks every field, applies the strategy's defaults, loads the model and hardware and
     /// applies the peer-link override.
     pub fn resolve(self) -> Result<Scenario, ScenarioError> {
-        let model_name = self.model.ok_or(ScenarioError::Missing {
+        let model_name = self.model.as_ref().ok_or(ScenarioError::Missing {
             field: Field::Model,
         })?;
-        let hw_name = self.hardware.ok_or(ScenarioError::Missing {
+        let hw_name = self.hardware.as_ref().ok_or(ScenarioError::Missing {
             field: Field::Hardware,
         })?;
-        let mut model = ModelSpec::resolve(&model_name)?;
+        let model = self.model(model_name)?;
+        let hardware = HardwareProfile::resolve(hw_name)?;
+        let model = self.quantized(model, &hardware)?;
+        let strategy = self.strategy()?;
+        let shape = self
+            .workload
+            .shape(registry::planner(strategy).defaults())?;
+        let weights = self.offload.weights()?;
+        let implementation = self.implementation()?;
+        let mut options = self.offload.memory(weights, implementation)?;
+        options.strategy.set(self.offload.kvpr()?);
+        options.strategy.set(self.headinfer.options()?);
+        let (runahead, link) = self.runahead.options()?;
+        options.strategy.set(runahead);
+        // The link override replaces the profile's peer link once, here: the planner, the
+        // simulator and the executor get the same link.
+        let hardware = if link.is_some() {
+            with_link_override(&hardware, &link)?
+        } else {
+            hardware
+        };
+        Ok(Scenario {
+            notes: notes(strategy, &shape, &options, &self.given()),
+            model,
+            hardware,
+            strategy,
+            shape,
+            options,
+            implementation,
+        })
+    }
+
+    /// The model `name` with its serving dtype (`dtype`).
+    fn model(&self, name: &str) -> Result<ModelSpec, ScenarioError> {
+        let mut model = ModelSpec::resolve(name)?;
         if let Some(d) = &self.dtype {
             let dt = DType::parse(d).ok_or_else(|| ScenarioError::UnknownChoice {
                 field: Field::Dtype,
@@ -506,7 +542,16 @@ impl RawScenario {
             })?;
             model = model.with_dtype(dt);
         }
-        let hardware = HardwareProfile::resolve(&hw_name)?;
+        Ok(model)
+    }
+
+    /// `model` with its quantisation (`quantization`, checked against `hw`'s GPU) and KV cache
+    /// dtype (`kv_cache_dtype`).
+    fn quantized(
+        &self,
+        mut model: ModelSpec,
+        hw: &HardwareProfile,
+    ) -> Result<ModelSpec, ScenarioError> {
         if let Some(q) = &self.quantization {
             let quantization =
                 Quantization::parse(q).ok_or_else(|| ScenarioError::UnknownChoice {
@@ -516,9 +561,9 @@ impl RawScenario {
                     accepted: format!("{} or none", Quantization::NAMES),
                 })?;
             if let Some(method) = quantization {
-                let cc = hardware.gpu.compute_capability;
+                let cc = hw.gpu.compute_capability;
                 method
-                    .check_gpu(&hardware.name, cc)
+                    .check_gpu(&hw.name, cc)
                     .map_err(|why| ScenarioError::OutOfRange {
                         field: Field::Quantization,
                         value: format!("\"{q}\""),
@@ -544,67 +589,100 @@ impl RawScenario {
             }
             model = model.with_kv_cache_dtype(kv);
         }
-        let strategy = match self.strategy.as_deref() {
-            None => Strategy::Kvpr,
-            Some(s) => Strategy::parse(s).ok_or_else(|| ScenarioError::UnknownChoice {
+        Ok(model)
+    }
+
+    /// The strategy (`strategy`; KVPR when absent), any registered one.
+    fn strategy(&self) -> Result<Strategy, ScenarioError> {
+        match self.strategy.as_deref() {
+            None => Ok(Strategy::KVPR),
+            Some(s) => registry::parse(s).ok_or_else(|| ScenarioError::UnknownChoice {
                 field: Field::Strategy,
                 what: "strategy",
                 value: s.into(),
-                accepted: format!(
-                    "one of {}",
-                    Strategy::NAMES.map(Strategy::as_str).join(", ")
-                ),
-            })?,
-        };
-        let w = &self.workload;
-        // Long-context planners size one sequence unless told otherwise.
-        let default_batch = match strategy {
-            Strategy::HeadInfer | Strategy::Runahead => 1,
-            _ => DEFAULT_BATCH,
-        };
-        // KV-Runahead is about time to first token: prefill only unless asked.
-        let default_gen = if strategy == Strategy::Runahead {
-            1
-        } else {
-            DEFAULT_GEN
-        };
+                accepted: format!("one of {}", registry::names().join(", ")),
+            }),
+        }
+    }
+
+    /// The implementation whose host thread is modelled (`implementation`), if any.
+    fn implementation(&self) -> Result<Option<Implementation>, ScenarioError> {
+        self.implementation
+            .as_deref()
+            .map(|name| {
+                Implementation::from_name(name).ok_or_else(|| {
+                    unknown(
+                        Field::Implementation,
+                        "implementation",
+                        name,
+                        &Implementation::names(),
+                    )
+                })
+            })
+            .transpose()
+    }
+
+    /// Which strategy-specific settings were given (for the notes on those another strategy
+    /// ignores).
+    fn given(&self) -> Vec<Field> {
+        let (h, r) = (&self.headinfer, &self.runahead);
+        [
+            (self.offload.split.is_some(), Field::OffloadSplit),
+            (h.heads_per_group.is_some(), Field::HeadInferHeadsPerGroup),
+            (h.chunk.is_some(), Field::HeadInferChunk),
+            (r.devices.is_some(), Field::RunaheadDevices),
+            (r.link_gbps.is_some(), Field::RunaheadLinkGbps),
+            (r.link_latency_us.is_some(), Field::RunaheadLinkLatencyUs),
+        ]
+        .into_iter()
+        .filter_map(|(set, f)| set.then_some(f))
+        .collect()
+    }
+}
+
+impl RawWorkload {
+    /// The batch, with `defaults` (the strategy's) for what is not given.
+    fn shape(&self, defaults: Defaults) -> Result<Shape, ScenarioError> {
         let shape = Shape {
-            batch: whole(Field::WorkloadBatch, w.batch)?.unwrap_or(default_batch),
-            gpu_batches: whole(Field::WorkloadGpuBatches, w.gpu_batches)?.unwrap_or(1),
-            prompt: whole(Field::WorkloadPrompt, w.prompt)?.unwrap_or(DEFAULT_PROMPT),
-            gen_len: whole(Field::WorkloadGen, w.gen_len)?.unwrap_or(default_gen),
+            batch: whole(Field::WorkloadBatch, self.batch)?.unwrap_or(defaults.batch),
+            gpu_batches: whole(Field::WorkloadGpuBatches, self.gpu_batches)?.unwrap_or(1),
+            prompt: whole(Field::WorkloadPrompt, self.prompt)?.unwrap_or(DEFAULT_PROMPT),
+            gen_len: whole(Field::WorkloadGen, self.gen_len)?.unwrap_or(defaults.gen_len),
         };
         let tokens = u64::from(shape.batch) * u64::from(shape.prompt);
         if tokens > u64::from(u32::MAX) {
             return Err(ScenarioError::TokensPerBatch { tokens });
         }
         shape.validate()?;
-        let o = &self.offload;
-        let weights = match o.weights.as_deref() {
-            None | Some("auto") => WeightsPlacement::Auto,
-            Some("gpu") => WeightsPlacement::Gpu,
-            Some("offload") => WeightsPlacement::Offload,
-            Some(x) => {
-                return Err(unknown(
-                    Field::OffloadWeights,
-                    "placement",
-                    x,
-                    "auto, gpu or offload",
-                ));
-            }
-        };
-        let implementation = match self.implementation.as_deref() {
-            None => None,
-            Some(name) => Some(Implementation::from_name(name).ok_or_else(|| {
-                unknown(
-                    Field::Implementation,
-                    "implementation",
-                    name,
-                    &Implementation::names(),
-                )
-            })?),
-        };
-        let host_memory = match o.host_memory.as_deref() {
+        Ok(shape)
+    }
+}
+
+impl RawOffload {
+    /// Where the weights live (`offload.weights`).
+    fn weights(&self) -> Result<WeightsPlacement, ScenarioError> {
+        match self.weights.as_deref() {
+            None | Some("auto") => Ok(WeightsPlacement::Auto),
+            Some("gpu") => Ok(WeightsPlacement::Gpu),
+            Some("offload") => Ok(WeightsPlacement::Offload),
+            Some(x) => Err(unknown(
+                Field::OffloadWeights,
+                "placement",
+                x,
+                "auto, gpu or offload",
+            )),
+        }
+    }
+
+    /// The options every planner reads: `weights`, and the host memory kinds (an
+    /// implementation keeps each tensor class where it keeps it, unless `offload.host_memory`
+    /// puts every class in one kind; the reported kind is the KV's).
+    fn memory(
+        &self,
+        weights: WeightsPlacement,
+        implementation: Option<Implementation>,
+    ) -> Result<Options, ScenarioError> {
+        let host_memory = match self.host_memory.as_deref() {
             None | Some("pinned") => HostMemory::Pinned,
             Some("pageable") => HostMemory::Pageable,
             Some(x) => {
@@ -616,8 +694,21 @@ impl RawScenario {
                 ));
             }
         };
-        let split = split_policy(o.split.as_ref())?;
-        let split_model = match o.split_model.as_deref() {
+        let memory = implementation
+            .filter(|_| self.host_memory.is_none())
+            .map(|i| i.profile().memory);
+        Ok(Options {
+            weights,
+            host_memory: memory.map_or(host_memory, |m| m.kv),
+            memory,
+            ..Options::default()
+        })
+    }
+
+    /// KVPR's options: the split and what it minimises.
+    fn kvpr(&self) -> Result<KvprOptions, ScenarioError> {
+        let split = split_policy(self.split.as_ref())?;
+        let split_model = match self.split_model.as_deref() {
             None | Some("schedule") => SplitModel::Schedule,
             Some("paper") => SplitModel::Paper,
             Some(x) => {
@@ -629,75 +720,52 @@ impl RawScenario {
                 ));
             }
         };
-        let headinfer = HeadInferOptions {
-            heads_per_group: whole(
-                Field::HeadInferHeadsPerGroup,
-                self.headinfer.heads_per_group,
-            )?,
-            chunk_tokens: whole(Field::HeadInferChunk, self.headinfer.chunk)?,
+        Ok(KvprOptions { split, split_model })
+    }
+}
+
+impl RawHeadInfer {
+    /// HeadInfer's options: a fixed group size or chunk, else the planner's choice.
+    fn options(&self) -> Result<HeadInferOptions, ScenarioError> {
+        Ok(HeadInferOptions {
+            heads_per_group: whole(Field::HeadInferHeadsPerGroup, self.heads_per_group)?,
+            chunk_tokens: whole(Field::HeadInferChunk, self.chunk)?,
+        })
+    }
+}
+
+impl RawRunahead {
+    /// KV-Runahead's options and the peer-link override (which stands in for the profile's
+    /// `[peer]` fields: the same ranges).
+    fn options(&self) -> Result<(RunaheadOptions, LinkOverride), ScenarioError> {
+        let devices = match self.devices {
+            None => RunaheadOptions::default().devices,
+            Some(d) if (1..=i64::from(MAX_DEVICES)).contains(&d) => d as u32,
+            Some(d) => {
+                return Err(ScenarioError::OutOfRange {
+                    field: Field::RunaheadDevices,
+                    value: d.to_string(),
+                    expected: format!("must be from 1 to {MAX_DEVICES}"),
+                });
+            }
         };
-        let r = &self.runahead;
-        let runahead = RunaheadOptions {
-            devices: match r.devices {
-                None => RunaheadOptions::default().devices,
-                Some(d) if (1..=i64::from(MAX_DEVICES)).contains(&d) => d as u32,
-                Some(d) => {
-                    return Err(ScenarioError::OutOfRange {
-                        field: Field::RunaheadDevices,
-                        value: d.to_string(),
-                        expected: format!("must be from 1 to {MAX_DEVICES}"),
-                    });
-                }
-            },
-        };
-        // The peer-link overrides stand in for the profile's [peer] fields: the same ranges.
         let link = LinkOverride {
             gbps: in_range(
                 Field::RunaheadLinkGbps,
-                r.link_gbps,
+                self.link_gbps,
                 1e9,
                 "GB/s",
                 limits::BANDWIDTH,
             )?,
             latency_us: in_range(
                 Field::RunaheadLinkLatencyUs,
-                r.link_latency_us,
+                self.link_latency_us,
                 1e-6,
                 "us",
                 limits::LATENCY,
             )?,
         };
-        // The link override replaces the profile's peer link once, here: the planner, the
-        // simulator and the executor get the same link.
-        let hardware = if link.is_some() {
-            with_link_override(&hardware, &link)?
-        } else {
-            hardware
-        };
-        // An implementation keeps each tensor class where it keeps it, unless
-        // `offload.host_memory` puts every class in one kind; the reported kind is the KV's.
-        let memory = implementation
-            .filter(|_| o.host_memory.is_none())
-            .map(|i| i.profile().memory);
-        let host_memory = memory.map_or(host_memory, |m| m.kv);
-        let options = Options {
-            weights,
-            host_memory,
-            memory,
-            split,
-            split_model,
-            headinfer,
-            runahead,
-        };
-        Ok(Scenario {
-            notes: notes(strategy, &shape, &options, r.devices.is_some(), &link),
-            model,
-            hardware,
-            strategy,
-            shape,
-            options,
-            implementation,
-        })
+        Ok((RunaheadOptions { devices }, link))
     }
 }
 
@@ -768,53 +836,27 @@ fn in_range(
     }
 }
 
-/// The notes for settings `strategy` clamps or ignores (`devices_set`: `runahead.devices` was
-/// given; its resolved value always holds the default).
-fn notes(
-    strategy: Strategy,
-    shape: &Shape,
-    options: &Options,
-    devices_set: bool,
-    link: &LinkOverride,
-) -> Vec<Note> {
-    let mut notes = Vec::new();
-    let mut ignored = |set: bool, setting: Field, read_by: Strategy| {
-        if set && strategy != read_by {
-            notes.push(Note::Ignored {
+/// The notes for settings `strategy` clamps or ignores (`given`: the strategy-specific fields
+/// the scenario sets).
+fn notes(strategy: Strategy, shape: &Shape, options: &Options, given: &[Field]) -> Vec<Note> {
+    let reads = |p: &dyn Planner, f: Field| p.reads().contains(&f.as_str());
+    let mut notes: Vec<Note> = given
+        .iter()
+        .filter(|&&f| !reads(registry::planner(strategy), f))
+        .filter_map(|&setting| {
+            let read_by = registry::all().into_iter().find(|p| reads(*p, setting))?;
+            Some(Note::Ignored {
                 setting,
                 strategy,
-                read_by,
-            });
-        }
-    };
-    let fixed_split = match options.split {
+                read_by: read_by.strategy(),
+            })
+        })
+        .collect();
+    let fixed_split = match options.get::<KvprOptions>().split {
         SplitPolicy::Tokens(n) => Some(n),
         SplitPolicy::Auto => None,
     };
-    ignored(fixed_split.is_some(), Field::OffloadSplit, Strategy::Kvpr);
-    let h = &options.headinfer;
-    ignored(
-        h.heads_per_group.is_some(),
-        Field::HeadInferHeadsPerGroup,
-        Strategy::HeadInfer,
-    );
-    ignored(
-        h.chunk_tokens.is_some(),
-        Field::HeadInferChunk,
-        Strategy::HeadInfer,
-    );
-    ignored(devices_set, Field::RunaheadDevices, Strategy::Runahead);
-    ignored(
-        link.gbps.is_some(),
-        Field::RunaheadLinkGbps,
-        Strategy::Runahead,
-    );
-    ignored(
-        link.latency_us.is_some(),
-        Field::RunaheadLinkLatencyUs,
-        Strategy::Runahead,
-    );
-    if let (Some(tokens), Strategy::Kvpr) = (fixed_split, strategy) {
+    if let (Some(tokens), Strategy::KVPR) = (fixed_split, strategy) {
         let steps = shape.decode_steps();
         if steps == 0 {
             notes.push(Note::SplitWithoutDecode { tokens });
@@ -837,11 +879,6 @@ fn notes(
 mod tests {
     use super::*;
 
-    const NO_LINK: LinkOverride = LinkOverride {
-        gbps: None,
-        latency_us: None,
-    };
-
     fn shape(prompt: u32, gen_len: u32) -> Shape {
         Shape {
             batch: 1,
@@ -852,20 +889,22 @@ mod tests {
     }
 
     fn split(tokens: u32) -> Options {
-        Options {
+        Options::default().with(KvprOptions {
             split: SplitPolicy::Tokens(tokens),
-            ..Options::default()
-        }
+            ..KvprOptions::default()
+        })
     }
+
+    const SPLIT: &[Field] = &[Field::OffloadSplit];
 
     #[test]
     fn split_notes_count_the_clamped_steps() {
         // Cached lengths 128..=130 over 3 decode steps.
         let s = shape(128, 4);
-        assert!(notes(Strategy::Kvpr, &s, &split(128), false, &NO_LINK).is_empty());
-        assert!(notes(Strategy::Kvpr, &s, &Options::default(), false, &NO_LINK).is_empty());
+        assert!(notes(Strategy::KVPR, &s, &split(128), SPLIT).is_empty());
+        assert!(notes(Strategy::KVPR, &s, &Options::default(), &[]).is_empty());
         assert_eq!(
-            notes(Strategy::Kvpr, &s, &split(130), false, &NO_LINK),
+            notes(Strategy::KVPR, &s, &split(130), SPLIT),
             [Note::SplitClamped {
                 tokens: 130,
                 first_len: 128,
@@ -874,7 +913,7 @@ mod tests {
                 steps: 3
             }]
         );
-        let all = notes(Strategy::Kvpr, &s, &split(100_000), false, &NO_LINK);
+        let all = notes(Strategy::KVPR, &s, &split(100_000), SPLIT);
         assert_eq!(
             all,
             [Note::SplitClamped {
@@ -891,7 +930,7 @@ mod tests {
                 .contains("every decode step (128..130 tokens)")
         );
         assert_eq!(
-            notes(Strategy::Kvpr, &shape(128, 1), &split(5), false, &NO_LINK),
+            notes(Strategy::KVPR, &shape(128, 1), &split(5), SPLIT),
             [Note::SplitWithoutDecode { tokens: 5 }]
         );
     }
@@ -899,40 +938,36 @@ mod tests {
     #[test]
     fn settings_of_other_strategies_are_noted_as_ignored() {
         let s = shape(128, 4);
-        let n = notes(Strategy::GpuOnly, &s, &split(100_000), false, &NO_LINK);
+        let n = notes(Strategy::GPU_ONLY, &s, &split(100_000), SPLIT);
         // Ignored, so not also clamped.
         assert_eq!(
             n,
             [Note::Ignored {
                 setting: Field::OffloadSplit,
-                strategy: Strategy::GpuOnly,
-                read_by: Strategy::Kvpr
+                strategy: Strategy::GPU_ONLY,
+                read_by: Strategy::KVPR
             }]
         );
-        let mut o = Options::default();
-        let link = LinkOverride {
-            gbps: Some(10.0),
-            latency_us: Some(5.0),
-        };
-        o.headinfer.chunk_tokens = Some(64);
-        let n = notes(Strategy::FullTransfer, &s, &o, true, &link);
+        // Set: a chunk (HeadInfer's), devices and both link fields (KV-Runahead's).
+        let given = [
+            Field::HeadInferChunk,
+            Field::RunaheadDevices,
+            Field::RunaheadLinkGbps,
+            Field::RunaheadLinkLatencyUs,
+        ];
+        let o = Options::default();
+        let n = notes(Strategy::FULL_TRANSFER, &s, &o, &given);
         assert_eq!(n.len(), 4, "{n:?}");
         assert!(n.iter().all(|x| matches!(x, Note::Ignored { .. })));
+        assert!(notes(Strategy::RUNAHEAD, &s, &o, &given[1..]).is_empty());
+        let n = notes(Strategy::HEADINFER, &s, &o, &given[1..]);
+        assert_eq!(n.len(), 3);
         assert!(
-            notes(
-                Strategy::Runahead,
-                &s,
-                &{
-                    let mut o = o.clone();
-                    o.headinfer.chunk_tokens = None;
-                    o
-                },
-                true,
-                &link
+            n.iter().all(
+                |x| matches!(x, Note::Ignored { read_by, .. } if *read_by == Strategy::RUNAHEAD)
             )
-            .is_empty()
         );
-        assert_eq!(notes(Strategy::HeadInfer, &s, &o, false, &link).len(), 2);
+        assert_eq!(notes(Strategy::HEADINFER, &s, &o, &given[..1]), []);
     }
 
     fn raw() -> RawScenario {
@@ -989,7 +1024,7 @@ mod tests {
     #[test]
     fn strategy_defaults_and_overlay() {
         let sc = raw().resolve().unwrap();
-        assert_eq!(sc.strategy, Strategy::Kvpr);
+        assert_eq!(sc.strategy, Strategy::KVPR);
         assert_eq!(
             (sc.shape.batch, sc.shape.prompt, sc.shape.gen_len),
             (DEFAULT_BATCH, DEFAULT_PROMPT, DEFAULT_GEN)
@@ -1006,7 +1041,7 @@ mod tests {
         file.workload.prompt = Some(64);
         file.runahead.link_gbps = Some(10.0);
         let sc = file.overlay(flags).resolve().unwrap();
-        assert_eq!(sc.strategy, Strategy::Runahead);
+        assert_eq!(sc.strategy, Strategy::RUNAHEAD);
         assert_eq!(
             (sc.shape.batch, sc.shape.prompt, sc.shape.gen_len),
             (1, 4096, 1)

@@ -1,10 +1,11 @@
 //! The vocabulary of a plan: strategy, batch shape, options and the plan itself.
 
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
 use serde::Serialize;
 
-use crate::headinfer::details::{HeadInferDetails, HeadInferOptions};
-use crate::offload::kvpr::Split;
-use crate::runahead::details::{RunaheadDetails, RunaheadOptions};
 use kvplan_vocab::error::{Error, Result};
 use kvplan_vocab::host::MemoryKinds;
 use kvplan_vocab::memory::MemoryPlan;
@@ -13,54 +14,52 @@ use kvplan_vocab::schedule::{HostMemory, Schedule};
 /// Most ops a single plan may emit (about 6 GiB of schedule and timeline).
 pub const MAX_OPS: u64 = 50_000_000;
 
-/// How the KV cache is handled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Strategy {
-    /// KV cache on the host; per step, recompute a prefix from activations, transfer the rest.
-    Kvpr,
-    /// KV cache on the host, all of it transferred every step (FlexGen / HF Accelerate offload).
-    FullTransfer,
-    /// Everything resident on the GPU.
-    GpuOnly,
-    /// HeadInfer: KV offloaded per head group, chunked prefill (long contexts).
-    HeadInfer,
-    /// KV-Runahead: prefill split across devices with a point-to-point KV chain (TTFT).
-    Runahead,
-}
+/// A strategy: how the KV cache is handled, by the name its [`Planner`](crate::strategy::Planner)
+/// is registered under ([`crate::registry`]). A small copyable handle: the built-in strategies are
+/// its constants, and [`registry::find`](crate::registry::find) gives the handle of any
+/// registered one.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Strategy(&'static str);
 
 impl Strategy {
-    /// The KV-offload strategies `--compare` runs side by side.
-    pub const ALL: [Strategy; 3] = [Strategy::Kvpr, Strategy::FullTransfer, Strategy::GpuOnly];
+    /// KV cache on the host; per step, recompute a prefix from activations, transfer the rest.
+    pub const KVPR: Strategy = Strategy("kvpr");
+    /// KV cache on the host, all of it transferred every step (FlexGen / HF Accelerate offload).
+    pub const FULL_TRANSFER: Strategy = Strategy("full-transfer");
+    /// Everything resident on the GPU.
+    pub const GPU_ONLY: Strategy = Strategy("gpu-only");
+    /// HeadInfer: KV offloaded per head group, chunked prefill (long contexts).
+    pub const HEADINFER: Strategy = Strategy("headinfer");
+    /// KV-Runahead: prefill split across devices with a point-to-point KV chain (TTFT).
+    pub const RUNAHEAD: Strategy = Strategy("runahead");
 
-    /// Every strategy, for parsing and help text.
-    pub const NAMES: [Strategy; 5] = [
-        Strategy::Kvpr,
-        Strategy::FullTransfer,
-        Strategy::GpuOnly,
-        Strategy::HeadInfer,
-        Strategy::Runahead,
-    ];
+    /// The handle of a strategy named `name` (the registry makes these; see
+    /// [`registry::find`](crate::registry::find) to look a name up).
+    pub(crate) const fn named(name: &'static str) -> Self {
+        Strategy(name)
+    }
 
-    /// The name used on the command line.
+    /// The name used on the command line and in scenario files.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Strategy::Kvpr => "kvpr",
-            Strategy::FullTransfer => "full-transfer",
-            Strategy::GpuOnly => "gpu-only",
-            Strategy::HeadInfer => "headinfer",
-            Strategy::Runahead => "runahead",
-        }
+        self.0
     }
+}
 
-    /// Parses a command-line name.
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::NAMES.into_iter().find(|x| x.as_str() == s)
+impl fmt::Debug for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
     }
+}
 
-    /// Whether the KV cache lives on the host (KVPR, full transfer).
-    pub fn offloads_kv(self) -> bool {
-        matches!(self, Strategy::Kvpr | Strategy::FullTransfer)
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl Serialize for Strategy {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.0)
     }
 }
 
@@ -74,41 +73,6 @@ pub enum WeightsPlacement {
     Gpu,
     /// On the host, loaded layer by layer.
     Offload,
-}
-
-/// How the KVPR split is chosen.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-#[serde(rename_all = "lowercase", tag = "policy", content = "value")]
-pub enum SplitPolicy {
-    /// The LP optimum per step.
-    Auto,
-    /// A fixed number of recomputed tokens (clamped to the cached length).
-    Tokens(u32),
-}
-
-/// Which per-layer time the KVPR split minimises.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SplitModel {
-    /// The emitted schedule's steady state (default): activations and `W_K,W_V` are prefetched
-    /// during the previous layer, so they cost link time only; the split is then checked on the
-    /// simulated schedule itself (see [`kvpr_splits`](super::split::kvpr_splits)).
-    #[default]
-    Schedule,
-    /// The KVPR paper's Eq. 10, `X(l) + max(R(l), KV(s'-l))` per GPU batch: the activation copy
-    /// is charged in series before recomputation, weights and the layer's other kernels are
-    /// left out. Kept for comparison with the paper.
-    Paper,
-}
-
-impl SplitModel {
-    /// The name used on the command line.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SplitModel::Schedule => "schedule",
-            SplitModel::Paper => "paper",
-        }
-    }
 }
 
 /// The batch being generated: `gpu_batches` GPU batches of `batch` sequences, each with a
@@ -129,14 +93,13 @@ pub struct Shape {
 impl Shape {
     /// The note a plan carries when prompt plus generation passes the model's trained context
     /// (`max_position_embeddings`): simulated anyway, but said.
-    pub fn max_position_note(&self, model: &kvplan_vocab::ModelSpec) -> Option<String> {
+    pub fn max_position_note(&self, model: &kvplan_vocab::ModelSpec) -> Option<PlanNote> {
         (self.max_len() > u64::from(model.max_position)).then(|| {
-            format!(
-                "prompt + gen = {} exceeds {}'s max_position_embeddings ({}); simulated anyway",
-                self.max_len(),
-                model.name,
-                model.max_position
-            )
+            PlanNote::new(PastTrainedLength {
+                tokens: self.max_len(),
+                model: model.name.clone(),
+                max_position: model.max_position,
+            })
         })
     }
 
@@ -210,8 +173,9 @@ impl Shape {
     }
 }
 
-/// Options of a plan.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// Options of a plan: where the weights and the host's copies live, which every planner reads,
+/// and each strategy's own options ([`StrategyOptions`]), which only that strategy reads.
+#[derive(Debug, Clone)]
 pub struct Options {
     /// Where weights live.
     pub weights: WeightsPlacement,
@@ -219,16 +183,10 @@ pub struct Options {
     pub host_memory: HostMemory,
     /// Host memory kind per tensor class (an implementation profile's), replacing
     /// `host_memory` for the offload plans' copies when set.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryKinds>,
-    /// KVPR split policy.
-    pub split: SplitPolicy,
-    /// What the automatic KVPR split minimises.
-    pub split_model: SplitModel,
-    /// HeadInfer options.
-    pub headinfer: HeadInferOptions,
-    /// KV-Runahead options.
-    pub runahead: RunaheadOptions,
+    /// Each strategy's own options, by type (KVPR's split, HeadInfer's group and chunk,
+    /// KV-Runahead's devices): a strategy reads its own with [`StrategyOptions::get`].
+    pub strategy: StrategyOptions,
 }
 
 impl Default for Options {
@@ -237,10 +195,7 @@ impl Default for Options {
             weights: WeightsPlacement::Auto,
             host_memory: HostMemory::Pinned,
             memory: None,
-            split: SplitPolicy::Auto,
-            split_model: SplitModel::Schedule,
-            headinfer: Default::default(),
-            runahead: Default::default(),
+            strategy: StrategyOptions::default(),
         }
     }
 }
@@ -251,72 +206,200 @@ impl Options {
         self.memory
             .unwrap_or_else(|| MemoryKinds::uniform(self.host_memory))
     }
+
+    /// These options with a strategy's own options set to `value` (see [`StrategyOptions`]).
+    pub fn with<T: Any + fmt::Debug + Clone + Send + Sync>(mut self, value: T) -> Self {
+        self.strategy.set(value);
+        self
+    }
+
+    /// A strategy's own options of type `T`: those set, or `T`'s default.
+    pub fn get<T: Any + Default + Clone>(&self) -> T {
+        self.strategy.get::<T>()
+    }
 }
 
-/// The split decision of one decode step.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct StepSplit {
-    /// Decode step (1-based).
-    pub step: u32,
-    /// Cached tokens `s'`.
-    pub seq_len: u32,
-    /// The decision.
-    #[serde(flatten)]
-    pub split: Split,
+/// Each strategy's own options, one value per type: the strategy's folder defines the type
+/// (`HeadInferOptions`, `RunaheadOptions`, `KvprOptions`) and reads it back; the plan types know
+/// none of them. A type never set reads as its `Default`.
+#[derive(Clone, Default)]
+pub struct StrategyOptions(Vec<Arc<dyn StrategyOption>>);
+
+/// What a strategy's options type is: any cloneable, printable value.
+pub trait StrategyOption: Any + fmt::Debug + Send + Sync {}
+impl<T: Any + fmt::Debug + Send + Sync> StrategyOption for T {}
+
+impl StrategyOptions {
+    /// Sets the options of type `T` (replacing any set before).
+    pub fn set<T: Any + fmt::Debug + Clone + Send + Sync>(&mut self, value: T) {
+        self.0.retain(|v| !(v.as_ref() as &dyn Any).is::<T>());
+        self.0.push(Arc::new(value));
+    }
+
+    /// The options of type `T`, if set.
+    pub fn find<T: Any>(&self) -> Option<&T> {
+        self.0
+            .iter()
+            .find_map(|v| (v.as_ref() as &dyn Any).downcast_ref::<T>())
+    }
+
+    /// The options of type `T`: those set, or `T`'s default.
+    pub fn get<T: Any + Default + Clone>(&self) -> T {
+        self.find::<T>().cloned().unwrap_or_default()
+    }
 }
 
-/// What a strategy's planner decided.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Decisions {
-    /// Full transfer and gpu-only: nothing beyond the weight placement.
-    None,
-    /// KVPR: the split of every decode step.
-    Kvpr(Vec<StepSplit>),
-    /// HeadInfer: the head group and prefill chunk.
-    HeadInfer(HeadInferDetails),
-    /// KV-Runahead: the partition and device count.
-    Runahead(RunaheadDetails),
+impl fmt::Debug for StrategyOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.0.iter()).finish()
+    }
 }
+
+/// What a strategy's planner decided, as data its folder defines (KVPR's per-step splits,
+/// HeadInfer's group and chunk, KV-Runahead's partition): the plan types know none of them.
+/// A front end reads a strategy's decisions back with [`Decisions::get`].
+pub trait Details: Any + fmt::Debug + Send + Sync {
+    /// The key the decisions take in a plan's JSON (`splits`, `headinfer`, `runahead`).
+    fn key(&self) -> &'static str;
+    /// The decisions as JSON.
+    fn to_json(&self) -> serde_json::Value;
+}
+
+/// A plan's decisions: nothing beyond the weight placement (full transfer, gpu-only), or its
+/// strategy's [`Details`].
+#[derive(Debug, Clone, Default)]
+pub struct Decisions(Option<Arc<dyn Details>>);
 
 impl Decisions {
-    /// KVPR's per-step splits (empty for other strategies).
-    pub fn splits(&self) -> &[StepSplit] {
-        match self {
-            Decisions::Kvpr(s) => s,
-            _ => &[],
-        }
+    /// No decisions beyond the weight placement.
+    pub fn none() -> Self {
+        Decisions(None)
     }
 
-    /// HeadInfer's decisions, for a HeadInfer plan.
-    pub fn headinfer(&self) -> Option<&HeadInferDetails> {
-        match self {
-            Decisions::HeadInfer(d) => Some(d),
-            _ => None,
-        }
+    /// The decisions `details`.
+    pub fn new(details: impl Details) -> Self {
+        Decisions(Some(Arc::new(details)))
     }
 
-    /// KV-Runahead's decisions, for a KV-Runahead plan.
-    pub fn runahead(&self) -> Option<&RunaheadDetails> {
-        match self {
-            Decisions::Runahead(d) => Some(d),
-            _ => None,
-        }
+    /// The decisions, if they are a `T`.
+    pub fn get<T: Details>(&self) -> Option<&T> {
+        self.0
+            .as_deref()
+            .and_then(|d| (d as &dyn Any).downcast_ref::<T>())
+    }
+
+    /// The decisions, if any.
+    pub fn details(&self) -> Option<&dyn Details> {
+        self.0.as_deref()
     }
 }
 
-/// Serialises as a map to flatten into [`Plan`]: `splits` always (empty unless KVPR, as scripts
-/// read it), `headinfer` / `runahead` for those plans.
+/// Serialises as a map to flatten into [`Plan`]: `splits` always (empty unless the strategy's
+/// decisions are its splits, as scripts read it), and the decisions under their key.
 impl Serialize for Decisions {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
         let mut map = s.serialize_map(None)?;
-        map.serialize_entry("splits", self.splits())?;
-        match self {
-            Decisions::HeadInfer(d) => map.serialize_entry("headinfer", d)?,
-            Decisions::Runahead(d) => map.serialize_entry("runahead", d)?,
-            Decisions::None | Decisions::Kvpr(_) => {}
+        match self.details() {
+            Some(d) if d.key() == "splits" => map.serialize_entry("splits", &d.to_json())?,
+            Some(d) => {
+                map.serialize_entry("splits", &[] as &[()])?;
+                map.serialize_entry(d.key(), &d.to_json())?;
+            }
+            None => map.serialize_entry("splits", &[] as &[()])?,
         }
         map.end()
+    }
+}
+
+/// What a note on a plan is: data its strategy's folder defines (which decision, which limit
+/// bound, by how much), worded by [`NoteData::render`] with each scenario field named as the
+/// front end names it.
+pub trait NoteData: Any + fmt::Debug + Send + Sync {
+    /// The note in one line, each scenario field (`offload.weights`) named by `name` (a command
+    /// line gives its flag, `--weights`).
+    fn render(&self, name: &dyn Fn(&str) -> String) -> String;
+}
+
+/// A note on a plan: a decision the user should know of, or a warning. [`PlanNote::get`] reads
+/// its data back; `Display` (and JSON) word it with each field as `` `offload.weights` ``, and a
+/// front end words it in its own names with [`PlanNote::worded`].
+#[derive(Debug, Clone)]
+pub struct PlanNote(Arc<dyn NoteData>);
+
+impl PlanNote {
+    /// The note of `data`.
+    pub fn new(data: impl NoteData) -> Self {
+        PlanNote(Arc::new(data))
+    }
+
+    /// A note that is only text (already worded).
+    pub fn text(text: impl Into<String>) -> Self {
+        PlanNote::new(Worded(text.into()))
+    }
+
+    /// The note's data, if it is a `T`.
+    pub fn get<T: NoteData>(&self) -> Option<&T> {
+        (self.0.as_ref() as &dyn Any).downcast_ref::<T>()
+    }
+
+    /// The note in one line, each field named by `name`.
+    pub fn render(&self, name: &dyn Fn(&str) -> String) -> String {
+        self.0.render(name)
+    }
+
+    /// The note worded once with `name`: what a front end hands its reports.
+    pub fn worded(&self, name: &dyn Fn(&str) -> String) -> Self {
+        PlanNote::text(self.render(name))
+    }
+}
+
+/// A note already worded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Worded(pub String);
+
+impl NoteData for Worded {
+    fn render(&self, _: &dyn Fn(&str) -> String) -> String {
+        self.0.clone()
+    }
+}
+
+impl fmt::Display for PlanNote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.render(&|field| format!("`{field}`")))
+    }
+}
+
+/// Two notes are equal when they read the same.
+impl PartialEq for PlanNote {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_string() == other.to_string()
+    }
+}
+
+impl Serialize for PlanNote {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// A shape longer than the model was trained for: planned anyway, but said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PastTrainedLength {
+    /// `prompt + gen`.
+    pub tokens: u64,
+    /// The model.
+    pub model: String,
+    /// Its `max_position_embeddings`.
+    pub max_position: u32,
+}
+
+impl NoteData for PastTrainedLength {
+    fn render(&self, _: &dyn Fn(&str) -> String) -> String {
+        format!(
+            "prompt + gen = {} exceeds {}'s max_position_embeddings ({}); simulated anyway",
+            self.tokens, self.model, self.max_position
+        )
     }
 }
 
@@ -354,7 +437,7 @@ pub struct Plan {
     #[serde(flatten)]
     pub decisions: Decisions,
     /// Things the user should know (auto decisions, warnings).
-    pub notes: Vec<String>,
+    pub notes: Vec<PlanNote>,
     /// The schedule.
     #[serde(skip)]
     pub schedule: Schedule,

@@ -477,8 +477,11 @@ fn adaptive_groups_follow_the_papers_policy_on_the_4090() {
     // the fastest is no larger a group than the paper's (smaller groups leave room for larger
     // chunks, which prefetch less), and no slower than the paper's choice (4, 10K).
     let s = shape(1_024_000);
-    let p = plan(&m, &hw, &cost, &s, Strategy::HeadInfer, &Options::default()).unwrap();
-    let d = p.decisions.headinfer().unwrap();
+    let p = plan(&m, &hw, &cost, &s, Strategy::HEADINFER, &Options::default()).unwrap();
+    let d = p
+        .decisions
+        .get::<kvplan_planner::headinfer::HeadInferDetails>()
+        .unwrap();
     assert!(d.heads_per_group <= 4, "{}", d.heads_per_group);
     assert_eq!(d.heads_per_group * d.groups_per_layer, 8);
     assert!(d.chunk_tokens >= DEFAULT_CHUNK_TOKENS, "{}", d.chunk_tokens);
@@ -502,7 +505,11 @@ fn adaptive_groups_follow_the_papers_policy_on_the_4090() {
         d.roofline_chunk_tokens
     );
     assert!(
-        p.weights_on_gpu && p.decisions.splits().is_empty() && p.decisions.runahead().is_none()
+        p.weights_on_gpu
+            && kvplan_planner::plan::splits(&p.decisions).is_empty()
+            && p.decisions
+                .get::<kvplan_planner::runahead::RunaheadDetails>()
+                .is_none()
     );
     assert!(p.memory.gpu_bytes() <= hw.gpu.usable_bytes());
     assert_eq!(
@@ -517,30 +524,36 @@ fn adaptive_groups_follow_the_papers_policy_on_the_4090() {
         .map(|s| s.name.as_str())
         .collect();
     assert_eq!(names, ["gpu0.compute", "gpu0.h2d", "gpu0.d2h"]);
-    assert!(p.notes.iter().any(|n| n.contains("adaptive head groups")));
+    assert!(p.notes.iter().any(|n| matches!(
+        n.get(),
+        Some(headinfer::HeadInferNote::AdaptiveGroups { .. })
+    )));
 }
 
 #[test]
 fn fixed_choices_are_kept_and_checked() {
     let (m, hw) = (llama(), rtx4090_512());
     let cost = CostModel::new(&hw);
-    let opts = |g: Option<u32>, c: Option<u32>| Options {
-        headinfer: headinfer::HeadInferOptions {
+    let opts = |g: Option<u32>, c: Option<u32>| {
+        Options::default().with(headinfer::HeadInferOptions {
             heads_per_group: g,
             chunk_tokens: c,
-        },
-        ..Options::default()
+        })
     };
     let p = plan(
         &m,
         &hw,
         &cost,
         &shape(100_000),
-        Strategy::HeadInfer,
+        Strategy::HEADINFER,
         &opts(Some(2), Some(4096)),
     )
     .unwrap();
-    let d = p.decisions.headinfer().cloned().unwrap();
+    let d = p
+        .decisions
+        .get::<kvplan_planner::headinfer::HeadInferDetails>()
+        .cloned()
+        .unwrap();
     assert_eq!(
         (d.heads_per_group, d.chunk_tokens, d.adaptive),
         (2, 4096, false)
@@ -551,7 +564,7 @@ fn fixed_choices_are_kept_and_checked() {
         &hw,
         &cost,
         &shape(1_024_000),
-        Strategy::HeadInfer,
+        Strategy::HEADINFER,
         &opts(Some(8), None),
     )
     .unwrap_err();
@@ -566,7 +579,7 @@ fn fixed_choices_are_kept_and_checked() {
         &hw,
         &cost,
         &shape(1000),
-        Strategy::HeadInfer,
+        Strategy::HEADINFER,
         &opts(Some(3), None),
     )
     .unwrap_err();
@@ -582,11 +595,18 @@ fn fixed_choices_are_kept_and_checked() {
         &hw,
         &cost,
         &shape(3000),
-        Strategy::HeadInfer,
+        Strategy::HEADINFER,
         &opts(None, Some(50_000)),
     )
     .unwrap();
-    assert_eq!(p.decisions.headinfer().cloned().unwrap().chunk_tokens, 3000);
+    assert_eq!(
+        p.decisions
+            .get::<kvplan_planner::headinfer::HeadInferDetails>()
+            .cloned()
+            .unwrap()
+            .chunk_tokens,
+        3000
+    );
 }
 
 #[test]
@@ -594,7 +614,7 @@ fn impossible_requests_are_clear_errors() {
     let (m, hw) = (llama(), rtx4090_512());
     let cost = CostModel::new(&hw);
     let run = |m: &ModelSpec, hw: &HardwareProfile, s: Shape| {
-        plan(m, hw, &cost, &s, Strategy::HeadInfer, &Options::default())
+        plan(m, hw, &cost, &s, Strategy::HEADINFER, &Options::default())
             .unwrap_err()
             .to_string()
     };
@@ -682,7 +702,7 @@ fn layout_for(
             hw,
             &cost,
             &shape(s),
-            Strategy::HeadInfer,
+            Strategy::HEADINFER,
             &Options::default(),
         )
         .ok()
@@ -925,8 +945,11 @@ fn chosen_group_and_chunk_are_within_1_percent_of_brute_force() {
         let all = brute_force(&m, &hw, &s);
         assert!(!all.is_empty(), "{mn} on {hn}: nothing fits");
         let best = all.iter().map(|x| x.2).fold(f64::INFINITY, f64::min);
-        let p = plan(&m, &hw, &cost, &s, Strategy::HeadInfer, &Options::default()).unwrap();
-        let d = p.decisions.headinfer().unwrap();
+        let p = plan(&m, &hw, &cost, &s, Strategy::HEADINFER, &Options::default()).unwrap();
+        let d = p
+            .decisions
+            .get::<kvplan_planner::headinfer::HeadInferDetails>()
+            .unwrap();
         let chosen = kvplan_sim::simulate(&p.schedule, &cost).unwrap().makespan();
         let (worst_g, worst_c, worst) = all
             .iter()
@@ -1081,14 +1104,13 @@ proptest! {
         let cost = CostModel::new(&hw);
         let s = Shape { batch, gpu_batches: 1, prompt: log_ctx.exp2() as u32, gen_len };
         // Skip schedules too big to build quickly in a property test (not the property).
-        match plan(&m, &hw, &cost, &s, Strategy::HeadInfer, &Options {
-            headinfer: headinfer::HeadInferOptions { heads_per_group: None, chunk_tokens: Some(1 << 16) },
-            ..Options::default()
-        }) {
+        match plan(&m, &hw, &cost, &s, Strategy::HEADINFER, &Options::default().with(
+            headinfer::HeadInferOptions { heads_per_group: None, chunk_tokens: Some(1 << 16) },
+        )) {
             Ok(p) => {
                 prop_assert!(p.memory.gpu_bytes() <= hw.gpu.usable_bytes());
                 prop_assert!(p.memory.host_bytes() <= hw.host.ram_bytes);
-                let d = p.decisions.headinfer().cloned().unwrap();
+                let d = p.decisions.get::<kvplan_planner::headinfer::HeadInferDetails>().cloned().unwrap();
                 prop_assert_eq!(m.num_kv_heads % d.heads_per_group, 0);
                 // The adaptive choice is the fastest group that fits (the chunk is fixed here):
                 // every other group either does not fit or is not faster.

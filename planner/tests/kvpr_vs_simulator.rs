@@ -33,16 +33,18 @@ fn decode_latency(c: &Case, split: SplitPolicy, model: SplitModel) -> f64 {
     let options = Options {
         weights: c.weights,
         host_memory: c.host,
+        ..Options::default()
+    }
+    .with(kvplan_planner::plan::KvprOptions {
         split,
         split_model: model,
-        ..Options::default()
-    };
+    });
     let p = kvplan_planner::plan::plan(
         &c.model,
         &c.hw,
         &cost,
         &c.shape,
-        PlanStrategy::Kvpr,
+        PlanStrategy::KVPR,
         &options,
     )
     .expect("the case fits");
@@ -155,7 +157,7 @@ fn check_random(c: &Case) -> Result<(), TestCaseError> {
             &c.hw,
             &cost,
             &c.shape,
-            PlanStrategy::Kvpr,
+            PlanStrategy::KVPR,
             &options
         )
         .is_ok()

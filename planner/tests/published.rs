@@ -89,7 +89,7 @@ fn kvpr_table3_cache_size() {
                 gen_len: 2,
                 ..shape
             },
-            Strategy::FullTransfer,
+            Strategy::FULL_TRANSFER,
             &Options::default(),
         )
         .unwrap();
@@ -97,7 +97,7 @@ fn kvpr_table3_cache_size() {
         let kv = kvplan_planner::plan::memory_plan(
             &m,
             &shape,
-            Strategy::FullTransfer,
+            Strategy::FULL_TRANSFER,
             p.weights_on_gpu,
             false,
         )

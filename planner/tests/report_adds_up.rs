@@ -49,7 +49,7 @@ fn decode_breakdown_never_exceeds_decode_latency() {
         gen_len,
     };
     // The README's scenario: prefetches of step 1 start during prefill.
-    for strategy in [Strategy::Kvpr, Strategy::FullTransfer, Strategy::GpuOnly] {
+    for strategy in [Strategy::KVPR, Strategy::FULL_TRANSFER, Strategy::GPU_ONLY] {
         check(
             "opt-6.7b",
             "a100-40g-pcie4",
@@ -59,7 +59,7 @@ fn decode_breakdown_never_exceeds_decode_latency() {
         );
     }
     // Column-by-column with offloaded weights, a half-duplex-free link, short decode.
-    for strategy in [Strategy::Kvpr, Strategy::FullTransfer] {
+    for strategy in [Strategy::KVPR, Strategy::FULL_TRANSFER] {
         check(
             "opt-30b",
             "a100-40g-pcie4",
@@ -73,7 +73,7 @@ fn decode_breakdown_never_exceeds_decode_latency() {
         "opt-1.3b",
         "t4",
         s(16, 1, 1024, 2),
-        Strategy::Kvpr,
+        Strategy::KVPR,
         WeightsPlacement::Gpu,
     );
 }

@@ -28,7 +28,7 @@ fn simulate_scenario_is_plan_then_simulate() {
     let p = sc.plan().unwrap();
     let t = kvplan_sim::simulate(&p.schedule, &sc.cost_model()).unwrap();
     assert_eq!(run.report, RunReport::new(&p, &t));
-    assert_eq!(run.plan.strategy, Strategy::Kvpr);
+    assert_eq!(run.plan.strategy, Strategy::KVPR);
 }
 
 #[test]
@@ -37,9 +37,9 @@ fn compare_skips_what_does_not_fit_and_keeps_the_order() {
     let sc = scenario("opt-30b", "t4", 4, 64, 3);
     let c = compare(&sc).unwrap();
     let ran: Vec<Strategy> = c.runs.iter().map(|r| r.plan.strategy).collect();
-    assert_eq!(ran, [Strategy::Kvpr, Strategy::FullTransfer]);
+    assert_eq!(ran, [Strategy::KVPR, Strategy::FULL_TRANSFER]);
     assert_eq!(c.skipped.len(), 1);
-    assert_eq!(c.skipped[0].strategy, Strategy::GpuOnly);
+    assert_eq!(c.skipped[0].strategy, Strategy::GPU_ONLY);
     assert!(c.skipped[0].error.is_input_error());
     let r = c.kvpr_vs_full_transfer.unwrap();
     let (k, f) = (&c.runs[0].report, &c.runs[1].report);

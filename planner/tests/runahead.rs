@@ -25,10 +25,7 @@ fn shape(context: u32) -> Shape {
 }
 
 fn opts(devices: u32) -> Options {
-    Options {
-        runahead: RunaheadOptions { devices },
-        ..Options::default()
-    }
+    Options::default().with(RunaheadOptions { devices })
 }
 
 /// `hw` with its peer link at `gbps` (else the profile's), as the scenario resolves it.
@@ -51,12 +48,12 @@ fn run(m: &ModelSpec, hw: &str, devices: u32, gbps: Option<f64>, context: u32) -
         &hw,
         &cost,
         &shape(context),
-        Strategy::Runahead,
+        Strategy::RUNAHEAD,
         &opts(devices),
     )
     .unwrap()
     .decisions
-    .runahead()
+    .get::<kvplan_planner::runahead::RunaheadDetails>()
     .cloned()
     .unwrap()
 }
@@ -508,8 +505,11 @@ fn schedule_has_the_chain_shape() {
     let cost = CostModel::new(&hw);
     let mut s = shape(8192);
     s.gen_len = 4;
-    let p = plan(&m, &hw, &cost, &s, Strategy::Runahead, &opts(3)).unwrap();
-    let d = p.decisions.runahead().unwrap();
+    let p = plan(&m, &hw, &cost, &s, Strategy::RUNAHEAD, &opts(3)).unwrap();
+    let d = p
+        .decisions
+        .get::<kvplan_planner::runahead::RunaheadDetails>()
+        .unwrap();
     assert_eq!(d.devices_used, 3);
     let sched = &p.schedule;
     let streams = sched.streams();
@@ -563,7 +563,10 @@ fn schedule_has_the_chain_shape() {
         m.weight_bytes()
     );
     assert!(
-        p.notes.iter().any(|n| n.contains("decode")),
+        p.notes.iter().any(|n| matches!(
+            n.get(),
+            Some(kvplan_planner::runahead::RunaheadNote::DecodeOnLastDevice { .. })
+        )),
         "{:?}",
         p.notes
     );
@@ -606,7 +609,7 @@ fn errors_name_the_field_and_the_fix() {
         "{e}"
     );
     // Through the shared planner the shape is checked first.
-    let e = plan(&m, &hw, &cost, &shape(0), Strategy::Runahead, &opts(4))
+    let e = plan(&m, &hw, &cost, &shape(0), Strategy::RUNAHEAD, &opts(4))
         .unwrap_err()
         .to_string();
     assert!(e.contains("workload.prompt"), "{e}");
@@ -670,12 +673,12 @@ d2h_pageable = [[4096, 2.0e-5], [67108864, 6.0e-3]]
             hw,
             &CostModel::new(hw),
             &shape(16384),
-            Strategy::Runahead,
+            Strategy::RUNAHEAD,
             &opts(4),
         )
         .unwrap()
         .decisions
-        .runahead()
+        .get::<kvplan_planner::runahead::RunaheadDetails>()
         .cloned()
         .unwrap()
     };
@@ -723,11 +726,14 @@ fn chosen_count_is_within_one_percent_of_the_best_simulated() {
             &hw,
             &cost,
             &shape(ctx),
-            Strategy::Runahead,
+            Strategy::RUNAHEAD,
             &opts(devices),
         )
         .unwrap();
-        let d = p.decisions.runahead().unwrap();
+        let d = p
+            .decisions
+            .get::<kvplan_planner::runahead::RunaheadDetails>()
+            .unwrap();
         let best = d
             .ttft_by_devices_s
             .iter()
@@ -1059,11 +1065,14 @@ fn sixty_four_devices_over_128k_tokens() {
         &hw,
         &cost,
         &shape(131072),
-        Strategy::Runahead,
+        Strategy::RUNAHEAD,
         &opts(64),
     )
     .unwrap();
-    let d = p.decisions.runahead().unwrap();
+    let d = p
+        .decisions
+        .get::<kvplan_planner::runahead::RunaheadDetails>()
+        .unwrap();
     let by: Vec<f64> = d.ttft_by_devices_s.iter().map(|t| t.unwrap()).collect();
     assert_eq!(by.len(), 64);
     let best = by.iter().copied().fold(f64::INFINITY, f64::min);
@@ -1084,9 +1093,12 @@ fn sixty_four_devices_over_128k_tokens() {
     // useful count; the construction made the chosen partition.
     assert!(by[16..50].windows(2).all(|w| w[1] < w[0]), "{by:?}");
     assert!(
-        p.notes
-            .iter()
-            .any(|n| n.contains("cap-balanced construction")),
+        p.notes.iter().any(|n| matches!(
+            n.get(),
+            Some(kvplan_planner::runahead::RunaheadNote::Partition(
+                kvplan_planner::runahead::PartitionFound::Constructed { .. }
+            ))
+        )),
         "{:?}",
         p.notes
     );

@@ -5,10 +5,11 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use kvplan_calibrate::Comparison as Validation;
-use kvplan_planner::headinfer::CapacityReport;
-use kvplan_planner::plan::{Plan, split_problem};
+use kvplan_planner::headinfer::{CapacityReport, HeadInferDetails};
+use kvplan_planner::plan::{KvprOptions, Plan, split_problem, splits};
 use kvplan_planner::report::{RunReport, recompute_fraction, saved_fraction, ttft_speedups};
 use kvplan_planner::run::{Comparison, SimulatedRun};
+use kvplan_planner::runahead::{RunaheadDetails, RunaheadOptions};
 use kvplan_planner::scenario::Scenario;
 use kvplan_vocab::schedule::Category;
 use serde_json::json;
@@ -49,11 +50,11 @@ pub fn describe(p: &Plan) -> String {
 /// `plan kvpr`: the split of every decode step, and why step 1's is what it is (its split
 /// problem on the scenario's cost model, explained by the planner's reason).
 pub fn kvpr_plan(sc: &Scenario, p: &Plan, format: Format) -> Result<String, Error> {
-    let why = p.decisions.splits().first().map(|s| {
+    let why = splits(&p.decisions).first().map(|s| {
         let (gpu, memory, model) = (
             p.weights_on_gpu,
             sc.options.memory_kinds(),
-            sc.options.split_model,
+            sc.options.get::<KvprOptions>().split_model,
         );
         let problem = split_problem(
             &sc.cost_model(),
@@ -66,9 +67,7 @@ pub fn kvpr_plan(sc: &Scenario, p: &Plan, format: Format) -> Result<String, Erro
         );
         s.split.reason.explain(&problem, &s.split)
     });
-    let steps: Vec<serde_json::Value> = p
-        .decisions
-        .splits()
+    let steps: Vec<serde_json::Value> = splits(&p.decisions)
         .iter()
         .map(|s| {
             json!({
@@ -115,8 +114,7 @@ pub fn kvpr_plan(sc: &Scenario, p: &Plan, format: Format) -> Result<String, Erro
                 "bound",
                 "reason",
             ],
-            &p.decisions
-                .splits()
+            &splits(&p.decisions)
                 .iter()
                 .map(|s| {
                     vec![
@@ -165,7 +163,7 @@ pub fn kvpr_plan(sc: &Scenario, p: &Plan, format: Format) -> Result<String, Erro
                 "saved",
                 "bound",
             ]);
-            for s in p.decisions.splits() {
+            for s in splits(&p.decisions) {
                 t.row(&[
                     s.step.to_string(),
                     s.seq_len.to_string(),
@@ -182,6 +180,59 @@ pub fn kvpr_plan(sc: &Scenario, p: &Plan, format: Format) -> Result<String, Erro
                 ]);
             }
             out.push_str(&t.render());
+            Ok(out)
+        }
+    }
+}
+
+/// `plan <strategy>` for a strategy with no report of its own: the plan, its decisions (JSON
+/// under their key; the table prints them as JSON too), memory and notes.
+pub fn any_plan(p: &Plan, format: Format) -> Result<String, Error> {
+    let decisions = p.decisions.details().map(|d| (d.key(), d.to_json()));
+    let fields = [
+        ("strategy", json!(p.strategy)),
+        ("model", json!(p.model)),
+        ("hardware", json!(p.hardware)),
+        ("batch", json!(p.shape.batch)),
+        ("gpu_batches", json!(p.shape.gpu_batches)),
+        ("prompt", json!(p.shape.prompt)),
+        ("gen", json!(p.shape.gen_len)),
+        ("order", json!(p.order)),
+        ("weights_on_gpu", json!(p.weights_on_gpu)),
+        ("host_memory", json!(p.host_memory)),
+        ("peak_gpu_bytes", json!(p.memory.gpu_bytes())),
+        ("peak_host_bytes", json!(p.memory.host_bytes())),
+    ];
+    match format {
+        Format::Json => {
+            let mut v: serde_json::Map<String, serde_json::Value> = fields
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect();
+            v.insert("memory".into(), json!(p.memory));
+            v.insert("notes".into(), json!(p.notes));
+            if let Some((key, d)) = decisions {
+                v.insert(key.into(), d);
+            }
+            json_line(&v)
+        }
+        Format::Csv => {
+            let cell = |v: &serde_json::Value| match v {
+                serde_json::Value::String(s) => s.clone(),
+                v => v.to_string(),
+            };
+            csv_text(
+                &fields.each_ref().map(|(k, _)| *k),
+                &[fields.iter().map(|(_, v)| cell(v)).collect::<Vec<_>>()],
+            )
+        }
+        Format::Table => {
+            let mut out = String::new();
+            let _ = writeln!(out, "{} plan: {}", p.strategy, describe(p));
+            if let Some((key, d)) = decisions {
+                let _ = writeln!(out, "{key}: {d}");
+            }
+            memory_and_notes(&mut out, p);
             Ok(out)
         }
     }
@@ -235,7 +286,7 @@ fn context_plan_json(
 pub fn runahead_plan(sc: &Scenario, p: &Plan, format: Format) -> Result<String, Error> {
     let d = p
         .decisions
-        .runahead()
+        .get::<RunaheadDetails>()
         .ok_or_else(|| Error::Failure("the KV-Runahead planner returned no decisions".into()))?;
     match format {
         Format::Json => context_plan_json(
@@ -244,7 +295,7 @@ pub fn runahead_plan(sc: &Scenario, p: &Plan, format: Format) -> Result<String, 
             p,
             d,
             json!({
-                "devices": sc.options.runahead.devices,
+                "devices": sc.options.get::<RunaheadOptions>().devices,
                 "devices_used": d.devices_used,
                 "partition": d.partition,
                 "ttft_s": d.ttft_s,
@@ -264,7 +315,11 @@ pub fn runahead_plan(sc: &Scenario, p: &Plan, format: Format) -> Result<String, 
             let _ = writeln!(
                 out,
                 "KV-Runahead plan: {} on {}, context {} tokens, {} devices offered, {} used",
-                p.model, p.hardware, sc.shape.prompt, sc.options.runahead.devices, d.devices_used
+                p.model,
+                p.hardware,
+                sc.shape.prompt,
+                sc.options.get::<RunaheadOptions>().devices,
+                d.devices_used
             );
             let _ = writeln!(
                 out,
@@ -302,7 +357,7 @@ pub fn runahead_plan(sc: &Scenario, p: &Plan, format: Format) -> Result<String, 
 pub fn headinfer_plan(sc: &Scenario, p: &Plan, format: Format) -> Result<String, Error> {
     let d = p
         .decisions
-        .headinfer()
+        .get::<HeadInferDetails>()
         .ok_or_else(|| Error::Failure("the HeadInfer planner returned no decisions".into()))?;
     match format {
         Format::Json => context_plan_json(
@@ -353,7 +408,7 @@ pub fn headinfer_plan(sc: &Scenario, p: &Plan, format: Format) -> Result<String,
 /// One line on the planner's decisions: KVPR's split across the decode steps, HeadInfer's
 /// head groups and chunk, KV-Runahead's partition and TTFT.
 pub fn split_summary(p: &Plan) -> Option<String> {
-    if let Some(d) = p.decisions.runahead() {
+    if let Some(d) = p.decisions.get::<RunaheadDetails>() {
         return Some(format!(
             "runahead: {} devices used, partition {:?}; TTFT runahead {}, one device {}, even chain {}, tensor parallel {} (x{:.3} over one device)",
             d.devices_used,
@@ -365,13 +420,13 @@ pub fn split_summary(p: &Plan) -> Option<String> {
             d.speedup
         ));
     }
-    if let Some(d) = p.decisions.headinfer() {
+    if let Some(d) = p.decisions.get::<HeadInferDetails>() {
         return Some(format!(
             "headinfer: {} KV heads per offload group, prefill chunk {} tokens",
             d.heads_per_group, d.chunk_tokens
         ));
     }
-    let (first, last) = (p.decisions.splits().first()?, p.decisions.splits().last()?);
+    let (first, last) = (splits(&p.decisions).first()?, splits(&p.decisions).last()?);
     let frac = |s| pct(recompute_fraction(s));
     Some(format!(
         "kvpr split: recompute {} of {} cached tokens per layer at step {} ({}) .. {} of {} at step {} ({}); `kvplan plan kvpr` shows every step and why",

@@ -227,7 +227,7 @@ fn one_request_equals_gpu_only_plan() {
             &hw,
             &cost,
             &shape,
-            PlanStrategy::GpuOnly,
+            PlanStrategy::GPU_ONLY,
             &Options::default(),
         )
         .unwrap();

@@ -52,7 +52,7 @@ fn schedules() -> Vec<(&'static str, Schedule, CostModel)> {
         &hw,
         &cost,
         &OPT30B_COLUMN,
-        Strategy::Kvpr,
+        Strategy::KVPR,
         &opt30b_options(),
     )
     .unwrap();
@@ -67,7 +67,7 @@ fn schedules() -> Vec<(&'static str, Schedule, CostModel)> {
             prompt: 512,
             gen_len: 32,
         },
-        Strategy::Kvpr,
+        Strategy::KVPR,
         &Options {
             weights: WeightsPlacement::Gpu,
             ..Options::default()
@@ -120,7 +120,7 @@ fn plan_and_simulate(c: &mut Criterion) {
                 &hw,
                 &cost,
                 black_box(&OPT30B_COLUMN),
-                Strategy::Kvpr,
+                Strategy::KVPR,
                 &opts,
             )
             .unwrap();

@@ -461,9 +461,9 @@ fn exports(schedule: &Schedule, timeline: &Timeline) -> (Vec<u8>, Vec<u8>) {
 #[test]
 fn real_plans_simulate_deterministically() {
     for (model, strategy) in [
-        ("opt-125m", PlanStrategy::Kvpr),
-        ("opt-1.3b", PlanStrategy::Kvpr),
-        ("opt-1.3b", PlanStrategy::FullTransfer),
+        ("opt-125m", PlanStrategy::KVPR),
+        ("opt-1.3b", PlanStrategy::KVPR),
+        ("opt-1.3b", PlanStrategy::FULL_TRANSFER),
     ] {
         let (m, hw, cost) = setup(model);
         let shape = Shape {
@@ -525,17 +525,19 @@ fn kvpr_loads_finish_before_their_consumers() {
         // A fixed interior split (the automatic one recomputes everything at this size).
         let opts = Options {
             weights: WeightsPlacement::Gpu,
-            split: kvplan_planner::plan::SplitPolicy::Tokens(100),
             ..Options::default()
-        };
-        let p = plan(&m, &hw, &cost, &shape, PlanStrategy::Kvpr, &opts).unwrap();
+        }
+        .with(kvplan_planner::plan::KvprOptions {
+            split: kvplan_planner::plan::SplitPolicy::Tokens(100),
+            ..Default::default()
+        });
+        let p = plan(&m, &hw, &cost, &shape, PlanStrategy::KVPR, &opts).unwrap();
         assert!(
-            p.decisions
-                .splits()
+            kvplan_planner::plan::splits(&p.decisions)
                 .iter()
                 .all(|s| 0 < s.split.recompute_tokens && s.split.recompute_tokens < s.seq_len),
             "the test needs interior splits: {:?}",
-            p.decisions.splits()
+            kvplan_planner::plan::splits(&p.decisions)
         );
         let t = simulate(&p.schedule, &cost).unwrap();
         let s = &p.schedule;

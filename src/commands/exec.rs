@@ -50,7 +50,8 @@ pub(crate) fn open_backend(b: &BackendArgs) -> Result<Box<dyn Executor>, CliErro
 /// `kvplan exec`.
 pub fn exec(args: &ExecArgs) -> Result<String, CliError> {
     let sc = args.run.run.resolve_executed(args.run.strategy.clone())?;
-    let p = sc.plan()?;
+    let mut p = sc.plan()?;
+    crate::messages::word_notes(&mut p.notes);
     let bar = kvplan_report::progress::bar();
     let timeline = open_backend(&args.backend)?.run_with(&p.schedule, bar.as_ref())?;
     drop(bar);

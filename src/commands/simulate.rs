@@ -7,7 +7,7 @@ use clap::Args;
 use crate::args::*;
 use crate::error::CliError;
 use kvplan_planner::plan::Strategy;
-use kvplan_planner::run::{COMPARED, SimulatedRun, compare, simulate_scenario};
+use kvplan_planner::run::{SimulatedRun, compare, compared, simulate_scenario};
 use kvplan_report as report;
 use kvplan_report::files::write_trace;
 
@@ -34,18 +34,20 @@ pub struct SimulateArgs {
 
 /// `kvplan simulate`.
 pub fn simulate(args: &SimulateArgs) -> Result<String, CliError> {
-    let compared: &[Strategy] = if args.compare { &COMPARED } else { &[] };
-    let sc = args.run.run.resolve(args.run.strategy.clone(), compared)?;
+    let compared: Vec<Strategy> = if args.compare { compared() } else { Vec::new() };
+    let sc = args.run.run.resolve(args.run.strategy.clone(), &compared)?;
     let (trace, format) = (args.trace.as_deref(), args.output.format);
     if !args.compare {
-        let s = simulate_scenario(&sc)?;
+        let mut s = simulate_scenario(&sc)?;
+        crate::messages::word_run(&mut s);
         if let Some(path) = trace {
             write_trace(path, "--trace", &[s.as_run()])?;
         }
         return Ok(report::planner::simulated_run(&s, trace, format)?);
     }
     // --compare: the library's rules pick the strategies and skip those that cannot run.
-    let c = compare(&sc)?;
+    let mut c = compare(&sc)?;
+    c.runs.iter_mut().for_each(crate::messages::word_run);
     if let Some(path) = trace {
         let runs: Vec<_> = c.runs.iter().map(SimulatedRun::as_run).collect();
         write_trace(path, "--trace", &runs)?;

@@ -53,7 +53,8 @@ pub fn validate(args: &ValidateArgs) -> Result<String, CliError> {
             "{b}: the measured times include other work, so the error can exceed --max-error for that alone; measure on a quiet machine"
         ));
     }
-    let s = simulate_scenario(&sc)?;
+    let mut s = simulate_scenario(&sc)?;
+    crate::messages::word_run(&mut s);
     let (p, schedule) = (&s.plan, &s.plan.schedule);
     let measured = open_backend(&args.backend)?.run(schedule)?;
     if let Some(path) = &args.trace {

@@ -24,11 +24,11 @@ pub fn opt125m(strategy: Strategy) -> Schedule {
 /// The same with a fixed KVPR split of `tokens` recomputed tokens per decode step (the auto
 /// split of this small model is 0, so the recompute ops appear only this way).
 pub fn opt125m_recomputing(tokens: u32) -> Schedule {
-    let options = Options {
+    let options = Options::default().with(kvplan_planner::plan::KvprOptions {
         split: SplitPolicy::Tokens(tokens),
-        ..Options::default()
-    };
-    let s = opt125m_with(Strategy::Kvpr, &options);
+        ..Default::default()
+    });
+    let s = opt125m_with(Strategy::KVPR, &options);
     for label in ["recompute_kv", "kv_concat", "load_x", "store_x"] {
         assert!(
             s.ops().iter().any(|o| s.label(o) == label),

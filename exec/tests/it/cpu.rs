@@ -12,7 +12,7 @@ use super::common::{
 
 #[test]
 fn runs_a_kvpr_plan_with_valid_spans() {
-    let s = opt125m(Strategy::Kvpr);
+    let s = opt125m(Strategy::KVPR);
     let mut ex = open(BackendKind::Cpu, 1);
     assert_eq!(ex.info().backend, BackendKind::Cpu);
     let t = ex.run(&s).unwrap();
@@ -28,7 +28,7 @@ fn runs_a_kvpr_plan_with_valid_spans() {
 /// synchronisation (a wait for a finished op) is timed.
 #[test]
 fn host_dispatch_spans_run_from_the_previous_op_to_the_next() {
-    let s = opt125m(Strategy::Kvpr);
+    let s = opt125m(Strategy::KVPR);
     let mut ex = open(BackendKind::Cpu, 1);
     let t = ex.run(&s).unwrap();
     assert_eq!(t.host.len(), s.len());
@@ -52,7 +52,7 @@ fn host_dispatch_spans_run_from_the_previous_op_to_the_next() {
 
 #[test]
 fn runs_a_full_transfer_plan_with_valid_spans() {
-    let s = opt125m(Strategy::FullTransfer);
+    let s = opt125m(Strategy::FULL_TRANSFER);
     let t = open(BackendKind::Cpu, 1).run(&s).unwrap();
     assert_valid(&s, &t, "cpu", 0.0);
 }
@@ -286,7 +286,7 @@ fn runs_a_mixture_of_experts_plan() {
         &hw,
         &CostModel::new(&hw),
         &shape,
-        Strategy::GpuOnly,
+        Strategy::GPU_ONLY,
         &Options::default(),
     )
     .unwrap()
@@ -327,7 +327,7 @@ impl kvplan_vocab::Progress for Heard {
 /// A run reports every op of the warm-up runs and the measured one, ending at the total.
 #[test]
 fn a_run_reports_its_progress() {
-    let s = opt125m(Strategy::Kvpr);
+    let s = opt125m(Strategy::KVPR);
     let heard = Heard::default();
     open(BackendKind::Cpu, 1).run_with(&s, &heard).unwrap();
     let h = heard.0.lock().unwrap();

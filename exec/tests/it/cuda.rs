@@ -46,7 +46,7 @@ fn opening_cuda_without_a_driver_is_an_error_not_a_panic() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn runs_a_kvpr_plan_with_valid_spans() {
-    let s = opt125m(Strategy::Kvpr);
+    let s = opt125m(Strategy::KVPR);
     let mut ex = open(BackendKind::Cuda, 1);
     let t = ex.run(&s).unwrap();
     assert_valid(&s, &t, "cuda", SLACK);
@@ -57,7 +57,7 @@ fn runs_a_kvpr_plan_with_valid_spans() {
     let s = opt125m_recomputing(32);
     let t = ex.run(&s).unwrap();
     assert_valid(&s, &t, "cuda", SLACK);
-    let s = opt125m(Strategy::FullTransfer);
+    let s = opt125m(Strategy::FULL_TRANSFER);
     let t = ex.run(&s).unwrap();
     assert_valid(&s, &t, "cuda", SLACK);
 }

@@ -303,7 +303,7 @@ fn kvpr_with_a_partial_split_runs_on_the_fake_driver() {
 
 #[test]
 fn full_transfer_runs_on_the_fake_driver() {
-    let s = opt125m(Strategy::FullTransfer);
+    let s = opt125m(Strategy::FULL_TRANSFER);
     run_and_check(&s, &FakeGpu::default(), 0);
 }
 
@@ -340,12 +340,15 @@ fn runahead_schedule() -> Schedule {
         prompt: 8192,
         gen_len: 1,
     };
-    let options = Options {
-        runahead: RunaheadOptions { devices: 3 },
-        ..Options::default()
-    };
-    let p = plan(&m, &hw, &cost, &shape, Strategy::Runahead, &options).unwrap();
-    assert_eq!(p.decisions.runahead().unwrap().devices_used, 3);
+    let options = Options::default().with(RunaheadOptions { devices: 3 });
+    let p = plan(&m, &hw, &cost, &shape, Strategy::RUNAHEAD, &options).unwrap();
+    assert_eq!(
+        p.decisions
+            .get::<kvplan_planner::runahead::RunaheadDetails>()
+            .unwrap()
+            .devices_used,
+        3
+    );
     p.schedule
 }
 
@@ -401,10 +404,10 @@ fn the_fake_timeline_is_deterministic() {
 fn buffers_are_reused_and_reallocated_across_schedules_without_hazards() {
     let (mut ex, log) = open(&FakeGpu::default(), 1);
     let schedules = [
-        opt125m(Strategy::FullTransfer),
+        opt125m(Strategy::FULL_TRANSFER),
         every_kind(),
         opt125m_recomputing(32),
-        opt125m(Strategy::FullTransfer),
+        opt125m(Strategy::FULL_TRANSFER),
     ];
     let mut freed = 0;
     for s in &schedules {

@@ -118,15 +118,16 @@ pub fn headinfer_schedule() -> Schedule {
         prompt: 2048,
         gen_len: 3,
     };
-    let options = Options {
-        headinfer: HeadInferOptions {
-            heads_per_group: Some(1),
-            chunk_tokens: Some(512),
-        },
-        ..Options::default()
-    };
-    let p = plan(&model, &hw, &cost, &shape, Strategy::HeadInfer, &options).unwrap();
-    let d = p.decisions.headinfer().cloned().unwrap();
+    let options = Options::default().with(HeadInferOptions {
+        heads_per_group: Some(1),
+        chunk_tokens: Some(512),
+    });
+    let p = plan(&model, &hw, &cost, &shape, Strategy::HEADINFER, &options).unwrap();
+    let d = p
+        .decisions
+        .get::<kvplan_planner::headinfer::HeadInferDetails>()
+        .cloned()
+        .unwrap();
     assert_eq!(
         (d.heads_per_group, d.groups_per_layer, d.prefill_chunks),
         (1, 4, 4)

@@ -335,7 +335,7 @@ pub struct StrategyCapacity {
     pub exceeds_max_position: bool,
 }
 
-/// Capacity of several strategies (`kvplan capacity --format json`).
+/// Capacity of several strategies (`kvplan capacity`'s JSON).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CapacityReport {
     /// Model name.

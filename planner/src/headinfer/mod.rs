@@ -78,7 +78,8 @@ mod memory;
 mod optimiser;
 mod schedule;
 
-use crate::types::{Decisions, Options, Order, Plan, Shape, Strategy};
+use crate::strategy::{Defaults, Input, Planner};
+use crate::types::{Decisions, Options, Order, Plan, PlanNote, Shape, Strategy};
 use kvplan_vocab::cost::CostModel;
 use kvplan_vocab::error::{Error, Result};
 use kvplan_vocab::hardware::HardwareProfile;
@@ -91,14 +92,39 @@ pub use memory::{
     MemStrategy, MemoryBreakdown, MemoryConfig, RUNTIME_RESERVE_BYTES, StrategyCapacity, capacity,
     capacity_report, divisors, memory,
 };
-use memory::{GIB, heads_error, plan_memory};
+use memory::{heads_error, plan_memory};
 pub mod details;
-pub use details::{HeadInferDetails, HeadInferOptions};
+pub use details::{HeadInferDetails, HeadInferNote, HeadInferOptions, LargerGroup};
 pub use optimiser::{
     Candidate, Choice, MAX_CHUNK_TOKENS, MIN_CHUNK_TOKENS, TIE, adaptive_heads_per_group, choose,
     chunk_grid, group_grid, predicted_seconds, roofline_chunk,
 };
 pub use schedule::{Busy, Layout, MAX_OPS, build_schedule, busy_seconds, estimated_ops};
+
+/// HeadInfer's planner (`headinfer`): one long-context sequence unless told otherwise.
+#[derive(Debug, Clone, Copy)]
+pub struct HeadInferPlanner;
+
+impl Planner for HeadInferPlanner {
+    fn name(&self) -> &'static str {
+        "headinfer"
+    }
+
+    fn defaults(&self) -> Defaults {
+        Defaults {
+            batch: 1,
+            ..Defaults::LATENCY
+        }
+    }
+
+    fn reads(&self) -> &'static [&'static str] {
+        &["headinfer.heads_per_group", "headinfer.chunk"]
+    }
+
+    fn plan(&self, i: &Input<'_>) -> Result<Plan> {
+        plan(i.model, i.hw, i.cost, i.shape, i.options)
+    }
+}
 
 /// Plans HeadInfer for `shape` (`shape.prompt` is the context length).
 pub fn plan(
@@ -113,7 +139,7 @@ pub fn plan(
         "headinfer runs one GPU batch (row by row)",
         "headinfer keeps the weights on the GPU and offloads the KV cache",
     )?;
-    let hi = &options.headinfer;
+    let hi = &options.get::<HeadInferOptions>();
     if let Some(g) = hi.heads_per_group
         && (g == 0 || !model.num_kv_heads.is_multiple_of(g))
     {
@@ -134,43 +160,11 @@ pub fn plan(
         "headinfer plan for {} on {} (context {} tokens, batch {})",
         model.name, hw.name, shape.prompt, shape.batch
     );
-    let mut notes = Vec::new();
     // The least memory on the grid: the smallest group with the smallest chunk.
     let (c0, g0) = (chunks[0], groups[0]);
     let least = plan_memory(model, shape, c0, g0);
     if least.peak_gpu > budget {
-        let cap = capacity(
-            model,
-            hw,
-            MemStrategy::HeadInfer,
-            &CapacityOptions {
-                host_ram_bytes: None,
-                config: least.config,
-            },
-        )
-        .map(|c| {
-            c.max_context_tokens
-                .saturating_sub(u64::from(shape.gen_len))
-        })
-        .unwrap_or(0);
-        let advice = if least.weights.saturating_add(least.runtime_reserve) >= budget {
-            "the weights alone do not fit: HeadInfer keeps them on the GPU; use a GPU with more memory or a smaller model".to_string()
-        } else if hi.heads_per_group.is_some_and(|x| x > 1) || hi.chunk_tokens.is_some() {
-            format!(
-                "use fewer heads per group (`headinfer.heads_per_group` 1) or a smaller `headinfer.chunk`, reduce `workload.prompt` to at most {cap} tokens, or use a GPU with more memory"
-            )
-        } else {
-            format!(
-                "the context does not fit even with {g0} KV head per group and a {c0}-token chunk: reduce `workload.prompt` to at most {cap} tokens (the capacity of this model and GPU), or use a GPU with more memory"
-            )
-        };
-        least.memory_plan().check(hw, &what, &advice, "")?;
-        // check() must have failed: the GPU side did not fit.
-        return Err(Error::invalid(
-            "workload.prompt",
-            shape.prompt,
-            "does not fit GPU memory",
-        ));
+        return Err(does_not_fit(model, hw, shape, hi, (g0, c0), &what));
     }
     // The host holds the whole cache whatever the group and chunk: check it before timing.
     least.memory_plan().check(
@@ -180,26 +174,8 @@ pub fn plan(
         "reduce `workload.prompt` or `workload.batch`, or raise host.ram_gib in a profile file",
     )?;
     let Some(choice) = choose(model, hw, cost, shape, host, &groups, &chunks)? else {
-        // Something fits memory but every schedule that fits is over the op limit: build the
-        // one with the fewest ops for build_schedule's error (which names the fix).
-        let fewest = (groups.iter())
-            .flat_map(|&g| {
-                chunks.iter().map(move |&c| Layout {
-                    chunk_tokens: c,
-                    heads_per_group: Some(g),
-                })
-            })
-            .filter(|l| {
-                let (c, g) = (l.chunk_tokens, l.heads_per_group.unwrap_or(1));
-                plan_memory(model, shape, c, g).peak_gpu <= budget
-            })
-            .min_by_key(|l| estimated_ops(model, shape, l))
-            .expect("the least-memory candidate fits");
-        build_schedule(model, shape, &fewest, host)?;
-        return Err(Error::invalid(
-            "workload.prompt",
-            shape.prompt,
-            "no schedule fits",
+        return Err(over_the_op_limit(
+            model, shape, &groups, &chunks, budget, host,
         ));
     };
     let best = choice.best;
@@ -210,42 +186,7 @@ pub fn plan(
     let fit = choice.candidates.len();
     let timed = choice.timed();
     let seconds = best.seconds.unwrap_or(f64::NAN);
-    if adaptive {
-        let bigger = divisors(model.num_kv_heads).into_iter().find(|&x| x > g);
-        let why = match bigger {
-            Some(b) => {
-                let need = plan_memory(model, shape, chunk, b).peak_gpu;
-                if need > budget {
-                    format!(
-                        "{b} per group would need {:.2} GiB of {:.2} GiB usable",
-                        need as f64 / GIB,
-                        budget as f64 / GIB
-                    )
-                } else {
-                    format!("{b} per group fits but is not faster")
-                }
-            }
-            None => "all KV heads of a layer in one group".to_string(),
-        };
-        notes.push(format!(
-            "adaptive head groups: {g} KV heads per group ({groups_per_layer} groups per layer); {why}"
-        ));
-    }
-    notes.push(format!(
-        "chosen by simulated time: {g} KV heads per group, {chunk}-token chunks, {seconds:.3} s (prefill and decode); fastest of {fit} (group, chunk) candidates that fit ({timed} timed, the rest ruled out by a lower bound)"
-    ));
-    if hi.chunk_tokens.is_none() {
-        notes.push(if chunk < roofline {
-            format!(
-                "prefill chunk {chunk} tokens: below the {roofline}-token minimum for compute-bound offloaded attention; prefill waits on PCIe (larger chunks do not fit or are slower)"
-            )
-        } else {
-            format!(
-                "prefill chunk {chunk} tokens (offloaded attention is compute-bound from {roofline} tokens on {})",
-                hw.name
-            )
-        });
-    }
+    let mut notes = choice_notes(model, hw, shape, hi, (g, chunk), roofline, &choice);
     notes.extend(shape.max_position_note(model));
     let layout = Layout {
         chunk_tokens: chunk,
@@ -253,7 +194,7 @@ pub fn plan(
     };
     let schedule = build_schedule(model, shape, &layout, host)?;
     Ok(Plan {
-        strategy: Strategy::HeadInfer,
+        strategy: Strategy::HEADINFER,
         model: model.name.clone(),
         hardware: hw.name.clone(),
         shape: *shape,
@@ -261,7 +202,7 @@ pub fn plan(
         weights_on_gpu: true,
         host_memory: host,
         memory: mem.memory_plan(),
-        decisions: Decisions::HeadInfer(HeadInferDetails {
+        decisions: Decisions::new(HeadInferDetails {
             heads_per_group: g,
             chunk_tokens: chunk,
             groups_per_layer,
@@ -276,4 +217,130 @@ pub fn plan(
         notes,
         schedule,
     })
+}
+
+/// The error when even the least memory on the candidate grid (group `g0`, chunk `c0`) is
+/// over the GPU's: what does not fit, and how far the context would have to shrink.
+fn does_not_fit(
+    model: &ModelSpec,
+    hw: &HardwareProfile,
+    shape: &Shape,
+    hi: &HeadInferOptions,
+    (g0, c0): (u32, u32),
+    what: &str,
+) -> Error {
+    let least = plan_memory(model, shape, c0, g0);
+    let budget = hw.gpu.usable_bytes();
+    let cap = capacity(
+        model,
+        hw,
+        MemStrategy::HeadInfer,
+        &CapacityOptions {
+            host_ram_bytes: None,
+            config: least.config,
+        },
+    )
+    .map(|c| {
+        c.max_context_tokens
+            .saturating_sub(u64::from(shape.gen_len))
+    })
+    .unwrap_or(0);
+    let advice = if least.weights.saturating_add(least.runtime_reserve) >= budget {
+        "the weights alone do not fit: HeadInfer keeps them on the GPU; use a GPU with more memory or a smaller model".to_string()
+    } else if hi.heads_per_group.is_some_and(|x| x > 1) || hi.chunk_tokens.is_some() {
+        format!(
+            "use fewer heads per group (`headinfer.heads_per_group` 1) or a smaller `headinfer.chunk`, reduce `workload.prompt` to at most {cap} tokens, or use a GPU with more memory"
+        )
+    } else {
+        format!(
+            "the context does not fit even with {g0} KV head per group and a {c0}-token chunk: reduce `workload.prompt` to at most {cap} tokens (the capacity of this model and GPU), or use a GPU with more memory"
+        )
+    };
+    match least.memory_plan().check(hw, what, &advice, "") {
+        Err(e) => e,
+        // check() must fail: the GPU side did not fit.
+        Ok(()) => Error::invalid("workload.prompt", shape.prompt, "does not fit GPU memory"),
+    }
+}
+
+/// The error when something fits memory but every schedule that fits is over the op limit:
+/// that of the one with the fewest ops (its builder's error names the fix).
+fn over_the_op_limit(
+    model: &ModelSpec,
+    shape: &Shape,
+    groups: &[u32],
+    chunks: &[u32],
+    budget: u64,
+    host: kvplan_vocab::schedule::HostMemory,
+) -> Error {
+    let fewest = (groups.iter())
+        .flat_map(|&g| {
+            chunks.iter().map(move |&c| Layout {
+                chunk_tokens: c,
+                heads_per_group: Some(g),
+            })
+        })
+        .filter(|l| {
+            let (c, g) = (l.chunk_tokens, l.heads_per_group.unwrap_or(1));
+            plan_memory(model, shape, c, g).peak_gpu <= budget
+        })
+        .min_by_key(|l| estimated_ops(model, shape, l))
+        .expect("the least-memory candidate fits");
+    match build_schedule(model, shape, &fewest, host) {
+        Err(e) => e,
+        Ok(_) => Error::invalid("workload.prompt", shape.prompt, "no schedule fits"),
+    }
+}
+
+/// The notes on the choice of group `g` and chunk `chunk`: why that group (when the planner
+/// chose it), what was timed, and where the chunk stands against the `roofline` chunk.
+fn choice_notes(
+    model: &ModelSpec,
+    hw: &HardwareProfile,
+    shape: &Shape,
+    hi: &HeadInferOptions,
+    (g, chunk): (u32, u32),
+    roofline: u32,
+    choice: &Choice,
+) -> Vec<PlanNote> {
+    let mut notes = Vec::new();
+    if hi.heads_per_group.is_none() {
+        let bigger = divisors(model.num_kv_heads).into_iter().find(|&x| x > g);
+        let larger = match bigger {
+            Some(heads) => {
+                let need_bytes = plan_memory(model, shape, chunk, heads).peak_gpu;
+                let usable_bytes = hw.gpu.usable_bytes();
+                if need_bytes > usable_bytes {
+                    LargerGroup::DoesNotFit {
+                        heads,
+                        need_bytes,
+                        usable_bytes,
+                    }
+                } else {
+                    LargerGroup::NotFaster { heads }
+                }
+            }
+            None => LargerGroup::AllHeads,
+        };
+        notes.push(PlanNote::new(HeadInferNote::AdaptiveGroups {
+            heads_per_group: g,
+            groups_per_layer: model.num_kv_heads / g,
+            larger,
+        }));
+    }
+    notes.push(PlanNote::new(HeadInferNote::Chosen {
+        heads_per_group: g,
+        chunk_tokens: chunk,
+        seconds: choice.best.seconds.unwrap_or(f64::NAN),
+        fit: choice.candidates.len(),
+        timed: choice.timed(),
+    }));
+    if hi.chunk_tokens.is_none() {
+        notes.push(PlanNote::new(HeadInferNote::Chunk {
+            chunk_tokens: chunk,
+            roofline_tokens: roofline,
+            hardware: hw.name.clone(),
+        }));
+    }
+    notes
 }

@@ -4,6 +4,7 @@
 //! builder [`schedule`].
 
 pub mod kvpr;
+pub mod options;
 pub mod schedule;
 pub mod split;
 
@@ -15,11 +16,42 @@ use kvplan_vocab::memory::{
 };
 use kvplan_vocab::model::ModelSpec;
 
+use crate::strategy::{Input, Planner};
 use crate::types::{
-    Decisions, MAX_OPS, Options, Order, Plan, Shape, StepSplit, Strategy, WeightsPlacement,
+    Decisions, MAX_OPS, Options, Order, Plan, PlanNote, Shape, Strategy, WeightsPlacement,
+};
+pub use options::{
+    KvprOptions, OffloadNote, SplitModel, SplitPolicy, Splits, StepSplit, kv_on_host, splits,
 };
 use schedule::{Layout, build_schedule};
 use split::kvpr_splits;
+
+/// The planner of the three strategies that differ only in where the KV cache lives and
+/// whether KVPR's split recomputes part of it: `kvpr`, `full-transfer` and `gpu-only`.
+#[derive(Debug, Clone, Copy)]
+pub struct Offload(pub Strategy);
+
+impl Planner for Offload {
+    fn name(&self) -> &'static str {
+        self.0.as_str()
+    }
+
+    fn compared(&self) -> bool {
+        true
+    }
+
+    fn reads(&self) -> &'static [&'static str] {
+        if self.0 == Strategy::KVPR {
+            &["offload.split"]
+        } else {
+            &[]
+        }
+    }
+
+    fn plan(&self, i: &Input<'_>) -> Result<Plan> {
+        plan(i.model, i.hw, i.cost, i.shape, self.0, i.options)
+    }
+}
 
 /// Peak memory of a strategy. `recompute_activations`: KVPR keeps layer inputs for
 /// recomputation (only when some step recomputes).
@@ -48,7 +80,7 @@ pub fn memory_plan(
         );
         mem.host(MemoryKind::Weights, m.weight_bytes());
     }
-    if strategy.offloads_kv() {
+    if kv_on_host(strategy) {
         mem.gpu(MemoryKind::KvLayerBuffers, 2 * b * len * kv_tok);
         mem.host(
             MemoryKind::KvCache,
@@ -90,8 +122,8 @@ fn fits(mem: &MemoryPlan, hw: &HardwareProfile) -> bool {
 }
 
 /// Plans KVPR, full transfer or gpu-only (`strategy`) for `shape` of `model` on `hw`; the shape
-/// is already validated ([`super::plan`] dispatches here).
-pub(crate) fn plan(
+/// is already validated ([`crate::plan::plan`] dispatches here).
+fn plan(
     model: &ModelSpec,
     hw: &HardwareProfile,
     cost: &CostModel,
@@ -118,18 +150,19 @@ pub(crate) fn plan(
         model.name,
         hw.name
     );
-    let kvpr = strategy == Strategy::Kvpr;
+    let kvpr = strategy == Strategy::KVPR;
     // Splits, whether any step recomputes, and the memory that needs, for one weight placement.
     let decide = |weights_on_gpu: bool| -> Result<(Vec<StepSplit>, bool, MemoryPlan)> {
         let splits = if kvpr {
+            let o = options.get::<KvprOptions>();
             kvpr_splits(
                 cost,
                 model,
                 shape,
                 weights_on_gpu,
                 options.memory_kinds(),
-                options.split,
-                options.split_model,
+                o.split,
+                o.split_model,
             )?
         } else {
             Vec::new()
@@ -139,36 +172,32 @@ pub(crate) fn plan(
         Ok((splits, keeps_x, memory))
     };
     let (weights_on_gpu, (splits, keeps_x, memory)) = match (strategy, options.weights) {
-        (Strategy::GpuOnly, WeightsPlacement::Offload) => {
+        (Strategy::GPU_ONLY, WeightsPlacement::Offload) => {
             return Err(Error::invalid(
                 "offload.weights",
                 "offload",
                 "gpu-only keeps everything on the GPU; use `strategy` kvpr or full-transfer to offload",
             ));
         }
-        (Strategy::GpuOnly, _) | (_, WeightsPlacement::Gpu) => (true, decide(true)?),
+        (Strategy::GPU_ONLY, _) | (_, WeightsPlacement::Gpu) => (true, decide(true)?),
         (_, WeightsPlacement::Offload) => (false, decide(false)?),
         (_, WeightsPlacement::Auto) => {
             let resident = decide(true)?;
             if fits(&resident.2, hw) {
                 (true, resident)
             } else {
-                notes.push(format!(
-                    "weights ({:.1} GiB) do not fit next to the KV buffers and activations: offloaded layer by layer (--weights auto)",
-                    model.weight_bytes() as f64 / (1u64 << 30) as f64
-                ));
+                notes.push(PlanNote::new(OffloadNote::WeightsOffloaded {
+                    weight_bytes: model.weight_bytes(),
+                }));
                 (false, decide(false)?)
             }
         }
     };
     if kvpr && !keeps_x {
-        notes.push(
-            "no decode step recomputes (l = 0 throughout): KVPR is plain KV transfer here, and no activations are kept for recomputation"
-                .into(),
-        );
+        notes.push(PlanNote::new(OffloadNote::NoRecompute));
     }
     let gpu_advice = match (strategy, weights_on_gpu) {
-        (Strategy::GpuOnly, _) => {
+        (Strategy::GPU_ONLY, _) => {
             "offload the KV cache (`strategy` kvpr or full-transfer), or reduce `workload.batch` / `workload.prompt` / `workload.gen`"
         }
         (_, true) => {
@@ -206,10 +235,10 @@ pub(crate) fn plan(
         weights_on_gpu,
         host_memory: options.host_memory,
         memory,
-        decisions: if strategy == Strategy::Kvpr {
-            Decisions::Kvpr(splits)
+        decisions: if kvpr {
+            Decisions::new(Splits(splits))
         } else {
-            Decisions::None
+            Decisions::none()
         },
         notes,
         schedule,
@@ -237,19 +266,17 @@ mod tests {
             prompt: 128,
             gen_len: 8,
         };
-        let p = plan(&m, &hw, &c, &shape, Strategy::Kvpr, &Options::default()).unwrap();
+        let p = plan(&m, &hw, &c, &shape, Strategy::KVPR, &Options::default()).unwrap();
         p.schedule.validate().unwrap();
         assert!(p.weights_on_gpu);
-        assert_eq!(p.decisions.splits().len(), 7);
+        assert_eq!(splits(&p.decisions).len(), 7);
         assert!(
-            p.decisions
-                .splits()
+            splits(&p.decisions)
                 .iter()
                 .all(|s| s.split.recompute_tokens > 0 && s.split.recompute_tokens < s.seq_len)
         );
         assert!(
-            p.decisions
-                .splits()
+            splits(&p.decisions)
                 .windows(2)
                 .all(|w| w[0].split.recompute_tokens <= w[1].split.recompute_tokens)
         );
@@ -264,16 +291,14 @@ mod tests {
             prompt: 1024,
             gen_len: 4,
         };
-        let p = plan(&m, &hw, &c, &shape, Strategy::Kvpr, &Options::default()).unwrap();
+        let p = plan(&m, &hw, &c, &shape, Strategy::KVPR, &Options::default()).unwrap();
         assert!(
-            p.decisions
-                .splits()
+            splits(&p.decisions)
                 .iter()
                 .all(|s| s.split.recompute_tokens == 0)
         );
         assert!(
-            p.decisions
-                .splits()
+            splits(&p.decisions)
                 .iter()
                 .all(|s| s.split.reason == kvpr::Reason::ActivationsNotCheaper)
         );
@@ -288,7 +313,7 @@ mod tests {
             prompt: 512,
             gen_len: 32,
         };
-        let e = plan(&m, &hw, &c, &shape, Strategy::GpuOnly, &Options::default()).unwrap_err();
+        let e = plan(&m, &hw, &c, &shape, Strategy::GPU_ONLY, &Options::default()).unwrap_err();
         let s = e.to_string();
         assert!(
             s.contains("short by") && s.contains("`strategy` kvpr"),
@@ -305,7 +330,7 @@ mod tests {
             prompt: 64,
             gen_len: 3,
         };
-        let p = plan(&m, &hw, &c, &shape, Strategy::Kvpr, &Options::default()).unwrap();
+        let p = plan(&m, &hw, &c, &shape, Strategy::KVPR, &Options::default()).unwrap();
         assert!(!p.weights_on_gpu);
         assert_eq!(p.order, Order::ColumnByColumn);
         let weight_loads = p
@@ -337,8 +362,7 @@ mod tests {
         assert_eq!(units.len(), 2 * 48 * 4);
         // With weights crossing the link anyway, the GPU idles: recompute every cached token.
         assert!(
-            p.decisions
-                .splits()
+            splits(&p.decisions)
                 .iter()
                 .all(|s| s.split.recompute_tokens == s.seq_len)
         );

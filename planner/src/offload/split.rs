@@ -9,8 +9,9 @@ use kvplan_vocab::model::ModelSpec;
 use kvplan_vocab::schedule::OpKind;
 use kvplan_vocab::timeline::last_kernel_end;
 
+use super::options::{SplitModel, SplitPolicy, StepSplit};
 use super::schedule::{Layout, build_schedule};
-use crate::types::{Shape, SplitModel, SplitPolicy, StepSplit, Strategy};
+use crate::types::{Shape, Strategy};
 use kvplan_vocab::layers::{layer_compute_s, recompute_gemm};
 
 /// The split problem of decode step `step` (cost terms from `cost`).
@@ -271,7 +272,7 @@ fn probe_step_s(probe: &Probe, step: u32, l: u32, keeps_x: bool) -> Result<f64> 
     let layout = Layout {
         model: probe.m,
         shape: probe.shape,
-        strategy: Strategy::Kvpr,
+        strategy: Strategy::KVPR,
         weights_on_gpu: probe.weights_on_gpu,
         keeps_x,
         memory: probe.memory,

@@ -112,7 +112,7 @@
 //! # The link
 //!
 //! Peer sends take the [`CostModel`]'s peer link, both in the optimiser ([`ModelCosts`]) and on
-//! the engine. `--link-gbps` / `--link-latency-us` are applied once, where the hardware is
+//! the engine. `runahead.link_gbps` / `runahead.link_latency_us` are applied once, where the hardware is
 //! resolved ([`with_link_override`]), so the plan and `kvplan_sim::simulate` use one link.
 //!
 //! # Memory
@@ -127,7 +127,9 @@ mod optimiser;
 mod schedule;
 
 pub use costs::{Blocks, ChunkCost, ChunkCosts, ModelCosts, even_partition, ttft, ttft_by_layers};
-pub use details::{RunaheadDetails, RunaheadOptions, SearchInfo, TtftByMethod};
+pub use details::{
+    PartitionFound, RunaheadDetails, RunaheadNote, RunaheadOptions, SearchInfo, TtftByMethod,
+};
 pub use optimiser::{
     DeviceOptimum, GRID_CELLS, GRID_DEVICES, Method, Optimum, POLISH_WINDOW, WINDOW, optimise,
     optimise_for_choice, optimise_on_grid, ttft_lower_bound,
@@ -136,7 +138,8 @@ pub use schedule::{chain_schedule, chunk_schedule, tensor_parallel_schedule};
 
 use serde::Serialize;
 
-use crate::types::{Decisions, Options, Order, Plan, Shape, Strategy};
+use crate::strategy::{Defaults, Input, Planner};
+use crate::types::{Decisions, Options, Order, Plan, PlanNote, Shape, Strategy};
 use kvplan_sim::engine::{self, EngineMap};
 use kvplan_vocab::cost::{CostModel, LinkCost};
 use kvplan_vocab::error::{Error, Result};
@@ -155,7 +158,7 @@ pub const DEVICE_TOLERANCE: f64 = 0.01;
 /// GPU). Not an option: the rule is fixed.
 pub const MIN_GAIN: f64 = 0.10;
 
-/// A replacement for a profile's `[peer]` link (`--link-gbps`, `--link-latency-us`). It is
+/// A replacement for a profile's `[peer]` link (`runahead.link_gbps`, `runahead.link_latency_us`). It is
 /// applied once, where the hardware is resolved ([`with_link_override`]); the planner and the
 /// simulator then take the link from the same [`CostModel`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -270,9 +273,39 @@ pub fn choose_devices(candidates: &[Option<f64>]) -> (usize, bool) {
 
 // ---- the plan -------------------------------------------------------------------------------
 
+/// KV-Runahead's planner (`runahead`): one sequence's prefill (time to first token) unless
+/// told otherwise.
+#[derive(Debug, Clone, Copy)]
+pub struct RunaheadPlanner;
+
+impl Planner for RunaheadPlanner {
+    fn name(&self) -> &'static str {
+        "runahead"
+    }
+
+    fn defaults(&self) -> Defaults {
+        Defaults {
+            batch: 1,
+            gen_len: 1,
+        }
+    }
+
+    fn reads(&self) -> &'static [&'static str] {
+        &[
+            "runahead.devices",
+            "runahead.link_gbps",
+            "runahead.link_latency_us",
+        ]
+    }
+
+    fn plan(&self, i: &Input<'_>) -> Result<Plan> {
+        plan(i.model, i.hw, i.cost, i.shape, i.options)
+    }
+}
+
 /// Plans KV-Runahead for `shape` (`shape.prompt` is the context length; `shape.batch`
 /// sequences; `shape.gen_len - 1` decode steps follow on the last device) on `cost`, whose peer
-/// link is the one assumed (apply `--link-gbps` / `--link-latency-us` with
+/// link is the one assumed (apply `runahead.link_gbps` / `runahead.link_latency_us` with
 /// [`with_link_override`] when resolving `hw`, and simulate with the same cost model).
 ///
 /// Fails with [`Error::DoesNotFit`] before any search when the last device cannot hold the
@@ -286,7 +319,86 @@ pub fn plan(
     shape: &Shape,
     options: &Options,
 ) -> Result<Plan> {
-    let ro = &options.runahead;
+    let offered = check_request(shape, options)?;
+    let ctx = Context {
+        model,
+        hw,
+        cost,
+        shape,
+        costs: ModelCosts::new(model, cost, shape.batch),
+        offered,
+    };
+    ctx.check_floor()?;
+    let (opt, simulated) = ctx.search()?;
+    if simulated.iter().all(Option::is_none) {
+        return Err(ctx.least_memory_error(&opt));
+    }
+    let (ci, stayed) = choose_devices(&simulated);
+    let chosen = &opt.by_devices[ci];
+    let runahead = simulated[ci].expect("a candidate");
+    let single = match simulated[0] {
+        Some(t) => t,
+        None => simulated_ttft(model, shape.batch, &[shape.prompt], cost)?,
+    };
+    let mut notes: Vec<PlanNote> = (ctx.device_note(&simulated, ci, stayed, single, runahead))
+        .map(PlanNote::new)
+        .into_iter()
+        .collect();
+    let n = shape.prompt;
+    let even_chain = simulated_ttft(model, shape.batch, &even_partition(n, offered), cost)?;
+    let (tp_sched, tp_sample) = tensor_parallel_schedule(model, shape.batch, n, offered);
+    let tensor_parallel = simulated_end(&tp_sched, cost, tp_sample)?;
+    ctx.check_ops(&chosen.partition)?;
+    let (schedule, _) = chain_schedule(model, shape.batch, &chosen.partition, shape.gen_len);
+    let (memory, dev) = memory::device_memory(model, shape.batch, &chosen.partition, shape.gen_len);
+    notes.push(PlanNote::new(RunaheadNote::FullestDevice {
+        device: dev as u32,
+    }));
+    memory.check(
+        hw,
+        &format!("{}, device {dev}", ctx.what(chosen.partition.len())),
+        ADVICE,
+        "",
+    )?;
+    debug_assert!({
+        let t = ttft(&ctx.costs, &chosen.partition);
+        (t - runahead).abs() <= 1e-9 * runahead
+    });
+    let notes_on_context =
+        ctx.context_notes(simulated[0].is_none(), chosen.partition.len() as u32 - 1);
+    notes.extend(notes_on_context.into_iter().map(PlanNote::new));
+    notes.push(PlanNote::new(RunaheadNote::Partition(partition_found(
+        &opt, chosen,
+    ))));
+    let ttft_s = TtftByMethod {
+        runahead,
+        single_device: single,
+        even_chain,
+        tensor_parallel,
+    };
+    let details = ctx.details(&opt, chosen, simulated, ttft_s, &schedule, &tp_sched);
+    Ok(Plan {
+        strategy: Strategy::RUNAHEAD,
+        model: model.name.clone(),
+        hardware: hw.name.clone(),
+        shape: *shape,
+        order: Order::RowByRow,
+        weights_on_gpu: true,
+        host_memory: options.host_memory,
+        memory,
+        decisions: Decisions::new(details),
+        notes,
+        schedule,
+    })
+}
+
+/// What to change when a plan does not fit: the last device keeps the whole context's KV cache.
+const ADVICE: &str = "reduce `workload.prompt`, `workload.batch` or `workload.gen`: the last device keeps the whole context's KV cache, so more `runahead.devices` only shrink the activations; or use a GPU with more memory";
+
+/// Checks the request KV-Runahead can plan (devices offered, one GPU batch, resident weights);
+/// the devices offered, capped at the context length.
+fn check_request(shape: &Shape, options: &Options) -> Result<u32> {
+    let ro = options.get::<RunaheadOptions>();
     if ro.devices == 0 {
         return Err(Error::invalid(
             "runahead.devices",
@@ -299,260 +411,273 @@ pub fn plan(
         "KV-Runahead prefills one batch",
         "KV-Runahead keeps a replica of the weights on every device",
     )?;
-    let n = shape.prompt;
-    let b = shape.batch;
-    let offered = ro.devices.min(n);
-    let what = |p: usize| {
+    Ok(ro.devices.min(shape.prompt))
+}
+
+/// One plan's inputs, for the phases of [`plan`].
+struct Context<'a> {
+    model: &'a ModelSpec,
+    hw: &'a HardwareProfile,
+    cost: &'a CostModel,
+    shape: &'a Shape,
+    costs: ModelCosts<'a>,
+    offered: u32,
+}
+
+impl Context<'_> {
+    /// The plan's name in memory errors, with `p` devices.
+    fn what(&self, p: usize) -> String {
         format!(
             "runahead plan for {} on {} ({} device{})",
-            model.name,
-            hw.name,
+            self.model.name,
+            self.hw.name,
             p,
             if p == 1 { "" } else { "s" }
         )
-    };
-    let advice = "reduce `workload.prompt`, `workload.batch` or `workload.gen`: the last device keeps the whole context's KV cache, so more `runahead.devices` only shrink the activations; or use a GPU with more memory";
-    // Fail fast: no partition over any number of devices can go below the last device's floor.
-    let floor = memory::floor(model, b, n, shape.gen_len);
-    if floor.gpu_bytes() > hw.gpu.usable_bytes() {
+    }
+
+    /// Fails fast: no partition over any number of devices can go below the last device's
+    /// floor (the whole context's K,V and the weights).
+    fn check_floor(&self) -> Result<()> {
+        let (model, hw, shape) = (self.model, self.hw, self.shape);
+        let floor = memory::floor(model, shape.batch, shape.prompt, shape.gen_len);
+        if floor.gpu_bytes() <= hw.gpu.usable_bytes() {
+            return Ok(());
+        }
         let advice = if model.weight_bytes() > hw.gpu.usable_bytes() {
             "the weights alone exceed one GPU and KV-Runahead keeps a replica on every device; use a GPU with more memory"
         } else {
-            advice
+            ADVICE
         };
         let what = format!(
             "{}, last device, with any partition",
-            what(offered as usize)
+            self.what(self.offered as usize)
         );
-        floor.check(hw, &what, advice, "")?;
+        floor.check(hw, &what, advice, "")
     }
-    let link = cost.peer();
-    let costs = ModelCosts::new(model, cost, b);
-    let fits = |part: &[u32]| {
-        memory::device_memory(model, b, part, shape.gen_len)
+
+    /// Whether `part` fits one GPU's memory on its fullest device.
+    fn fits(&self, part: &[u32]) -> bool {
+        let s = self.shape;
+        memory::device_memory(self.model, s.batch, part, s.gen_len)
             .0
             .gpu_bytes()
-            <= hw.gpu.usable_bytes()
-    };
-    // Every device count's best partition found, simulated on the engine. Counts that cannot
-    // come within the tolerance of the best are pruned; if the best does not fit in memory,
-    // the pruning rested on a candidate that is not one, and the search runs in full.
-    let simulate_all = |opt: &Optimum| -> Result<Vec<Option<f64>>> {
-        opt.by_devices
-            .iter()
-            .map(|d| {
-                fits(&d.partition)
-                    .then(|| simulated_ttft(model, b, &d.partition, cost))
-                    .transpose()
-            })
-            .collect()
-    };
-    let mut opt = optimise_for_choice(&costs, n, offered, DEVICE_TOLERANCE);
-    let mut simulated = simulate_all(&opt)?;
-    let best_found = opt
-        .by_devices
-        .iter()
-        .map(|d| d.ttft_s)
-        .fold(f64::INFINITY, f64::min);
-    let best_fitting = simulated
-        .iter()
-        .flatten()
-        .copied()
-        .fold(f64::INFINITY, f64::min);
-    if opt.by_devices.iter().any(|d| d.pruned) && best_fitting > best_found * (1.0 + 1e-9) {
-        opt = optimise(&costs, n, offered);
-        simulated = simulate_all(&opt)?;
+            <= self.hw.gpu.usable_bytes()
     }
-    if simulated.iter().all(Option::is_none) {
-        // Above the floor, yet no partition found fits: report the one needing least memory.
+
+    /// Every device count's best partition found, and its TTFT simulated on the engine where it
+    /// fits (`None` where it does not). Counts that cannot come within the tolerance of the best
+    /// are pruned; if the best does not fit in memory, the pruning rested on a candidate that is
+    /// not one, and the search runs in full.
+    fn search(&self) -> Result<(Optimum, Vec<Option<f64>>)> {
+        let (n, b) = (self.shape.prompt, self.shape.batch);
+        let simulate_all = |opt: &Optimum| -> Result<Vec<Option<f64>>> {
+            opt.by_devices
+                .iter()
+                .map(|d| {
+                    self.fits(&d.partition)
+                        .then(|| simulated_ttft(self.model, b, &d.partition, self.cost))
+                        .transpose()
+                })
+                .collect()
+        };
+        let mut opt = optimise_for_choice(&self.costs, n, self.offered, DEVICE_TOLERANCE);
+        let mut simulated = simulate_all(&opt)?;
+        let best_found = opt
+            .by_devices
+            .iter()
+            .map(|d| d.ttft_s)
+            .fold(f64::INFINITY, f64::min);
+        let best_fitting = simulated
+            .iter()
+            .flatten()
+            .copied()
+            .fold(f64::INFINITY, f64::min);
+        if opt.by_devices.iter().any(|d| d.pruned) && best_fitting > best_found * (1.0 + 1e-9) {
+            opt = optimise(&self.costs, n, self.offered);
+            simulated = simulate_all(&opt)?;
+        }
+        Ok((opt, simulated))
+    }
+
+    /// Above the floor, yet no partition found fits: the error of the one needing least memory.
+    fn least_memory_error(&self, opt: &Optimum) -> Error {
+        let (model, s) = (self.model, self.shape);
         let d = opt
             .by_devices
             .iter()
             .min_by_key(|d| {
-                memory::device_memory(model, b, &d.partition, shape.gen_len)
+                memory::device_memory(model, s.batch, &d.partition, s.gen_len)
                     .0
                     .gpu_bytes()
             })
             .expect("one device count");
-        let (mem, i) = memory::device_memory(model, b, &d.partition, shape.gen_len);
-        let what = format!("{}, device {i}", what(d.partition.len()));
-        return Err(mem.check(hw, &what, advice, "").err().unwrap_or_else(|| {
-            Error::invalid("workload.prompt", n, "does not fit in GPU memory")
-        }));
+        let (mem, i) = memory::device_memory(model, s.batch, &d.partition, s.gen_len);
+        let what = format!("{}, device {i}", self.what(d.partition.len()));
+        mem.check(self.hw, &what, ADVICE, "")
+            .err()
+            .unwrap_or_else(|| {
+                Error::invalid("workload.prompt", s.prompt, "does not fit in GPU memory")
+            })
     }
-    let (ci, stayed) = choose_devices(&simulated);
-    let chosen = &opt.by_devices[ci];
-    let runahead = simulated[ci].expect("a candidate");
-    let single = match simulated[0] {
-        Some(t) => t,
-        None => simulated_ttft(model, b, &[n], cost)?,
-    };
-    let mut notes = Vec::new();
-    if stayed {
-        let (bi, bt) = simulated
+
+    /// The note on the device count chosen (`ci`, 0-based) when it is not the fastest that
+    /// fits: the prompt stayed on one device (`stayed`), or a count within the tolerance of the
+    /// best was preferred.
+    fn device_note(
+        &self,
+        simulated: &[Option<f64>],
+        ci: usize,
+        stayed: bool,
+        single: f64,
+        runahead: f64,
+    ) -> Option<RunaheadNote> {
+        let best = simulated
             .iter()
             .enumerate()
             .filter_map(|(i, t)| t.map(|t| (i, t)))
-            .min_by(|a, c| a.1.total_cmp(&c.1))
-            .expect("a candidate");
-        notes.push(format!(
-            "{} devices would cut TTFT by only {:.1}% ({:.3} ms -> {:.3} ms; less than {:.0}%): the prompt stays on one device",
-            bi + 1,
-            100.0 * (1.0 - bt / single),
-            single * 1e3,
-            bt * 1e3,
-            100.0 * MIN_GAIN
-        ));
-    } else if let Some((bi, bt)) = simulated
-        .iter()
-        .enumerate()
-        .filter_map(|(i, t)| t.map(|t| (i, t)))
-        .min_by(|a, c| a.1.total_cmp(&c.1))
-        .filter(|&(bi, _)| bi != ci)
-    {
-        notes.push(format!(
-            "{} of {offered} devices used: the best, {} devices, would give {:.3} ms against {:.3} ms ({:+.2}%, within {:.0}%)",
-            ci + 1,
-            bi + 1,
-            bt * 1e3,
-            runahead * 1e3,
-            100.0 * (bt / runahead - 1.0),
-            100.0 * DEVICE_TOLERANCE
-        ));
-    }
-    let even_chain = simulated_ttft(model, b, &even_partition(n, offered), cost)?;
-    let (tp_sched, tp_sample) = tensor_parallel_schedule(model, b, n, offered);
-    let tensor_parallel = simulated_end(&tp_sched, cost, tp_sample)?;
-    let est_ops = chosen.partition.len() as u64 * (u64::from(model.num_layers) * 9 + 4)
-        + u64::from(shape.gen_len) * (u64::from(model.num_layers) * 8 + 3);
-    if est_ops > crate::types::MAX_OPS {
-        return Err(Error::invalid(
-            "workload.gen",
-            shape.gen_len,
-            format!(
-                "the schedule would have about {est_ops} ops (limit {}); reduce `workload.gen`",
-                crate::types::MAX_OPS
-            ),
-        ));
-    }
-    let (schedule, _) = chain_schedule(model, b, &chosen.partition, shape.gen_len);
-    let (memory, dev) = memory::device_memory(model, b, &chosen.partition, shape.gen_len);
-    notes.push(format!(
-        "memory is device {dev}'s, the fullest: every device holds the weights, device i the K,V of tokens 0..s_i + c_i of every layer"
-    ));
-    memory.check(
-        hw,
-        &format!("{}, device {dev}", what(chosen.partition.len())),
-        advice,
-        "",
-    )?;
-    debug_assert!({
-        let t = ttft(&costs, &chosen.partition);
-        (t - runahead).abs() <= 1e-9 * runahead
-    });
-    if simulated[0].is_none() {
-        notes.push(
-            "the single-device baseline would not fit in one GPU's memory (its TTFT is reported anyway)".into(),
-        );
-    }
-    if shape.prompt > model.max_position {
-        notes.push(format!(
-            "context {} exceeds {}'s max_position_embeddings ({}); planned anyway",
-            shape.prompt, model.name, model.max_position
-        ));
-    }
-    let decode_device = chosen.partition.len() as u32 - 1;
-    if shape.gen_len > 1 {
-        notes.push(format!(
-            "TTFT is the prefill; the {} decode steps run on device {decode_device}, the last of the chain, which holds the whole KV cache",
-            shape.gen_len - 1
-        ));
-    }
-    let part = &chosen.partition;
-    let st = costs::starts(part);
-    let peer_bytes_by_device: Vec<u64> = part
-        .iter()
-        .zip(&st)
-        .enumerate()
-        .map(|(i, (&c, &s))| {
-            if i + 1 < part.len() {
-                costs.kv_bytes(s + c) * u64::from(model.num_layers)
-            } else {
-                0
-            }
-        })
-        .collect();
-    let bottleneck = {
-        let (mut w, mut x) = (0.0f64, 0.0f64);
-        for (i, (&c, &s)) in part.iter().zip(&st).enumerate() {
-            w = w.max(costs.chunk(c, s).layer());
-            if i + 1 < part.len() {
-                x = x.max(costs.link(s + c));
-            }
+            .min_by(|a, c| a.1.total_cmp(&c.1));
+        if stayed {
+            let (bi, bt) = best.expect("a candidate");
+            return Some(RunaheadNote::StaysOnOneDevice {
+                best_devices: bi + 1,
+                single_s: single,
+                best_s: bt,
+                min_gain: MIN_GAIN,
+            });
         }
-        if x > w { "link" } else { "compute" }
-    };
-    notes.push(match chosen.method {
-        Method::Grid => format!(
-            "partition by exact Pareto DP over {} grid cells of {} token{}{}",
-            opt.grid_cells,
-            opt.cell_tokens,
-            if opt.cell_tokens == 1 { "" } else { "s" },
-            if opt.exact {
-                " (every partition)"
-            } else {
-                ", refined to single tokens"
+        let (bi, bt) = best.filter(|&(bi, _)| bi != ci)?;
+        Some(RunaheadNote::FewerDevices {
+            used: ci + 1,
+            offered: self.offered,
+            best_devices: bi + 1,
+            best_s: bt,
+            chosen_s: runahead,
+            tolerance: DEVICE_TOLERANCE,
+        })
+    }
+
+    /// Refuses a schedule of more than [`MAX_OPS`](crate::types::MAX_OPS) ops for `part`.
+    fn check_ops(&self, part: &[u32]) -> Result<()> {
+        let (layers, gen_len) = (u64::from(self.model.num_layers), self.shape.gen_len);
+        let est_ops = part.len() as u64 * (layers * 9 + 4) + u64::from(gen_len) * (layers * 8 + 3);
+        if est_ops > crate::types::MAX_OPS {
+            return Err(Error::invalid(
+                "workload.gen",
+                gen_len,
+                format!(
+                    "the schedule would have about {est_ops} ops (limit {}); reduce `workload.gen`",
+                    crate::types::MAX_OPS
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The notes on the context: the single-device baseline that does not fit
+    /// (`single_unfit`), a context past the model's trained length, the decode steps on
+    /// `decode_device`.
+    fn context_notes(&self, single_unfit: bool, decode_device: u32) -> Vec<RunaheadNote> {
+        let (model, shape) = (self.model, self.shape);
+        let mut notes = Vec::new();
+        if single_unfit {
+            notes.push(RunaheadNote::SingleDeviceDoesNotFit);
+        }
+        if shape.prompt > model.max_position {
+            notes.push(RunaheadNote::PastTrainedLength {
+                context: shape.prompt,
+                model: model.name.clone(),
+                max_position: model.max_position,
+            });
+        }
+        if shape.gen_len > 1 {
+            notes.push(RunaheadNote::DecodeOnLastDevice {
+                steps: shape.gen_len - 1,
+                device: decode_device,
+            });
+        }
+        notes
+    }
+
+    /// The decisions of the chosen partition: its TTFT against the baselines, the peer link and
+    /// its bytes, what limits it, and how it was found.
+    fn details(
+        &self,
+        opt: &Optimum,
+        chosen: &DeviceOptimum,
+        simulated: Vec<Option<f64>>,
+        ttft_s: TtftByMethod,
+        schedule: &Schedule,
+        tp_sched: &Schedule,
+    ) -> RunaheadDetails {
+        let (costs, part) = (&self.costs, &chosen.partition);
+        let layers = u64::from(self.model.num_layers);
+        let st = costs::starts(part);
+        let peer_bytes_by_device: Vec<u64> = part
+            .iter()
+            .zip(&st)
+            .enumerate()
+            .map(|(i, (&c, &s))| {
+                if i + 1 < part.len() {
+                    costs.kv_bytes(s + c) * layers
+                } else {
+                    0
+                }
+            })
+            .collect();
+        let bottleneck = {
+            let (mut w, mut x) = (0.0f64, 0.0f64);
+            for (i, (&c, &s)) in part.iter().zip(&st).enumerate() {
+                w = w.max(costs.chunk(c, s).layer());
+                if i + 1 < part.len() {
+                    x = x.max(costs.link(s + c));
+                }
             }
-        ),
-        Method::Constructed => format!(
-            "partition by the cap-balanced construction (every device up to a common cap on layer time and sends, searched over the last chunk and the front's budget), polished by exact Pareto DP over windows of +-{POLISH_WINDOW} tokens"
-        ),
-        Method::Neighbour => "partition from a neighbouring device count's best, with a one-token device added or merged away".into(),
-        Method::Even if part.len() == 1 => "the whole context on one device".into(),
-        Method::Even => "partition: equal chunks (no better one found)".into(),
-    });
-    let peer_bytes = schedule::peer_bytes(&schedule);
-    debug_assert_eq!(peer_bytes, peer_bytes_by_device.iter().sum::<u64>());
-    let details = RunaheadDetails {
-        devices_used: part.len() as u32,
-        partition: part.clone(),
-        ttft_s: TtftByMethod {
-            runahead,
-            single_device: single,
-            even_chain,
-            tensor_parallel,
-        },
-        speedup: single / runahead,
-        devices_offered: offered,
-        speedup_vs_tensor_parallel: tensor_parallel / runahead,
-        ttft_by_devices_s: simulated,
-        decode_device,
-        link_gbps: 1e-9 / link.secs_per_byte,
-        link_latency_us: link.latency_s * 1e6,
-        peer_bytes,
-        peer_bytes_by_device,
-        tensor_parallel_peer_bytes: schedule::peer_bytes(&tp_sched),
-        bottleneck,
-        search: SearchInfo {
+            if x > w { "link" } else { "compute" }
+        };
+        let peer_bytes = schedule::peer_bytes(schedule);
+        debug_assert_eq!(peer_bytes, peer_bytes_by_device.iter().sum::<u64>());
+        let link = self.cost.peer();
+        RunaheadDetails {
+            devices_used: part.len() as u32,
+            partition: part.clone(),
+            speedup: ttft_s.single_device / ttft_s.runahead,
+            devices_offered: self.offered,
+            speedup_vs_tensor_parallel: ttft_s.tensor_parallel / ttft_s.runahead,
+            ttft_s,
+            ttft_by_devices_s: simulated,
+            decode_device: part.len() as u32 - 1,
+            link_gbps: 1e-9 / link.secs_per_byte,
+            link_latency_us: link.latency_s * 1e6,
+            peer_bytes,
+            peer_bytes_by_device,
+            tensor_parallel_peer_bytes: schedule::peer_bytes(tp_sched),
+            bottleneck,
+            search: SearchInfo {
+                grid_cells: opt.grid_cells,
+                cell_tokens: opt.cell_tokens,
+                exact: opt.exact,
+                refine_rounds: chosen.refine_rounds,
+                states: opt.states,
+                local_optimum: chosen.local_optimum,
+            },
+        }
+    }
+}
+
+/// How the chosen partition was found.
+fn partition_found(opt: &Optimum, chosen: &DeviceOptimum) -> PartitionFound {
+    match chosen.method {
+        Method::Grid => PartitionFound::Grid {
             grid_cells: opt.grid_cells,
             cell_tokens: opt.cell_tokens,
             exact: opt.exact,
-            refine_rounds: chosen.refine_rounds,
-            states: opt.states,
-            local_optimum: chosen.local_optimum,
         },
-    };
-    Ok(Plan {
-        strategy: Strategy::Runahead,
-        model: model.name.clone(),
-        hardware: hw.name.clone(),
-        shape: *shape,
-        order: Order::RowByRow,
-        weights_on_gpu: true,
-        host_memory: options.host_memory,
-        memory,
-        decisions: Decisions::Runahead(details),
-        notes,
-        schedule,
-    })
+        Method::Constructed => PartitionFound::Constructed {
+            window: POLISH_WINDOW,
+        },
+        Method::Neighbour => PartitionFound::Neighbour,
+        Method::Even if chosen.partition.len() == 1 => PartitionFound::OneDevice,
+        Method::Even => PartitionFound::Even,
+    }
 }

@@ -2,7 +2,7 @@
 //! split on the simulated schedule (brute force over a 17-point grid of `l`, the rule of
 //! `planner/tests/kvpr_vs_simulator.rs` for large cases), and no worse than plain transfer.
 
-use kvplan_planner::plan::{SplitPolicy, Strategy};
+use kvplan_planner::plan::{KvprOptions, SplitPolicy, Strategy};
 use kvplan_planner::run::simulate_strategy;
 use kvplan_planner::scenario::Scenario;
 
@@ -10,9 +10,10 @@ use crate::common::root;
 
 fn decode_latency(sc: &Scenario, split: SplitPolicy) -> f64 {
     let mut sc = sc.clone();
-    sc.options.split = split;
+    let kvpr = sc.options.get::<KvprOptions>();
+    sc.options.strategy.set(KvprOptions { split, ..kvpr });
     let cost = sc.cost_model();
-    simulate_strategy(&sc, &cost, Strategy::Kvpr)
+    simulate_strategy(&sc, &cost, Strategy::KVPR)
         .unwrap()
         .report
         .decode_latency_s
@@ -71,7 +72,7 @@ fn auto_split_is_within_one_percent_of_the_best_fixed_split_on_every_preset_scen
             .resolve()
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         kinds.push((name, kind));
-        if sc.strategy != Strategy::Kvpr {
+        if sc.strategy != Strategy::KVPR {
             continue;
         }
         let auto = decode_latency(&sc, SplitPolicy::Auto);

@@ -3,7 +3,7 @@
 //! `kvplan_planner::run`, gives the figures the CLI prints.
 
 use kvplan_planner::plan::Strategy;
-use kvplan_planner::run::{COMPARED, compare, simulate_scenario};
+use kvplan_planner::run::{compare, compared, simulate_scenario};
 
 use crate::common::{ok, root, run};
 
@@ -46,9 +46,9 @@ fn compare_through_the_library_matches_the_cli() {
         .resolve()
         .unwrap();
     let c = compare(&scenario).unwrap();
-    assert_eq!(c.runs.len() + c.skipped.len(), COMPARED.len());
-    let kvpr = &c.get(Strategy::Kvpr).unwrap().report;
-    let full = &c.get(Strategy::FullTransfer).unwrap().report;
+    assert_eq!(c.runs.len() + c.skipped.len(), compared().len());
+    let kvpr = &c.get(Strategy::KVPR).unwrap().report;
+    let full = &c.get(Strategy::FULL_TRANSFER).unwrap().report;
     let ratios = c.kvpr_vs_full_transfer.unwrap();
     assert_eq!(
         ratios.decode_latency_ratio,
