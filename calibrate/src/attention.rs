@@ -1,11 +1,11 @@
 //! Fitting a profile's `[kernels.attention]` from a measured attention table:
-//! `kvplan calibrate --from-table FILE` on a CSV whose header is
+//! `kvplan calibrate` with its from-table option naming a CSV whose header is
 //! `phase,batch_size,query_tokens_per_seq,kv_tokens_per_seq,median_ms_per_layer`.
 //!
 //! Each row is one attention call of one layer: `batch_size` sequences, each computing
 //! `query_tokens_per_seq` new tokens (1 in `decode`) against `kv_tokens_per_seq` tokens already
 //! cached, with the median device time in milliseconds. The table carries no model shape: the
-//! heads come from the model it was measured on (`--model`).
+//! heads come from the model it was measured on (the `model` option).
 //!
 //! The measurements Vidur published were taken through Sarathi's FlashAttention wrapper, which
 //! calls `flash_attn_with_kvcache` with the new tokens' K and V: the kernel appends them to the
@@ -28,7 +28,7 @@ pub use kvplan_vocab::attention::Heads;
 use kvplan_vocab::attention::{AttentionBatch, AttentionWork, BLOCK_Q};
 use kvplan_vocab::kernel_model::{AttentionFit, KvAppend};
 
-use crate::Error;
+use crate::error::Error;
 use crate::fit::nelder_mead;
 use crate::table::{
     ErrorStat, TableRows, logit, median, p90, read_table_text, round4, sigmoid, stat, table_error,

@@ -10,7 +10,7 @@
 //! bandwidth`; where the host binds, it is the issue time. The single-copy latency less the
 //! setup is the completion (`[link] copy_completion_us`).
 
-use crate::Error;
+use crate::error::Error;
 
 /// One chain of equal copies.
 #[derive(Debug, Clone, Copy, PartialEq)]

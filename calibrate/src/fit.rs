@@ -1,8 +1,8 @@
 //! Fitting measurements into the profile's kernel models.
 
-use kvplan_vocab::calibration::KernelFit;
+use kvplan_vocab::calibration::{Curve, KernelFit};
 
-use crate::Error;
+use crate::error::Error;
 
 /// Least squares `t = a + c x` with `a >= 0` and `c > 0`. Falls back to a line through the origin
 /// when the intercept comes out negative, and to the median `t / x` when the slope is not
@@ -86,9 +86,28 @@ pub fn attention(points: &[(f64, f64, f64, bool)]) -> Result<KernelFit, Error> {
     })
 }
 
+/// Makes a measured curve usable as a table: sizes strictly increasing, times non-decreasing
+/// (a later, larger copy measured faster than a smaller one is noise: it takes the running max).
+pub fn monotone_curve(mut points: Vec<(u64, f64)>) -> Curve {
+    points.sort_by_key(|p| p.0);
+    points.dedup_by_key(|p| p.0);
+    let mut best = 0.0f64;
+    for p in &mut points {
+        best = best.max(p.1);
+        p.1 = best;
+    }
+    Curve(points)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn monotone_curve_sorts_and_takes_running_max() {
+        let c = monotone_curve(vec![(4096, 2e-5), (1024, 1e-5), (16384, 1.5e-5)]);
+        assert_eq!(c.0, vec![(1024, 1e-5), (4096, 2e-5), (16384, 2e-5)]);
+    }
 
     #[test]
     fn line_recovers_intercept_and_slope() {

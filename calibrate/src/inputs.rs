@@ -12,8 +12,10 @@ use kvplan_serve::runs::StageRun;
 use kvplan_vocab::hardware::ProfileFile;
 use kvplan_vocab::{HardwareProfile, ModelSpec};
 
+use crate::error::Error;
+use crate::plan::{Measurements, Plan};
+use crate::profile::{build_profile, today};
 use crate::runs::RunsFit;
-use crate::{Error, Measurements, Plan, build_profile};
 
 /// How the caller names what it was given, for messages and provenance comments.
 #[derive(Debug, Clone, Copy)]
@@ -112,7 +114,7 @@ impl Measuring {
             m.info.backend.as_str(),
             m.info.name,
             m.info.driver,
-            crate::today(),
+            today(),
             l.command,
             if self.quick {
                 format!(" {}", l.quick)
@@ -185,7 +187,8 @@ pub fn fit_table(
     let opts = FitOptions::from_base(&base, sms, source);
     let section = fit_kernels(&measured.samples, &base, &opts)?;
     let report = error_report(&kernel_model(&section, &base), &measured.samples);
-    let kernels = kernels_toml(&section, &fitted_by);
+    let inherited = format!("not in the table: kept from the {} profile", l.base);
+    let kernels = kernels_toml(&section, &fitted_by, &inherited);
     let profile = replace_kernels(&base_text, &kernels);
     HardwareProfile::from_toml_str(&profile, "the fitted profile")?;
     let report = format!(
@@ -374,6 +377,7 @@ pub fn fit_runs(
         &base_name,
         fit_requests,
         crate::runs::FIT_ITERATIONS,
+        &format!("`{} {}`", l.command, l.runs),
         progress,
     )
     .map_err(|e| Error::Input(format!("{}: {e}", l.runs)))?;
@@ -383,6 +387,13 @@ pub fn fit_runs(
             |s| s.to_string_lossy().into_owned(),
         )
     });
-    let toml = fit.profile_toml(&file_name(runs), &base_name, &name);
+    let command = format!(
+        "{} {} {} {} {base_name}",
+        l.command,
+        l.runs,
+        file_name(runs),
+        l.base
+    );
+    let toml = fit.profile_toml(&command, &base_name, &name);
     Ok(RunsFitted { fit, base, toml })
 }

@@ -16,7 +16,7 @@
 //! schedule run twice (one warm-up run). The H100 preset's cost model puts one pass over all
 //! points at about 0.13 s of device time (the GEMMs at 4096 tokens dominate); with every launch
 //! costing the host at least 5 us the sweep is about 3 s ([`estimate_seconds`]; a test keeps the
-//! estimate under 30 s), next to the copy sweep's minutes. `--quick` (two models, 5
+//! estimate under 30 s), next to the copy sweep's minutes. A quick run (two models, 5
 //! repetitions) takes well under half of that.
 
 use kvplan_exec::Executor;
@@ -28,8 +28,8 @@ use kvplan_vocab::layers::forward_ops;
 use kvplan_vocab::schedule::{ElemKind, OpKind, StreamKind};
 use kvplan_vocab::{CostModel, DType, ModelSpec};
 
-use crate::Error;
 use crate::bench::{medians, repeated};
+use crate::error::Error;
 
 /// The GEMMs of a layer the sweep times.
 pub const GEMMS: [&str; 4] = ["qkv_proj", "out_proj", "ffn_up", "ffn_down"];

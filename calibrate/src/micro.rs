@@ -9,7 +9,9 @@ use kvplan_vocab::schedule::{ElemKind, HostMemory, OpKind, Payload, ScheduleBuil
 use kvplan_vocab::{DType, ModelSpec};
 
 use crate::bench::{TAG, median_of, medians, repeated};
-use crate::{Error, Measurements, Plan, Progress, monotone_curve};
+use crate::error::Error;
+use crate::fit::monotone_curve;
+use crate::plan::{Measurements, Plan, Progress};
 
 fn copy_op(dir: StreamKind, host: HostMemory, bytes: u64) -> OpKind {
     match dir {
@@ -55,8 +57,50 @@ pub fn measure_all(
         step += 1;
         progress(step, total, what);
     };
+    let copy = measure_copies(exec, plan, &mut tick)?;
+    tick("copies in both directions at once");
+    let duplex_check = measure_duplex(exec, plan, &copy)?;
+    tick("GEMMs at the models' shapes");
+    let gemm = measure_gemms(exec, plan)?;
+    tick("attention (decode, prefill, chunk after prefix)");
+    let attention = measure_attention(exec, plan, info.backend)?;
+    tick("memory-bound kernels");
+    let elementwise = measure_elementwise(exec, plan)?;
+    tick("kernel launch overhead and the host's issue costs");
+    let (op_overhead_s, host) = measure_overheads(exec)?;
+    // The `[kernels]` tables: the layer's GEMMs and memory-bound kinds over the token grid.
+    let kernels = if plan.kernel_grid.is_empty() {
+        None
+    } else {
+        tick("kernel tables over the token grid");
+        Some(crate::kernels::measure(
+            exec,
+            &plan.models,
+            &plan.kernel_grid,
+            plan.kernel_reps,
+        )?)
+    };
+    Ok(Measurements {
+        info,
+        host_ram_bytes: kvplan_exec::host_ram_bytes(),
+        copy,
+        duplex_check,
+        gemm,
+        attention,
+        elementwise,
+        op_overhead_s,
+        host,
+        kernels,
+    })
+}
 
-    // Copies: one schedule per direction and host memory kind, every size `reps` times.
+/// Copies: one schedule per direction and host memory kind, every size `reps` times (one
+/// progress step each).
+fn measure_copies(
+    exec: &mut dyn Executor,
+    plan: &Plan,
+    tick: &mut impl FnMut(&str),
+) -> Result<CopyTables, Error> {
     let mut curves = Vec::new();
     for (dir, host, what) in [
         (
@@ -92,15 +136,21 @@ pub fn measure_all(
             plan.copy_sizes.iter().copied().zip(med).collect(),
         ));
     }
-    let copy = CopyTables {
+    Ok(CopyTables {
         h2d_pinned: curves[0].clone(),
         d2h_pinned: curves[1].clone(),
         h2d_pageable: curves[2].clone(),
         d2h_pageable: curves[3].clone(),
-    };
+    })
+}
 
-    // Both directions at once at the largest size: full duplex moves about twice the bytes.
-    tick("copies in both directions at once");
+/// Bytes/s of one direction alone (from `copy`) and of both directions at once, at the
+/// largest size: full duplex moves about twice the bytes.
+fn measure_duplex(
+    exec: &mut dyn Executor,
+    plan: &Plan,
+    copy: &CopyTables,
+) -> Result<(f64, f64), Error> {
     let big = *plan.copy_sizes.last().expect("copy sizes");
     let mut b = ScheduleBuilder::new();
     let h = b.stream(0, StreamKind::H2D, "h2d");
@@ -126,9 +176,11 @@ pub fn measure_all(
     let both = 2.0 * f64::from(plan.reps) * big as f64 / t.makespan();
     // One direction alone at the same size.
     let one_way = big as f64 / copy.h2d_pinned.time(big).min(copy.d2h_pinned.time(big));
+    Ok((one_way, both))
+}
 
-    // GEMMs at the models' layer shapes, decode and prefill rows.
-    tick("GEMMs at the models' shapes");
+/// GEMMs at the models' layer shapes, decode and prefill rows.
+fn measure_gemms(exec: &mut dyn Executor, plan: &Plan) -> Result<Vec<GemmPoint>, Error> {
     let mut shapes: Vec<(u32, u32, u32, DType)> = Vec::new();
     for m in &plan.models {
         for (n, k, dt) in gemm_shapes(m) {
@@ -155,7 +207,7 @@ pub fn measure_all(
         })
         .collect();
     let t = exec.run(&repeated(StreamKind::Compute, &ops, plan.reps))?;
-    let gemm: Vec<GemmPoint> = shapes
+    Ok(shapes
         .iter()
         .zip(medians(&t, ops.len(), plan.reps))
         .map(|(&(m, n, k, dtype), seconds)| GemmPoint {
@@ -165,11 +217,16 @@ pub fn measure_all(
             k,
             seconds: seconds.max(1e-9),
         })
-        .collect();
+        .collect())
+}
 
-    // Attention: decode over batch x context, causal prefill over length, and chunks attending
-    // to a prefix (KV-Runahead's per-device prefill).
-    tick("attention (decode, prefill, chunk after prefix)");
+/// Attention points `(flops, bytes, seconds, is_prefill)`: decode over batch x context, causal
+/// prefill over length, and chunks attending to a prefix (KV-Runahead's per-device prefill).
+fn measure_attention(
+    exec: &mut dyn Executor,
+    plan: &Plan,
+    backend: BackendKind,
+) -> Result<Vec<(f64, f64, f64, bool)>, Error> {
     let mut att_ops = Vec::new();
     for m in &plan.models {
         let a = |batch, q_len, kv_len, causal| OpKind::Attention {
@@ -201,13 +258,15 @@ pub fn measure_all(
         .collect();
     // Chunk-after-prefix points are compute-bound like causal prefill: they join the prefill
     // points that fix the fitted FLOP rate.
-    let shapes = chunk_prefix_shapes(info.backend, plan.quick);
+    let shapes = chunk_prefix_shapes(backend, plan.quick);
     for p in measure_chunk_prefix(exec, &plan.models, &shapes, plan.reps)? {
         attention.push((p.flops, p.bytes, p.seconds, true));
     }
+    Ok(attention)
+}
 
-    // Memory-bound kernels over size.
-    tick("memory-bound kernels");
+/// Memory-bound kernels over size: `(bytes, seconds)`.
+fn measure_elementwise(exec: &mut dyn Executor, plan: &Plan) -> Result<Vec<(f64, f64)>, Error> {
     let ops: Vec<OpKind> = plan
         .elementwise_sizes
         .iter()
@@ -218,16 +277,17 @@ pub fn measure_all(
         })
         .collect();
     let t = exec.run(&repeated(StreamKind::Compute, &ops, plan.reps))?;
-    let elementwise: Vec<(f64, f64)> = plan
+    Ok(plan
         .elementwise_sizes
         .iter()
         .map(|&b| b as f64)
         .zip(medians(&t, ops.len(), plan.reps))
-        .collect();
+        .collect())
+}
 
-    // Per-op cost of a chain of tiny kernels: launch overhead plus the executor's own gap; and
-    // what issuing them, small copies and a synchronisation cost the host.
-    tick("kernel launch overhead and the host's issue costs");
+/// Per-op cost of a chain of tiny kernels (launch overhead plus the executor's own gap), and
+/// what issuing them, small copies and a synchronisation cost the host.
+fn measure_overheads(exec: &mut dyn Executor) -> Result<(f64, HostCosts), Error> {
     let n = 200;
     let t = exec.run(&repeated(
         StreamKind::Compute,
@@ -255,32 +315,7 @@ pub fn measure_all(
         copy_issue_us: us(host_issue_median(&copies, "copy issue")?),
         sync_us: us(exec.idle_sync_s(n)?),
     };
-
-    // The `[kernels]` tables: the layer's GEMMs and memory-bound kinds over the token grid.
-    let kernels = if plan.kernel_grid.is_empty() {
-        None
-    } else {
-        tick("kernel tables over the token grid");
-        Some(crate::kernels::measure(
-            exec,
-            &plan.models,
-            &plan.kernel_grid,
-            plan.kernel_reps,
-        )?)
-    };
-
-    Ok(Measurements {
-        info,
-        host_ram_bytes: kvplan_exec::host_ram_bytes(),
-        copy,
-        duplex_check: (one_way, both),
-        gemm,
-        attention,
-        elementwise,
-        op_overhead_s,
-        host,
-        kernels,
-    })
+    Ok((op_overhead_s, host))
 }
 
 /// Bytes of each copy of the host's copy-issue chain: small, so the issue and not the link

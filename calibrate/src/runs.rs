@@ -1,4 +1,4 @@
-//! Fitting a profile to measured serving runs (`kvplan calibrate --from-runs`).
+//! Fitting a profile to measured serving runs (the from-runs option of `kvplan calibrate`).
 //!
 //! The serving simulator's time per step is the kernel model's GPU time, the host's time
 //! (overlapped by asynchronous scheduling) and, for a client, the frontend's per-request
@@ -15,7 +15,7 @@ use kvplan_serve::runs::{StageComparison, StageRun};
 use kvplan_vocab::HardwareProfile;
 use kvplan_vocab::cost::derived_kernels;
 
-use crate::Error;
+use crate::error::Error;
 use crate::fit::nelder_mead;
 
 /// What a fit found, and the errors before and after.
@@ -57,12 +57,12 @@ pub fn stages_base(stages: &[StageRun]) -> Option<&'static str> {
 }
 
 impl RunsFit {
-    /// The fitted figures as a profile file over `base_name`, named `name`; `origin` names the
-    /// stage table in the header comment.
-    pub fn profile_toml(&self, origin: &str, base_name: &str, name: &str) -> String {
+    /// The fitted figures as a profile file over `base_name`, named `name`; `command` (the
+    /// command line that fits, as the caller words it) heads the header comment.
+    pub fn profile_toml(&self, command: &str, base_name: &str, name: &str) -> String {
         let s = &self.profile.serving;
         format!(
-            "# Fitted by `kvplan calibrate --from-runs {origin} --base {base_name}`: the decode \
+            "# Fitted by `{command}`: the decode \
              attention's\n# KV bandwidth, the engine's host time and the frontend latency, to the \
              served stages of\n# real runs (see the error table it printed).\nbase = \"{base_name}\"\n\
              name = \"{name}\"\n\n[kernels.attention]\ndecode_efficiency = {:.4}\n{}\n[serving]\n\
@@ -192,6 +192,7 @@ pub fn fit_stages_with(
         base_name,
         fit_requests,
         iterations,
+        FITTED_BY,
         &kvplan_vocab::Silent,
     )
 }
@@ -228,20 +229,86 @@ pub fn fit_warnings(values: [Option<f64>; 4], loss_before: f64, loss_after: f64)
     out
 }
 
+/// Who fitted, in the fitted profile's `serving.source`, where the caller does not say.
+const FITTED_BY: &str = "`kvplan calibrate`";
+
 /// [`fit_stages_with`], telling `progress` how many of the search's evaluations (each replays
-/// every served stage) have run.
+/// every served stage) have run; `fitted_by` (the command, as the caller words it) opens the
+/// fitted profile's `serving.source`.
 pub fn fit_stages_progress(
     stages: &[StageRun],
     base: &HardwareProfile,
     base_name: &str,
     fit_requests: u64,
     iterations: usize,
+    fitted_by: &str,
     progress: &dyn kvplan_vocab::Progress,
 ) -> Result<RunsFit, Error> {
     // A row naming a model or GPU kvplan does not know is refused, not skipped (the fit has no
     // model or GPU to put in its place).
     kvplan_serve::runs::check_stage_names(stages, None, None)
         .map_err(|e| Error::Input(e.to_string()))?;
+    let (fit_set, full_set, skipped) = prepare_stages(stages, base, base_name, fit_requests);
+    let served: Vec<&Prepared> = fit_set.iter().filter(|p| !p.stage.overloaded).collect();
+    if served.is_empty() {
+        return Err(Error::Fit {
+            what: "serving runs".into(),
+            why: format!(
+                "no served (not overloaded) stage of a supported model on {}",
+                base.name
+            ),
+        });
+    }
+    let params = search(base, &served, iterations, progress);
+    let fitted = apply(base, params);
+    let mut before = Vec::new();
+    let mut after = Vec::new();
+    for p in &full_set {
+        before.push(replay(p, base)?);
+        after.push(replay(p, &fitted)?);
+    }
+    let mut profile = fitted;
+    profile.serving.source = format!(
+        "fitted by {fitted_by} to {} served stage(s) of real runs ({})",
+        served.len(),
+        served
+            .iter()
+            .map(|p| p.stage.name.as_str())
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    let mean = |v: &[StageComparison]| v.iter().map(loss).sum::<f64>() / v.len().max(1) as f64;
+    let warnings = fit_warnings(
+        [
+            Some(params.decode_efficiency),
+            Some(params.host_scale),
+            Some(params.frontend_us),
+            params.unit_us,
+        ],
+        mean(&before),
+        mean(&after),
+    );
+    Ok(RunsFit {
+        warnings,
+        decode_efficiency: params.decode_efficiency,
+        unit_us: params.unit_us,
+        host_scale: params.host_scale,
+        frontend_us: params.frontend_us,
+        profile,
+        before,
+        after,
+        skipped,
+    })
+}
+
+/// The stages to fit on `base`'s GPU, each prepared twice: replaying at most `fit_requests`
+/// requests (for the search) and whole (for the report); and the stages skipped, with why.
+fn prepare_stages(
+    stages: &[StageRun],
+    base: &HardwareProfile,
+    base_name: &str,
+    fit_requests: u64,
+) -> (Vec<Prepared>, Vec<Prepared>, Vec<(String, String)>) {
     let mut skipped = Vec::new();
     let mut fit_set = Vec::new();
     let mut full_set = Vec::new();
@@ -275,16 +342,17 @@ pub fn fit_stages_progress(
             }
         }
     }
-    let served: Vec<&Prepared> = fit_set.iter().filter(|p| !p.stage.overloaded).collect();
-    if served.is_empty() {
-        return Err(Error::Fit {
-            what: "serving runs".into(),
-            why: format!(
-                "no served (not overloaded) stage of a supported model on {}",
-                base.name
-            ),
-        });
-    }
+    (fit_set, full_set, skipped)
+}
+
+/// The figures that fit the `served` stages best, by a Nelder–Mead search from `base`'s
+/// (`iterations` per restart), telling `progress` of each evaluation.
+fn search(
+    base: &HardwareProfile,
+    served: &[&Prepared],
+    iterations: usize,
+    progress: &dyn kvplan_vocab::Progress,
+) -> Params {
     let attention = base
         .kernels
         .clone()
@@ -316,7 +384,7 @@ pub fn fit_stages_progress(
         progress.set(evaluations.get().min(budget));
         let hw = apply(base, to_params(x));
         let mut total = 0.0;
-        for p in &served {
+        for p in served {
             match replay(p, &hw) {
                 Ok(c) => total += loss(&c),
                 Err(_) => return f64::INFINITY,
@@ -325,46 +393,7 @@ pub fn fit_stages_progress(
         total / served.len() as f64
     };
     let (x, _) = nelder_mead(&objective, &x0, 0.4, iterations, 1);
-    let params = to_params(&x);
-    let fitted = apply(base, params);
-    let mut before = Vec::new();
-    let mut after = Vec::new();
-    for p in &full_set {
-        before.push(replay(p, base)?);
-        after.push(replay(p, &fitted)?);
-    }
-    let mut profile = fitted;
-    profile.serving.source = format!(
-        "fitted by `kvplan calibrate --from-runs` to {} served stage(s) of real runs ({})",
-        served.len(),
-        served
-            .iter()
-            .map(|p| p.stage.name.as_str())
-            .collect::<Vec<_>>()
-            .join("; ")
-    );
-    let mean = |v: &[StageComparison]| v.iter().map(loss).sum::<f64>() / v.len().max(1) as f64;
-    let warnings = fit_warnings(
-        [
-            Some(params.decode_efficiency),
-            Some(params.host_scale),
-            Some(params.frontend_us),
-            params.unit_us,
-        ],
-        mean(&before),
-        mean(&after),
-    );
-    Ok(RunsFit {
-        warnings,
-        decode_efficiency: params.decode_efficiency,
-        unit_us: params.unit_us,
-        host_scale: params.host_scale,
-        frontend_us: params.frontend_us,
-        profile,
-        before,
-        after,
-        skipped,
-    })
+    to_params(&x)
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! Fitting a profile's `[kernels]` section from a table of measured kernel times (Vidur's
-//! profiling format): `kvplan calibrate --from-table`.
+//! profiling format): the from-table option of `kvplan calibrate`.
 //!
 //! Each CSV row is one model shape (`n_head`, `n_kv_head`, `n_embd`, `n_expanded_embd`,
 //! `vocab_size`, `use_gated_mlp`), one token count (`num_tokens`) and one tensor-parallel degree
@@ -30,7 +30,7 @@ use kvplan_vocab::layers::{embed_op, forward_ops};
 use kvplan_vocab::schedule::{ElemKind, OpKind};
 use serde::Deserialize;
 
-use crate::Error;
+use crate::error::Error;
 use crate::fit::nelder_mead;
 
 /// A measured column of the table and the kvplan op it times.
@@ -941,8 +941,9 @@ pub fn kernel_model(section: &KernelsSection, hw: &HardwareProfile) -> KernelMod
 }
 
 /// `[kernels]` as profile TOML, every table header line carrying `# cite` (a preset's numbers
-/// must cite their source).
-pub fn kernels_toml(section: &KernelsSection, cite: &str) -> String {
+/// must cite their source), the tables the base profile gives (attention, the all-reduce,
+/// other kernels) `# inherited` instead.
+pub fn kernels_toml(section: &KernelsSection, cite: &str, inherited_note: &str) -> String {
     #[derive(serde::Serialize)]
     struct Wrap<'a> {
         kernels: &'a KernelsSection,
@@ -961,7 +962,7 @@ pub fn kernels_toml(section: &KernelsSection, cite: &str) -> String {
                 "[kernels.allreduce]",
             ];
             if inherited.contains(&line.trim()) {
-                out.push_str("not in the table: kept from the --base profile");
+                out.push_str(inherited_note);
             } else {
                 out.push_str(cite);
             }

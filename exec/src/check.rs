@@ -37,8 +37,10 @@
 //! bit-identical on the CPU too (each (sequence, head) is computed by the same GEMMs whatever the
 //! number of heads in the call; only strides differ); on CUDA it is held to the same tolerance.
 
+use crate::backend::{BackendKind, ExecOptions};
+use crate::error::Error;
 use crate::kernel::{AttentionShape, CopyAt, Device, Strided, reference_attention};
-use crate::{BackendKind, Error, ExecOptions, cpu, cuda, data};
+use crate::{cpu, cuda, data};
 
 /// Largest absolute difference accepted between CUDA attention outputs computed from the same
 /// inputs along different paths, or between a CUDA kernel and the f64 reference, for data of the

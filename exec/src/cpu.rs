@@ -18,9 +18,11 @@ use std::time::Instant;
 use kvplan_vocab::schedule::{HostMemory, OpId, OpKind, Schedule, StreamId};
 use kvplan_vocab::timeline::{Source, Timeline};
 
+use crate::backend::{BackendKind, DeviceInfo, ExecOptions, Executor};
+use crate::data;
+use crate::error::Error;
 use crate::kernel::{AttentionShape, CHECK_HOST, CopyAt, Device, Strided};
 use crate::sched::{self, Progress, StreamNeeds, Worker};
-use crate::{BackendKind, DeviceInfo, Error, ExecOptions, Executor, data};
 
 /// The staging buffer of pageable copies (the CUDA driver's is of this order).
 pub(crate) const STAGING_BYTES: usize = 2 << 20;

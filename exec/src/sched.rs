@@ -17,7 +17,7 @@ use kvplan_vocab::DType;
 use kvplan_vocab::schedule::{HostMemory, OpId, OpKind, Schedule, StreamId};
 use kvplan_vocab::timeline::Span;
 
-use crate::Error;
+use crate::error::Error;
 use crate::kernel::AttentionShape;
 
 /// Largest GEMM operands of one element type on one stream, in elements.

@@ -30,7 +30,7 @@ use kvplan_vocab::CostModel;
 use kvplan_vocab::hardware::Duplex;
 use kvplan_vocab::host::{HostIssue, HostProfile};
 use kvplan_vocab::schedule::Phase;
-use kvplan_vocab::schedule::{OpId, Schedule, StreamId, StreamKind};
+use kvplan_vocab::schedule::{Op, OpId, Schedule, StreamId, StreamKind};
 use kvplan_vocab::timeline::{Source, Span, Timeline};
 
 /// Simulator errors.
@@ -290,14 +290,9 @@ fn next_event(
     best
 }
 
-fn run_core<H: FnMut(usize) -> HostIssue>(
-    schedule: &Schedule,
-    engines: &EngineMap,
-    mut timing: impl FnMut(usize) -> (f64, f64),
-    mut host: Option<H>,
-) -> Result<(Vec<Span>, Vec<Span>), Error> {
-    let ops = schedule.ops();
-    let n = ops.len();
+/// Checks that the engine map gives every stream an engine below the stream count, and returns
+/// the number of engines.
+fn engine_count(schedule: &Schedule, engines: &EngineMap) -> Result<usize, Error> {
     let n_streams = schedule.streams().len();
     if engines.engine_of.len() != n_streams {
         return Err(Error::InvalidEngineMap(format!(
@@ -312,196 +307,304 @@ fn run_core<H: FnMut(usize) -> HostIssue>(
             "engine id {e} is not below the stream count {n_streams}"
         )));
     }
-    let n_engines = engines
+    Ok(engines
         .engine_of
         .iter()
         .map(|&e| e as usize + 1)
         .max()
-        .unwrap_or(0);
+        .unwrap_or(0))
+}
 
-    // head[s]: the op at the front of stream s.
-    let mut head: Vec<u32> = (0..n_streams)
-        .map(|s| {
-            schedule
-                .first_in_stream(StreamId(s as u16))
-                .map_or(NONE, |o| o.0)
-        })
-        .collect();
-    // blocked_on[s]: an unfinished dependency of head[s]; cursor[s]: deps before it are done.
-    let mut blocked_on = vec![NONE; n_streams];
-    let mut cursor = vec![0usize; n_streams];
-    let mut engine_streams: Vec<Vec<u32>> = vec![Vec::new(); n_engines];
-    for (s, &e) in engines.engine_of.iter().enumerate() {
-        engine_streams[e as usize].push(s as u32);
-    }
-    // The pending event of each engine: its running op and (end time, start sequence). An engine
-    // runs one op at a time, so the event set is one slot per engine; the next event is the
-    // smallest (end, sequence) — the order a priority queue keyed that way would give.
-    let mut running = vec![NONE; n_engines];
-    let mut event: Vec<(f64, u64)> = vec![(f64::INFINITY, u64::MAX); n_engines];
-    let mut spans = vec![
-        Span {
+/// The state of one simulation: the streams' heads, what each engine runs and when it is
+/// free, the host thread's progress, and the spans so far.
+struct Run<'a> {
+    schedule: &'a Schedule,
+    ops: &'a [Op],
+    engine_of: &'a [u32],
+    /// head[s]: the op at the front of stream s.
+    head: Vec<u32>,
+    /// blocked_on[s]: an unfinished dependency of head[s]; cursor[s]: deps before it are done.
+    blocked_on: Vec<u32>,
+    cursor: Vec<usize>,
+    engine_streams: Vec<Vec<u32>>,
+    /// The pending event of each engine: its running op and (end time, start sequence). An
+    /// engine runs one op at a time, so the event set is one slot per engine; the next event is
+    /// the smallest (end, sequence) — the order a priority queue keyed that way would give.
+    running: Vec<u32>,
+    event: Vec<(f64, u64)>,
+    spans: Vec<Span>,
+    seq: u64,
+    started: usize,
+    /// Engines to let choose their next op.
+    touched: Vec<u32>,
+    now: f64,
+    /// The host thread: issued[i] once op i has been issued (all at once without a host model).
+    hosted: bool,
+    issued: Vec<bool>,
+    host_spans: Vec<Span>,
+    host_state: HostState,
+    host_event: (f64, u64),
+    /// Ops issued and not yet finished (what a synchronisation waits for).
+    outstanding: usize,
+    /// Ops that freed their engine before their end: (end, sequence, op).
+    completions: Vec<(f64, u64, u32)>,
+}
+
+impl<'a> Run<'a> {
+    /// Every stream at its first op, every engine idle, nothing issued (everything issued when
+    /// not `hosted`).
+    fn new(schedule: &'a Schedule, engines: &'a EngineMap, n_engines: usize, hosted: bool) -> Self {
+        let n = schedule.ops().len();
+        let n_streams = schedule.streams().len();
+        let head = (0..n_streams)
+            .map(|s| {
+                schedule
+                    .first_in_stream(StreamId(s as u16))
+                    .map_or(NONE, |o| o.0)
+            })
+            .collect();
+        let mut engine_streams: Vec<Vec<u32>> = vec![Vec::new(); n_engines];
+        for (s, &e) in engines.engine_of.iter().enumerate() {
+            engine_streams[e as usize].push(s as u32);
+        }
+        let unstarted = Span {
             start: f64::INFINITY,
             end: f64::INFINITY,
         };
-        n
-    ];
-    let mut seq = 0u64;
-    let mut started = 0usize;
-    let mut touched: Vec<u32> = (0..n_engines as u32).collect();
-    let mut now = 0.0f64;
-    // The host thread: issued[i] once op i has been issued (all at once without a host model).
-    let hosted = host.is_some();
-    let mut issued = vec![!hosted; if hosted { n } else { 0 }];
-    let mut host_spans = vec![
-        Span {
-            start: f64::INFINITY,
-            end: f64::INFINITY,
-        };
-        if hosted { n } else { 0 }
-    ];
-    let mut host_state = HostState::Done;
-    let mut host_event = (f64::INFINITY, u64::MAX);
-    // Ops issued and not yet finished (what a synchronisation waits for).
-    let mut outstanding = 0usize;
-    // Ops that freed their engine before their end: (end, sequence, op).
-    let mut completions: Vec<(f64, u64, u32)> = Vec::new();
-    if let Some(h) = host.as_mut() {
-        (host_state, host_event) = begin_issue(h, n, 0, 0.0, 0, &mut seq, &mut host_spans);
+        Run {
+            schedule,
+            ops: schedule.ops(),
+            engine_of: &engines.engine_of,
+            head,
+            blocked_on: vec![NONE; n_streams],
+            cursor: vec![0usize; n_streams],
+            engine_streams,
+            running: vec![NONE; n_engines],
+            event: vec![(f64::INFINITY, u64::MAX); n_engines],
+            spans: vec![unstarted; n],
+            seq: 0,
+            started: 0,
+            touched: (0..n_engines as u32).collect(),
+            now: 0.0,
+            hosted,
+            issued: vec![!hosted; if hosted { n } else { 0 }],
+            host_spans: vec![unstarted; if hosted { n } else { 0 }],
+            host_state: HostState::Done,
+            host_event: (f64::INFINITY, u64::MAX),
+            outstanding: 0,
+            completions: Vec::new(),
+        }
     }
-    loop {
-        // Let every touched engine pick its next op at `now`.
+
+    /// Lets every touched engine pick its next op at `now` and start it.
+    #[inline]
+    fn start_ready_ops(&mut self, timing: &mut impl FnMut(usize) -> (f64, f64)) {
+        let mut touched = std::mem::take(&mut self.touched);
         touched.sort_unstable();
         touched.dedup();
         for &e in &touched {
             let e = e as usize;
-            if running[e] != NONE {
+            if self.running[e] != NONE {
                 continue;
             }
-            let mut best = NONE;
-            for &s in &engine_streams[e] {
-                let s = s as usize;
-                let h = head[s];
-                if h == NONE || blocked_on[s] != NONE {
-                    continue;
-                }
-                // Not issued yet: the host touches this engine when it issues the op.
-                if hosted && !issued[h as usize] {
-                    continue;
-                }
-                // Ready when every dependency has finished by `now` (unstarted ops end at +inf).
-                let deps = schedule.deps(OpId(h));
-                let mut c = cursor[s];
-                while c < deps.len() && spans[deps[c].index()].end <= now {
-                    c += 1;
-                }
-                cursor[s] = c;
-                if c < deps.len() {
-                    blocked_on[s] = deps[c].0;
-                } else {
-                    best = best.min(h);
-                }
-            }
+            let best = self.ready_op(e);
             if best != NONE {
-                let (d, occupancy) = timing(best as usize);
-                let end = now + d;
-                spans[best as usize] = Span { start: now, end };
-                running[e] = best;
-                // The engine is free after the op's occupancy (its whole duration, except for
-                // a copy followed by another).
-                event[e] = (now + occupancy.min(d), seq);
-                seq += 1;
-                started += 1;
+                self.start(e, best, timing);
             }
         }
         touched.clear();
+        self.touched = touched;
+    }
+
+    /// The op engine `e` may start at `now` (`NONE`: none): of the heads of its streams that
+    /// are issued and whose dependencies have all finished, the one submitted first. A head
+    /// waiting on a dependency records it in `blocked_on`.
+    #[inline]
+    fn ready_op(&mut self, e: usize) -> u32 {
+        let mut best = NONE;
+        for &s in &self.engine_streams[e] {
+            let s = s as usize;
+            let h = self.head[s];
+            if h == NONE || self.blocked_on[s] != NONE {
+                continue;
+            }
+            // Not issued yet: the host touches this engine when it issues the op.
+            if self.hosted && !self.issued[h as usize] {
+                continue;
+            }
+            // Ready when every dependency has finished by `now` (unstarted ops end at +inf).
+            let deps = self.schedule.deps(OpId(h));
+            let mut c = self.cursor[s];
+            while c < deps.len() && self.spans[deps[c].index()].end <= self.now {
+                c += 1;
+            }
+            self.cursor[s] = c;
+            if c < deps.len() {
+                self.blocked_on[s] = deps[c].0;
+            } else {
+                best = best.min(h);
+            }
+        }
+        best
+    }
+
+    /// Starts `op` on engine `e` at `now`.
+    #[inline]
+    fn start(&mut self, e: usize, op: u32, timing: &mut impl FnMut(usize) -> (f64, f64)) {
+        let (d, occupancy) = timing(op as usize);
+        let end = self.now + d;
+        self.spans[op as usize] = Span {
+            start: self.now,
+            end,
+        };
+        self.running[e] = op;
+        // The engine is free after the op's occupancy (its whole duration, except for a copy
+        // followed by another).
+        self.event[e] = (self.now + occupancy.min(d), self.seq);
+        self.seq += 1;
+        self.started += 1;
+    }
+
+    /// The host starts issuing op `k` at `now`.
+    #[inline]
+    fn begin_issue<H: FnMut(usize) -> HostIssue>(&mut self, host: &mut H, k: usize) {
+        (self.host_state, self.host_event) = begin_issue(
+            host,
+            self.ops.len(),
+            k,
+            self.now,
+            self.outstanding,
+            &mut self.seq,
+            &mut self.host_spans,
+        );
+    }
+
+    /// The host's issue ends (its event is the next one): the op is issued and its engine may
+    /// take it; the host goes on to the next op unless this one blocks it.
+    fn end_issue<H: FnMut(usize) -> HostIssue>(&mut self, host: &mut Option<H>) {
+        self.now = self.host_event.0;
+        let HostState::Issuing(k, blocking) = self.host_state else {
+            unreachable!("a host event while issuing")
+        };
+        let k = k as usize;
+        self.issued[k] = true;
+        self.outstanding += 1;
+        self.touched
+            .push(self.engine_of[self.ops[k].stream.index()]);
+        if blocking {
+            self.host_state = HostState::WaitingOp(k as u32);
+            self.host_event = (f64::INFINITY, u64::MAX);
+        } else if let Some(h) = host.as_mut() {
+            self.begin_issue(h, k + 1);
+        }
+    }
+
+    /// Applies event `at` at `now`: returns the op that ends now, unless it only freed its
+    /// engine (its completion is then pending).
+    #[inline]
+    fn end_event(&mut self, at: Event) -> Option<u32> {
+        match at {
+            Event::Engine(pick) => {
+                let op = self.running[pick];
+                self.running[pick] = NONE;
+                self.event[pick] = (f64::INFINITY, u64::MAX);
+                self.touched.push(pick as u32);
+                let s = self.ops[op as usize].stream.index();
+                self.head[s] = self.schedule.next_in_stream(OpId(op)).map_or(NONE, |o| o.0);
+                self.cursor[s] = 0;
+                let end = self.spans[op as usize].end;
+                if end > self.now {
+                    self.completions.push((end, self.seq, op));
+                    self.seq += 1;
+                    None
+                } else {
+                    Some(op)
+                }
+            }
+            Event::Completion(j) => Some(self.completions.swap_remove(j).2),
+        }
+    }
+
+    /// `op` has ended at `now`: the streams waiting for it may go on, and a host waiting for it
+    /// (or for every issued op) issues its next op.
+    #[inline]
+    fn op_ended<H: FnMut(usize) -> HostIssue>(&mut self, op: u32, host: &mut Option<H>) {
+        for (t, b) in self.blocked_on.iter_mut().enumerate() {
+            if *b == op {
+                *b = NONE;
+                self.touched.push(self.engine_of[t]);
+            }
+        }
+        if let Some(h) = host.as_mut() {
+            self.outstanding -= 1;
+            let wake = match self.host_state {
+                HostState::WaitingOp(k) if k == op => {
+                    self.host_spans[k as usize].end = self.now;
+                    Some(k as usize + 1)
+                }
+                // The synchronisation's wait is over: it is paid now, then `k` is issued.
+                HostState::WaitingAll(k) if self.outstanding == 0 => Some(k as usize),
+                _ => None,
+            };
+            if let Some(k) = wake {
+                self.begin_issue(h, k);
+            }
+        }
+    }
+
+    /// The spans of the ops and of the host, once no event is left: an error if an op never
+    /// started.
+    fn finish(self) -> Result<(Vec<Span>, Vec<Span>), Error> {
+        let n = self.ops.len();
+        if self.started != n {
+            return Err(Error::Stalled {
+                remaining: n - self.started,
+            });
+        }
+        Ok((self.spans, self.host_spans))
+    }
+}
+
+fn run_core<H: FnMut(usize) -> HostIssue>(
+    schedule: &Schedule,
+    engines: &EngineMap,
+    mut timing: impl FnMut(usize) -> (f64, f64),
+    mut host: Option<H>,
+) -> Result<(Vec<Span>, Vec<Span>), Error> {
+    let n_engines = engine_count(schedule, engines)?;
+    let mut run = Run::new(schedule, engines, n_engines, host.is_some());
+    if let Some(h) = host.as_mut() {
+        run.begin_issue(h, 0);
+    }
+    loop {
+        run.start_ready_ops(&mut timing);
         // The next event: the smallest (time, sequence) over the engines (an op's occupancy
         // ends), the pending completions (an op that freed its engine early ends) and the
         // host; the sequence is the order the events were created in. If it is the host's
         // issue, the engines choose right after it, before other events at that instant
         // (tests/mutants.rs pins it); otherwise every op event at that instant is applied
         // before any engine chooses again.
-        let mut next = next_event(&event, &completions, f64::INFINITY);
+        let mut next = next_event(&run.event, &run.completions, f64::INFINITY);
         let best = next.map_or((f64::INFINITY, u64::MAX), |(_, ev)| ev);
-        // The host's issue ends first: the op is issued, its engine may take it.
+        let host_event = run.host_event;
         if host_event.0 < best.0 || (host_event.0 == best.0 && host_event.1 < best.1) {
-            now = host_event.0;
-            let HostState::Issuing(k, blocking) = host_state else {
-                unreachable!("a host event while issuing")
-            };
-            let k = k as usize;
-            issued[k] = true;
-            outstanding += 1;
-            touched.push(engines.engine_of[ops[k].stream.index()]);
-            if blocking {
-                host_state = HostState::WaitingOp(k as u32);
-                host_event = (f64::INFINITY, u64::MAX);
-            } else if let Some(h) = host.as_mut() {
-                (host_state, host_event) =
-                    begin_issue(h, n, k + 1, now, outstanding, &mut seq, &mut host_spans);
-            }
+            run.end_issue(&mut host);
             continue;
         }
         if next.is_none() {
             break;
         }
-        now = best.0;
+        run.now = best.0;
         while let Some((at, _)) = next {
-            // The op that ends now, unless it only freed its engine (its completion pending).
-            let finished = match at {
-                Event::Engine(pick) => {
-                    let op = running[pick];
-                    running[pick] = NONE;
-                    event[pick] = (f64::INFINITY, u64::MAX);
-                    touched.push(pick as u32);
-                    let s = ops[op as usize].stream.index();
-                    head[s] = schedule.next_in_stream(OpId(op)).map_or(NONE, |o| o.0);
-                    cursor[s] = 0;
-                    let end = spans[op as usize].end;
-                    if end > now {
-                        completions.push((end, seq, op));
-                        seq += 1;
-                        None
-                    } else {
-                        Some(op)
-                    }
-                }
-                Event::Completion(j) => Some(completions.swap_remove(j).2),
-            };
-            if let Some(op) = finished {
-                for (t, b) in blocked_on.iter_mut().enumerate() {
-                    if *b == op {
-                        *b = NONE;
-                        touched.push(engines.engine_of[t]);
-                    }
-                }
-                if let Some(h) = host.as_mut() {
-                    outstanding -= 1;
-                    let wake = match host_state {
-                        HostState::WaitingOp(k) if k == op => {
-                            host_spans[k as usize].end = now;
-                            Some(k as usize + 1)
-                        }
-                        // The synchronisation's wait is over: it is paid now, then `k` is issued.
-                        HostState::WaitingAll(k) if outstanding == 0 => Some(k as usize),
-                        _ => None,
-                    };
-                    if let Some(k) = wake {
-                        (host_state, host_event) =
-                            begin_issue(h, n, k, now, outstanding, &mut seq, &mut host_spans);
-                    }
-                }
+            if let Some(op) = run.end_event(at) {
+                run.op_ended(op, &mut host);
             }
             // Another event at the same instant (rare: zero-length ops, exact ties)?
-            next = next_event(&event, &completions, now).filter(|(_, ev)| ev.0 == now);
+            let now = run.now;
+            next = next_event(&run.event, &run.completions, now).filter(|(_, ev)| ev.0 == now);
         }
     }
-    if started != n {
-        return Err(Error::Stalled {
-            remaining: n - started,
-        });
-    }
-    Ok((spans, host_spans))
+    run.finish()
 }
 
 /// Closed-form start times when every stream has its own engine: in submission order,

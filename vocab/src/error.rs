@@ -68,7 +68,7 @@ pub enum Error {
     /// A value out of its accepted range.
     #[error("{field}: {message} (got {value})")]
     InvalidValue {
-        /// The field, as the user wrote it (`--batch`, `workload.batch`, `link.h2d_pinned_gbps`).
+        /// The field, as the user wrote it (a command-line option, `workload.batch`, `link.h2d_pinned_gbps`).
         field: String,
         /// The value given.
         value: String,

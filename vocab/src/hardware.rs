@@ -1,7 +1,7 @@
 //! Hardware profiles: GPU compute and memory, the host link, host RAM, the peer link.
 //!
 //! Presets live in `vocab/profiles/*.toml`, every number with its source in a comment
-//! (`kvplan hardware --show NAME` prints the file). A user's profile file either stands alone
+//! (the show option of `kvplan hardware` prints the file). A user's profile file either stands alone
 //! or names a preset or another profile file in `base = "..."` (a path relative to the naming
 //! file's directory) and overrides any subset of its fields. Every value must lie in the
 //! physical ranges of [`limits`].
@@ -107,8 +107,8 @@ pub struct Gpu {
     /// gives a public on-demand list price, except where none could be cited.
     pub price_usd_per_hour: Option<f64>,
     /// Where the price comes from: a provider and its page for a preset, `given in FILE` for a
-    /// profile that sets a price without `price_source`, `--price on the command line` for
-    /// [`HardwareProfile::with_price`]. `Some` whenever the price is.
+    /// profile that sets a price without `price_source`, the caller's wording (the CLI's price
+    /// option) for [`HardwareProfile::with_price`]. `Some` whenever the price is.
     pub price_source: Option<String>,
     /// When the price was quoted (`2026-05-07`, `2026-05`), as its source dates it.
     pub price_date: Option<String>,
@@ -695,7 +695,8 @@ fn merge(base: &mut toml::Table, over: toml::Table) {
     }
 }
 
-/// Whether a `--hardware` value or a `base` names a file rather than a preset.
+/// Whether a hardware value (the `hardware` field or option) or a `base` names a file rather
+/// than a preset.
 fn looks_like_path(s: &str) -> bool {
     s.contains('/') || s.contains('\\') || s.ends_with(".toml")
 }
@@ -797,7 +798,7 @@ fn merged_table(
 }
 
 /// The table `base = "..."` of `origin` names: a preset, or a profile file (resolved like
-/// `--hardware` and `kvplan calibrate --base`), itself merged with its own base and checked as a
+/// the `hardware` option and the base option of `kvplan calibrate`), itself merged with its own base and checked as a
 /// whole profile so that its errors name its file.
 fn base_table(
     base: &str,
@@ -968,7 +969,7 @@ impl HardwareProfile {
 }
 
 /// The field of the price overrides, in backquotes: its messages name it so, and a front end
-/// words it (the CLI as `--price`).
+/// words it (the CLI as its price option).
 const PRICES: &str = "`plan.prices`";
 
 /// How the price overrides are written, for their error messages (fields in backquotes).
@@ -987,7 +988,7 @@ fn check_price(field: &str, usd: f64) -> Result<f64> {
     }
 }
 
-/// The prices of `NAME=USD[,NAME=USD...]` (the CLI's `--price`), in the order given: each NAME a
+/// The prices of `NAME=USD[,NAME=USD...]` (the CLI's price option), in the order given: each NAME a
 /// preset or a profile path as a hardware list takes it, each USD one GPU's price per hour (more than 0, at most
 /// [`limits::PRICE`]'s). A piece that is not `NAME=USD`, a price out of range and a NAME given
 /// twice (presets case-insensitively) are errors naming the field that show the form.

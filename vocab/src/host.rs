@@ -80,7 +80,7 @@ impl Implementation {
     /// profile calibrated through it takes what the calibration measured: the host costs of
     /// `[calibration.host]` where the calibration measured them, else the launch of `[kernels]
     /// launch_us` (the per-op interval of a chain of tiny kernels).
-    pub fn profile_on(self, hw: &crate::HardwareProfile) -> HostProfile {
+    pub fn profile_on(self, hw: &crate::hardware::HardwareProfile) -> HostProfile {
         let mut p = self.profile();
         if self != Implementation::KvplanExec {
             return p;

@@ -55,7 +55,7 @@ pub const TILES: [(u32, u32); 6] = [
 
 /// The token counts a kernel table is measured at: 1, 2, 4, 8, 16, then steps of about x1.25
 /// rounded to multiples of 8 (to 1024), 16 (to 2048) and 32 (to 4096), with 24, 512 and 4096
-/// included. `kvplan calibrate` measures these; `--from-table` reads them.
+/// included. `kvplan calibrate` measures these, or reads them from a table.
 pub fn token_grid() -> Vec<u32> {
     let mut grid = vec![1u32, 2, 4, 8, 16];
     let mut x = 16.0f64;

@@ -130,7 +130,7 @@ pub const MEASURED_SECONDS: Range = Range {
     label: "more than 0, at most an hour",
 };
 
-/// A GPU's price per hour, US dollars (`gpu.price_usd_per_hour`, `--price NAME=USD`): more than
+/// A GPU's price per hour, US dollars (`gpu.price_usd_per_hour`, or `NAME=USD` of the CLI's price option): more than
 /// nothing, and no GPU rents for more than $10,000 an hour.
 pub const PRICE: Range = Range {
     min: 0.0,

@@ -1,5 +1,5 @@
-//! Quantised weights and the KV cache's element type, with vLLM's names: `--quantization`
-//! (`fp8`, `awq`, `gptq`) and `--kv-cache-dtype` (`auto`, `fp8`).
+//! Quantised weights and the KV cache's element type, with vLLM's names: its quantization
+//! option (`fp8`, `awq`, `gptq`) and its KV cache dtype option (`auto`, `fp8`).
 //!
 //! What is modelled (vLLM v0.15.1):
 //! - **`kv_cache_dtype = "fp8"`**: one byte per K and V element (e4m3, vLLM's `fp8` /
@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::dtype::DType;
 
-/// Element type of the KV cache (vLLM's `--kv-cache-dtype`).
+/// Element type of the KV cache (vLLM's KV cache dtype option).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
@@ -91,7 +91,7 @@ impl std::fmt::Display for KvCacheDtype {
     }
 }
 
-/// Weight quantisation (vLLM's `--quantization`).
+/// Weight quantisation (vLLM's quantization option).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]

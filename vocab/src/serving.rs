@@ -10,8 +10,8 @@
 //! requests, detokenises and streams tokens; a client sees that latency on top of the engine's.
 //!
 //! The figures depend on the host CPU and the software version, not on the GPU: one set serves
-//! every preset unless a profile gives its own, and `kvplan calibrate --from-runs` fits them to
-//! measured serving runs.
+//! every preset unless a profile gives its own, and `kvplan calibrate` fits them to measured
+//! serving runs (its from-runs option).
 
 use serde::{Deserialize, Serialize};
 
@@ -49,7 +49,7 @@ pub struct ServingSection {
 /// client. The split of the host time into its parts is an estimate (schedule 400 us + 8 us per
 /// request + 0.05 us per token, update 200 us + 6 us per request, a graph launch 50 us, 30 us
 /// per layer of a piecewise step); its scale (x1.656) and the frontend latency (6.49 ms) were
-/// fitted by `kvplan calibrate --from-runs` to the five served Llama-2-7B stages of
+/// fitted by `kvplan calibrate` (from runs) to the five served Llama-2-7B stages of
 /// `data/validation/real_vllm/` (with h100-sxm's decode attention). With asynchronous
 /// scheduling the host time hides behind the GPU's on these runs; it binds for small models and
 /// short steps. Another host CPU, vLLM version or client needs its own fit.
@@ -71,7 +71,7 @@ impl Default for ServingSection {
 
 /// The source line of the built-in figures.
 pub const DEFAULT_SOURCE: &str = "vLLM 0.15.1 on an H100 SXM host with an inference-perf client: \
-     host-time scale and frontend latency fitted to real runs (kvplan calibrate --from-runs), the \
+     host-time scale and frontend latency fitted to real runs (kvplan calibrate, from runs), the \
      split of the host time estimated";
 
 impl ServingSection {

@@ -8,13 +8,15 @@ use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};
 use rand_distr::{Distribution, Exp, Gamma, LogNormal, Zipf};
 
+use crate::columns::TRACE_HEADER;
+use crate::error::{Error, Result};
+use crate::request::{Follows, Request};
 use crate::segment::{NameHash, Segment, format_prefix, format_segment_id};
 use crate::spec::{
     Arrivals, ConversationSpec, LengthSpec, SharedPrefixSpec, SyntheticSpec, ThinkTime,
     WorkloadSpec, check_prompt_fits,
 };
-use crate::trace::{TRACE_HEADER, Trace};
-use crate::{Error, Follows, Request, Result};
+use crate::trace::Trace;
 
 /// Random stream numbers: each part of a workload draws from its own stream. New quantities get
 /// new numbers, so adding one leaves every existing workload's draws unchanged.

@@ -1,7 +1,7 @@
 //! The request-count and rate limits that generated workloads and trace replays share: a leaf
 //! that both [`crate::spec`] and [`crate::trace`] read.
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// Most requests one synthetic workload may hold (10^8, about 8 GB of requests); also the most
 /// users (`groups × users_per_group`) of a shared-prefix workload.

@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// What a segment name may be, for error messages.
 pub(crate) const NAME_FORMS: &str = "a name of ASCII letters, digits, `.`, `_` and `-`, or `#` followed by exactly 16 hex digits (a raw id)";

@@ -6,10 +6,10 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::{Error, Result};
 pub use crate::limits::MAX_REQUESTS;
 use crate::limits::{MAX_ARRIVAL_S, check_arrival_span, check_qps, check_requests};
 use crate::trace::{ReplayOptions, TimeScale};
-use crate::{Error, Result};
 
 /// The seed used when none is given.
 pub const DEFAULT_SEED: u64 = 0;

@@ -7,28 +7,12 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::columns::{COLUMNS, EXPECTED_HEADER, TRACE_HEADER, TRACE_OPTIONAL_COLUMNS};
+use crate::error::{Error, Result};
 use crate::limits::{MAX_ARRIVAL_S, check_qps, check_requests};
+use crate::lines::{LineTracker, track};
+use crate::request::{Follows, Request};
 use crate::segment::{NAME_FORMS, Segment, parse_chain, parse_id};
-use crate::{Error, Follows, Request, Result};
-
-/// The header a trace CSV carries (columns may come in any order; others are ignored). The
-/// optional columns [`TRACE_OPTIONAL_COLUMNS`] may follow.
-pub const TRACE_HEADER: &str = "arrived_at,num_prefill_tokens,num_decode_tokens";
-
-/// Optional trace columns, read when the header names them (an empty cell means none):
-/// - `prefix`: the prompt's shared prefix chain, `ID:LEN` segments joined by `/`
-///   (`s3:105/u17:488`; IDs are segment names or `#` + 16 hex digits, see
-///   [`segment_id`](crate::segment_id)); the lengths sum to at most `num_prefill_tokens`;
-/// - `output_id`: the segment name of the request's generated tokens
-///   ([`Request::output_segment`]);
-/// - `follows`: the 0-based data row of an earlier request this one follows (closed loop,
-///   [`Request::follows`]), with
-/// - `think_s`: the seconds between that request's end and this one's release (≥ 0; given
-///   exactly when `follows` is).
-pub const TRACE_OPTIONAL_COLUMNS: [&str; 4] = ["prefix", "output_id", "follows", "think_s"];
-
-const COLUMNS: [&str; 3] = ["arrived_at", "num_prefill_tokens", "num_decode_tokens"];
-const EXPECTED_HEADER: &str = "`arrived_at,num_prefill_tokens,num_decode_tokens` (optional columns: `prefix`, `output_id`, `follows`, `think_s`)";
 
 /// One row of a trace.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -125,22 +109,11 @@ impl Trace {
 
     /// Reads and checks a trace from any reader; `name` stands for the file in errors.
     pub fn from_reader<R: io::Read>(reader: R, name: &str) -> Result<Trace> {
-        let row_err = |line: u64, message: String| Error::TraceRow {
-            path: name.to_string(),
-            line,
-            message,
-        };
         // Lines from byte offsets: the parser's own count is a line early after a `\r\n`.
-        let (reader, lines) = crate::lines::track(reader);
-        let read_err = |e: csv::Error| match e.position().map(|p| lines.line_at(p.byte())) {
-            Some(line) => row_err(line, e.to_string()),
-            None => match e.into_kind() {
-                csv::ErrorKind::Io(source) => Error::Io {
-                    path: name.to_string(),
-                    source,
-                },
-                other => row_err(0, format!("{other:?}")),
-            },
+        let (reader, lines) = track(reader);
+        let at = Place {
+            name,
+            lines: &lines,
         };
         let mut rdr = csv::ReaderBuilder::new()
             .has_headers(false)
@@ -155,189 +128,14 @@ impl Trace {
                     why: "no header",
                 });
             }
-            Some(r) => r.map_err(read_err)?,
+            Some(r) => r.map_err(|e| at.read_err(e))?,
         };
-        let header_line = header.position().map_or(1, |p| lines.line_at(p.byte()));
-        let mut idx = [0usize; 3];
-        for (slot, col) in idx.iter_mut().zip(COLUMNS) {
-            *slot = header.iter().position(|h| h == col).ok_or_else(|| {
-                row_err(
-                    header_line,
-                    format!(
-                        "missing column `{col}` in the header `{}`; expected {EXPECTED_HEADER}",
-                        header.iter().collect::<Vec<_>>().join(",")
-                    ),
-                )
-            })?;
-        }
-        let [prefix_col, output_col, follows_col, think_col] =
-            TRACE_OPTIONAL_COLUMNS.map(|col| header.iter().position(|h| h == col));
-        let needed = idx
-            .iter()
-            .chain(
-                [prefix_col, output_col, follows_col, think_col]
-                    .iter()
-                    .flatten(),
-            )
-            .max()
-            .map_or(0, |m| m + 1);
-        // Rows with the same prefix cell share one chain (and its length).
-        let mut chains: HashMap<String, (Arc<[Segment]>, u64)> = HashMap::new();
+        let mut parser = RowParser::new(header, &at)?;
         let mut rows: Vec<TraceRow> = Vec::new();
-        let mut prev = 0.0f64;
         for rec in records {
-            let rec = rec.map_err(read_err)?;
-            let line = rec.position().map_or(0, |p| lines.line_at(p.byte()));
-            if rec.len() < needed {
-                return Err(row_err(
-                    line,
-                    format!(
-                        "{} field(s), but the header needs {needed} (`{TRACE_HEADER}`)",
-                        rec.len()
-                    ),
-                ));
-            }
-            // A cell past the header's columns belongs to no column: a shifted row, an
-            // unquoted comma, or a column the header lacks, not to be dropped unread.
-            if rec.len() > header.len() {
-                return Err(row_err(
-                    line,
-                    format!(
-                        "{} fields, but the header (line {header_line}) has {}: `{}`; quote a \
-                         cell that holds a comma, or name every column in the header",
-                        rec.len(),
-                        header.len(),
-                        header.iter().collect::<Vec<_>>().join(",")
-                    ),
-                ));
-            }
-            let t_raw = &rec[idx[0]];
-            let t: f64 = t_raw.parse().map_err(|_| {
-                row_err(
-                    line,
-                    format!("arrived_at: `{t_raw}` is not a number of seconds"),
-                )
-            })?;
-            if !t.is_finite() || t < 0.0 {
-                return Err(row_err(
-                    line,
-                    format!("arrived_at: `{t_raw}` must be a finite time in seconds ≥ 0"),
-                ));
-            }
-            if t < prev {
-                return Err(row_err(
-                    line,
-                    format!(
-                        "arrived_at: {t} is earlier than the previous row's {prev}; rows must be sorted by arrival time"
-                    ),
-                ));
-            }
-            prev = t;
-            let tokens = |col: usize| -> Result<u32> {
-                let raw = &rec[idx[col]];
-                match raw.parse::<u32>() {
-                    Ok(0) => Err(row_err(
-                        line,
-                        format!("{}: 0 tokens; lengths must be at least 1", COLUMNS[col]),
-                    )),
-                    Ok(v) => Ok(v),
-                    Err(_) => Err(row_err(
-                        line,
-                        format!(
-                            "{}: `{raw}` is not a whole number of tokens from 1 to 4294967295",
-                            COLUMNS[col]
-                        ),
-                    )),
-                }
-            };
-            let prompt_tokens = tokens(1)?;
-            let cell = |col: Option<usize>| col.map_or("", |i| &rec[i]);
-            let prefix = match cell(prefix_col) {
-                "" => None,
-                text => {
-                    let (chain, sum) = match chains.get(text) {
-                        Some((chain, sum)) => (Arc::clone(chain), *sum),
-                        None => {
-                            let chain: Arc<[Segment]> = parse_chain(text)
-                                .map_err(|why| {
-                                    row_err(
-                                        line,
-                                        format!("prefix: {why}; fix the cell or leave it empty"),
-                                    )
-                                })?
-                                .into();
-                            let sum = chain.iter().map(|s| u64::from(s.len)).sum();
-                            chains.insert(text.to_string(), (Arc::clone(&chain), sum));
-                            (chain, sum)
-                        }
-                    };
-                    if sum > u64::from(prompt_tokens) {
-                        return Err(row_err(
-                            line,
-                            format!(
-                                "prefix: the segments of `{text}` sum to {sum} tokens, more than num_prefill_tokens = {prompt_tokens}; shorten the segments or raise num_prefill_tokens"
-                            ),
-                        ));
-                    }
-                    Some(chain)
-                }
-            };
-            let output_segment = match cell(output_col) {
-                "" => None,
-                text => Some(parse_id(text).map_err(|why| {
-                    row_err(
-                        line,
-                        format!("output_id: `{text}`: {why}; give {NAME_FORMS}, or leave it empty"),
-                    )
-                })?),
-            };
-            let row = rows.len();
-            let follows = match (cell(follows_col), cell(think_col)) {
-                ("", "") => None,
-                (f, "") => {
-                    return Err(row_err(
-                        line,
-                        format!(
-                            "think_s: missing; a row that follows another (follows = `{f}`) needs the seconds between that request's end and this one (≥ 0)"
-                        ),
-                    ));
-                }
-                ("", th) => {
-                    return Err(row_err(
-                        line,
-                        format!(
-                            "follows: missing; think_s = `{th}` needs the 0-based data row of the earlier request this one follows (or leave think_s empty)"
-                        ),
-                    ));
-                }
-                (f, th) => {
-                    let request = f.parse::<u64>().ok().filter(|&r| r < row as u64).ok_or_else(|| {
-                        row_err(
-                            line,
-                            format!("follows: `{f}` is not an earlier row; give the 0-based data row of an earlier request (this row is {row})"),
-                        )
-                    })?;
-                    let think_s = th
-                        .parse::<f64>()
-                        .ok()
-                        .filter(|v| v.is_finite() && *v >= 0.0)
-                        .ok_or_else(|| {
-                            row_err(
-                                line,
-                                format!("think_s: `{th}` must be a finite number of seconds ≥ 0"),
-                            )
-                        })?;
-                    Some(Follows { request, think_s })
-                }
-            };
-            rows.push(TraceRow {
-                arrived_at: t,
-                prompt_tokens,
-                output_tokens: tokens(2)?,
-                prefix,
-                output_segment,
-                follows,
-            });
+            let rec = rec.map_err(|e| at.read_err(e))?;
+            let line = at.line_of(&rec, 0);
+            rows.push(parser.row(&rec, line, rows.len())?);
         }
         if rows.is_empty() {
             return Err(Error::TraceEmpty {
@@ -465,4 +263,284 @@ impl Trace {
 fn mean_qps(rows: &[TraceRow]) -> Option<f64> {
     let span = rows.last()?.arrived_at - rows.first()?.arrived_at;
     (rows.len() >= 2 && span > 0.0).then(|| (rows.len() - 1) as f64 / span)
+}
+
+/// Where in a trace a fault lies: the file's name and its line breaks.
+struct Place<'a> {
+    name: &'a str,
+    lines: &'a LineTracker,
+}
+
+impl Place<'_> {
+    /// A bad line's error.
+    fn row_err(&self, line: u64, message: String) -> Error {
+        Error::TraceRow {
+            path: self.name.to_string(),
+            line,
+            message,
+        }
+    }
+
+    /// The 1-based line of a record (`default` when the parser gives no position).
+    fn line_of(&self, rec: &csv::StringRecord, default: u64) -> u64 {
+        rec.position()
+            .map_or(default, |p| self.lines.line_at(p.byte()))
+    }
+
+    /// A record the CSV parser could not read: at its line, or the file's read error.
+    fn read_err(&self, e: csv::Error) -> Error {
+        match e.position().map(|p| self.lines.line_at(p.byte())) {
+            Some(line) => self.row_err(line, e.to_string()),
+            None => match e.into_kind() {
+                csv::ErrorKind::Io(source) => Error::Io {
+                    path: self.name.to_string(),
+                    source,
+                },
+                other => self.row_err(0, format!("{other:?}")),
+            },
+        }
+    }
+}
+
+/// Reads a trace's data rows, once its header has told where each column is.
+struct RowParser<'a> {
+    at: &'a Place<'a>,
+    header: csv::StringRecord,
+    header_line: u64,
+    /// The required columns' positions, in [`COLUMNS`] order.
+    idx: [usize; 3],
+    /// The optional columns' positions, in [`TRACE_OPTIONAL_COLUMNS`] order.
+    optional: [Option<usize>; 4],
+    /// Fields a row needs to reach every named column.
+    needed: usize,
+    /// Rows with the same prefix cell share one chain (and its length).
+    chains: HashMap<String, (Arc<[Segment]>, u64)>,
+    /// The previous row's arrival time.
+    prev: f64,
+}
+
+impl<'a> RowParser<'a> {
+    /// Finds the columns in `header`: every required one must be there.
+    fn new(header: csv::StringRecord, at: &'a Place<'a>) -> Result<Self> {
+        let header_line = at.line_of(&header, 1);
+        let mut idx = [0usize; 3];
+        for (slot, col) in idx.iter_mut().zip(COLUMNS) {
+            *slot = header.iter().position(|h| h == col).ok_or_else(|| {
+                at.row_err(
+                    header_line,
+                    format!(
+                        "missing column `{col}` in the header `{}`; expected {EXPECTED_HEADER}",
+                        header.iter().collect::<Vec<_>>().join(",")
+                    ),
+                )
+            })?;
+        }
+        let optional = TRACE_OPTIONAL_COLUMNS.map(|col| header.iter().position(|h| h == col));
+        let needed = idx
+            .iter()
+            .chain(optional.iter().flatten())
+            .max()
+            .map_or(0, |m| m + 1);
+        Ok(RowParser {
+            at,
+            header,
+            header_line,
+            idx,
+            optional,
+            needed,
+            chains: HashMap::new(),
+            prev: 0.0,
+        })
+    }
+
+    /// Data row `row` (0-based), at `line` of the file.
+    fn row(&mut self, rec: &csv::StringRecord, line: u64, row: usize) -> Result<TraceRow> {
+        self.check_width(rec, line)?;
+        let arrived_at = self.arrival(rec, line)?;
+        let prompt_tokens = self.tokens(rec, line, 1)?;
+        let [prefix_col, output_col, follows_col, think_col] = self.optional;
+        let cell = |col: Option<usize>| col.map_or("", |i| &rec[i]);
+        let prefix = self.prefix(cell(prefix_col), line, prompt_tokens)?;
+        let output_segment = self.output_segment(cell(output_col), line)?;
+        let follows = self.follows(cell(follows_col), cell(think_col), line, row)?;
+        Ok(TraceRow {
+            arrived_at,
+            prompt_tokens,
+            output_tokens: self.tokens(rec, line, 2)?,
+            prefix,
+            output_segment,
+            follows,
+        })
+    }
+
+    /// A row must reach every named column and hold no cell past the header's.
+    fn check_width(&self, rec: &csv::StringRecord, line: u64) -> Result<()> {
+        let needed = self.needed;
+        if rec.len() < needed {
+            return Err(self.at.row_err(
+                line,
+                format!(
+                    "{} field(s), but the header needs {needed} (`{TRACE_HEADER}`)",
+                    rec.len()
+                ),
+            ));
+        }
+        // A cell past the header's columns belongs to no column: a shifted row, an unquoted
+        // comma, or a column the header lacks, not to be dropped unread.
+        if rec.len() > self.header.len() {
+            return Err(self.at.row_err(
+                line,
+                format!(
+                    "{} fields, but the header (line {}) has {}: `{}`; quote a cell that holds \
+                     a comma, or name every column in the header",
+                    rec.len(),
+                    self.header_line,
+                    self.header.len(),
+                    self.header.iter().collect::<Vec<_>>().join(",")
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The `arrived_at` cell: finite, ≥ 0 and not before the previous row's.
+    fn arrival(&mut self, rec: &csv::StringRecord, line: u64) -> Result<f64> {
+        let t_raw = &rec[self.idx[0]];
+        let t: f64 = t_raw.parse().map_err(|_| {
+            self.at.row_err(
+                line,
+                format!("arrived_at: `{t_raw}` is not a number of seconds"),
+            )
+        })?;
+        if !t.is_finite() || t < 0.0 {
+            return Err(self.at.row_err(
+                line,
+                format!("arrived_at: `{t_raw}` must be a finite time in seconds ≥ 0"),
+            ));
+        }
+        let prev = self.prev;
+        if t < prev {
+            return Err(self.at.row_err(
+                line,
+                format!(
+                    "arrived_at: {t} is earlier than the previous row's {prev}; rows must be sorted by arrival time"
+                ),
+            ));
+        }
+        self.prev = t;
+        Ok(t)
+    }
+
+    /// The token count in required column `col` (1: prompt, 2: output): at least 1.
+    fn tokens(&self, rec: &csv::StringRecord, line: u64, col: usize) -> Result<u32> {
+        let raw = &rec[self.idx[col]];
+        match raw.parse::<u32>() {
+            Ok(0) => Err(self.at.row_err(
+                line,
+                format!("{}: 0 tokens; lengths must be at least 1", COLUMNS[col]),
+            )),
+            Ok(v) => Ok(v),
+            Err(_) => Err(self.at.row_err(
+                line,
+                format!(
+                    "{}: `{raw}` is not a whole number of tokens from 1 to 4294967295",
+                    COLUMNS[col]
+                ),
+            )),
+        }
+    }
+
+    /// The `prefix` cell: a chain whose lengths sum to at most the prompt.
+    fn prefix(
+        &mut self,
+        text: &str,
+        line: u64,
+        prompt_tokens: u32,
+    ) -> Result<Option<Arc<[Segment]>>> {
+        if text.is_empty() {
+            return Ok(None);
+        }
+        let (chain, sum) = match self.chains.get(text) {
+            Some((chain, sum)) => (Arc::clone(chain), *sum),
+            None => {
+                let chain: Arc<[Segment]> = parse_chain(text)
+                    .map_err(|why| {
+                        self.at.row_err(
+                            line,
+                            format!("prefix: {why}; fix the cell or leave it empty"),
+                        )
+                    })?
+                    .into();
+                let sum = chain.iter().map(|s| u64::from(s.len)).sum();
+                self.chains
+                    .insert(text.to_string(), (Arc::clone(&chain), sum));
+                (chain, sum)
+            }
+        };
+        if sum > u64::from(prompt_tokens) {
+            return Err(self.at.row_err(
+                line,
+                format!(
+                    "prefix: the segments of `{text}` sum to {sum} tokens, more than num_prefill_tokens = {prompt_tokens}; shorten the segments or raise num_prefill_tokens"
+                ),
+            ));
+        }
+        Ok(Some(chain))
+    }
+
+    /// The `output_id` cell: a segment name, or empty.
+    fn output_segment(&self, text: &str, line: u64) -> Result<Option<u64>> {
+        if text.is_empty() {
+            return Ok(None);
+        }
+        parse_id(text).map(Some).map_err(|why| {
+            self.at.row_err(
+                line,
+                format!("output_id: `{text}`: {why}; give {NAME_FORMS}, or leave it empty"),
+            )
+        })
+    }
+
+    /// The `follows` and `think_s` cells of data row `row`: both empty, or an earlier row and
+    /// a think time.
+    fn follows(&self, f: &str, th: &str, line: u64, row: usize) -> Result<Option<Follows>> {
+        match (f, th) {
+            ("", "") => Ok(None),
+            (f, "") => Err(self.at.row_err(
+                line,
+                format!(
+                    "think_s: missing; a row that follows another (follows = `{f}`) needs the seconds between that request's end and this one (≥ 0)"
+                ),
+            )),
+            ("", th) => Err(self.at.row_err(
+                line,
+                format!(
+                    "follows: missing; think_s = `{th}` needs the 0-based data row of the earlier request this one follows (or leave think_s empty)"
+                ),
+            )),
+            (f, th) => {
+                let request = f
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|&r| r < row as u64)
+                    .ok_or_else(|| {
+                        self.at.row_err(
+                            line,
+                            format!("follows: `{f}` is not an earlier row; give the 0-based data row of an earlier request (this row is {row})"),
+                        )
+                    })?;
+                let think_s = th
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|v| v.is_finite() && *v >= 0.0)
+                    .ok_or_else(|| {
+                        self.at.row_err(
+                            line,
+                            format!("think_s: `{th}` must be a finite number of seconds ≥ 0"),
+                        )
+                    })?;
+                Ok(Some(Follows { request, think_s }))
+            }
+        }
+    }
 }

@@ -10,8 +10,9 @@
 
 use kvplan_vocab::DType;
 
+use crate::backend::DeviceInfo;
+use crate::error::Error;
 use crate::kernel::{AttentionShape, Strided};
-use crate::{DeviceInfo, Error};
 
 /// The driver calls of the CUDA executor.
 pub(crate) trait Driver: Sync {

@@ -9,8 +9,9 @@ use kvplan_vocab::DType;
 use super::driver::{OrCuda, check_libraries, check_ordinal, dev_ptr, device_count, internal};
 use super::launch::{attention_workspace, gemm, launch_attention, launch_axpb};
 use super::real::Context;
+use crate::backend::ExecOptions;
+use crate::error::Error;
 use crate::kernel::{AttentionShape, CopyAt, Device, Strided};
-use crate::{Error, ExecOptions};
 
 /// The CUDA side of the correctness checks: fp16 buffers, one stream, and the executor's
 /// kernels and cuBLAS GEMM.

@@ -2,7 +2,7 @@
 //! and timing events, on any [`Driver`].
 
 use super::api::Driver;
-use crate::Error;
+use crate::error::Error;
 
 /// One device: its context and kernels, stream pool and timing events.
 pub(super) struct Dev<D: Driver> {

@@ -7,7 +7,7 @@ use cudarc::cublas;
 use cudarc::driver::{CudaSlice, DevicePtr, DriverError, result as drv, sys};
 use cudarc::nvrtc;
 
-use crate::Error;
+use crate::error::Error;
 
 pub(super) trait OrCuda<T> {
     fn ctx(self, what: &str) -> Result<T, Error>;

@@ -12,9 +12,11 @@ use super::device::Dev;
 use super::driver::{check_ordinal, guarded, internal};
 use super::launch::attention_workspace;
 use super::real::Cudarc;
+use crate::backend::{BackendKind, DeviceInfo, ExecOptions, Executor};
+use crate::data;
+use crate::error::Error;
 use crate::kernel::Strided;
 use crate::sched::{self, Progress, StreamNeeds, Worker};
-use crate::{BackendKind, DeviceInfo, Error, ExecOptions, Executor, data};
 
 /// Most ops one schedule may have (two timing events each).
 pub(crate) const MAX_OPS: usize = 2_000_000;

@@ -2,7 +2,7 @@
 //! ordering, buffers, copies and kernel launches run (and are checked) without a GPU or a CUDA
 //! toolkit.
 //!
-//! [`open`] gives the real CUDA executor (`executor.rs`, the code `--backend cuda` runs) on a
+//! [`open`] gives the real CUDA executor (`executor.rs`, the code the `cuda` backend runs) on a
 //! driver that simulates the calls it makes, deterministically, on the CPU:
 //! - **Streams** are FIFO queues with a virtual clock each (nanoseconds). Work issued on a stream
 //!   starts when the stream has finished its earlier work, when every event it was told to wait
@@ -40,8 +40,9 @@ use super::api::Driver;
 use super::driver::guarded;
 use super::executor::CudaExecutor;
 use super::launch::attention_workspace;
+use crate::backend::{BackendKind, DeviceInfo, ExecOptions, Executor};
+use crate::error::Error;
 use crate::kernel::{AttentionShape, Strided};
-use crate::{BackendKind, DeviceInfo, Error, ExecOptions, Executor};
 
 /// The simulated GPUs: how many, and the rates that time their work.
 #[derive(Debug, Clone, PartialEq)]

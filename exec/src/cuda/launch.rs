@@ -10,7 +10,7 @@ use cudarc::nvrtc::{self, Ptx};
 use kvplan_vocab::DType;
 
 use super::driver::{OrCuda, internal};
-use crate::Error;
+use crate::error::Error;
 use crate::kernel::{AttentionShape, Strided};
 
 /// The kernels' CUDA C source.

@@ -15,8 +15,9 @@ use super::driver::{OrCuda, check_libraries, dev_ptr, device_count, driver_versi
 use super::launch::{
     Kernels, compile, config, gemm, launch, launch_attention, launch_axpb, launch_fill,
 };
+use crate::backend::{BackendKind, DeviceInfo};
+use crate::error::Error;
 use crate::kernel::{AttentionShape, Strided};
-use crate::{BackendKind, DeviceInfo, Error};
 
 /// cudarc, with the kernels compiled once per compute capability.
 pub(crate) struct Cudarc {
