@@ -4,7 +4,8 @@
 use kvplan_vocab::{HardwareProfile, ModelSpec};
 use serde::Serialize;
 
-use crate::{Error, Format, gib, listing};
+use crate::error::Error;
+use crate::render::{Format, gib, listing};
 
 #[derive(Serialize)]
 struct ModelRow<'a> {
@@ -144,12 +145,14 @@ fn moe_details(s: &ModelSpec, m: &kvplan_vocab::model::Moe, active: u64) -> Stri
 
 /// The hardware `profiles` listed: every preset (`asked` `None`), with `footer` after their
 /// table, or the one profile `asked` for; a preset asked for by name prints in a table as its
-/// file, every number with its source, ready to copy and edit.
+/// file, every number with its source, ready to copy and edit. `price_option` is how a command
+/// line that takes prices spells one, for a profile without a price.
 pub fn hardware(
     profiles: &[HardwareProfile],
     asked: Option<&str>,
     format: Format,
     footer: &str,
+    price_option: &str,
 ) -> Result<String, Error> {
     if let (Some(name), Format::Table) = (asked, format)
         && !name.ends_with(".toml")
@@ -222,7 +225,7 @@ pub fn hardware(
     let footer = asked.is_none().then_some(footer);
     let mut out = listing(format, profiles, &header, &csv_header, cells, footer)?;
     if let (Format::Table, Some(_), [one]) = (format, asked, profiles) {
-        out.push_str(&price_line(&one.gpu));
+        out.push_str(&price_line(&one.gpu, price_option));
     }
     Ok(out)
 }
@@ -238,8 +241,8 @@ fn dollars(usd: f64) -> String {
 }
 
 /// The line under one profile's row: its price per GPU-hour, where it comes from and when,
-/// or how to give one.
-fn price_line(g: &kvplan_vocab::hardware::Gpu) -> String {
+/// or how to give one (`price_option`: on a command line that takes it).
+fn price_line(g: &kvplan_vocab::hardware::Gpu, price_option: &str) -> String {
     match g.price_usd_per_hour {
         Some(usd) => format!(
             "\nprice: ${} per GPU-hour, {}{}\n",
@@ -250,6 +253,8 @@ fn price_line(g: &kvplan_vocab::hardware::Gpu) -> String {
                 .map(|d| format!(" ({d})"))
                 .unwrap_or_default(),
         ),
-        None => "\nprice: none; give gpu.price_usd_per_hour in the profile (or --price NAME=USD where a command takes it)\n".into(),
+        None => format!(
+            "\nprice: none; give gpu.price_usd_per_hour in the profile (or {price_option} where a command takes it)\n"
+        ),
     }
 }

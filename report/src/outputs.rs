@@ -18,8 +18,8 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
-use crate::Error;
 use crate::cleanup::{register_cleanup, settle};
+use crate::error::Error;
 use crate::files::{Target, remove_orphaned_temps, resolve};
 
 /// The outputs of a run, locked until this is dropped.
