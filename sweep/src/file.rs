@@ -113,6 +113,9 @@ struct Axis {
     values: Vec<Value>,
 }
 
+/// The values an explicit point sets: (column, value).
+type Assigned = Vec<(usize, Value)>;
+
 /// A checked sweep: the base scenario (relative paths made relative to the directory it was
 /// written in), the axes and the explicit points. Points are numbered from 0: the grid first
 /// (first axis outermost), then `[[points]]` in file order.
@@ -125,8 +128,8 @@ pub struct Sweep {
     columns: Vec<String>,
     /// The axes, one per leading column.
     axes: Vec<Axis>,
-    /// Explicit points: (column, value).
-    points: Vec<Vec<(usize, Value)>>,
+    /// Explicit points.
+    points: Vec<Assigned>,
     /// Points of the grid (0 without axes), saturating.
     grid_len: u64,
     /// The resolved sweep's hash, which its fingerprint carries.
@@ -655,7 +658,7 @@ impl Reader<'_> {
         order: Option<&Vec<String>>,
         columns: &mut Vec<String>,
         resolved: &mut String,
-    ) -> Result<(Vec<(usize, Value)>, Option<Unresolved>), SweepError> {
+    ) -> Result<(Assigned, Option<Unresolved>), SweepError> {
         let point_error = |message: String| SweepError::Point {
             path: self.path.to_path_buf(),
             index,
@@ -781,7 +784,7 @@ impl Sweep {
         reader: Reader<'_>,
         columns: Vec<String>,
         axes: Vec<Axis>,
-        points: Vec<Vec<(usize, Value)>>,
+        points: Vec<Assigned>,
         resolved: &str,
         probes: &[Option<Unresolved>],
     ) -> Result<Sweep, SweepError> {
