@@ -19,6 +19,48 @@ struct ModelRow<'a> {
     kv_bytes_per_token: u64,
 }
 
+/// A model's row: in the table (`plain` false) with sizes for people, in CSV as numbers.
+fn model_cells(r: &ModelRow, plain: bool) -> Vec<String> {
+    let s = r.spec;
+    let mut v = vec![
+        s.name.clone(),
+        s.family.as_str().to_string(),
+        s.num_layers.to_string(),
+        s.hidden.to_string(),
+        s.num_heads.to_string(),
+        s.num_kv_heads.to_string(),
+        s.head_dim.to_string(),
+        match (&s.moe, plain) {
+            // A mixture of experts in the table: experts x width, top-k (+ shared width).
+            (Some(m), false) => {
+                let shared = if m.shared_ffn > 0 {
+                    format!("+{}", m.shared_ffn)
+                } else {
+                    String::new()
+                };
+                format!("{}x{} top{}{shared}", m.experts, m.expert_ffn, m.top_k)
+            }
+            _ => s.ffn_dim.to_string(),
+        },
+        s.vocab.to_string(),
+        s.dtype.to_string(),
+    ];
+    if plain {
+        v.extend([
+            r.params.to_string(),
+            r.weight_bytes.to_string(),
+            r.kv_bytes_per_token.to_string(),
+        ]);
+    } else {
+        v.extend([
+            format!("{:.2}B", r.params as f64 / 1e9),
+            gib(r.weight_bytes),
+            format!("{} KiB", r.kv_bytes_per_token / 1024),
+        ]);
+    }
+    v
+}
+
 /// The models `specs` listed: every preset (`asked` `None`), with `footer` after their table, or
 /// the one model `asked` for (a preset name or a config.json path) in detail.
 pub fn models(
@@ -57,47 +99,7 @@ pub fn models(
         "weight_bytes",
         "kv_bytes_per_token",
     ];
-    let cells = |r: &ModelRow, plain: bool| -> Vec<String> {
-        let s = r.spec;
-        let mut v = vec![
-            s.name.clone(),
-            s.family.as_str().to_string(),
-            s.num_layers.to_string(),
-            s.hidden.to_string(),
-            s.num_heads.to_string(),
-            s.num_kv_heads.to_string(),
-            s.head_dim.to_string(),
-            match (&s.moe, plain) {
-                // A mixture of experts in the table: experts x width, top-k (+ shared width).
-                (Some(m), false) => {
-                    let shared = if m.shared_ffn > 0 {
-                        format!("+{}", m.shared_ffn)
-                    } else {
-                        String::new()
-                    };
-                    format!("{}x{} top{}{shared}", m.experts, m.expert_ffn, m.top_k)
-                }
-                _ => s.ffn_dim.to_string(),
-            },
-            s.vocab.to_string(),
-            s.dtype.to_string(),
-        ];
-        if plain {
-            v.extend([
-                r.params.to_string(),
-                r.weight_bytes.to_string(),
-                r.kv_bytes_per_token.to_string(),
-            ]);
-        } else {
-            v.extend([
-                format!("{:.2}B", r.params as f64 / 1e9),
-                gib(r.weight_bytes),
-                format!("{} KiB", r.kv_bytes_per_token / 1024),
-            ]);
-        }
-        v
-    };
-    let mut out = listing(format, &rows, &header, &csv_header, cells, footer)?;
+    let mut out = listing(format, &rows, &header, &csv_header, model_cells, footer)?;
     if let (Format::Table, None, [one]) = (format, footer, rows.as_slice())
         && let Some(m) = &one.spec.moe
     {
@@ -141,6 +143,40 @@ fn moe_details(s: &ModelSpec, m: &kvplan_vocab::model::Moe, active: u64) -> Stri
         active as f64 / 1e9,
         s.params() as f64 / 1e9,
     )
+}
+
+/// A profile's row: in the table (`plain` false) rounded for people, in CSV as the profile
+/// file's numbers, with the price's source and date.
+fn hardware_cells(p: &HardwareProfile, plain: bool) -> Vec<String> {
+    let bytes = |b: u64| if plain { b.to_string() } else { gib(b) };
+    let num = |x: f64, decimals: usize| {
+        if plain {
+            x.to_string()
+        } else {
+            format!("{x:.decimals$}")
+        }
+    };
+    let mut v = vec![
+        p.name.clone(),
+        p.gpu.name.clone(),
+        bytes(p.gpu.memory_bytes),
+        num(p.gpu.mem_bandwidth / 1e9, 0),
+        num(p.gpu.peak_flops.fp16 / 1e12, 1),
+        num(p.gpu.peak_flops.bf16 / 1e12, 1),
+        p.link.kind.clone(),
+        num(p.link.h2d_pinned / 1e9, 2),
+        num(p.link.d2h_pinned / 1e9, 2),
+        bytes(p.host.ram_bytes),
+    ];
+    let g = &p.gpu;
+    let or_dash = |v: Option<String>| v.unwrap_or_else(|| if plain { "" } else { "-" }.into());
+    v.push(or_dash(g.power_watts.map(|w| num(w, 0))));
+    v.push(or_dash(g.price_usd_per_hour.map(|usd| num(usd, 2))));
+    if plain {
+        v.push(g.price_source.clone().unwrap_or_default());
+        v.push(g.price_date.clone().unwrap_or_default());
+    }
+    v
 }
 
 /// The hardware `profiles` listed: every preset (`asked` `None`), with `footer` after their
@@ -191,39 +227,15 @@ pub fn hardware(
         "price_source",
         "price_date",
     ];
-    let cells = |p: &HardwareProfile, plain: bool| -> Vec<String> {
-        let bytes = |b: u64| if plain { b.to_string() } else { gib(b) };
-        let num = |x: f64, decimals: usize| {
-            if plain {
-                x.to_string()
-            } else {
-                format!("{x:.decimals$}")
-            }
-        };
-        let mut v = vec![
-            p.name.clone(),
-            p.gpu.name.clone(),
-            bytes(p.gpu.memory_bytes),
-            num(p.gpu.mem_bandwidth / 1e9, 0),
-            num(p.gpu.peak_flops.fp16 / 1e12, 1),
-            num(p.gpu.peak_flops.bf16 / 1e12, 1),
-            p.link.kind.clone(),
-            num(p.link.h2d_pinned / 1e9, 2),
-            num(p.link.d2h_pinned / 1e9, 2),
-            bytes(p.host.ram_bytes),
-        ];
-        let g = &p.gpu;
-        let or_dash = |v: Option<String>| v.unwrap_or_else(|| if plain { "" } else { "-" }.into());
-        v.push(or_dash(g.power_watts.map(|w| num(w, 0))));
-        v.push(or_dash(g.price_usd_per_hour.map(|usd| num(usd, 2))));
-        if plain {
-            v.push(g.price_source.clone().unwrap_or_default());
-            v.push(g.price_date.clone().unwrap_or_default());
-        }
-        v
-    };
     let footer = asked.is_none().then_some(footer);
-    let mut out = listing(format, profiles, &header, &csv_header, cells, footer)?;
+    let mut out = listing(
+        format,
+        profiles,
+        &header,
+        &csv_header,
+        hardware_cells,
+        footer,
+    )?;
     if let (Format::Table, Some(_), [one]) = (format, asked, profiles) {
         out.push_str(&price_line(&one.gpu, price_option));
     }

@@ -483,7 +483,56 @@ fn cluster_tables(
     c: &kvplan_serve::cluster::ClusterOutput,
     cs: &kvplan_serve::cluster::scenario::ClusterScenario,
 ) -> String {
-    let mut text = String::new();
+    let disagg = c.transfer.is_some();
+    let mut text = replica_table(c);
+    for (i, pool) in c.pools.iter().enumerate() {
+        let what = match (disagg, i) {
+            (false, _) => "",
+            (true, 0) => " (prefill pool)",
+            (true, _) => " (decode pool)",
+        };
+        let _ = writeln!(
+            text,
+            "router {}{what}: {} requests over {} replicas, imbalance {:.2} (most routed to one \
+             replica over the mean)",
+            cs.router,
+            pool.routed.iter().sum::<u64>(),
+            pool.routed.len(),
+            pool.imbalance
+        );
+    }
+    if let Some(a) = &c.autoscale {
+        text.push_str(&autoscale_tables(a));
+    }
+    if let (Some(tr), Some(b)) = (&c.transfer, c.binding) {
+        let n = tr.transfers.max(1) as f64;
+        let _ = writeln!(
+            text,
+            "KV transfer ({}): {} transfers, {}, mean {} from the read posted to the KV there \
+             ({} of it waiting for a busy link)",
+            tr.mode.as_str(),
+            tr.transfers,
+            gib(tr.bytes),
+            secs(tr.seconds / n),
+            secs(tr.wait_s / n),
+        );
+        let (p, d, link) = kvplan_serve::cluster::output::pressures(&c.replicas);
+        let _ = writeln!(
+            text,
+            "binds: {} (prefill GPUs {} busy, decode KV blocks {} full on average, busiest \
+             link {} busy)",
+            b.as_str(),
+            pct(p),
+            pct(d),
+            pct(link),
+        );
+    }
+    text
+}
+
+/// One row per replica of a cluster: its role, GPU, requests routed, latencies, how busy it
+/// was and (disaggregated) how busy its link was.
+fn replica_table(c: &kvplan_serve::cluster::ClusterOutput) -> String {
     let disagg = c.transfer.is_some();
     let mut head = vec![
         "replica",
@@ -529,50 +578,7 @@ fn cluster_tables(
         }
         t.row(&row);
     }
-    text.push_str(&t.render());
-    for (i, pool) in c.pools.iter().enumerate() {
-        let what = match (disagg, i) {
-            (false, _) => "",
-            (true, 0) => " (prefill pool)",
-            (true, _) => " (decode pool)",
-        };
-        let _ = writeln!(
-            text,
-            "router {}{what}: {} requests over {} replicas, imbalance {:.2} (most routed to one \
-             replica over the mean)",
-            cs.router,
-            pool.routed.iter().sum::<u64>(),
-            pool.routed.len(),
-            pool.imbalance
-        );
-    }
-    if let Some(a) = &c.autoscale {
-        text.push_str(&autoscale_tables(a));
-    }
-    if let (Some(tr), Some(b)) = (&c.transfer, c.binding) {
-        let n = tr.transfers.max(1) as f64;
-        let _ = writeln!(
-            text,
-            "KV transfer ({}): {} transfers, {}, mean {} from the read posted to the KV there \
-             ({} of it waiting for a busy link)",
-            tr.mode.as_str(),
-            tr.transfers,
-            gib(tr.bytes),
-            secs(tr.seconds / n),
-            secs(tr.wait_s / n),
-        );
-        let (p, d, link) = kvplan_serve::cluster::output::pressures(&c.replicas);
-        let _ = writeln!(
-            text,
-            "binds: {} (prefill GPUs {} busy, decode KV blocks {} full on average, busiest \
-             link {} busy)",
-            b.as_str(),
-            pct(p),
-            pct(d),
-            pct(link),
-        );
-    }
-    text
+    t.render()
 }
 
 /// The kebab-case name serde gives an enum variant.
