@@ -11,7 +11,7 @@ use crate::error::CliError;
 /// 19 rows, [`Field`]'s names), the serving scenario (`workload.*`, `serve.*`) and the capacity
 /// commands' own settings. Every library error and note names a field; the binary names its
 /// flag through this table (a test holds every row to an option the command line has).
-const FLAGS: [(&str, &str); 96] = [
+const FLAGS: [(&str, &str); 100] = [
     ("model", "--model"),
     ("hardware", "--hardware"),
     ("strategy", "--strategy"),
@@ -129,6 +129,12 @@ const FLAGS: [(&str, &str); 96] = [
     ("plan.max_gpus", "--max-gpus"),
     ("plan.layouts", "--layouts"),
     ("plan.routers", "--routers"),
+    // `kvplan sweep`, `kvplan merge`
+    ("sweep.out", "--out"),
+    ("sweep.resume", "--resume"),
+    ("sweep.shard", "--shard"),
+    // `kvplan diff`: the kind of output `simulate --compare` prints
+    ("simulate.compare", "--compare"),
     ("format", "--format"),
     ("backend", "--backend"),
 ];

@@ -1,7 +1,6 @@
 //! Reading kvplan outputs, telling their kinds apart, and comparing two of the same kind.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::Path;
 
 use kvplan_workloads::lines::LineCounter;
@@ -9,48 +8,11 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::direction::{Direction, direction};
-use crate::{Error, Result};
+use crate::error::{Error, Result};
+pub use crate::kind::Kind;
 
-/// The columns of a timeline CSV (`simulate --trace FILE.csv`), in order.
+/// The columns of a timeline CSV (a `simulate` trace written as CSV), in order.
 pub const TIMELINE_COLUMNS: [&str; 16] = kvplan_vocab::timeline::CSV_COLUMNS;
-
-/// What a file holds, detected from its content.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Kind {
-    /// `simulate --format json` (one strategy): an object with `strategy` and `decode_latency_s`.
-    SimulateReport,
-    /// `simulate --compare --format json`: an object with a `results` array.
-    SimulateCompare,
-    /// `serve --format json` / `--summary-json`: an object with `requests` and `ttft_s`.
-    ServeSummary,
-    /// Any other JSON document (compared by its numeric leaves).
-    Json,
-    /// A CSV table (`--format csv`, sweep tables), rows matched by key.
-    CsvTable,
-    /// A timeline CSV (`--trace FILE.csv`): compared by per-op-kind breakdown and makespan.
-    Timeline,
-}
-
-impl Kind {
-    /// Its name in messages.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::SimulateReport => "simulate report JSON",
-            Kind::SimulateCompare => "simulate --compare JSON",
-            Kind::ServeSummary => "serve summary JSON",
-            Kind::Json => "JSON",
-            Kind::CsvTable => "CSV table",
-            Kind::Timeline => "timeline CSV",
-        }
-    }
-}
-
-impl fmt::Display for Kind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// One row's figures: numbers by metric name, and text fields (compared for notes only).
 #[derive(Debug, Clone, Default)]
@@ -462,7 +424,7 @@ impl MetricDiff {
 /// printed on another platform), not at the comparison's tolerance.
 pub const DECISION_TOLERANCE: f64 = 1e-9;
 
-/// True when `pattern` (an `--accept`-style name) names `metric`: the metric's whole name,
+/// True when `pattern` (a name as the accept option of `diff` takes it) names `metric`: the metric's whole name,
 /// a `*` glob over it (`splits.*.recompute_tokens`), or a dotted prefix of it (`headinfer`
 /// names `headinfer.heads_per_group`). Matched in lower case.
 pub fn names(pattern: &str, metric: &str) -> bool {
@@ -570,6 +532,41 @@ pub fn judge(a: f64, b: f64, dir: Direction, tolerance: f64) -> (Option<f64>, St
 /// `added`/`removed` (never a regression), except in timelines, where a label or category
 /// missing on one side counts as zero time.
 pub fn compare(a: &Input, b: &Input, tolerance: f64) -> Result<Comparison> {
+    check_comparable(a, b)?;
+    let b_rows: BTreeMap<&str, &Row> = b.rows.iter().map(|(k, r)| (k.as_str(), r)).collect();
+    let mut metrics = Vec::new();
+    let mut texts = Vec::new();
+    for (key, ra) in &a.rows {
+        let rb = b_rows[key.as_str()];
+        metrics.extend(row_metrics(key, ra, rb, a.zero_fill, tolerance));
+        let mut fields: Vec<&String> = ra.texts.keys().collect();
+        fields.extend(rb.texts.keys().filter(|k| !ra.texts.contains_key(*k)));
+        for f in fields {
+            let (ta, tb) = (ra.texts.get(f), rb.texts.get(f));
+            if ta != tb {
+                texts.push(TextDiff {
+                    row: key.clone(),
+                    field: f.clone(),
+                    a: ta.cloned(),
+                    b: tb.cloned(),
+                });
+            }
+        }
+    }
+    Ok(Comparison {
+        kind: a.kind,
+        a: a.name.clone(),
+        b: b.name.clone(),
+        key_columns: a.key_columns.clone(),
+        tolerance,
+        metrics,
+        texts,
+    })
+}
+
+/// Refuses two inputs of different kinds, keyed by different columns, or whose rows do not
+/// match one to one.
+fn check_comparable(a: &Input, b: &Input) -> Result<()> {
     if a.kind != b.kind {
         return Err(Error::KindMismatch {
             a: a.name.clone(),
@@ -602,64 +599,44 @@ pub fn compare(a: &Input, b: &Input, tolerance: f64) -> Result<Comparison> {
             only_b,
         });
     }
-    let b_rows: BTreeMap<&str, &Row> = b.rows.iter().map(|(k, r)| (k.as_str(), r)).collect();
+    Ok(())
+}
+
+/// The metrics of the row `key` in A (`ra`) and B (`rb`), A's first, then those only B has; a
+/// metric one side lacks counts as 0 with `zero_fill`.
+fn row_metrics(key: &str, ra: &Row, rb: &Row, zero_fill: bool, tolerance: f64) -> Vec<MetricDiff> {
+    let mut names: Vec<&String> = ra.numbers.keys().collect();
+    names.extend(rb.numbers.keys().filter(|k| !ra.numbers.contains_key(*k)));
     let mut metrics = Vec::new();
-    let mut texts = Vec::new();
-    for (key, ra) in &a.rows {
-        let rb = b_rows[key.as_str()];
-        let mut names: Vec<&String> = ra.numbers.keys().collect();
-        names.extend(rb.numbers.keys().filter(|k| !ra.numbers.contains_key(*k)));
-        for name in names {
-            let get = |r: &Row| match r.numbers.get(name) {
-                Some(v) => *v,
-                None if a.zero_fill => Some(0.0),
-                None => None,
-            };
-            let (va, vb) = (get(ra), get(rb));
-            let dir = direction(name);
-            let (delta, rel, status) = match (va, vb) {
-                (Some(x), Some(y)) => {
-                    let (rel, s) = judge(x, y, dir, tolerance);
-                    (Some(y - x), rel, s)
-                }
-                (None, Some(_)) => (None, None, Status::Added),
-                (Some(_), None) => (None, None, Status::Removed),
-                (None, None) => continue,
-            };
-            metrics.push(MetricDiff {
-                row: key.clone(),
-                metric: name.clone(),
-                a: va,
-                b: vb,
-                delta,
-                relative_delta: rel,
-                direction: dir,
-                status,
-            });
-        }
-        let mut fields: Vec<&String> = ra.texts.keys().collect();
-        fields.extend(rb.texts.keys().filter(|k| !ra.texts.contains_key(*k)));
-        for f in fields {
-            let (ta, tb) = (ra.texts.get(f), rb.texts.get(f));
-            if ta != tb {
-                texts.push(TextDiff {
-                    row: key.clone(),
-                    field: f.clone(),
-                    a: ta.cloned(),
-                    b: tb.cloned(),
-                });
+    for name in names {
+        let get = |r: &Row| match r.numbers.get(name) {
+            Some(v) => *v,
+            None if zero_fill => Some(0.0),
+            None => None,
+        };
+        let (va, vb) = (get(ra), get(rb));
+        let dir = direction(name);
+        let (delta, rel, status) = match (va, vb) {
+            (Some(x), Some(y)) => {
+                let (rel, s) = judge(x, y, dir, tolerance);
+                (Some(y - x), rel, s)
             }
-        }
+            (None, Some(_)) => (None, None, Status::Added),
+            (Some(_), None) => (None, None, Status::Removed),
+            (None, None) => continue,
+        };
+        metrics.push(MetricDiff {
+            row: key.to_string(),
+            metric: name.clone(),
+            a: va,
+            b: vb,
+            delta,
+            relative_delta: rel,
+            direction: dir,
+            status,
+        });
     }
-    Ok(Comparison {
-        kind: a.kind,
-        a: a.name.clone(),
-        b: b.name.clone(),
-        key_columns: a.key_columns.clone(),
-        tolerance,
-        metrics,
-        texts,
-    })
+    metrics
 }
 
 #[cfg(test)]

@@ -4,8 +4,8 @@
 //! files, such as hardware profiles the cases use, are skipped). A case is a `serve` scenario
 //! when it has a `[serve]` table or a `[workload]` key only serving reads (`trace`,
 //! `arrivals`, `qps`, `requests`, ...); otherwise a `simulate` scenario. Goldens live in
-//! `DIR/golden/<name>.json` (what `kvplan simulate|serve FILE --format json` prints) and, for
-//! `simulate` cases, `DIR/golden/<name>.timeline.csv` (what `--trace FILE.csv` writes) and
+//! `DIR/golden/<name>.json` (what `kvplan simulate|serve FILE` prints in its JSON format) and,
+//! for `simulate` cases, `DIR/golden/<name>.timeline.csv` (its trace written as CSV) and
 //! `DIR/golden/<name>.decisions.json` (what the planner decided: the KVPR split of every step,
 //! HeadInfer's head groups, KV-Runahead's partition; [`kvplan_run::Report::decisions_json`]).
 //!
@@ -21,11 +21,11 @@ use kvplan_run::RawScenario;
 use kvplan_vocab::RunKind;
 
 use crate::compare::{Comparison, Input, Status, compare};
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// Which command a case runs: its file's `kind` ([`RunKind`]; `simulate` where it has none):
-/// `kvplan simulate FILE --format json --trace golden.timeline.csv` or `kvplan serve FILE
-/// --format json`.
+/// `kvplan simulate FILE` in its JSON format with its trace written to `golden.timeline.csv`,
+/// or `kvplan serve FILE` in its JSON format.
 pub type CaseKind = RunKind;
 
 /// One scenario of a suite.
@@ -104,8 +104,8 @@ pub fn discover(dir: &Path) -> Result<Vec<Case>> {
 }
 
 impl Case {
-    /// Runs the scenario as `kvplan simulate|serve FILE --format json` would; the JSON is
-    /// byte-identical to what the command prints, the timeline to what `--trace X.csv` writes.
+    /// Runs the scenario as `kvplan simulate|serve FILE` would in its JSON format; the JSON is
+    /// byte-identical to what the command prints, the timeline to the trace it writes as CSV.
     pub fn run(&self) -> Result<Outputs> {
         let fail = |source| Error::Scenario {
             case: self.name.clone(),

@@ -8,12 +8,13 @@ use kvplan_calibrate::inputs::RunsFitted;
 use kvplan_calibrate::runs::RunsFit;
 use kvplan_calibrate::{Measurements, Plan};
 use kvplan_serve::runs::StageComparison;
+use kvplan_vocab::calibration::Calibration;
 use kvplan_vocab::hardware::ProfileFile;
 use serde_json::json;
 
+use crate::error::Error;
 use crate::files::{write_or_print, write_text};
 use crate::render::*;
-use crate::{Error, Format};
 
 /// A machine measured (`m`, by `plan`, in `elapsed` seconds) into the profile `file` named `name`
 /// and written to `out_path`.
@@ -27,58 +28,9 @@ pub fn measurement(
     format: Format,
 ) -> Result<String, Error> {
     let cal = file.calibration.as_ref().expect("calibrated");
-    let best_tflops = |decode: bool| {
-        cal.gemm
-            .iter()
-            .filter(|g| plan.decode_m.contains(&g.m) == decode)
-            .map(|g| g.tflops())
-            .fold(0.0, f64::max)
-    };
     match format {
-        Format::Json => json_line(&json!({
-            "out": out_path.display().to_string(),
-            "name": name,
-            "backend": m.info.backend.as_str(),
-            "device": m.info.name,
-            "driver": m.info.driver,
-            "seconds": elapsed,
-            "copy_gbps": {
-                "h2d_pinned": cal.copy.h2d_pinned.gbps().map(|(b, g)| json!([b, g])).collect::<Vec<_>>(),
-                "d2h_pinned": cal.copy.d2h_pinned.gbps().map(|(b, g)| json!([b, g])).collect::<Vec<_>>(),
-                "h2d_pageable": cal.copy.h2d_pageable.gbps().map(|(b, g)| json!([b, g])).collect::<Vec<_>>(),
-                "d2h_pageable": cal.copy.d2h_pageable.gbps().map(|(b, g)| json!([b, g])).collect::<Vec<_>>(),
-            },
-            "duplex": file.link.duplex,
-            "gemm_best_tflops_decode": best_tflops(true),
-            "gemm_best_tflops_prefill": best_tflops(false),
-            "gemm": cal.gemm,
-            "attention": cal.attention,
-            "elementwise": cal.elementwise,
-            "op_overhead_us": m.op_overhead_s * 1e6,
-            "host": m.host,
-            "kernels": file.kernels.as_ref().map(|k| json!({
-                "tables": k.tables.len(),
-                "token_grid": plan.kernel_grid,
-                "launch_us": k.launch_us,
-                "gemm": k.gemm,
-            })),
-        })),
-        Format::Csv => csv_text(
-            &["table", "size_bytes", "seconds", "gbps"],
-            &[
-                ("h2d_pinned", &cal.copy.h2d_pinned),
-                ("d2h_pinned", &cal.copy.d2h_pinned),
-                ("h2d_pageable", &cal.copy.h2d_pageable),
-                ("d2h_pageable", &cal.copy.d2h_pageable),
-            ]
-            .iter()
-            .flat_map(|(n, c)| {
-                c.0.iter().zip(c.gbps()).map(move |(&(b, t), (_, g))| {
-                    vec![n.to_string(), b.to_string(), t.to_string(), g.to_string()]
-                })
-            })
-            .collect::<Vec<_>>(),
-        ),
+        Format::Json => measurement_json(m, plan, file, name, out_path, elapsed),
+        Format::Csv => copy_csv(cal),
         Format::Table => {
             let mut out = String::new();
             let _ = writeln!(
@@ -89,96 +41,178 @@ pub fn measurement(
                 m.info.driver,
                 out_path.display()
             );
-            let mut t = Table::new(&[
-                "copy size",
-                "h2d pinned",
-                "d2h pinned",
-                "h2d pageable",
-                "d2h pageable",
-            ]);
-            let bw = |c: &kvplan_vocab::calibration::Curve, i: usize| {
-                let (_, g) = c.gbps().nth(i).expect("a point per size");
-                format!("{g:.2} GB/s")
-            };
-            for (i, &(b, _)) in cal.copy.h2d_pinned.0.iter().enumerate() {
-                let size = if b >= 1 << 20 {
-                    format!("{} MiB", b >> 20)
-                } else {
-                    format!("{} KiB", b >> 10)
-                };
-                t.row(&[
-                    size,
-                    bw(&cal.copy.h2d_pinned, i),
-                    bw(&cal.copy.d2h_pinned, i),
-                    bw(&cal.copy.h2d_pageable, i),
-                    bw(&cal.copy.d2h_pageable, i),
-                ]);
-            }
-            out.push_str(&t.render());
-            let (one, both) = m.duplex_check;
-            let _ = writeln!(
-                out,
-                "both directions at once: {:.2} GB/s vs {:.2} GB/s one way -> {:?} duplex",
-                both / 1e9,
-                one / 1e9,
-                file.link.duplex
-            );
-            let _ = writeln!(
-                out,
-                "GEMM: {} shapes; best {:.3} TFLOP/s at decode rows (m in {:?}), {:.3} TFLOP/s at prefill rows (m in {:?})",
-                cal.gemm.len(),
-                best_tflops(true),
-                plan.decode_m,
-                best_tflops(false),
-                plan.prefill_m
-            );
-            let _ = writeln!(
-                out,
-                "attention fit: {:.1} us + max(flops / {:.4} TFLOP/s, bytes / {:.1} GB/s)",
-                cal.attention.overhead_us, cal.attention.tflops, cal.attention.gbps
-            );
-            let _ = writeln!(
-                out,
-                "memory-bound kernels: {:.1} us + bytes / {:.1} GB/s; back-to-back tiny op: {:.1} us",
-                cal.elementwise.overhead_us,
-                cal.elementwise.gbps,
-                m.op_overhead_s * 1e6
-            );
-            let _ = writeln!(
-                out,
-                "host side of the executor: {:.2} us to launch a kernel, {:.2} us to issue a copy, {:.2} us to synchronise with an idle {} ([calibration.host]; kvplan-exec's host costs)",
-                m.host.launch_us,
-                m.host.copy_issue_us,
-                m.host.sync_us,
-                if m.info.backend.as_str() == "cuda" {
-                    "GPU"
-                } else {
-                    "stream (the CPU backend runs ops on the host)"
-                }
-            );
-            if let Some(k) = &file.kernels {
-                let g = &k.gemm;
-                let _ = writeln!(
-                    out,
-                    "[kernels]: {} tables over {} token counts ({}..{}); GEMM fit {:.1} us floor, {:.2} of HBM, {:.2} of peak{}",
-                    k.tables.len(),
-                    plan.kernel_grid.len(),
-                    plan.kernel_grid.first().copied().unwrap_or(0),
-                    plan.kernel_grid.last().copied().unwrap_or(0),
-                    g.floor_us,
-                    g.memory_efficiency,
-                    g.compute_efficiency,
-                    g.sms.map(|s| format!(", {s} SMs")).unwrap_or_default()
-                );
-            }
-            let _ = writeln!(
-                out,
-                "host RAM in profile: {}",
-                gib((file.host.ram_gib * (1u64 << 30) as f64) as u64)
-            );
+            out.push_str(&copy_table(cal));
+            fit_lines(&mut out, m, plan, file);
             Ok(out)
         }
     }
+}
+
+/// The best GEMM throughput measured at decode rows (`decode`) or at prefill rows, TFLOP/s.
+fn best_tflops(cal: &Calibration, plan: &Plan, decode: bool) -> f64 {
+    cal.gemm
+        .iter()
+        .filter(|g| plan.decode_m.contains(&g.m) == decode)
+        .map(|g| g.tflops())
+        .fold(0.0, f64::max)
+}
+
+/// The measurement as one JSON document: the machine, the copy curves, the fits and the
+/// tables measured.
+fn measurement_json(
+    m: &Measurements,
+    plan: &Plan,
+    file: &ProfileFile,
+    name: &str,
+    out_path: &Path,
+    elapsed: f64,
+) -> Result<String, Error> {
+    let cal = file.calibration.as_ref().expect("calibrated");
+    json_line(&json!({
+        "out": out_path.display().to_string(),
+        "name": name,
+        "backend": m.info.backend.as_str(),
+        "device": m.info.name,
+        "driver": m.info.driver,
+        "seconds": elapsed,
+        "copy_gbps": {
+            "h2d_pinned": cal.copy.h2d_pinned.gbps().map(|(b, g)| json!([b, g])).collect::<Vec<_>>(),
+            "d2h_pinned": cal.copy.d2h_pinned.gbps().map(|(b, g)| json!([b, g])).collect::<Vec<_>>(),
+            "h2d_pageable": cal.copy.h2d_pageable.gbps().map(|(b, g)| json!([b, g])).collect::<Vec<_>>(),
+            "d2h_pageable": cal.copy.d2h_pageable.gbps().map(|(b, g)| json!([b, g])).collect::<Vec<_>>(),
+        },
+        "duplex": file.link.duplex,
+        "gemm_best_tflops_decode": best_tflops(cal, plan, true),
+        "gemm_best_tflops_prefill": best_tflops(cal, plan, false),
+        "gemm": cal.gemm,
+        "attention": cal.attention,
+        "elementwise": cal.elementwise,
+        "op_overhead_us": m.op_overhead_s * 1e6,
+        "host": m.host,
+        "kernels": file.kernels.as_ref().map(|k| json!({
+            "tables": k.tables.len(),
+            "token_grid": plan.kernel_grid,
+            "launch_us": k.launch_us,
+            "gemm": k.gemm,
+        })),
+    }))
+}
+
+/// The copy curves as CSV: one row per table and size.
+fn copy_csv(cal: &Calibration) -> Result<String, Error> {
+    csv_text(
+        &["table", "size_bytes", "seconds", "gbps"],
+        &[
+            ("h2d_pinned", &cal.copy.h2d_pinned),
+            ("d2h_pinned", &cal.copy.d2h_pinned),
+            ("h2d_pageable", &cal.copy.h2d_pageable),
+            ("d2h_pageable", &cal.copy.d2h_pageable),
+        ]
+        .iter()
+        .flat_map(|(n, c)| {
+            c.0.iter().zip(c.gbps()).map(move |(&(b, t), (_, g))| {
+                vec![n.to_string(), b.to_string(), t.to_string(), g.to_string()]
+            })
+        })
+        .collect::<Vec<_>>(),
+    )
+}
+
+/// The copy bandwidths, one row per size, one column per direction and kind of host memory.
+fn copy_table(cal: &Calibration) -> String {
+    let mut t = Table::new(&[
+        "copy size",
+        "h2d pinned",
+        "d2h pinned",
+        "h2d pageable",
+        "d2h pageable",
+    ]);
+    let bw = |c: &kvplan_vocab::calibration::Curve, i: usize| {
+        let (_, g) = c.gbps().nth(i).expect("a point per size");
+        format!("{g:.2} GB/s")
+    };
+    for (i, &(b, _)) in cal.copy.h2d_pinned.0.iter().enumerate() {
+        let size = if b >= 1 << 20 {
+            format!("{} MiB", b >> 20)
+        } else {
+            format!("{} KiB", b >> 10)
+        };
+        t.row(&[
+            size,
+            bw(&cal.copy.h2d_pinned, i),
+            bw(&cal.copy.d2h_pinned, i),
+            bw(&cal.copy.h2d_pageable, i),
+            bw(&cal.copy.d2h_pageable, i),
+        ]);
+    }
+    t.render()
+}
+
+/// The lines under the copy table: duplex, the GEMM, attention and memory-bound fits, the
+/// executor's host costs, the kernel tables and the host RAM the profile records.
+fn fit_lines(out: &mut String, m: &Measurements, plan: &Plan, file: &ProfileFile) {
+    let cal = file.calibration.as_ref().expect("calibrated");
+    let (one, both) = m.duplex_check;
+    let _ = writeln!(
+        out,
+        "both directions at once: {:.2} GB/s vs {:.2} GB/s one way -> {:?} duplex",
+        both / 1e9,
+        one / 1e9,
+        file.link.duplex
+    );
+    let _ = writeln!(
+        out,
+        "GEMM: {} shapes; best {:.3} TFLOP/s at decode rows (m in {:?}), {:.3} TFLOP/s at prefill rows (m in {:?})",
+        cal.gemm.len(),
+        best_tflops(cal, plan, true),
+        plan.decode_m,
+        best_tflops(cal, plan, false),
+        plan.prefill_m
+    );
+    let _ = writeln!(
+        out,
+        "attention fit: {:.1} us + max(flops / {:.4} TFLOP/s, bytes / {:.1} GB/s)",
+        cal.attention.overhead_us, cal.attention.tflops, cal.attention.gbps
+    );
+    let _ = writeln!(
+        out,
+        "memory-bound kernels: {:.1} us + bytes / {:.1} GB/s; back-to-back tiny op: {:.1} us",
+        cal.elementwise.overhead_us,
+        cal.elementwise.gbps,
+        m.op_overhead_s * 1e6
+    );
+    let _ = writeln!(
+        out,
+        "host side of the executor: {:.2} us to launch a kernel, {:.2} us to issue a copy, {:.2} us to synchronise with an idle {} ([calibration.host]; kvplan-exec's host costs)",
+        m.host.launch_us,
+        m.host.copy_issue_us,
+        m.host.sync_us,
+        if m.info.backend.as_str() == "cuda" {
+            "GPU"
+        } else {
+            "stream (the CPU backend runs ops on the host)"
+        }
+    );
+    if let Some(k) = &file.kernels {
+        let g = &k.gemm;
+        let _ = writeln!(
+            out,
+            "[kernels]: {} tables over {} token counts ({}..{}); GEMM fit {:.1} us floor, {:.2} of HBM, {:.2} of peak{}",
+            k.tables.len(),
+            plan.kernel_grid.len(),
+            plan.kernel_grid.first().copied().unwrap_or(0),
+            plan.kernel_grid.last().copied().unwrap_or(0),
+            g.floor_us,
+            g.memory_efficiency,
+            g.compute_efficiency,
+            g.sms.map(|s| format!(", {s} SMs")).unwrap_or_default()
+        );
+    }
+    let _ = writeln!(
+        out,
+        "host RAM in profile: {}",
+        gib((file.host.ram_gib * (1u64 << 30) as f64) as u64)
+    );
 }
 
 /// The serving figures fitted to real runs (`f`), written to `out` (the option `what`) if given;

@@ -14,7 +14,7 @@ static HANDLER: Once = Once::new();
 static MESSAGE: Mutex<Option<String>> = Mutex::new(None);
 
 /// What to say on stderr if the process is interrupted (instead of "no output file was
-/// replaced"): a run that writes its output in place (`kvplan sweep --resume`) says where its
+/// replaced"): a run that writes its output in place (`kvplan sweep` resuming a file) says where its
 /// rows are and how to finish. Installs the handler.
 pub fn set_interrupt_message(text: String) {
     install_handler();

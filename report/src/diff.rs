@@ -9,9 +9,10 @@ use kvplan_diff::compare::{Comparison, MetricDiff, Status};
 use kvplan_diff::suite::{Case, CaseCheck, Outputs};
 use serde_json::json;
 
+use crate::error::Error;
 use crate::files::write_text;
+use crate::render::Format;
 use crate::render::{Table, csv_number, csv_text, json_line};
-use crate::{Error, Format};
 
 /// A number for a table: integers whole, others with 6 significant digits.
 fn num(x: Option<f64>) -> String {
@@ -146,7 +147,14 @@ fn csv_cells(m: &MetricDiff) -> Vec<String> {
 }
 
 /// Two outputs compared, metric by metric (`changed_only`: table rows beyond the tolerance only).
-pub fn comparison(c: &Comparison, changed_only: bool, format: Format) -> Result<String, Error> {
+/// `words` gives the command line's words for the fields the outputs' kind names
+/// ([`Kind::as_str`](kvplan_diff::compare::Kind::as_str)).
+pub fn comparison(
+    c: &Comparison,
+    changed_only: bool,
+    words: fn(&str) -> String,
+    format: Format,
+) -> Result<String, Error> {
     Ok(match format {
         Format::Json => json_line(&json!({
             "kind": c.kind,
@@ -172,7 +180,7 @@ pub fn comparison(c: &Comparison, changed_only: bool, format: Format) -> Result<
         Format::Table => {
             let mut out = format!(
                 "diff ({}): A {} -> B {}, tolerance {}\n",
-                c.kind,
+                words(c.kind.as_str()),
                 c.a,
                 c.b,
                 pct(c.tolerance)
@@ -255,12 +263,14 @@ fn worst(check: &CaseCheck) -> Option<&MetricDiff> {
         })
 }
 
-/// A suite in `dir` checked against its goldens; `update` is the command that writes them.
+/// A suite in `dir` checked against its goldens; `update` is the command that writes them,
+/// `words` the command line's words for the fields the outputs' kinds name.
 pub fn regress_check(
     dir: &Path,
     tolerance: f64,
     checks: &[CaseCheck],
     update: &str,
+    words: fn(&str) -> String,
     format: Format,
 ) -> Result<String, Error> {
     Ok(match format {
@@ -275,7 +285,7 @@ pub fn regress_check(
             for ch in checks {
                 for c in &ch.comparisons {
                     for m in &c.metrics {
-                        let mut r = vec![ch.case.clone(), c.kind.as_str().to_string()];
+                        let mut r = vec![ch.case.clone(), words(c.kind.as_str())];
                         r.extend(csv_cells(m));
                         rows.push(r);
                     }
@@ -292,99 +302,105 @@ pub fn regress_check(
                 checks.len(),
                 pct(tolerance)
             );
-            let mut t = Table::new(&[
-                "case",
-                "command",
-                "metrics",
-                "regressed",
-                "largest change",
-                "status",
-            ]);
+            out.push_str(&case_table(checks));
             for ch in checks {
-                let metrics: usize = ch.comparisons.iter().map(|c| c.metrics.len()).sum();
-                let regressed: usize = ch
-                    .comparisons
-                    .iter()
-                    .map(|c| c.count(Status::Regressed))
-                    .sum();
-                let decided: usize = ch
-                    .comparisons
-                    .iter()
-                    .map(|c| c.count(Status::DecisionChanged))
-                    .sum();
-                t.row(&[
-                    ch.case.clone(),
-                    ch.kind.as_str().to_string(),
-                    metrics.to_string(),
-                    regressed.to_string(),
-                    worst(ch).map_or("-".into(), short),
-                    if !ch.missing.is_empty() {
-                        "NO GOLDEN".to_string()
-                    } else if !ch.vanished().is_empty() {
-                        "METRIC GONE".to_string()
-                    } else if regressed > 0 {
-                        "REGRESSED".to_string()
-                    } else if decided > 0 {
-                        "DECISION CHANGED".to_string()
-                    } else {
-                        "ok".to_string()
-                    },
-                ]);
-            }
-            out.push_str(&t.render());
-            for ch in checks {
-                for p in &ch.missing {
-                    let _ = writeln!(
-                        out,
-                        "{}: golden {} missing (`{update}` writes it)",
-                        ch.case,
-                        p.display()
-                    );
-                }
-                for v in ch.vanished() {
-                    let _ = writeln!(
-                        out,
-                        "{}: {} is in golden {} but not in this build's output",
-                        ch.case,
-                        if v.row.is_empty() {
-                            v.metric.to_string()
-                        } else {
-                            format!("{} {}", v.row, v.metric)
-                        },
-                        v.golden
-                    );
-                }
-                for c in &ch.comparisons {
-                    for m in c.metrics.iter().filter(|m| {
-                        matches!(
-                            m.status,
-                            Status::Regressed | Status::DecisionChanged | Status::Accepted
-                        )
-                    }) {
-                        let _ = writeln!(
-                            out,
-                            "{}: {} {} -> {} ({}) {}",
-                            ch.case,
-                            if m.row.is_empty() {
-                                m.metric.clone()
-                            } else {
-                                format!("{} {}", m.row, m.metric)
-                            },
-                            num(m.a),
-                            num(m.b),
-                            rel(m),
-                            match m.status {
-                                Status::Regressed => "REGRESSED",
-                                Status::DecisionChanged => "DECISION CHANGED",
-                                _ => "accepted",
-                            }
-                        );
-                    }
-                }
+                case_lines(&mut out, ch, update);
             }
             out
         }
     })
+}
+
+/// One row per case: its command, how many metrics it compared and regressed, its largest
+/// change and its status.
+fn case_table(checks: &[CaseCheck]) -> String {
+    let mut t = Table::new(&[
+        "case",
+        "command",
+        "metrics",
+        "regressed",
+        "largest change",
+        "status",
+    ]);
+    for ch in checks {
+        let metrics: usize = ch.comparisons.iter().map(|c| c.metrics.len()).sum();
+        let count = |s: Status| -> usize { ch.comparisons.iter().map(|c| c.count(s)).sum() };
+        let regressed = count(Status::Regressed);
+        let decided = count(Status::DecisionChanged);
+        t.row(&[
+            ch.case.clone(),
+            ch.kind.as_str().to_string(),
+            metrics.to_string(),
+            regressed.to_string(),
+            worst(ch).map_or("-".into(), short),
+            if !ch.missing.is_empty() {
+                "NO GOLDEN".to_string()
+            } else if !ch.vanished().is_empty() {
+                "METRIC GONE".to_string()
+            } else if regressed > 0 {
+                "REGRESSED".to_string()
+            } else if decided > 0 {
+                "DECISION CHANGED".to_string()
+            } else {
+                "ok".to_string()
+            },
+        ]);
+    }
+    t.render()
+}
+
+/// The lines under the table for one case: its missing goldens (`update` writes them), the
+/// metrics its goldens have and its output lacks, and every metric that regressed, changed a
+/// decision or was accepted.
+fn case_lines(out: &mut String, ch: &CaseCheck, update: &str) {
+    for p in &ch.missing {
+        let _ = writeln!(
+            out,
+            "{}: golden {} missing (`{update}` writes it)",
+            ch.case,
+            p.display()
+        );
+    }
+    for v in ch.vanished() {
+        let _ = writeln!(
+            out,
+            "{}: {} is in golden {} but not in this build's output",
+            ch.case,
+            if v.row.is_empty() {
+                v.metric.to_string()
+            } else {
+                format!("{} {}", v.row, v.metric)
+            },
+            v.golden
+        );
+    }
+    for c in &ch.comparisons {
+        for m in c.metrics.iter().filter(|m| {
+            matches!(
+                m.status,
+                Status::Regressed | Status::DecisionChanged | Status::Accepted
+            )
+        }) {
+            let _ = writeln!(
+                out,
+                "{}: {} {} -> {} ({}) {}",
+                ch.case,
+                if m.row.is_empty() {
+                    m.metric.clone()
+                } else {
+                    format!("{} {}", m.row, m.metric)
+                },
+                num(m.a),
+                num(m.b),
+                rel(m),
+                match m.status {
+                    Status::Regressed => "REGRESSED",
+                    Status::DecisionChanged => "DECISION CHANGED",
+                    _ => "accepted",
+                }
+            );
+        }
+    }
 }
 
 /// The one-line message of the cases that failed, if any did (`update` is the command that

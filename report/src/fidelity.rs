@@ -9,8 +9,8 @@ use kvplan_serve::fidelity::{Fidelity, GroupSummary, RunKind, RunRow};
 use kvplan_serve::runs::MetricError;
 use serde::Serialize;
 
+use crate::error::Error;
 use crate::render::*;
-use crate::{Error, Format};
 
 /// What a missing figure prints as (a statistic of no error, a band not yet given).
 pub const NONE: &str = "—";

@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 
 use kvplan_vocab::timeline::{Run, write_chrome_trace, write_csv};
 
-use crate::Error;
 use crate::cleanup::{register_cleanup, settle};
+use crate::error::Error;
 
 /// Symlink hops followed to the target of a dangling link (Linux's own limit; loops are reported
 /// by the OS before that).
@@ -96,7 +96,7 @@ fn write_output_with<T>(
 }
 
 /// Opens the output file `path` for the option `what` to be written row by row in place, where a
-/// run that is killed must leave what it wrote (`kvplan sweep --out --resume`): no temporary
+/// run that is killed must leave what it wrote (`kvplan sweep` resuming its output file): no temporary
 /// file. `keep` is how many bytes of an existing regular file to keep; without it the file is
 /// truncated. The same checks and messages as [`write_output`]: a directory or a missing parent
 /// directory is an input error; a FIFO or device is opened in place.

@@ -4,7 +4,8 @@
 use kvplan_vocab::{HardwareProfile, ModelSpec};
 use serde::Serialize;
 
-use crate::{Error, Format, gib, listing};
+use crate::error::Error;
+use crate::render::{Format, gib, listing};
 
 #[derive(Serialize)]
 struct ModelRow<'a> {
@@ -16,6 +17,48 @@ struct ModelRow<'a> {
     active_params: Option<u64>,
     weight_bytes: u64,
     kv_bytes_per_token: u64,
+}
+
+/// A model's row: in the table (`plain` false) with sizes for people, in CSV as numbers.
+fn model_cells(r: &ModelRow, plain: bool) -> Vec<String> {
+    let s = r.spec;
+    let mut v = vec![
+        s.name.clone(),
+        s.family.as_str().to_string(),
+        s.num_layers.to_string(),
+        s.hidden.to_string(),
+        s.num_heads.to_string(),
+        s.num_kv_heads.to_string(),
+        s.head_dim.to_string(),
+        match (&s.moe, plain) {
+            // A mixture of experts in the table: experts x width, top-k (+ shared width).
+            (Some(m), false) => {
+                let shared = if m.shared_ffn > 0 {
+                    format!("+{}", m.shared_ffn)
+                } else {
+                    String::new()
+                };
+                format!("{}x{} top{}{shared}", m.experts, m.expert_ffn, m.top_k)
+            }
+            _ => s.ffn_dim.to_string(),
+        },
+        s.vocab.to_string(),
+        s.dtype.to_string(),
+    ];
+    if plain {
+        v.extend([
+            r.params.to_string(),
+            r.weight_bytes.to_string(),
+            r.kv_bytes_per_token.to_string(),
+        ]);
+    } else {
+        v.extend([
+            format!("{:.2}B", r.params as f64 / 1e9),
+            gib(r.weight_bytes),
+            format!("{} KiB", r.kv_bytes_per_token / 1024),
+        ]);
+    }
+    v
 }
 
 /// The models `specs` listed: every preset (`asked` `None`), with `footer` after their table, or
@@ -56,47 +99,7 @@ pub fn models(
         "weight_bytes",
         "kv_bytes_per_token",
     ];
-    let cells = |r: &ModelRow, plain: bool| -> Vec<String> {
-        let s = r.spec;
-        let mut v = vec![
-            s.name.clone(),
-            s.family.as_str().to_string(),
-            s.num_layers.to_string(),
-            s.hidden.to_string(),
-            s.num_heads.to_string(),
-            s.num_kv_heads.to_string(),
-            s.head_dim.to_string(),
-            match (&s.moe, plain) {
-                // A mixture of experts in the table: experts x width, top-k (+ shared width).
-                (Some(m), false) => {
-                    let shared = if m.shared_ffn > 0 {
-                        format!("+{}", m.shared_ffn)
-                    } else {
-                        String::new()
-                    };
-                    format!("{}x{} top{}{shared}", m.experts, m.expert_ffn, m.top_k)
-                }
-                _ => s.ffn_dim.to_string(),
-            },
-            s.vocab.to_string(),
-            s.dtype.to_string(),
-        ];
-        if plain {
-            v.extend([
-                r.params.to_string(),
-                r.weight_bytes.to_string(),
-                r.kv_bytes_per_token.to_string(),
-            ]);
-        } else {
-            v.extend([
-                format!("{:.2}B", r.params as f64 / 1e9),
-                gib(r.weight_bytes),
-                format!("{} KiB", r.kv_bytes_per_token / 1024),
-            ]);
-        }
-        v
-    };
-    let mut out = listing(format, &rows, &header, &csv_header, cells, footer)?;
+    let mut out = listing(format, &rows, &header, &csv_header, model_cells, footer)?;
     if let (Format::Table, None, [one]) = (format, footer, rows.as_slice())
         && let Some(m) = &one.spec.moe
     {
@@ -142,14 +145,50 @@ fn moe_details(s: &ModelSpec, m: &kvplan_vocab::model::Moe, active: u64) -> Stri
     )
 }
 
+/// A profile's row: in the table (`plain` false) rounded for people, in CSV as the profile
+/// file's numbers, with the price's source and date.
+fn hardware_cells(p: &HardwareProfile, plain: bool) -> Vec<String> {
+    let bytes = |b: u64| if plain { b.to_string() } else { gib(b) };
+    let num = |x: f64, decimals: usize| {
+        if plain {
+            x.to_string()
+        } else {
+            format!("{x:.decimals$}")
+        }
+    };
+    let mut v = vec![
+        p.name.clone(),
+        p.gpu.name.clone(),
+        bytes(p.gpu.memory_bytes),
+        num(p.gpu.mem_bandwidth / 1e9, 0),
+        num(p.gpu.peak_flops.fp16 / 1e12, 1),
+        num(p.gpu.peak_flops.bf16 / 1e12, 1),
+        p.link.kind.clone(),
+        num(p.link.h2d_pinned / 1e9, 2),
+        num(p.link.d2h_pinned / 1e9, 2),
+        bytes(p.host.ram_bytes),
+    ];
+    let g = &p.gpu;
+    let or_dash = |v: Option<String>| v.unwrap_or_else(|| if plain { "" } else { "-" }.into());
+    v.push(or_dash(g.power_watts.map(|w| num(w, 0))));
+    v.push(or_dash(g.price_usd_per_hour.map(|usd| num(usd, 2))));
+    if plain {
+        v.push(g.price_source.clone().unwrap_or_default());
+        v.push(g.price_date.clone().unwrap_or_default());
+    }
+    v
+}
+
 /// The hardware `profiles` listed: every preset (`asked` `None`), with `footer` after their
 /// table, or the one profile `asked` for; a preset asked for by name prints in a table as its
-/// file, every number with its source, ready to copy and edit.
+/// file, every number with its source, ready to copy and edit. `price_option` is how a command
+/// line that takes prices spells one, for a profile without a price.
 pub fn hardware(
     profiles: &[HardwareProfile],
     asked: Option<&str>,
     format: Format,
     footer: &str,
+    price_option: &str,
 ) -> Result<String, Error> {
     if let (Some(name), Format::Table) = (asked, format)
         && !name.ends_with(".toml")
@@ -188,41 +227,17 @@ pub fn hardware(
         "price_source",
         "price_date",
     ];
-    let cells = |p: &HardwareProfile, plain: bool| -> Vec<String> {
-        let bytes = |b: u64| if plain { b.to_string() } else { gib(b) };
-        let num = |x: f64, decimals: usize| {
-            if plain {
-                x.to_string()
-            } else {
-                format!("{x:.decimals$}")
-            }
-        };
-        let mut v = vec![
-            p.name.clone(),
-            p.gpu.name.clone(),
-            bytes(p.gpu.memory_bytes),
-            num(p.gpu.mem_bandwidth / 1e9, 0),
-            num(p.gpu.peak_flops.fp16 / 1e12, 1),
-            num(p.gpu.peak_flops.bf16 / 1e12, 1),
-            p.link.kind.clone(),
-            num(p.link.h2d_pinned / 1e9, 2),
-            num(p.link.d2h_pinned / 1e9, 2),
-            bytes(p.host.ram_bytes),
-        ];
-        let g = &p.gpu;
-        let or_dash = |v: Option<String>| v.unwrap_or_else(|| if plain { "" } else { "-" }.into());
-        v.push(or_dash(g.power_watts.map(|w| num(w, 0))));
-        v.push(or_dash(g.price_usd_per_hour.map(|usd| num(usd, 2))));
-        if plain {
-            v.push(g.price_source.clone().unwrap_or_default());
-            v.push(g.price_date.clone().unwrap_or_default());
-        }
-        v
-    };
     let footer = asked.is_none().then_some(footer);
-    let mut out = listing(format, profiles, &header, &csv_header, cells, footer)?;
+    let mut out = listing(
+        format,
+        profiles,
+        &header,
+        &csv_header,
+        hardware_cells,
+        footer,
+    )?;
     if let (Format::Table, Some(_), [one]) = (format, asked, profiles) {
-        out.push_str(&price_line(&one.gpu));
+        out.push_str(&price_line(&one.gpu, price_option));
     }
     Ok(out)
 }
@@ -238,8 +253,8 @@ fn dollars(usd: f64) -> String {
 }
 
 /// The line under one profile's row: its price per GPU-hour, where it comes from and when,
-/// or how to give one.
-fn price_line(g: &kvplan_vocab::hardware::Gpu) -> String {
+/// or how to give one (`price_option`: on a command line that takes it).
+fn price_line(g: &kvplan_vocab::hardware::Gpu, price_option: &str) -> String {
     match g.price_usd_per_hour {
         Some(usd) => format!(
             "\nprice: ${} per GPU-hour, {}{}\n",
@@ -250,6 +265,8 @@ fn price_line(g: &kvplan_vocab::hardware::Gpu) -> String {
                 .map(|d| format!(" ({d})"))
                 .unwrap_or_default(),
         ),
-        None => "\nprice: none; give gpu.price_usd_per_hour in the profile (or --price NAME=USD where a command takes it)\n".into(),
+        None => format!(
+            "\nprice: none; give gpu.price_usd_per_hour in the profile (or {price_option} where a command takes it)\n"
+        ),
     }
 }

@@ -18,8 +18,8 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
-use crate::Error;
 use crate::cleanup::{register_cleanup, settle};
+use crate::error::Error;
 use crate::files::{Target, remove_orphaned_temps, resolve};
 
 /// The outputs of a run, locked until this is dropped.
@@ -98,35 +98,69 @@ fn same_file(a: &Path, b: &Path) -> bool {
 /// directory, whose directory does not exist or cannot be written, that is one of the inputs,
 /// that another output names too, or that another process is writing.
 pub fn claim(inputs: &[(&str, &Path)], outputs: &[(&str, &Path)]) -> Result<Claim, Error> {
-    let mut checked = Vec::new();
-    for &(what, path) in outputs {
-        let target = resolve(path)
-            .map_err(|e| Error::Input(format!("{what}: cannot use {}: {e}", shown(path))))?;
-        let target = match target {
-            Target::Directory(p) => {
+    let checked = outputs
+        .iter()
+        .map(|&(what, path)| check_output(what, path))
+        .collect::<Result<Vec<_>, _>>()?;
+    check_distinct(&checked, inputs)?;
+    let mut claim = Claim::default();
+    for out in &checked {
+        if let Some(target) = &out.target {
+            let (lp, file, stale) = lock(out.what, out.path, target)?;
+            claim.locks.push((lp.clone(), file));
+            if let Some(pid) = stale {
+                claim.notes.push(format!(
+                    "{}: took over the stale lock file {} of process {pid}, which is no longer running (killed before it could remove it)",
+                    out.what,
+                    lp.display()
+                ));
+            }
+            for tmp in remove_orphaned_temps(target) {
+                claim.notes.push(format!(
+                    "{}: removed {}, left by a run that was killed while writing {}",
+                    out.what,
+                    tmp.display(),
+                    shown(out.path)
+                ));
+            }
+        }
+    }
+    Ok(claim)
+}
+
+/// The output `path` (the option `what`) as it will be written: refused where it is a
+/// directory, not a file path, or in a directory that does not exist.
+fn check_output<'a>(what: &'a str, path: &'a Path) -> Result<Checked<'a>, Error> {
+    let target = resolve(path)
+        .map_err(|e| Error::Input(format!("{what}: cannot use {}: {e}", shown(path))))?;
+    let target = match target {
+        Target::Directory(p) => {
+            return Err(Error::Input(format!(
+                "{what}: {} is a directory; give a file path",
+                shown(&p)
+            )));
+        }
+        Target::Special(_) => None,
+        Target::Replace(p, _) => {
+            let (dir, name) = split(&p).ok_or_else(|| {
+                Error::Input(format!("{what}: {} is not a file path", shown(path)))
+            })?;
+            if !dir.is_dir() {
                 return Err(Error::Input(format!(
-                    "{what}: {} is a directory; give a file path",
-                    shown(&p)
+                    "{what}: cannot write {}: directory '{}' does not exist",
+                    shown(path),
+                    dir.display()
                 )));
             }
-            Target::Special(_) => None,
-            Target::Replace(p, _) => {
-                let (dir, name) = split(&p).ok_or_else(|| {
-                    Error::Input(format!("{what}: {} is not a file path", shown(path)))
-                })?;
-                if !dir.is_dir() {
-                    return Err(Error::Input(format!(
-                        "{what}: cannot write {}: directory '{}' does not exist",
-                        shown(path),
-                        dir.display()
-                    )));
-                }
-                let dir = fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
-                Some(dir.join(name))
-            }
-        };
-        checked.push(Checked { what, path, target });
-    }
+            let dir = fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+            Some(dir.join(name))
+        }
+    };
+    Ok(Checked { what, path, target })
+}
+
+/// Refuses an output that is one of the `inputs`, or that another output names too.
+fn check_distinct(checked: &[Checked], inputs: &[(&str, &Path)]) -> Result<(), Error> {
     for (i, out) in checked.iter().enumerate() {
         for &(input, ipath) in inputs {
             let same = same_file(out.path, ipath)
@@ -157,29 +191,7 @@ pub fn claim(inputs: &[(&str, &Path)], outputs: &[(&str, &Path)]) -> Result<Clai
             }
         }
     }
-    let mut claim = Claim::default();
-    for out in &checked {
-        if let Some(target) = &out.target {
-            let (lp, file, stale) = lock(out.what, out.path, target)?;
-            claim.locks.push((lp.clone(), file));
-            if let Some(pid) = stale {
-                claim.notes.push(format!(
-                    "{}: took over the stale lock file {} of process {pid}, which is no longer running (killed before it could remove it)",
-                    out.what,
-                    lp.display()
-                ));
-            }
-            for tmp in remove_orphaned_temps(target) {
-                claim.notes.push(format!(
-                    "{}: removed {}, left by a run that was killed while writing {}",
-                    out.what,
-                    tmp.display(),
-                    shown(out.path)
-                ));
-            }
-        }
-    }
-    Ok(claim)
+    Ok(())
 }
 
 /// The lock file of the output `target`: `.NAME.lock` beside it.

@@ -14,8 +14,8 @@ use kvplan_planner::scenario::Scenario;
 use kvplan_vocab::schedule::Category;
 use serde_json::json;
 
+use crate::error::Error;
 use crate::render::*;
-use crate::{Error, Format};
 
 /// One line on a plan: model, hardware, batch, order, where the weights live.
 pub fn describe(p: &Plan) -> String {

@@ -8,7 +8,7 @@ use kvplan_plot::table::{axis_label, read_table, series_from_table};
 use kvplan_plot::{ServingPoint, latency_cdf, line_chart, serving_timeseries};
 use kvplan_serve::{RequestRecord, ServeReport, Status};
 
-use crate::Error;
+use crate::error::Error;
 
 /// A plotting error for `what` (the option, or the table's file): bad input, or a drawing
 /// failure.

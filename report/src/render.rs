@@ -4,7 +4,19 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::{Error, Format};
+use crate::error::Error;
+
+/// Output format (with the `clap` feature, a `clap::ValueEnum`: `table`, `json`, `csv`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum Format {
+    /// Aligned text for people.
+    Table,
+    /// One JSON document for programs and notebooks.
+    Json,
+    /// CSV with a header row.
+    Csv,
+}
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 

@@ -10,18 +10,20 @@ use kvplan_serve::capacity::{CapacityComparison, ConfigCapacity, SearchOptions, 
 use kvplan_serve::runs::{Comparison, MeasuredRun, StageComparison};
 use kvplan_serve::scenario::ServeScenario;
 
+use crate::error::Error;
 use crate::render::*;
-use crate::{Error, Format};
 
 /// Files written, each with its label (the command line's flag) and path.
 pub type Written<'a> = [(&'a str, &'a Path)];
 
 /// A run's summary: the summary JSON, the per-request CSV, or the table followed by one line per
-/// file written.
+/// file written. `goodput_as` names the goodput the table's goodput line counts as vLLM's
+/// benchmark does, in the words of vLLM's command line.
 pub fn serve_report(
     sc: &ServeScenario,
     out: &ServeReport,
     written: &Written,
+    goodput_as: &str,
     format: Format,
 ) -> Result<String, Error> {
     let text = |f: Writer| -> Result<String, Error> {
@@ -37,7 +39,7 @@ pub fn serve_report(
             if let Some(g) = &out.goodput {
                 let _ = writeln!(
                     s,
-                    "goodput under {}: {:.3} req/s ({} of {} requests meet every objective, {:.1}%; vLLM's --goodput){}",
+                    "goodput under {}: {:.3} req/s ({} of {} requests meet every objective, {:.1}%; {goodput_as}){}",
                     g.objectives,
                     g.goodput_rps,
                     g.good,
@@ -262,41 +264,32 @@ fn precision(m: &kvplan_vocab::ModelSpec) -> String {
 }
 
 fn table(sc: &ServeScenario, out: &ServeReport) -> String {
+    let mut text = headline(sc, out);
+    let mut t = summary_table(sc, out);
+    if let Some(b) = &out.bands {
+        band_rows(&mut t, b);
+    }
+    text.push_str(&t.render());
+    after_table(&mut text, out);
+    if let (Some(c), Some(cs)) = (&out.cluster, &sc.cluster) {
+        text.push_str(&cluster_tables(c, cs));
+    }
+    text
+}
+
+/// The run's first line: what was served where, with which workload and engine settings.
+fn headline(sc: &ServeScenario, out: &ServeReport) -> String {
     let s = &out.summary;
     let c = &sc.config;
-    let mut text = String::new();
     let workload = match sc.trace() {
         Some(p) => format!("trace {}", p.display()),
         None => format!("synthetic, seed {}", sc.seed),
     };
     let r = &sc.resolved;
-    let _ = writeln!(
-        text,
-        "serve (simulated): {} on {}{}, {workload}, vLLM {}, {} scheduler, {} preemption, block {} tokens, {} GPU blocks, max_model_len {}, {} seqs / {} tokens per step{}{}",
+    format!(
+        "serve (simulated): {} on {}{}, {workload}, vLLM {}, {} scheduler, {} preemption, block {} tokens, {} GPU blocks, max_model_len {}, {} seqs / {} tokens per step{}{}\n",
         sc.model.name,
-        match &sc.cluster {
-            None => sc.hardware.name.clone(),
-            Some(c) if c.disaggregated => format!(
-                "{} prefill + {} decode replicas ({} GPUs, {} KV transfer, {} router)",
-                c.replicas
-                    .iter()
-                    .filter(|r| r.role == kvplan_serve::cluster::Role::Prefill)
-                    .count(),
-                c.replicas
-                    .iter()
-                    .filter(|r| r.role == kvplan_serve::cluster::Role::Decode)
-                    .count(),
-                c.gpus(),
-                c.transfer.as_str(),
-                c.router,
-            ),
-            Some(c) => format!(
-                "{} replicas ({} GPUs, {} router)",
-                c.replicas.len(),
-                c.gpus(),
-                c.router
-            ),
-        },
+        served_on(sc),
         precision(&sc.model),
         s.vllm_version,
         kebab(&c.scheduler),
@@ -316,7 +309,37 @@ fn table(sc: &ServeScenario, out: &ServeReport) -> String {
             kvplan_serve::config::CudagraphMode::Piecewise => ", piecewise CUDA graphs",
             kvplan_serve::config::CudagraphMode::FullAndPiecewise => ", CUDA graphs",
         },
-    );
+    )
+}
+
+/// Where the run was served: the GPU, or the cluster's replicas, GPUs and router.
+fn served_on(sc: &ServeScenario) -> String {
+    let role = |c: &kvplan_serve::cluster::scenario::ClusterScenario, role| {
+        c.replicas.iter().filter(|r| r.role == role).count()
+    };
+    match &sc.cluster {
+        None => sc.hardware.name.clone(),
+        Some(c) if c.disaggregated => format!(
+            "{} prefill + {} decode replicas ({} GPUs, {} KV transfer, {} router)",
+            role(c, kvplan_serve::cluster::Role::Prefill),
+            role(c, kvplan_serve::cluster::Role::Decode),
+            c.gpus(),
+            c.transfer.as_str(),
+            c.router,
+        ),
+        Some(c) => format!(
+            "{} replicas ({} GPUs, {} router)",
+            c.replicas.len(),
+            c.gpus(),
+            c.router
+        ),
+    }
+}
+
+/// The run's figures, one metric a row: requests, throughput, latency percentiles, then
+/// the caches and tiers the run used, and the time it took.
+fn summary_table(sc: &ServeScenario, out: &ServeReport) -> Table {
+    let s = &out.summary;
     let mut t = Table::new(&["metric", "value"]);
     t.row(&[
         "requests".to_string(),
@@ -344,6 +367,16 @@ fn table(sc: &ServeScenario, out: &ServeReport) -> String {
         ]);
     }
     t.row(&["preemptions".to_string(), s.preemptions.to_string()]);
+    cache_rows(&mut t, sc, out);
+    t.row(&["GPU busy".to_string(), pct(s.gpu_busy)]);
+    t.row(&["makespan".to_string(), secs(s.makespan_s)]);
+    t.row(&["iterations".to_string(), s.iterations.to_string()]);
+    t
+}
+
+/// The rows of the KV caches the run used: the prefix cache, swap, the CPU KV tier.
+fn cache_rows(t: &mut Table, sc: &ServeScenario, out: &ServeReport) {
+    let s = &out.summary;
     if sc.resolved.prefix_caching {
         t.row(&[
             "prefix cache".to_string(),
@@ -368,51 +401,55 @@ fn table(sc: &ServeScenario, out: &ServeReport) -> String {
         ]);
     }
     if let Some(tier) = &out.tier {
-        let mean_load = if tier.loads > 0 {
-            secs(tier.load_s / tier.loads as f64)
-        } else {
-            "-".into()
-        };
+        tier_rows(t, tier);
+    }
+}
+
+/// The CPU KV tier's hits, traffic and (hybrid reload) recomputed tokens.
+fn tier_rows(t: &mut Table, tier: &kvplan_serve::tier::TierStats) {
+    let mean_load = if tier.loads > 0 {
+        secs(tier.load_s / tier.loads as f64)
+    } else {
+        "-".into()
+    };
+    t.row(&[
+        "CPU KV tier hits".to_string(),
+        format!(
+            "{} hit rate, {} tokens in {} loads, mean load {mean_load}",
+            pct(if tier.queried_tokens > 0 {
+                tier.hit_tokens as f64 / tier.queried_tokens as f64
+            } else {
+                0.0
+            }),
+            tier.hit_tokens,
+            tier.loads,
+        ),
+    ]);
+    t.row(&[
+        "CPU KV tier traffic".to_string(),
+        format!(
+            "{} out, {} in, peak {} of {}",
+            gib(tier.stored_bytes),
+            gib(tier.loaded_bytes),
+            gib(tier.peak_bytes),
+            gib(tier.capacity_bytes),
+        ),
+    ]);
+    if tier.recomputed_tokens > 0 {
         t.row(&[
-            "CPU KV tier hits".to_string(),
+            "hybrid reload".to_string(),
             format!(
-                "{} hit rate, {} tokens in {} loads, mean load {mean_load}",
-                pct(if tier.queried_tokens > 0 {
-                    tier.hit_tokens as f64 / tier.queried_tokens as f64
-                } else {
-                    0.0
-                }),
-                tier.hit_tokens,
-                tier.loads,
+                "{} tokens' K and V recomputed from stored layer inputs",
+                tier.recomputed_tokens
             ),
         ]);
-        t.row(&[
-            "CPU KV tier traffic".to_string(),
-            format!(
-                "{} out, {} in, peak {} of {}",
-                gib(tier.stored_bytes),
-                gib(tier.loaded_bytes),
-                gib(tier.peak_bytes),
-                gib(tier.capacity_bytes),
-            ),
-        ]);
-        if tier.recomputed_tokens > 0 {
-            t.row(&[
-                "hybrid reload".to_string(),
-                format!(
-                    "{} tokens' K and V recomputed from stored layer inputs",
-                    tier.recomputed_tokens
-                ),
-            ]);
-        }
     }
-    t.row(&["GPU busy".to_string(), pct(s.gpu_busy)]);
-    t.row(&["makespan".to_string(), secs(s.makespan_s)]);
-    t.row(&["iterations".to_string(), s.iterations.to_string()]);
-    if let Some(b) = &out.bands {
-        band_rows(&mut t, b);
-    }
-    text.push_str(&t.render());
+}
+
+/// The lines under the table: how the bands were drawn, the rejected requests by reason, and
+/// a warning where the run was overloaded.
+fn after_table(text: &mut String, out: &ServeReport) {
+    let s = &out.summary;
     if let Some(b) = &out.bands {
         let _ = writeln!(
             text,
@@ -438,10 +475,6 @@ fn table(sc: &ServeScenario, out: &ServeReport) -> String {
             secs(o.queue_growth_s)
         );
     }
-    if let (Some(c), Some(cs)) = (&out.cluster, &sc.cluster) {
-        text.push_str(&cluster_tables(c, cs));
-    }
-    text
 }
 
 /// A cluster's per-replica table, the router's spread and, disaggregated, the transfers and
@@ -450,53 +483,8 @@ fn cluster_tables(
     c: &kvplan_serve::cluster::ClusterOutput,
     cs: &kvplan_serve::cluster::scenario::ClusterScenario,
 ) -> String {
-    let mut text = String::new();
     let disagg = c.transfer.is_some();
-    let mut head = vec![
-        "replica",
-        "role",
-        "GPU",
-        "TP",
-        "routed",
-        "TTFT p50",
-        "TTFT p99",
-        "TPOT p50",
-        "TPOT p99",
-        "GPU busy",
-        "KV used",
-        "prefix hits",
-    ];
-    if disagg {
-        head.push("link busy");
-    }
-    let mut t = Table::new(&head);
-    for r in &c.replicas {
-        let prefill = r.role == kvplan_serve::cluster::Role::Prefill;
-        let p = |f: fn(&kvplan_serve::Summary) -> f64| {
-            r.summary.as_ref().map_or("-".into(), |s| secs(f(s)))
-        };
-        // A prefill replica makes one token per request: no time per output token.
-        let tpot = |f: fn(&kvplan_serve::Summary) -> f64| if prefill { "-".into() } else { p(f) };
-        let mut row = vec![
-            r.name.clone(),
-            r.role.as_str().to_string(),
-            r.hardware.clone(),
-            r.tensor_parallel_size.to_string(),
-            r.routed.to_string(),
-            p(|s| s.ttft_s.p50),
-            p(|s| s.ttft_s.p99),
-            tpot(|s| s.tpot_s.p50),
-            tpot(|s| s.tpot_s.p99),
-            pct(r.gpu_busy),
-            pct(r.kv_occupancy),
-            r.prefix_hit_tokens.to_string(),
-        ];
-        if disagg {
-            row.push(pct(r.network_busy));
-        }
-        t.row(&row);
-    }
-    text.push_str(&t.render());
+    let mut text = replica_table(c);
     for (i, pool) in c.pools.iter().enumerate() {
         let what = match (disagg, i) {
             (false, _) => "",
@@ -542,6 +530,57 @@ fn cluster_tables(
     text
 }
 
+/// One row per replica of a cluster: its role, GPU, requests routed, latencies, how busy it
+/// was and (disaggregated) how busy its link was.
+fn replica_table(c: &kvplan_serve::cluster::ClusterOutput) -> String {
+    let disagg = c.transfer.is_some();
+    let mut head = vec![
+        "replica",
+        "role",
+        "GPU",
+        "TP",
+        "routed",
+        "TTFT p50",
+        "TTFT p99",
+        "TPOT p50",
+        "TPOT p99",
+        "GPU busy",
+        "KV used",
+        "prefix hits",
+    ];
+    if disagg {
+        head.push("link busy");
+    }
+    let mut t = Table::new(&head);
+    for r in &c.replicas {
+        let prefill = r.role == kvplan_serve::cluster::Role::Prefill;
+        let p = |f: fn(&kvplan_serve::Summary) -> f64| {
+            r.summary.as_ref().map_or("-".into(), |s| secs(f(s)))
+        };
+        // A prefill replica makes one token per request: no time per output token.
+        let tpot = |f: fn(&kvplan_serve::Summary) -> f64| if prefill { "-".into() } else { p(f) };
+        let mut row = vec![
+            r.name.clone(),
+            r.role.as_str().to_string(),
+            r.hardware.clone(),
+            r.tensor_parallel_size.to_string(),
+            r.routed.to_string(),
+            p(|s| s.ttft_s.p50),
+            p(|s| s.ttft_s.p99),
+            tpot(|s| s.tpot_s.p50),
+            tpot(|s| s.tpot_s.p99),
+            pct(r.gpu_busy),
+            pct(r.kv_occupancy),
+            r.prefix_hit_tokens.to_string(),
+        ];
+        if disagg {
+            row.push(pct(r.network_busy));
+        }
+        t.row(&row);
+    }
+    t.render()
+}
+
 /// The kebab-case name serde gives an enum variant.
 fn kebab<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_value(v)
@@ -550,17 +589,17 @@ fn kebab<T: serde::Serialize>(v: &T) -> String {
         .unwrap_or_default()
 }
 
-/// The serving capacity of each configuration.
+/// The serving capacity of each configuration. `sizing` is the command that sizes a
+/// deployment for a rate, as the command line spells it; the table's last line points to it.
 pub fn capacity(
     slo: &Slo,
     cmp: &CapacityComparison,
     opts: &SearchOptions,
     base_requests: u64,
+    sizing: &str,
     format: Format,
 ) -> Result<String, Error> {
     let rows = &cmp.rows;
-    let steady = opts.steady;
-    let num = |v: Option<f64>| v.map_or(String::new(), csv_number);
     match format {
         Format::Json => {
             #[derive(serde::Serialize)]
@@ -574,190 +613,220 @@ pub fn capacity(
             })
         }
         Format::Csv => csv_text(
-            &[
-                "hardware",
-                "tensor_parallel_size",
-                "max_qps",
-                "fails_at_qps",
-                "goodput_rps",
-                "ttft_p50_s",
-                "ttft_p90_s",
-                "ttft_p95_s",
-                "ttft_p99_s",
-                "tpot_p50_s",
-                "tpot_p90_s",
-                "tpot_p95_s",
-                "tpot_p99_s",
-                "e2e_p50_s",
-                "e2e_p90_s",
-                "e2e_p95_s",
-                "e2e_p99_s",
-                "output_tok_s",
-                "rejected",
-                "truncated",
-                "measured_requests",
-                "usd_per_m_output_tokens",
-                "usd_per_m_tokens",
-            ]
-            .into_iter()
-            .chain(
-                opts.bands
-                    .map(|_| ["max_qps_lo", "max_qps_hi", "coverage"])
-                    .into_iter()
-                    .flatten(),
-            )
-            .collect::<Vec<_>>(),
+            &capacity_csv_header(opts),
             &rows
                 .iter()
-                .map(|r| {
-                    let n = csv_number;
-                    let mut row = vec![
-                        r.hardware.clone(),
-                        r.tensor_parallel_size.to_string(),
-                        num(r.max_qps),
-                        num(r.fails_at_qps),
-                        num(r.goodput_rps),
-                    ];
-                    for p in [&r.ttft, &r.tpot, &r.e2e] {
-                        row.extend([n(p.p50), n(p.p90), n(p.p95), n(p.p99)]);
-                    }
-                    row.extend([
-                        n(r.output_tok_s),
-                        r.rejected.to_string(),
-                        r.truncated.to_string(),
-                        r.measured_requests.to_string(),
-                        num(r.usd_per_m_output_tokens),
-                        num(r.usd_per_m_tokens),
-                    ]);
-                    if let Some(settings) = &opts.bands {
-                        let b = r.max_qps_band.as_ref();
-                        row.extend([
-                            num(b.map(|b| b.lo)),
-                            num(b.map(|b| b.hi)),
-                            n(settings.coverage),
-                        ]);
-                    }
-                    row
-                })
+                .map(|r| capacity_csv_row(r, opts))
                 .collect::<Vec<_>>(),
         ),
         Format::Table => {
-            let mut out = format!(
-                "serving capacity under {slo} at steady state (each rate served for at least {} \
-                 requests and {} s of arrivals, the first {}% left out as warm-up; the queue must \
-                 not grow; rejected and truncated requests count as misses; rates within {}%)\n",
-                base_requests.max(steady.min_requests),
-                steady.min_duration_s,
-                steady.warmup_fraction * 100.0,
-                opts.rel_tol * 100.0
-            );
-            let mut header = vec![
-                "hardware",
-                "TP",
-                "max req/s",
-                "goodput req/s",
-                "TTFT p50 / p95 / p99",
-                "TPOT p50 / p95 / p99",
-                "E2E p99",
-                "rejected",
-                "output tok/s",
-                "limited by",
-            ];
-            let priced = rows.iter().any(|r| r.usd_per_m_output_tokens.is_some());
-            if priced {
-                header.push("$/M output tok");
-            }
-            let mut t = Table::new(&header);
-            // A percentile that falls on a rejected or truncated request (ranked as infinitely
-            // slow) has no time to show.
-            let served = |x: f64| {
-                if x == f64::INFINITY {
-                    "unserved".to_string()
-                } else {
-                    secs(x)
-                }
-            };
-            let unserved = rows.iter().any(|r| {
-                [&r.ttft, &r.tpot, &r.e2e]
-                    .iter()
-                    .any(|p| [p.p50, p.p95, p.p99].contains(&f64::INFINITY))
-            });
-            for r in rows {
-                let three = |p: &kvplan_serve::output::Percentiles| {
-                    format!("{} / {} / {}", served(p.p50), served(p.p95), served(p.p99))
-                };
-                let mut cells = vec![
-                    r.hardware.clone(),
-                    r.tensor_parallel_size.to_string(),
-                    match (r.max_qps, &r.max_qps_band) {
-                        (None, _) => "none".to_string(),
-                        (Some(q), None) => format!("{q:.2}"),
-                        (Some(q), Some(b)) => format!("{q:.2} ({:.2}-{:.2})", b.lo, b.hi),
-                    },
-                    r.goodput_rps.map_or("-".into(), |g| format!("{g:.2}")),
-                    three(&r.ttft),
-                    three(&r.tpot),
-                    served(r.e2e_p99_s),
-                    format!("{} of {}", r.rejected, r.measured_requests),
-                    format!("{:.0}", r.output_tok_s),
-                    r.limited_by.join(", "),
-                ];
-                if priced {
-                    cells.push(
-                        r.usd_per_m_output_tokens
-                            .map_or("-".into(), |v| format!("{v:.3}")),
-                    );
-                }
-                t.row(&cells);
-            }
-            out.push_str(&t.render());
-            if unserved {
-                let _ = writeln!(
-                    out,
-                    "unserved: the percentile falls on a request rejected or cut at max_model_len (ranked as infinitely slow)"
-                );
-            }
-            for r in rows.iter().filter(|r| r.max_qps.is_none()) {
-                let _ = writeln!(
-                    out,
-                    "{} TP {}: no rate meets the SLO; its figures are at the lowest rate tried, {} req/s",
-                    r.hardware,
-                    r.tensor_parallel_size,
-                    r.fails_at_qps.map_or("-".into(), |q| format!("{q:.4}"))
-                );
-            }
-            for r in rows {
-                if let (Some(q), Some(b)) = (r.max_qps, &r.max_qps_band) {
-                    let _ = writeln!(
-                        out,
-                        "{} TP {} meets the SLO at {q:.2} req/s; at {:.0}% confidence between {:.2} and {:.2}{}",
-                        r.hardware,
-                        r.tensor_parallel_size,
-                        100.0 * b.coverage,
-                        b.lo,
-                        b.hi,
-                        if b.lo < q && q < b.hi {
-                            ""
-                        } else {
-                            " (the residuals of real runs lean the band off the prediction)"
-                        }
-                    );
-                }
-            }
-            if let Some(settings) = &opts.bands {
-                let _ = writeln!(
-                    out,
-                    "bands: the search run again {} times with the kernel costs perturbed by the calibration residuals, each rate times the inverted time-per-token residuals of the real vLLM stages (docs/DESIGN.md, \"Error bands\")",
-                    settings.draws
-                );
-            }
+            let mut out = capacity_table(slo, rows, opts, base_requests);
+            capacity_notes(&mut out, rows, opts);
             let _ = writeln!(
                 out,
                 "to size a deployment for a rate (replicas, routers, prefill/decode pools, cost), \
-                 simulated as a cluster: kvplan plan-deployment --qps Q"
+                 simulated as a cluster: {sizing}"
             );
             Ok(out)
         }
+    }
+}
+
+/// The capacity CSV's columns: the figures of each configuration, then its band's where
+/// bands were asked for.
+fn capacity_csv_header(opts: &SearchOptions) -> Vec<&'static str> {
+    [
+        "hardware",
+        "tensor_parallel_size",
+        "max_qps",
+        "fails_at_qps",
+        "goodput_rps",
+        "ttft_p50_s",
+        "ttft_p90_s",
+        "ttft_p95_s",
+        "ttft_p99_s",
+        "tpot_p50_s",
+        "tpot_p90_s",
+        "tpot_p95_s",
+        "tpot_p99_s",
+        "e2e_p50_s",
+        "e2e_p90_s",
+        "e2e_p95_s",
+        "e2e_p99_s",
+        "output_tok_s",
+        "rejected",
+        "truncated",
+        "measured_requests",
+        "usd_per_m_output_tokens",
+        "usd_per_m_tokens",
+    ]
+    .into_iter()
+    .chain(
+        opts.bands
+            .map(|_| ["max_qps_lo", "max_qps_hi", "coverage"])
+            .into_iter()
+            .flatten(),
+    )
+    .collect()
+}
+
+/// One configuration's CSV row.
+fn capacity_csv_row(r: &ConfigCapacity, opts: &SearchOptions) -> Vec<String> {
+    let num = |v: Option<f64>| v.map_or(String::new(), csv_number);
+    let n = csv_number;
+    let mut row = vec![
+        r.hardware.clone(),
+        r.tensor_parallel_size.to_string(),
+        num(r.max_qps),
+        num(r.fails_at_qps),
+        num(r.goodput_rps),
+    ];
+    for p in [&r.ttft, &r.tpot, &r.e2e] {
+        row.extend([n(p.p50), n(p.p90), n(p.p95), n(p.p99)]);
+    }
+    row.extend([
+        n(r.output_tok_s),
+        r.rejected.to_string(),
+        r.truncated.to_string(),
+        r.measured_requests.to_string(),
+        num(r.usd_per_m_output_tokens),
+        num(r.usd_per_m_tokens),
+    ]);
+    if let Some(settings) = &opts.bands {
+        let b = r.max_qps_band.as_ref();
+        row.extend([
+            num(b.map(|b| b.lo)),
+            num(b.map(|b| b.hi)),
+            n(settings.coverage),
+        ]);
+    }
+    row
+}
+
+/// A percentile that falls on a rejected or truncated request (ranked as infinitely slow) has
+/// no time to show.
+fn served(x: f64) -> String {
+    if x == f64::INFINITY {
+        "unserved".to_string()
+    } else {
+        secs(x)
+    }
+}
+
+/// The capacity table: the first line says how each rate was served, then one row per
+/// configuration (with its price per output token where any has one).
+fn capacity_table(
+    slo: &Slo,
+    rows: &[ConfigCapacity],
+    opts: &SearchOptions,
+    base_requests: u64,
+) -> String {
+    let steady = opts.steady;
+    let mut out = format!(
+        "serving capacity under {slo} at steady state (each rate served for at least {} \
+         requests and {} s of arrivals, the first {}% left out as warm-up; the queue must \
+         not grow; rejected and truncated requests count as misses; rates within {}%)\n",
+        base_requests.max(steady.min_requests),
+        steady.min_duration_s,
+        steady.warmup_fraction * 100.0,
+        opts.rel_tol * 100.0
+    );
+    let mut header = vec![
+        "hardware",
+        "TP",
+        "max req/s",
+        "goodput req/s",
+        "TTFT p50 / p95 / p99",
+        "TPOT p50 / p95 / p99",
+        "E2E p99",
+        "rejected",
+        "output tok/s",
+        "limited by",
+    ];
+    let priced = rows.iter().any(|r| r.usd_per_m_output_tokens.is_some());
+    if priced {
+        header.push("$/M output tok");
+    }
+    let mut t = Table::new(&header);
+    for r in rows {
+        let three = |p: &kvplan_serve::output::Percentiles| {
+            format!("{} / {} / {}", served(p.p50), served(p.p95), served(p.p99))
+        };
+        let mut cells = vec![
+            r.hardware.clone(),
+            r.tensor_parallel_size.to_string(),
+            match (r.max_qps, &r.max_qps_band) {
+                (None, _) => "none".to_string(),
+                (Some(q), None) => format!("{q:.2}"),
+                (Some(q), Some(b)) => format!("{q:.2} ({:.2}-{:.2})", b.lo, b.hi),
+            },
+            r.goodput_rps.map_or("-".into(), |g| format!("{g:.2}")),
+            three(&r.ttft),
+            three(&r.tpot),
+            served(r.e2e_p99_s),
+            format!("{} of {}", r.rejected, r.measured_requests),
+            format!("{:.0}", r.output_tok_s),
+            r.limited_by.join(", "),
+        ];
+        if priced {
+            cells.push(
+                r.usd_per_m_output_tokens
+                    .map_or("-".into(), |v| format!("{v:.3}")),
+            );
+        }
+        t.row(&cells);
+    }
+    out.push_str(&t.render());
+    out
+}
+
+/// The lines under the capacity table: unserved percentiles, configurations that meet the
+/// SLO at no rate, the bands of those that do, and how the bands were drawn.
+fn capacity_notes(out: &mut String, rows: &[ConfigCapacity], opts: &SearchOptions) {
+    let unserved = rows.iter().any(|r| {
+        [&r.ttft, &r.tpot, &r.e2e]
+            .iter()
+            .any(|p| [p.p50, p.p95, p.p99].contains(&f64::INFINITY))
+    });
+    if unserved {
+        let _ = writeln!(
+            out,
+            "unserved: the percentile falls on a request rejected or cut at max_model_len (ranked as infinitely slow)"
+        );
+    }
+    for r in rows.iter().filter(|r| r.max_qps.is_none()) {
+        let _ = writeln!(
+            out,
+            "{} TP {}: no rate meets the SLO; its figures are at the lowest rate tried, {} req/s",
+            r.hardware,
+            r.tensor_parallel_size,
+            r.fails_at_qps.map_or("-".into(), |q| format!("{q:.4}"))
+        );
+    }
+    for r in rows {
+        if let (Some(q), Some(b)) = (r.max_qps, &r.max_qps_band) {
+            let _ = writeln!(
+                out,
+                "{} TP {} meets the SLO at {q:.2} req/s; at {:.0}% confidence between {:.2} and {:.2}{}",
+                r.hardware,
+                r.tensor_parallel_size,
+                100.0 * b.coverage,
+                b.lo,
+                b.hi,
+                if b.lo < q && q < b.hi {
+                    ""
+                } else {
+                    " (the residuals of real runs lean the band off the prediction)"
+                }
+            );
+        }
+    }
+    if let Some(settings) = &opts.bands {
+        let _ = writeln!(
+            out,
+            "bands: the search run again {} times with the kernel costs perturbed by the calibration residuals, each rate times the inverted time-per-token residuals of the real vLLM stages (docs/DESIGN.md, \"Error bands\")",
+            settings.draws
+        );
     }
 }
 
@@ -846,14 +915,9 @@ fn autoscale_tables(a: &kvplan_serve::cluster::autoscale::AutoscaleOutput) -> St
     text
 }
 
-/// `kvplan serve --autoscale ... --slo ... --compare-fixed`: the autoscaled fleet and the fixed
-/// one side by side (JSON: the whole [`DayReport`]; CSV: one row per hour).
+/// `kvplan serve` autoscaled, under objectives, compared with a fixed fleet: the autoscaled
+/// fleet and the fixed one side by side (JSON: the whole [`DayReport`]; CSV: one row per hour).
 pub fn day_report(r: &kvplan_serve::day::DayReport, format: Format) -> Result<String, Error> {
-    let (a, f) = (&r.autoscaled, &r.fixed);
-    let att = |h: Option<&kvplan_serve::cluster::autoscale::Hour>| {
-        h.and_then(|h| h.slo.as_ref())
-            .map_or((1.0, true), |s| (s.attainment, s.met))
-    };
     match format {
         Format::Json => {
             let mut s = serde_json::to_string_pretty(r)
@@ -861,38 +925,9 @@ pub fn day_report(r: &kvplan_serve::day::DayReport, format: Format) -> Result<St
             s.push('\n');
             Ok(s)
         }
-        Format::Csv => {
-            let mut s = String::from(
-                "hour,arrivals,autoscaled_replicas,autoscaled_gpu_hours,autoscaled_cost_usd,\
-                 scale_up_pending,autoscaled_attainment,autoscaled_met,fixed_replicas,\
-                 fixed_gpu_hours,fixed_cost_usd,fixed_attainment,fixed_met\n",
-            );
-            for (i, h) in a.hours.iter().enumerate() {
-                let g = f.hours.get(i);
-                let (aa, am) = att(Some(h));
-                let (fa, fm) = att(g);
-                let cost = |c: Option<f64>| c.map_or(String::new(), |v| format!("{v}"));
-                let _ = writeln!(
-                    s,
-                    "{},{},{},{},{},{},{},{},{},{},{},{},{}",
-                    h.hour,
-                    h.arrivals,
-                    h.replicas,
-                    h.gpu_hours,
-                    cost(h.cost_usd),
-                    h.scale_up_pending,
-                    aa,
-                    am,
-                    g.map_or(0.0, |g| g.replicas),
-                    g.map_or(0.0, |g| g.gpu_hours),
-                    cost(g.and_then(|g| g.cost_usd)),
-                    fa,
-                    fm
-                );
-            }
-            Ok(s)
-        }
+        Format::Csv => Ok(day_csv(r)),
         Format::Table => {
+            let (a, f) = (&r.autoscaled, &r.fixed);
             let mut text = String::new();
             let _ = writeln!(
                 text,
@@ -908,50 +943,8 @@ pub fn day_report(r: &kvplan_serve::day::DayReport, format: Format) -> Result<St
                 r.fixed_replicas,
                 r.slo
             );
-            let mut t = Table::new(&[
-                "hour",
-                "arrivals",
-                "replicas",
-                "GPU-hours",
-                "scaling up",
-                "SLO attainment",
-                "fixed: GPU-hours",
-                "fixed: SLO attainment",
-            ]);
-            for (i, h) in a.hours.iter().enumerate() {
-                let g = f.hours.get(i);
-                let (aa, am) = att(Some(h));
-                let (fa, fm) = att(g);
-                let mark = |ok: bool| if ok { "" } else { " (missed)" };
-                t.row(&[
-                    h.hour.to_string(),
-                    h.arrivals.to_string(),
-                    format!("{:.2}", h.replicas),
-                    format!("{:.2}", h.gpu_hours),
-                    if h.scale_up_pending { "yes" } else { "-" }.to_string(),
-                    format!("{}{}", pct(aa), mark(am)),
-                    format!("{:.2}", g.map_or(0.0, |g| g.gpu_hours)),
-                    format!("{}{}", pct(fa), mark(fm)),
-                ]);
-            }
-            text.push_str(&t.render());
-            let mut t = Table::new(&[
-                "fleet",
-                "GPU-hours",
-                "cost",
-                "hours missed",
-                "while scaling up",
-            ]);
-            for (name, o) in [("autoscaled", a), ("fixed", f)] {
-                t.row(&[
-                    name.to_string(),
-                    format!("{:.2}", o.gpu_hours),
-                    usd(o.cost_usd),
-                    hour_list(&o.missed_hours),
-                    hour_list(&o.missed_while_scaling_up),
-                ]);
-            }
-            text.push_str(&t.render());
+            text.push_str(&day_hours(r));
+            text.push_str(&day_fleets(r));
             let _ = writeln!(
                 text,
                 "the autoscaler saves {:.2} of {:.2} GPU-hours; it misses the objectives in {} \
@@ -968,4 +961,98 @@ pub fn day_report(r: &kvplan_serve::day::DayReport, format: Format) -> Result<St
             Ok(text)
         }
     }
+}
+
+/// An hour's SLO attainment and whether it met the objectives (full and met for an hour not
+/// judged, or not there).
+fn attainment(h: Option<&kvplan_serve::cluster::autoscale::Hour>) -> (f64, bool) {
+    h.and_then(|h| h.slo.as_ref())
+        .map_or((1.0, true), |s| (s.attainment, s.met))
+}
+
+/// The two fleets as CSV, one row per hour.
+fn day_csv(r: &kvplan_serve::day::DayReport) -> String {
+    let (a, f) = (&r.autoscaled, &r.fixed);
+    let mut s = String::from(
+        "hour,arrivals,autoscaled_replicas,autoscaled_gpu_hours,autoscaled_cost_usd,\
+         scale_up_pending,autoscaled_attainment,autoscaled_met,fixed_replicas,\
+         fixed_gpu_hours,fixed_cost_usd,fixed_attainment,fixed_met\n",
+    );
+    for (i, h) in a.hours.iter().enumerate() {
+        let g = f.hours.get(i);
+        let (aa, am) = attainment(Some(h));
+        let (fa, fm) = attainment(g);
+        let cost = |c: Option<f64>| c.map_or(String::new(), |v| format!("{v}"));
+        let _ = writeln!(
+            s,
+            "{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            h.hour,
+            h.arrivals,
+            h.replicas,
+            h.gpu_hours,
+            cost(h.cost_usd),
+            h.scale_up_pending,
+            aa,
+            am,
+            g.map_or(0.0, |g| g.replicas),
+            g.map_or(0.0, |g| g.gpu_hours),
+            cost(g.and_then(|g| g.cost_usd)),
+            fa,
+            fm
+        );
+    }
+    s
+}
+
+/// The two fleets hour by hour.
+fn day_hours(r: &kvplan_serve::day::DayReport) -> String {
+    let (a, f) = (&r.autoscaled, &r.fixed);
+    let mut t = Table::new(&[
+        "hour",
+        "arrivals",
+        "replicas",
+        "GPU-hours",
+        "scaling up",
+        "SLO attainment",
+        "fixed: GPU-hours",
+        "fixed: SLO attainment",
+    ]);
+    for (i, h) in a.hours.iter().enumerate() {
+        let g = f.hours.get(i);
+        let (aa, am) = attainment(Some(h));
+        let (fa, fm) = attainment(g);
+        let mark = |ok: bool| if ok { "" } else { " (missed)" };
+        t.row(&[
+            h.hour.to_string(),
+            h.arrivals.to_string(),
+            format!("{:.2}", h.replicas),
+            format!("{:.2}", h.gpu_hours),
+            if h.scale_up_pending { "yes" } else { "-" }.to_string(),
+            format!("{}{}", pct(aa), mark(am)),
+            format!("{:.2}", g.map_or(0.0, |g| g.gpu_hours)),
+            format!("{}{}", pct(fa), mark(fm)),
+        ]);
+    }
+    t.render()
+}
+
+/// The two fleets over the day: GPU-hours, cost, and the hours each missed.
+fn day_fleets(r: &kvplan_serve::day::DayReport) -> String {
+    let mut t = Table::new(&[
+        "fleet",
+        "GPU-hours",
+        "cost",
+        "hours missed",
+        "while scaling up",
+    ]);
+    for (name, o) in [("autoscaled", &r.autoscaled), ("fixed", &r.fixed)] {
+        t.row(&[
+            name.to_string(),
+            format!("{:.2}", o.gpu_hours),
+            usd(o.cost_usd),
+            hour_list(&o.missed_hours),
+            hour_list(&o.missed_while_scaling_up),
+        ]);
+    }
+    t.render()
 }

@@ -7,7 +7,8 @@ use kvplan_serve::scenario::RawServeScenario;
 use kvplan_vocab::RunKind;
 use toml::{Table, Value};
 
-use crate::{Scenario, ScenarioError};
+use crate::error::ScenarioError;
+use crate::scenario::Scenario;
 
 /// A scenario as written (a file, a sweep point, or a front end's settings), of either kind.
 #[derive(Debug, Clone)]

@@ -140,7 +140,7 @@ impl Report {
         }
     }
 
-    /// The JSON `kvplan simulate|serve --format json` prints: the op-level report, or the
+    /// The JSON `kvplan simulate|serve` prints in its JSON format: the op-level report, or the
     /// serving summary (pretty-printed, one trailing newline).
     pub fn json(&self) -> String {
         match self {
@@ -161,7 +161,7 @@ impl Report {
 
     /// What the planner decided, for an op-level run: `{"strategy": ..., "splits": [...]}` and
     /// `headinfer` or `runahead` for those plans (the plan's [`Decisions`] as
-    /// `kvplan plan --format json` names them), pretty-printed with one trailing newline. A
+    /// `kvplan plan` names them in its JSON format), pretty-printed with one trailing newline. A
     /// serving run has none (its decisions, preemptions and prefix cache hits, are in its
     /// summary).
     ///

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use kvplan_report::outputs::{Claim, claim};
 
-use super::Command;
+use super::cli::Command;
 use crate::args::RunArgs;
 use crate::error::CliError;
 use crate::messages::flag_of;

@@ -111,7 +111,8 @@ pub fn diff(args: &DiffArgs) -> Result<String, CliError> {
     let b = Input::read(&args.b).map_err(diff_error)?;
     let mut c = compare(&a, &b, tolerance).map_err(diff_error)?;
     c.accept(&args.accept);
-    let out = report::diff::comparison(&c, args.changed_only, args.output.format)?;
+    let words = crate::messages::flags_in_text;
+    let out = report::diff::comparison(&c, args.changed_only, words, args.output.format)?;
     // Two outputs with no metric in common compared nothing: not a pass.
     if !c.metrics.is_empty() && c.metrics.iter().all(|m| m.a.is_none() || m.b.is_none()) {
         let only_a = c.metrics.iter().filter(|m| m.b.is_none()).count();
@@ -146,7 +147,8 @@ pub fn regress(action: &RegressCommand) -> Result<String, CliError> {
         .map_err(diff_error)?;
     let update = format!("kvplan regress update {}", args.dir.display());
     let format = args.output.format;
-    let out = report::diff::regress_check(&args.dir, tolerance, &checks, &update, format)?;
+    let words = crate::messages::flags_in_text;
+    let out = report::diff::regress_check(&args.dir, tolerance, &checks, &update, words, format)?;
     verdict(
         out,
         report::diff::regress_failures(&checks, &update, "--accept"),

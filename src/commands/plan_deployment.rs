@@ -326,7 +326,9 @@ pub fn plan_deployment(args: &PlanDeploymentArgs) -> Result<String, CliError> {
     if plan.shard.is_some() {
         return Ok(kvplan_report::json_line(&plan)?);
     }
-    let out = kvplan_report::deploy::render(&plan, &slo, confidence.as_ref(), args.output.format)?;
+    let format = args.output.format;
+    let out =
+        kvplan_report::deploy::render(&plan, &slo, confidence.as_ref(), "--max-gpus", format)?;
     if plan.cheapest().is_none() {
         let miss = match plan.nearest_miss() {
             Some((s, c)) => format!(

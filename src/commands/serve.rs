@@ -525,7 +525,7 @@ pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
             let what = "serve --compare-to";
             report::serve::measured_comparison(what, sc, run, &cmp, &written, format)?
         }
-        None => report::serve::serve_report(sc, &out, &written, format)?,
+        None => report::serve::serve_report(sc, &out, &written, "vLLM's --goodput", format)?,
     };
     match out.nothing_finished() {
         Some(n) => Err(crate::messages::nothing_finished(&n, &sc.resolved, text)),

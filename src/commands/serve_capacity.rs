@@ -177,7 +177,8 @@ pub fn slo_capacity(
         .map_err(capacity_error)?;
     drop(bar);
     let requests = base.workload.requests.unwrap_or(0);
-    let text = kvplan_report::serve::capacity(&slo, &cmp, &opts, requests, format)?;
+    let sizing = "kvplan plan-deployment --qps Q";
+    let text = kvplan_report::serve::capacity(&slo, &cmp, &opts, requests, sizing, format)?;
     if cmp.rows.iter().any(|r| r.max_qps.is_some()) {
         return Ok(text);
     }

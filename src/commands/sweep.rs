@@ -191,7 +191,7 @@ fn write_fingerprint(out: &Path, what: &str, fp: &Fingerprint) -> Result<(), Cli
             sidecar.display()
         ));
     }
-    Ok(write_text(&sidecar, what, &fp.to_text())?)
+    Ok(write_text(&sidecar, what, &fp.to_text("--resume"))?)
 }
 
 /// Rewrites the complete output `out` of a resumed run (its rows in the order they finished)

@@ -113,6 +113,9 @@ struct Axis {
     values: Vec<Value>,
 }
 
+/// The values an explicit point sets: (column, value).
+type Assigned = Vec<(usize, Value)>;
+
 /// A checked sweep: the base scenario (relative paths made relative to the directory it was
 /// written in), the axes and the explicit points. Points are numbered from 0: the grid first
 /// (first axis outermost), then `[[points]]` in file order.
@@ -125,11 +128,11 @@ pub struct Sweep {
     columns: Vec<String>,
     /// The axes, one per leading column.
     axes: Vec<Axis>,
-    /// Explicit points: (column, value).
-    points: Vec<Vec<(usize, Value)>>,
+    /// Explicit points.
+    points: Vec<Assigned>,
     /// Points of the grid (0 without axes), saturating.
     grid_len: u64,
-    /// The resolved sweep's hash ([`crate::Fingerprint`]).
+    /// The resolved sweep's hash, which its fingerprint carries.
     pub(crate) hash: String,
 }
 
@@ -350,6 +353,375 @@ pub fn input_files(path: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// FNV-1a, 64 bits: stable across platforms and releases (std's hashers are not). The hash of
+/// a resolved sweep, which its fingerprint carries.
+pub(crate) fn fnv1a(text: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+fn base_error(path: &Path, message: String) -> SweepError {
+    SweepError::Base {
+        path: path.to_path_buf(),
+        message,
+    }
+}
+
+fn kind_error(path: &Path, message: String) -> SweepError {
+    SweepError::Kind {
+        path: path.to_path_buf(),
+        message,
+    }
+}
+
+/// The sweep file's own `kind`, if it writes one.
+fn read_kind(path: &Path, kind: Option<&str>) -> Result<Option<Kind>, SweepError> {
+    match kind {
+        Some("simulate") => Ok(Some(Kind::Simulate)),
+        Some("serve") => Ok(Some(Kind::Serve)),
+        Some(other) => Err(kind_error(path, format!("unknown kind '{other}'"))),
+        None => Ok(None),
+    }
+}
+
+/// The kind of the sweep: the file's, or its base's; where both are written they must agree.
+fn agreed_kind(path: &Path, sweep_kind: Option<Kind>, base: &Table) -> Result<Kind, SweepError> {
+    match (sweep_kind, Kind::of(base).map_err(|m| base_error(path, m))?) {
+        (Some(a), Some(b)) if a != b => Err(kind_error(
+            path,
+            format!(
+                "kind = \"{}\" but its base says kind = \"{}\"",
+                a.as_str(),
+                b.as_str()
+            ),
+        )),
+        (Some(k), _) | (None, Some(k)) => Ok(k),
+        (None, None) => Err(kind_error(path, "missing".into())),
+    }
+}
+
+/// The base scenario as read: the sweep file's `[base]` or its `base_file`.
+struct Base {
+    table: Table,
+    /// The directory its relative paths are relative to.
+    dir: PathBuf,
+    /// Where it was written when not in the sweep file (`None`: the sweep file's `[base]`),
+    /// with its text, for the place of a field the parser refuses.
+    file: Option<(PathBuf, String)>,
+}
+
+impl Base {
+    /// Reads the base: exactly one of `[base]` and `base_file` (relative to `dir`, the sweep
+    /// file's directory).
+    fn read(
+        path: &Path,
+        dir: &Path,
+        sweep_kind: Option<Kind>,
+        table: Option<Table>,
+        file: Option<PathBuf>,
+    ) -> Result<Base, SweepError> {
+        match (table, file) {
+            (Some(_), Some(_)) => Err(base_error(
+                path,
+                "give either a [base] table or base_file, not both".into(),
+            )),
+            (None, None) => Err(base_error(
+                path,
+                format!(
+                    "missing; add a [base] table holding the scenario (as `kvplan {} FILE` reads it) or base_file = \"scenario.toml\"",
+                    sweep_kind.map_or("simulate|serve", Kind::as_str)
+                ),
+            )),
+            (Some(table), None) => Ok(Base {
+                table,
+                dir: dir.to_path_buf(),
+                file: None,
+            }),
+            (None, Some(f)) => {
+                let f = if f.is_relative() { dir.join(f) } else { f };
+                let text = std::fs::read_to_string(&f).map_err(|source| SweepError::Read {
+                    path: f.clone(),
+                    source,
+                })?;
+                let table: Table = toml::from_str(&text).map_err(|e| parse_error(&f, &text, &e))?;
+                Ok(Base {
+                    table,
+                    dir: f.parent().unwrap_or(Path::new("")).to_path_buf(),
+                    file: Some((f, text)),
+                })
+            }
+        }
+    }
+
+    /// The base with its relative paths made relative to the sweep's directory, checked as a
+    /// scenario of `kind`; a field it refuses is named with its line in the file that wrote
+    /// it (`text`: the sweep file's, read from `path`).
+    fn check(self, text: &str, path: &Path, kind: Kind) -> Result<Table, SweepError> {
+        let mut base_value = Value::Table(self.table);
+        rebase(kind, "", &mut base_value, &self.dir);
+        let Value::Table(base) = base_value else {
+            unreachable!("a table stays a table")
+        };
+        let Err(message) = check(kind, &base) else {
+            return Ok(base);
+        };
+        // The base parsed again from its text: the field's line and key, which a type or
+        // range error does not name ("invalid value: integer `-1`").
+        let located = match &self.file {
+            None => kvplan_run::locate(text, kind, Some("base")).map(|mut f| {
+                f.key = f.key.map(|k| format!("base.{k}"));
+                (path.to_path_buf(), f)
+            }),
+            Some((f, t)) => kvplan_run::locate(t, kind, None).map(|e| (f.clone(), e)),
+        };
+        Err(match located.filter(|(_, f)| f.message == message) {
+            Some((file, f)) => {
+                // A message that names its field itself (an unknown field) still says it
+                // is the base's.
+                let keyed = f.keyed();
+                let message = if self.file.is_none() && keyed == f.message {
+                    format!("base: {keyed}")
+                } else {
+                    keyed
+                };
+                SweepError::Parse {
+                    path: file,
+                    line: f.line,
+                    message,
+                }
+            }
+            None => base_error(path, message),
+        })
+    }
+}
+
+/// The order in which each explicit point's fields are written (toml's tables sort them).
+fn point_orders(doc: Option<&toml_edit::DocumentMut>) -> Vec<Vec<String>> {
+    let Some(item) = doc.and_then(|d| d.get("points")) else {
+        return Vec::new();
+    };
+    let tables: Vec<&dyn toml_edit::TableLike> = match item {
+        toml_edit::Item::ArrayOfTables(a) => {
+            a.iter().map(|t| t as &dyn toml_edit::TableLike).collect()
+        }
+        toml_edit::Item::Value(toml_edit::Value::Array(a)) => a
+            .iter()
+            .filter_map(|v| v.as_inline_table())
+            .map(|t| t as &dyn toml_edit::TableLike)
+            .collect(),
+        _ => Vec::new(),
+    };
+    tables
+        .into_iter()
+        .map(|t| {
+            let mut o = Vec::new();
+            written_order("", t, &mut o);
+            o
+        })
+        .collect()
+}
+
+/// What the axes and points of a sweep file are checked against: the file (for messages), its
+/// directory, its kind and its checked base.
+#[derive(Clone, Copy)]
+struct Reader<'a> {
+    path: &'a Path,
+    dir: &'a Path,
+    kind: Kind,
+    base: &'a Table,
+}
+
+impl Reader<'_> {
+    fn axis_error(&self, axis: &str, message: String) -> SweepError {
+        SweepError::Axis {
+            path: self.path.to_path_buf(),
+            axis: axis.to_string(),
+            message,
+        }
+    }
+
+    /// Sets the value `v` of the column `name` in `t` (its paths made relative to the sweep's
+    /// directory).
+    fn overlay(&self, t: &mut Table, name: &str, v: &Value) -> Result<(), String> {
+        let mut v = v.clone();
+        rebase(self.kind, name, &mut v, self.dir);
+        set_path(t, name, v)
+    }
+
+    /// The axes in the order written, each a non-empty array whose every value the base
+    /// accepts; their names are the first columns.
+    fn axes(
+        &self,
+        table: Table,
+        doc: Option<&toml_edit::DocumentMut>,
+    ) -> Result<(Vec<String>, Vec<Axis>), SweepError> {
+        let mut leaves = Vec::new();
+        flatten("", &table, &mut leaves);
+        let mut order = Vec::new();
+        if let Some(t) = doc.and_then(|d| d.get("axes")?.as_table_like()) {
+            written_order("", t, &mut order);
+        }
+        let mut columns: Vec<String> = Vec::new();
+        let mut axes = Vec::new();
+        for (name, v) in in_written_order(leaves, &order) {
+            let values = match v {
+                Value::Array(a) if a.is_empty() => {
+                    return Err(self.axis_error(
+                        &name,
+                        "is empty; give at least one value, or remove the axis".into(),
+                    ));
+                }
+                Value::Array(a) => a,
+                other => {
+                    return Err(self.axis_error(
+                        &name,
+                        format!(
+                            "must be an array of values (got {}); write \"{name}\" = [{other}] for a single value",
+                            type_name(&other)
+                        ),
+                    ));
+                }
+            };
+            if columns.contains(&name) {
+                return Err(self.axis_error(&name, "is given twice".into()));
+            }
+            self.check_axis_values(&name, &values)?;
+            columns.push(name);
+            axes.push(Axis { values });
+        }
+        Ok((columns, axes))
+    }
+
+    /// Each value of the axis `name` on one line, finite, and of a type the base accepts.
+    fn check_axis_values(&self, name: &str, values: &[Value]) -> Result<(), SweepError> {
+        for (j, v) in values.iter().enumerate() {
+            if has_newline(v) {
+                return Err(self.axis_error(name, format!("value {j} holds a line break")));
+            }
+            if let Some(bad) = non_finite(v) {
+                return Err(
+                    self.axis_error(name, format!("value {j} ({bad}): not a finite number"))
+                );
+            }
+            let mut t = self.base.clone();
+            self.overlay(&mut t, name, v)
+                .and_then(|()| check(self.kind, &t))
+                .map_err(|m| self.axis_error(name, format!("value {j}: {m}")))?;
+        }
+        Ok(())
+    }
+
+    /// How each axis value resolves with the other axes at their first values (`None`: it
+    /// resolves).
+    ///
+    /// Each axis value is checked as a flag would be (a known model and GPU, sizes in range):
+    /// an error that names the axis's own field is the value's fault and stops the sweep
+    /// before it starts. Errors of a combination (another field, or a plan that does not fit)
+    /// stay error rows.
+    fn probe_axes(
+        &self,
+        columns: &[String],
+        axes: &[Axis],
+    ) -> Result<Vec<Option<Unresolved>>, SweepError> {
+        let mut probes = Vec::new();
+        for (a, axis) in axes.iter().enumerate() {
+            let name = &columns[a];
+            for (j, v) in axis.values.iter().enumerate() {
+                let mut t = self.base.clone();
+                for (b, other) in axes.iter().enumerate() {
+                    let v = if a == b { v } else { &other.values[0] };
+                    self.overlay(&mut t, &columns[b], v)
+                        .map_err(|m| self.axis_error(name, m))?;
+                }
+                let failed = Unresolved::of(self.kind, t.clone());
+                if let Some(u) = failed.as_ref().filter(|u| u.names(&t, name)) {
+                    return Err(self.axis_error(name, format!("value {j} ({v}): {}", u.message)));
+                }
+                probes.push(failed);
+            }
+        }
+        Ok(probes)
+    }
+
+    /// The explicit point `index` (`p`, its fields written in `order`) as (column, value)
+    /// pairs, new fields added to `columns` and to `resolved`, with how it resolves (`None`:
+    /// it does). Refused where a value is not one line, not finite, not of a type the base
+    /// accepts, or the point fails by a field it sets itself.
+    fn point(
+        &self,
+        index: usize,
+        p: Table,
+        order: Option<&Vec<String>>,
+        columns: &mut Vec<String>,
+        resolved: &mut String,
+    ) -> Result<(Assigned, Option<Unresolved>), SweepError> {
+        let point_error = |message: String| SweepError::Point {
+            path: self.path.to_path_buf(),
+            index,
+            message,
+        };
+        let mut leaves = Vec::new();
+        flatten("", &p, &mut leaves);
+        if leaves.is_empty() {
+            return Err(point_error(
+                "is empty; give at least one field = value".into(),
+            ));
+        }
+        let leaves = match order {
+            Some(o) => in_written_order(leaves, o),
+            None => leaves,
+        };
+        let mut t = self.base.clone();
+        let mut assigned = Vec::new();
+        for (name, v) in leaves {
+            if has_newline(&v) {
+                return Err(point_error(format!("{name} holds a line break")));
+            }
+            if let Some(bad) = non_finite(&v) {
+                return Err(point_error(format!("{name} ({bad}): not a finite number")));
+            }
+            let col = match columns.iter().position(|c| *c == name) {
+                Some(c) => c,
+                None => {
+                    columns.push(name.clone());
+                    columns.len() - 1
+                }
+            };
+            self.overlay(&mut t, &name, &v).map_err(point_error)?;
+            resolved.push_str(&format!("point {index} {name:?} = {v}\n"));
+            assigned.push((col, v));
+        }
+        if let Err(m) = check(self.kind, &t) {
+            // The field at fault: the first the base refuses on its own (a type or range
+            // error does not name its field: "invalid value: integer `-1`").
+            let alone = |col: usize, v: &Value| {
+                let mut t = self.base.clone();
+                self.overlay(&mut t, &columns[col], v).is_ok() && check(self.kind, &t).is_err()
+            };
+            return Err(point_error(
+                match assigned.iter().find(|(col, v)| alone(*col, v)) {
+                    Some((col, v)) => format!("{} ({v}): {m}", columns[*col]),
+                    None => m,
+                },
+            ));
+        }
+        let failed = Unresolved::of(self.kind, t.clone());
+        if let Some(u) = &failed {
+            for (col, v) in &assigned {
+                if u.names(&t, &columns[*col]) {
+                    let m = &u.message;
+                    return Err(point_error(format!("{} ({v}): {m}", columns[*col])));
+                }
+            }
+        }
+        Ok((assigned, failed))
+    }
+}
+
 impl Sweep {
     /// Reads and checks a sweep file.
     pub fn from_file(path: &Path) -> Result<Sweep, SweepError> {
@@ -361,287 +733,62 @@ impl Sweep {
     }
 
     /// Checks the text of a sweep file read from `path` (named in messages; relative paths in
-    /// it are relative to its directory).
+    /// it are relative to its directory): its kind and base, then its axes and explicit points,
+    /// each value overlaid on the base and checked, then the sweep as a whole.
     pub fn parse(text: &str, path: &Path) -> Result<Sweep, SweepError> {
         let raw: RawSweep = toml::from_str(text).map_err(|e| parse_error(path, text, &e))?;
         let doc: Option<toml_edit::DocumentMut> = text.parse().ok();
         let dir = path.parent().unwrap_or(Path::new("")).to_path_buf();
-        let kind_error = |message: String| SweepError::Kind {
-            path: path.to_path_buf(),
-            message,
-        };
-        let sweep_kind = match raw.kind.as_deref() {
-            Some("simulate") => Some(Kind::Simulate),
-            Some("serve") => Some(Kind::Serve),
-            Some(other) => return Err(kind_error(format!("unknown kind '{other}'"))),
-            None => None,
-        };
-        let base_error = |message: String| SweepError::Base {
-            path: path.to_path_buf(),
-            message,
-        };
-        // Where the base was written (`None`: the sweep file's `[base]`), for the place of a
-        // field the parser refuses.
-        let mut base_file: Option<(PathBuf, String)> = None;
-        let (base, base_dir) = match (raw.base, raw.base_file) {
-            (Some(_), Some(_)) => {
-                return Err(base_error(
-                    "give either a [base] table or base_file, not both".into(),
-                ));
-            }
-            (None, None) => {
-                return Err(base_error(format!(
-                    "missing; add a [base] table holding the scenario (as `kvplan {} FILE` reads it) or base_file = \"scenario.toml\"",
-                    sweep_kind.map_or("simulate|serve", Kind::as_str)
-                )));
-            }
-            (Some(t), None) => (t, dir.clone()),
-            (None, Some(f)) => {
-                let f = if f.is_relative() { dir.join(f) } else { f };
-                let text = std::fs::read_to_string(&f).map_err(|source| SweepError::Read {
-                    path: f.clone(),
-                    source,
-                })?;
-                let t: Table = toml::from_str(&text).map_err(|e| parse_error(&f, &text, &e))?;
-                let d = f.parent().unwrap_or(Path::new("")).to_path_buf();
-                base_file = Some((f, text));
-                (t, d)
-            }
-        };
-        let kind = match (sweep_kind, Kind::of(&base).map_err(base_error)?) {
-            (Some(a), Some(b)) if a != b => {
-                return Err(kind_error(format!(
-                    "kind = \"{}\" but its base says kind = \"{}\"",
-                    a.as_str(),
-                    b.as_str()
-                )));
-            }
-            (Some(k), _) | (None, Some(k)) => k,
-            (None, None) => return Err(kind_error("missing".into())),
-        };
+        let sweep_kind = read_kind(path, raw.kind.as_deref())?;
+        let base = Base::read(path, &dir, sweep_kind, raw.base, raw.base_file)?;
+        let kind = agreed_kind(path, sweep_kind, &base.table)?;
         // What the fingerprint hashes: the sweep as resolved, paths as written (so the same
         // sweep run from another directory is the same sweep).
         let mut resolved = format!(
             "kind = {:?}\n[base]\n{}",
             kind.as_str(),
-            toml::to_string(&base).unwrap_or_default()
+            toml::to_string(&base.table).unwrap_or_default()
         );
-        let mut base_value = Value::Table(base);
-        rebase(kind, "", &mut base_value, &base_dir);
-        let Value::Table(base) = base_value else {
-            unreachable!("a table stays a table")
+        let table = base.check(text, path, kind)?;
+        let reader = Reader {
+            path,
+            dir: &dir,
+            kind,
+            base: &table,
         };
-        if let Err(message) = check(kind, &base) {
-            // The base parsed again from its text: the field's line and key, which a type or
-            // range error does not name ("invalid value: integer `-1`").
-            let located = match &base_file {
-                None => kvplan_run::locate(text, kind, Some("base")).map(|mut f| {
-                    f.key = f.key.map(|k| format!("base.{k}"));
-                    (path.to_path_buf(), f)
-                }),
-                Some((f, t)) => kvplan_run::locate(t, kind, None).map(|e| (f.clone(), e)),
-            };
-            return Err(match located.filter(|(_, f)| f.message == message) {
-                Some((file, f)) => {
-                    // A message that names its field itself (an unknown field) still says it
-                    // is the base's.
-                    let keyed = f.keyed();
-                    let message = if base_file.is_none() && keyed == f.message {
-                        format!("base: {keyed}")
-                    } else {
-                        keyed
-                    };
-                    SweepError::Parse {
-                        path: file,
-                        line: f.line,
-                        message,
-                    }
-                }
-                None => base_error(message),
-            });
-        }
-
-        // Axes, in the order written.
-        let mut leaves = Vec::new();
-        flatten("", &raw.axes.unwrap_or_default(), &mut leaves);
-        let mut order = Vec::new();
-        if let Some(t) = doc.as_ref().and_then(|d| d.get("axes")?.as_table_like()) {
-            written_order("", t, &mut order);
-        }
-        let mut columns: Vec<String> = Vec::new();
-        let mut axes = Vec::new();
-        for (name, v) in in_written_order(leaves, &order) {
-            let axis_error = |message: String| SweepError::Axis {
-                path: path.to_path_buf(),
-                axis: name.clone(),
-                message,
-            };
-            let values = match v {
-                Value::Array(a) if a.is_empty() => {
-                    return Err(axis_error(
-                        "is empty; give at least one value, or remove the axis".into(),
-                    ));
-                }
-                Value::Array(a) => a,
-                other => {
-                    return Err(axis_error(format!(
-                        "must be an array of values (got {}); write \"{name}\" = [{other}] for a single value",
-                        type_name(&other)
-                    )));
-                }
-            };
-            if columns.contains(&name) {
-                return Err(axis_error("is given twice".into()));
-            }
-            for (j, v) in values.iter().enumerate() {
-                if has_newline(v) {
-                    return Err(axis_error(format!("value {j} holds a line break")));
-                }
-                if let Some(bad) = non_finite(v) {
-                    return Err(axis_error(format!(
-                        "value {j} ({bad}): not a finite number"
-                    )));
-                }
-                let mut t = base.clone();
-                let mut v = v.clone();
-                rebase(kind, &name, &mut v, &dir);
-                set_path(&mut t, &name, v)
-                    .and_then(|()| check(kind, &t))
-                    .map_err(|m| axis_error(format!("value {j}: {m}")))?;
-            }
+        let (mut columns, axes) = reader.axes(raw.axes.unwrap_or_default(), doc.as_ref())?;
+        for (name, axis) in columns.iter().zip(&axes) {
             resolved.push_str(&format!(
                 "axis {name:?} = {}\n",
-                Value::Array(values.clone())
+                Value::Array(axis.values.clone())
             ));
-            columns.push(name);
-            axes.push(Axis { values });
         }
         // How each probe fails to resolve (`None`: it resolves): every axis value with the
         // other axes at their first values, and every explicit point.
-        let mut probes: Vec<Option<Unresolved>> = Vec::new();
-        // Each axis value as a flag would be checked (a known model and GPU, sizes in range):
-        // set with the other axes at their first values and resolved; an error that names the
-        // axis's own field is the value's fault and stops the sweep before it starts. Errors
-        // of a combination (another field, or a plan that does not fit) stay error rows.
-        for (a, axis) in axes.iter().enumerate() {
-            let name = &columns[a];
-            for (j, v) in axis.values.iter().enumerate() {
-                let mut t = base.clone();
-                for (b, other) in axes.iter().enumerate() {
-                    let mut v = if a == b { v } else { &other.values[0] }.clone();
-                    rebase(kind, &columns[b], &mut v, &dir);
-                    set_path(&mut t, &columns[b], v).map_err(|m| SweepError::Axis {
-                        path: path.to_path_buf(),
-                        axis: name.clone(),
-                        message: m,
-                    })?;
-                }
-                let failed = Unresolved::of(kind, t.clone());
-                if let Some(u) = failed.as_ref().filter(|u| u.names(&t, name)) {
-                    return Err(SweepError::Axis {
-                        path: path.to_path_buf(),
-                        axis: name.clone(),
-                        message: format!("value {j} ({v}): {}", u.message),
-                    });
-                }
-                probes.push(failed);
-            }
-        }
-
-        // Explicit points.
-        let point_orders: Vec<Vec<String>> = doc
-            .as_ref()
-            .and_then(|d| d.get("points"))
-            .map(|item| {
-                let tables: Vec<&dyn toml_edit::TableLike> = match item {
-                    toml_edit::Item::ArrayOfTables(a) => {
-                        a.iter().map(|t| t as &dyn toml_edit::TableLike).collect()
-                    }
-                    toml_edit::Item::Value(toml_edit::Value::Array(a)) => a
-                        .iter()
-                        .filter_map(|v| v.as_inline_table())
-                        .map(|t| t as &dyn toml_edit::TableLike)
-                        .collect(),
-                    _ => Vec::new(),
-                };
-                tables
-                    .into_iter()
-                    .map(|t| {
-                        let mut o = Vec::new();
-                        written_order("", t, &mut o);
-                        o
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let mut probes = reader.probe_axes(&columns, &axes)?;
+        let raw_points = raw.points.unwrap_or_default();
+        let orders = point_orders(doc.as_ref());
         let mut points = Vec::new();
-        for (index, p) in raw.points.unwrap_or_default().into_iter().enumerate() {
-            let point_error = |message: String| SweepError::Point {
-                path: path.to_path_buf(),
-                index,
-                message,
-            };
-            let mut leaves = Vec::new();
-            flatten("", &p, &mut leaves);
-            if leaves.is_empty() {
-                return Err(point_error(
-                    "is empty; give at least one field = value".into(),
-                ));
-            }
-            let leaves = match point_orders.get(index) {
-                Some(o) => in_written_order(leaves, o),
-                None => leaves,
-            };
-            let mut t = base.clone();
-            let mut assigned = Vec::new();
-            for (name, v) in leaves {
-                if has_newline(&v) {
-                    return Err(point_error(format!("{name} holds a line break")));
-                }
-                if let Some(bad) = non_finite(&v) {
-                    return Err(point_error(format!("{name} ({bad}): not a finite number")));
-                }
-                let col = match columns.iter().position(|c| *c == name) {
-                    Some(c) => c,
-                    None => {
-                        columns.push(name.clone());
-                        columns.len() - 1
-                    }
-                };
-                let mut r = v.clone();
-                rebase(kind, &name, &mut r, &dir);
-                set_path(&mut t, &name, r).map_err(point_error)?;
-                resolved.push_str(&format!("point {index} {name:?} = {v}\n"));
-                assigned.push((col, v));
-            }
-            if let Err(m) = check(kind, &t) {
-                // The field at fault: the first the base refuses on its own (a type or range
-                // error does not name its field: "invalid value: integer `-1`").
-                let alone = |col: usize, v: &Value| {
-                    let mut t = base.clone();
-                    let mut r = v.clone();
-                    rebase(kind, &columns[col], &mut r, &dir);
-                    set_path(&mut t, &columns[col], r).is_ok() && check(kind, &t).is_err()
-                };
-                return Err(point_error(
-                    match assigned.iter().find(|(col, v)| alone(*col, v)) {
-                        Some((col, v)) => format!("{} ({v}): {m}", columns[*col]),
-                        None => m,
-                    },
-                ));
-            }
-            let failed = Unresolved::of(kind, t.clone());
-            if let Some(u) = &failed {
-                for (col, v) in &assigned {
-                    if u.names(&t, &columns[*col]) {
-                        let m = &u.message;
-                        return Err(point_error(format!("{} ({v}): {m}", columns[*col])));
-                    }
-                }
-            }
+        for (index, p) in raw_points.into_iter().enumerate() {
+            let (assigned, failed) =
+                reader.point(index, p, orders.get(index), &mut columns, &mut resolved)?;
             probes.push(failed);
             points.push(assigned);
         }
+        Sweep::build(reader, columns, axes, points, &resolved, &probes)
+    }
+
+    /// The checked parts as one sweep: refused when it has no point, or when every point
+    /// fails the same way (the base's fault, [`Sweep::fails_everywhere`]).
+    fn build(
+        reader: Reader<'_>,
+        columns: Vec<String>,
+        axes: Vec<Axis>,
+        points: Vec<Assigned>,
+        resolved: &str,
+        probes: &[Option<Unresolved>],
+    ) -> Result<Sweep, SweepError> {
+        let path = reader.path;
         if axes.is_empty() && points.is_empty() {
             return Err(SweepError::Empty {
                 path: path.to_path_buf(),
@@ -654,23 +801,26 @@ impl Sweep {
                 .fold(1u64, |n, a| n.saturating_mul(a.values.len() as u64))
         };
         let sweep = Sweep {
-            kind,
-            base,
-            dir,
+            kind: reader.kind,
+            base: reader.base.clone(),
+            dir: reader.dir.to_path_buf(),
             columns,
             axes,
             points,
             grid_len,
-            hash: crate::fingerprint::fnv1a(&resolved),
+            hash: fnv1a(resolved),
         };
-        if let Some(u) = sweep.fails_everywhere(&probes) {
+        if let Some(u) = sweep.fails_everywhere(probes) {
             let what = u
                 .field
                 .map_or_else(String::new, |f| format!(" (no axis or point sets {f})"));
-            return Err(base_error(format!(
-                "{}; every point of the sweep fails this way{what}: fix it in the base",
-                u.message
-            )));
+            return Err(base_error(
+                path,
+                format!(
+                    "{}; every point of the sweep fails this way{what}: fix it in the base",
+                    u.message
+                ),
+            ));
         }
         Ok(sweep)
     }

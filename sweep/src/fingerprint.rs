@@ -1,14 +1,14 @@
 //! Which sweep wrote a file of rows: a hash of the sweep as resolved (its kind, its base with
 //! a `base_file` read in, its axes and points; not its comments or layout) and kvplan's
-//! version, kept in a sidecar beside the rows (`ROWS.fingerprint`). `kvplan sweep --resume`
-//! and `kvplan merge` refuse rows whose sidecar names another sweep or another kvplan version.
+//! version, kept in a sidecar beside the rows (`ROWS.fingerprint`). `kvplan sweep` (resuming a
+//! file) and `kvplan merge` refuse rows whose sidecar names another sweep or another kvplan version.
 //! The rows themselves stay as they are (no comment line), so merged shards are still the
 //! unsharded file byte for byte.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crate::Sweep;
+use crate::file::Sweep;
 
 /// A sweep's fingerprint.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,16 +23,6 @@ impl fmt::Display for Fingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "sweep {}, kvplan {}", self.sweep, self.kvplan)
     }
-}
-
-/// FNV-1a, 64 bits: stable across platforms and releases (std's hashers are not).
-pub(crate) fn fnv1a(text: &str) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("{h:016x}")
 }
 
 impl Fingerprint {
@@ -51,10 +41,11 @@ impl Fingerprint {
         PathBuf::from(name)
     }
 
-    /// The sidecar's text.
-    pub fn to_text(&self) -> String {
+    /// The sidecar's text; its comment names `resume`, the option of `kvplan sweep` that
+    /// continues a file, as the command line spells it.
+    pub fn to_text(&self, resume: &str) -> String {
         format!(
-            "# kvplan sweep fingerprint: `kvplan sweep --resume` and `kvplan merge` check that rows added to\n# the file beside it come from the same sweep, run by the same kvplan version\nsweep = \"{}\"\nkvplan = \"{}\"\n",
+            "# kvplan sweep fingerprint: `kvplan sweep {resume}` and `kvplan merge` check that rows added to\n# the file beside it come from the same sweep, run by the same kvplan version\nsweep = \"{}\"\nkvplan = \"{}\"\n",
             self.sweep, self.kvplan
         )
     }
@@ -139,6 +130,7 @@ pub fn check_shards(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::file::fnv1a;
 
     #[test]
     fn the_hash_is_stable() {

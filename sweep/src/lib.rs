@@ -8,10 +8,10 @@
 //!   raw types, so an unknown field is an error naming it.
 //! - [`run`]: one point → a [`Row`] (its metrics, or the one-line reason it cannot run), and
 //!   [`Sweep::run_ordered`]: points in parallel (rayon), rows handed over in point order.
-//! - [`rows`]: the CSV / JSONL text of a row, the header, what `--resume` keeps of a file
+//! - [`rows`]: the CSV / JSONL text of a row, the header, what a resumed run keeps of a file
 //!   ([`Sweep::resume_rows`], [`rows::sort_rows`]), and [`rows::merge`] of shard outputs.
 //! - [`fingerprint`]: which sweep (and kvplan version) wrote a file of rows, kept beside it, so
-//!   that `--resume` and merge refuse another sweep's rows.
+//!   that a resumed run and merge refuse another sweep's rows.
 //!
 //! ```
 //! use kvplan_sweep::{Format, Sweep};
@@ -54,5 +54,5 @@ pub use run::Row;
 pub use stream::{PlotLabels, PlotSpec, Resume, Shard};
 
 /// Sweeps larger than this many points need an explicit confirmation from the front end
-/// (`kvplan sweep --yes`).
+/// (`kvplan sweep`'s yes option).
 pub const DEFAULT_MAX_POINTS: u64 = 100_000;

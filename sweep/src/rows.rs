@@ -26,13 +26,13 @@ pub enum Format {
     Jsonl,
 }
 
-/// Why `--resume` cannot continue the existing file.
+/// Why a resumed run cannot continue the existing file.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ResumeError {
     /// The file's columns are not this sweep's.
     #[error(
-        "its columns are not this sweep's (found: {found}; this sweep writes: {expected}); give another --out file, or delete it to start over"
+        "its columns are not this sweep's (found: {found}; this sweep writes: {expected}); give another `sweep.out` file, or delete it to start over"
     )]
     Header {
         /// This sweep's columns.
@@ -43,7 +43,7 @@ pub enum ResumeError {
     /// A row holds a point this run does not write (another shard's, or past the last), or
     /// no point index at all.
     #[error(
-        "line {line} holds {found}, which this sweep (and --shard) does not write: the file is not this run's output; give another --out file, or delete it to start over"
+        "line {line} holds {found}, which this sweep (and `sweep.shard`) does not write: the file is not this run's output; give another `sweep.out` file, or delete it to start over"
     )]
     NotThisRun {
         /// 1-based line.
@@ -53,7 +53,7 @@ pub enum ResumeError {
     },
     /// A point's row is in the file twice.
     #[error(
-        "line {line} holds point {point} a second time: the file is not one run's output; give another --out file, or delete it to start over"
+        "line {line} holds point {point} a second time: the file is not one run's output; give another `sweep.out` file, or delete it to start over"
     )]
     Duplicate {
         /// 1-based line.
@@ -64,7 +64,7 @@ pub enum ResumeError {
     /// A line names a point of this run but is not its row: its values differ from the
     /// point's, or it has the wrong number of columns.
     #[error(
-        "line {line} is not point {point}'s row of this sweep ({why}); give another --out file, or delete it to start over"
+        "line {line} is not point {point}'s row of this sweep ({why}); give another `sweep.out` file, or delete it to start over"
     )]
     NotARow {
         /// 1-based line.
@@ -108,7 +108,7 @@ pub enum MergeError {
     },
     /// An input's last line is cut off (its run was killed mid-write).
     #[error(
-        "{input}: the last line is incomplete (killed mid-write?); finish its shard with `kvplan sweep FILE --shard I/N --resume --out {input}`"
+        "{input}: the last line is incomplete (killed mid-write?); finish its shard with `kvplan sweep FILE `sweep.shard` I/N `sweep.resume` `sweep.out` {input}`"
     )]
     Incomplete {
         /// The input.
@@ -134,7 +134,7 @@ pub enum MergeError {
     },
     /// Points no input holds.
     #[error(
-        "{} missing ({count} in all): add the missing shard outputs, or finish them with --resume",
+        "{} missing ({count} in all): add the missing shard outputs, or finish them with `sweep.resume`",
         list(points)
     )]
     Missing {
@@ -321,7 +321,7 @@ impl Sweep {
         }
     }
 
-    /// What `--resume` keeps of `existing` (the output file as a killed run left it), for a run
+    /// What a resumed run keeps of `existing` (the output file as a killed run left it), for a run
     /// that writes the points `indices`: the number of bytes to keep (whole lines; a cut-off
     /// last line is dropped) and the points those lines hold, in the order they are written
     /// (a resumable run writes its rows as they finish, not in point order). An empty file, or
@@ -456,7 +456,7 @@ pub fn read_inputs(paths: &[PathBuf]) -> Result<Vec<(String, String)>, String> {
         .collect()
 }
 
-/// Joins shard outputs (`(name, text)`, CSV or JSONL, each as `kvplan sweep --shard` wrote it)
+/// Joins shard outputs (`(name, text)`, CSV or JSONL, each as a shard of `kvplan sweep` wrote it)
 /// into the output of the unsharded run: one header, rows in point order. Errors on mixed
 /// formats, different columns, a cut-off last line, a point given twice, or missing points:
 /// gaps below the largest point, and with `points` (the sweep's size, when known) the points
@@ -495,49 +495,78 @@ pub fn merge(inputs: &[(String, String)], points: Option<u64>) -> Result<String,
                 input: name.clone(),
             });
         }
-        let mut lines = text.lines().enumerate();
-        let mut check_header = |cols: String| match &header {
-            None => {
-                header = Some((cols, name.clone()));
-                Ok(())
-            }
-            Some((h, first)) if *h != cols => Err(MergeError::Header {
-                first: first.clone(),
-                other: name.clone(),
-                expected: h.clone(),
-                found: cols,
-            }),
-            Some(_) => Ok(()),
-        };
-        if format == Format::Csv {
-            let (_, h) = lines.next().expect("a non-empty text has a line");
-            check_header(h.to_string())?;
+        collect_rows(name, text, format, &mut header, &mut rows)?;
+    }
+    check_all_points(&rows, points)?;
+    let mut out = String::new();
+    if let (Format::Csv, Some((h, _))) = (format, &header) {
+        out.push_str(h);
+        out.push('\n');
+    }
+    for (line, _) in rows.values() {
+        out.push_str(line);
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+/// The rows of the shard output `name` (`text`, in `format`, complete) added to `rows` (point ->
+/// (line, input)), its columns checked against `header` (the first input's, with its name).
+fn collect_rows<'a>(
+    name: &'a str,
+    text: &'a str,
+    format: Format,
+    header: &mut Option<(String, String)>,
+    rows: &mut BTreeMap<u64, (&'a str, &'a str)>,
+) -> Result<(), MergeError> {
+    let mut lines = text.lines().enumerate();
+    let mut check_header = |cols: String| match &*header {
+        None => {
+            *header = Some((cols, name.to_string()));
+            Ok(())
         }
-        for (i, line) in lines {
-            let point = match format {
-                Format::Csv => csv_point(line),
-                Format::Jsonl => {
-                    let keys = json_keys(line).ok_or_else(|| MergeError::BadRow {
-                        input: name.clone(),
-                        line: i + 1,
-                    })?;
-                    check_header(joined(&keys))?;
-                    json_point(line)
-                }
-            };
-            let point = point.ok_or_else(|| MergeError::BadRow {
-                input: name.clone(),
-                line: i + 1,
-            })?;
-            if let Some((_, other)) = rows.insert(point, (line, name)) {
-                return Err(MergeError::Duplicate {
-                    point,
-                    first: other.to_string(),
-                    second: name.clone(),
-                });
+        Some((h, first)) if *h != cols => Err(MergeError::Header {
+            first: first.clone(),
+            other: name.to_string(),
+            expected: h.clone(),
+            found: cols,
+        }),
+        Some(_) => Ok(()),
+    };
+    if format == Format::Csv {
+        let (_, h) = lines.next().expect("a non-empty text has a line");
+        check_header(h.to_string())?;
+    }
+    for (i, line) in lines {
+        let point = match format {
+            Format::Csv => csv_point(line),
+            Format::Jsonl => {
+                let keys = json_keys(line).ok_or_else(|| MergeError::BadRow {
+                    input: name.to_string(),
+                    line: i + 1,
+                })?;
+                check_header(joined(&keys))?;
+                json_point(line)
             }
+        };
+        let point = point.ok_or_else(|| MergeError::BadRow {
+            input: name.to_string(),
+            line: i + 1,
+        })?;
+        if let Some((_, other)) = rows.insert(point, (line, name)) {
+            return Err(MergeError::Duplicate {
+                point,
+                first: other.to_string(),
+                second: name.to_string(),
+            });
         }
     }
+    Ok(())
+}
+
+/// Refuses the merge where a point below the last one held (or, given the sweep's size
+/// `points`, below it) is in no input.
+fn check_all_points<T>(rows: &BTreeMap<u64, T>, points: Option<u64>) -> Result<(), MergeError> {
     let end = match (points, rows.keys().next_back()) {
         (Some(n), _) => n,
         (None, Some(&last)) => last + 1,
@@ -562,16 +591,7 @@ pub fn merge(inputs: &[(String, String)], points: Option<u64>) -> Result<String,
             count,
         });
     }
-    let mut out = String::new();
-    if let (Format::Csv, Some((h, _))) = (format, &header) {
-        out.push_str(h);
-        out.push('\n');
-    }
-    for (line, _) in rows.values() {
-        out.push_str(line);
-        out.push('\n');
-    }
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -735,7 +755,7 @@ mod tests {
             let e = merge(&shards[..3], Some(6)).unwrap_err().to_string();
             assert_eq!(
                 e,
-                "point 3 missing (1 in all): add the missing shard outputs, or finish them with --resume"
+                "point 3 missing (1 in all): add the missing shard outputs, or finish them with `sweep.resume`"
             );
             let mut twice = shards.clone();
             twice.push(shards[1].clone());

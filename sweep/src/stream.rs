@@ -6,7 +6,9 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::{Format, Kind, Sweep};
+use crate::file::{Kind, Sweep};
+use crate::rows::Format;
+use crate::run::Row;
 
 /// One shard of a sweep: the points with index % `count` == `index`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,7 +145,7 @@ impl Sweep {
             return quiet(e);
         }
         let mut errors = 0u64;
-        let emit = |row: crate::Row| {
+        let emit = |row: Row| {
             errors += u64::from(row.outcome.is_err());
             on_row();
             sink.write_all(self.format_row(&row, format).as_bytes())?;
