@@ -30,15 +30,17 @@
 use std::borrow::Cow;
 
 use kvplan_vocab::hardware::Interconnect;
+use kvplan_vocab::overlay::Overlay;
+use kvplan_vocab::overlay_fields;
 use kvplan_vocab::{HardwareProfile, ModelSpec};
 use serde::{Deserialize, Serialize};
 
 use super::autoscale::{Autoscale, RawAutoscale};
 use super::{ClusterPlan, KvTransfer, ReplicaPlan, Role};
 use crate::config::RawConfig;
+use crate::config::{Config, Resolved};
+use crate::error::ScenarioError;
 use crate::router::{RouterKind, Weights};
-use crate::scenario::error::ScenarioError;
-use crate::{Config, Resolved};
 
 pub use super::roles::MAX_REPLICAS;
 
@@ -115,12 +117,6 @@ pub struct RawInterconnect {
     pub per_transfer_us: Option<f64>,
 }
 
-fn pick<T>(a: &mut Option<T>, b: Option<T>) {
-    if b.is_some() {
-        *a = b;
-    }
-}
-
 impl RawCluster {
     /// Whether it asks for nothing (one engine).
     pub fn is_empty(&self) -> bool {
@@ -129,18 +125,12 @@ impl RawCluster {
 
     /// Fields `o` sets win; `o`'s replica groups replace these.
     pub fn overlay(mut self, o: RawCluster) -> Self {
-        pick(&mut self.data_parallel_size, o.data_parallel_size);
-        pick(&mut self.router, o.router);
-        pick(&mut self.router_staleness_s, o.router_staleness_s);
-        pick(&mut self.router_latency_us, o.router_latency_us);
-        pick(&mut self.router_weights, o.router_weights);
-        pick(&mut self.prefill_replicas, o.prefill_replicas);
-        pick(&mut self.decode_replicas, o.decode_replicas);
-        pick(&mut self.kv_transfer, o.kv_transfer);
+        overlay_fields!(self, o; data_parallel_size, router, router_staleness_s,
+            router_latency_us, router_weights, prefill_replicas, decode_replicas, kv_transfer);
         for (mine, theirs) in [(&mut self.prefill, o.prefill), (&mut self.decode, o.decode)] {
             if let Some(t) = theirs {
                 let m = mine.get_or_insert_with(RawPool::default);
-                pick(&mut m.hardware, t.hardware);
+                m.hardware.overlay(t.hardware);
                 m.serve = std::mem::take(&mut m.serve).overlay(t.serve);
             }
         }
@@ -154,10 +144,7 @@ impl RawCluster {
             let m = self
                 .interconnect
                 .get_or_insert_with(RawInterconnect::default);
-            pick(&mut m.kind, t.kind);
-            pick(&mut m.gbps, t.gbps);
-            pick(&mut m.latency_us, t.latency_us);
-            pick(&mut m.per_transfer_us, t.per_transfer_us);
+            overlay_fields!(m, t; kind, gbps, latency_us, per_transfer_us);
         }
         self
     }
@@ -219,14 +206,10 @@ impl ClusterScenario {
                 .replicas
                 .iter()
                 .map(|r| {
-                    let (timer, resolved) = crate::server::prepare_resolved(
-                        &r.model,
-                        &r.hardware,
-                        &r.config,
-                        &r.resolved,
-                    );
+                    let timer = crate::setup::timer(&r.model, &r.hardware, &r.config, &r.resolved);
+                    let resolved = r.resolved.clone();
                     let tier =
-                        crate::tier::for_engine(&resolved, timer.model(), r.tensor_parallel_size);
+                        crate::setup::cpu_tier(&resolved, timer.model(), r.tensor_parallel_size);
                     ReplicaPlan {
                         name: r.name.clone(),
                         role: r.role,
@@ -548,7 +531,7 @@ pub fn resolve(
         if disaggregated && !config.scheduler.spec().kv_connector {
             return Err(ScenarioError::Replica {
                 path: g.path,
-                source: crate::Error::InvalidConfig {
+                source: crate::error::Error::InvalidConfig {
                     field: "scheduler",
                     value: config.scheduler.as_str().into(),
                     expect: "vllm-v1 in a disaggregated cluster (vLLM hands KV between \
