@@ -21,86 +21,19 @@
 //! `serve/tests/real_vllm.rs` checks the coverage held apart (bands from half of the stages'
 //! residuals, judged on the other half) and that the built-in residuals are the replay's.
 
-use std::collections::BTreeMap;
-
 use rand::SeedableRng;
 use rand::rngs::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
 use serde::Serialize;
 
-use crate::ServeReport;
 use crate::iteration::CostScales;
-use crate::runs::StageRun;
+use crate::output::ServeReport;
 
-/// A figure with its band: `{"value", "lo", "hi", "coverage"}` in JSON.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Band {
-    /// The prediction (the nominal cost model's run).
-    pub value: f64,
-    /// The band's low end.
-    pub lo: f64,
-    /// The band's high end.
-    pub hi: f64,
-    /// The probability the band is meant to hold the measurement with.
-    pub coverage: f64,
-}
-
-impl Band {
-    /// Whether `x` lies in the band.
-    pub fn covers(&self, x: f64) -> bool {
-        self.lo <= x && x <= self.hi
-    }
-}
-
-/// The figures a band is given for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Metric {
-    /// TTFT mean.
-    TtftMean,
-    /// TTFT 99th percentile.
-    TtftP99,
-    /// Time per output token, mean.
-    TpotMean,
-    /// Time per output token, 99th percentile.
-    TpotP99,
-    /// E2E mean.
-    E2eMean,
-    /// E2E 99th percentile.
-    E2eP99,
-    /// Finished requests per second.
-    RequestsPerS,
-    /// Output tokens per second.
-    OutputTokensPerS,
-}
+pub use crate::output::bands::{
+    BUILTIN_ATTENTION_SIGMA, BUILTIN_DENSE_SIGMA, Band, CostSpread, Metric, ServeBands,
+};
 
 impl Metric {
-    /// Every metric, in report order.
-    pub const ALL: [Metric; 8] = [
-        Metric::TtftMean,
-        Metric::TtftP99,
-        Metric::TpotMean,
-        Metric::TpotP99,
-        Metric::E2eMean,
-        Metric::E2eP99,
-        Metric::RequestsPerS,
-        Metric::OutputTokensPerS,
-    ];
-
-    /// The metric's name in outputs (`ttft_mean`, ...).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Metric::TtftMean => "ttft_mean",
-            Metric::TtftP99 => "ttft_p99",
-            Metric::TpotMean => "tpot_mean",
-            Metric::TpotP99 => "tpot_p99",
-            Metric::E2eMean => "e2e_mean",
-            Metric::E2eP99 => "e2e_p99",
-            Metric::RequestsPerS => "requests_per_s",
-            Metric::OutputTokensPerS => "output_tok_s",
-        }
-    }
-
     /// The run's figure.
     pub fn of(self, out: &ServeReport) -> f64 {
         let s = &out.summary;
@@ -141,33 +74,6 @@ enum ResidualKind {
     E2eP99,
     Throughput,
 }
-
-/// The spread of the cost model's calibration residuals, `ln(predicted / measured)`, by kernel
-/// class: the root mean square over the measured kernel tables' rows (its bias included: a
-/// systematic miss is as much an error as a scattered one).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct CostSpread {
-    /// A layer's token-wise kernels (GEMMs, norms, activation, add; one sum per table row).
-    pub dense: f64,
-    /// Attention kernels (decode and prefill).
-    pub attention: f64,
-}
-
-impl CostSpread {
-    /// The presets' spread, as `calibrate/tests/measured_tables.rs` measures it on the kernel
-    /// tables (it fails when these drift from what the tables give).
-    pub fn builtin() -> CostSpread {
-        CostSpread {
-            dense: BUILTIN_DENSE_SIGMA,
-            attention: BUILTIN_ATTENTION_SIGMA,
-        }
-    }
-}
-
-/// [`CostSpread::dense`] of the presets.
-pub const BUILTIN_DENSE_SIGMA: f64 = 0.0398;
-/// [`CostSpread::attention`] of the presets.
-pub const BUILTIN_ATTENTION_SIGMA: f64 = 0.0823;
 
 /// One served stage's residuals `ln(measured / predicted)`: TTFT mean and p99, TPOT, E2E mean
 /// and p99, throughput (`NaN` where the table does not measure the figure).
@@ -214,33 +120,6 @@ fn residual_index(k: ResidualKind) -> usize {
         ResidualKind::E2eP99 => 4,
         ResidualKind::Throughput => 5,
     }
-}
-
-/// The residuals `ln(measured / predicted)` of one stage replayed as `out`; `None` for a stage
-/// the real server or the prediction overloaded (its latencies are not comparable).
-pub fn stage_residuals(stage: &StageRun, out: &ServeReport) -> Option<[f64; 6]> {
-    let cmp = crate::runs::StageComparison::new(stage, out);
-    if cmp.measured.overloaded || cmp.predicted.overloaded {
-        return None;
-    }
-    let r = |m: Option<f64>, p: f64| match m {
-        Some(m) if m > 0.0 && p > 0.0 => (m / p).ln(),
-        _ => f64::NAN,
-    };
-    let p = &cmp.predicted;
-    let m = &cmp.measured;
-    let s = &out.summary;
-    Some([
-        r(Some(m.ttft_mean_s), p.ttft_mean_s),
-        r(stage.ttft_p99_s, s.ttft_s.p99),
-        r(Some(m.tpot_s), p.tpot_s),
-        r(Some(m.e2e_mean_s), p.e2e_mean_s),
-        r(stage.e2e_p99_s, s.e2e_s.p99),
-        r(
-            Some(m.throughput_rps).filter(|t| t.is_finite()),
-            p.throughput_rps,
-        ),
-    ])
 }
 
 /// The built-in residuals (see [`Residuals::builtin`]).
@@ -386,29 +265,6 @@ pub fn band(value: f64, draws: &[f64], residuals: &[f64], coverage: f64) -> Opti
     })
 }
 
-/// Bands on a serving run's headline figures.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ServeBands {
-    /// The bands' coverage.
-    pub coverage: f64,
-    /// Perturbed runs drawn.
-    pub draws: u32,
-    /// The cost spread drawn from.
-    pub spread: CostSpread,
-    /// Validation stages whose residuals widen the bands.
-    pub residual_stages: usize,
-    /// Per metric, its band; a metric with no band (nothing finished) is left out.
-    #[serde(flatten)]
-    pub bands: BTreeMap<Metric, Band>,
-}
-
-impl ServeBands {
-    /// The band of `metric`.
-    pub fn get(&self, metric: Metric) -> Option<&Band> {
-        self.bands.get(&metric)
-    }
-}
-
 /// The bands of `nominal` from the perturbed runs `drawn` (one per draw of `settings`) and the
 /// engine's `residuals`.
 pub fn serve_bands(
@@ -441,7 +297,7 @@ pub fn perturbed_runs(
     requests: &[kvplan_workloads::Request],
     spread: &CostSpread,
     settings: &BandSettings,
-) -> Result<Vec<ServeReport>, crate::Error> {
+) -> Result<Vec<ServeReport>, crate::error::Error> {
     use rayon::prelude::*;
     let scales = settings.scales(spread);
     scales

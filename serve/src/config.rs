@@ -16,8 +16,8 @@ use kvplan_vocab::memory::{AttentionImpl, PrefillPass, prefill_working_set};
 use kvplan_vocab::{DType, HardwareProfile, KvCacheDtype, ModelSpec, Quantization};
 use serde::{Deserialize, Serialize};
 
-use crate::Error;
-use crate::sched::registry::Support;
+use crate::error::Error;
+use crate::sched::versions::Support;
 pub use crate::sched::versions::{CudagraphMode, VllmVersion};
 use crate::sched::versions::{Engine, Release};
 

@@ -43,7 +43,7 @@
 //! advanced by the same operations), so its results are the full pass's to the bit, with or
 //! without a per-step series. What it saves is the driver's round trip and the scheduler's
 //! work, not the step's timing: [`Engine::iterations`] counts every step, [`Engine::passes`]
-//! the passes that ran the scheduler. [`crate::Resolved::step_by_step`] turns stretches off.
+//! the passes that ran the scheduler. [`crate::config::Resolved::step_by_step`] turns stretches off.
 //!
 //! The engine only advances time; the scheduling rules live in [`crate::sched`], the step's time
 //! in [`crate::iteration`], the blocks in [`crate::kv_cache`].
@@ -53,8 +53,8 @@ use std::collections::VecDeque;
 use kvplan_workloads::Request;
 use rustc_hash::FxHashMap;
 
-use crate::Error;
 use crate::config::Resolved;
+use crate::error::Error;
 use crate::iteration::{CopyRun, IterationTimer};
 use crate::kv_cache::ReqKv;
 use crate::output::{IterationRecord, RequestRecord, Status};
@@ -234,7 +234,7 @@ impl<'a> Engine<'a> {
     /// An engine with `resolved`'s settings, timing steps with `timer`.
     pub fn new(timer: IterationTimer, resolved: &'a Resolved) -> Self {
         let mut st = State::new(resolved);
-        if resolved.config.preemption == crate::Preemption::Hybrid {
+        if resolved.config.preemption == crate::config::Preemption::Hybrid {
             st.hybrid = Some(timer.clone());
             st.act_block_bytes = u64::from(resolved.config.block_size)
                 * timer.model().act_bytes_per_token_layer()
@@ -268,8 +268,8 @@ impl<'a> Engine<'a> {
             kv_area: 0.0,
             kv_area_at: 0.0,
             fast_forward: !resolved.step_by_step
-                && resolved.config.scheduler == crate::SchedulerKind::VllmV1
-                && resolved.config.preemption != crate::Preemption::Hybrid,
+                && resolved.config.scheduler == crate::config::SchedulerKind::VllmV1
+                && resolved.config.preemption != crate::config::Preemption::Hybrid,
             horizon: f64::NEG_INFINITY,
             passes: 0,
         }

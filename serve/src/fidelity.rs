@@ -39,6 +39,7 @@ use std::path::PathBuf;
 use rayon::prelude::*;
 use serde::Serialize;
 
+use crate::output::ServeReport;
 use crate::runs::{
     Measured, MeasuredRun, MetricError, ReplayError, RunsError, StageRun, StageSkip,
     check_stage_names, compare,
@@ -735,6 +736,33 @@ fn offered_rate(run: &MeasuredRun) -> f64 {
     } else {
         f64::NAN
     }
+}
+
+/// The residuals `ln(measured / predicted)` of one stage replayed as `out`; `None` for a stage
+/// the real server or the prediction overloaded (its latencies are not comparable).
+pub fn stage_residuals(stage: &StageRun, out: &ServeReport) -> Option<[f64; 6]> {
+    let cmp = crate::runs::StageComparison::new(stage, out);
+    if cmp.measured.overloaded || cmp.predicted.overloaded {
+        return None;
+    }
+    let r = |m: Option<f64>, p: f64| match m {
+        Some(m) if m > 0.0 && p > 0.0 => (m / p).ln(),
+        _ => f64::NAN,
+    };
+    let p = &cmp.predicted;
+    let m = &cmp.measured;
+    let s = &out.summary;
+    Some([
+        r(Some(m.ttft_mean_s), p.ttft_mean_s),
+        r(stage.ttft_p99_s, s.ttft_s.p99),
+        r(Some(m.tpot_s), p.tpot_s),
+        r(Some(m.e2e_mean_s), p.e2e_mean_s),
+        r(stage.e2e_p99_s, s.e2e_s.p99),
+        r(
+            Some(m.throughput_rps).filter(|t| t.is_finite()),
+            p.throughput_rps,
+        ),
+    ])
 }
 
 #[cfg(test)]

@@ -7,13 +7,13 @@
 //! waits for the oldest step's output (with asynchronous scheduling, once two are in flight):
 //! a step's period is `max(GPU, host)`; see [`crate::engine`].
 
-use kvplan_vocab::{CostModel, HardwareProfile, ModelSpec, Progress};
+use kvplan_vocab::{HardwareProfile, ModelSpec, Progress};
 use kvplan_workloads::{Request, RequestStream};
 
-use crate::Error;
 use crate::cluster::{ClusterPlan, ReplicaPlan, Role, simulate_cluster, simulate_cluster_stream};
 use crate::config::{Config, Resolved};
-use crate::iteration::{EngineCosts, IterationTimer};
+use crate::error::Error;
+use crate::iteration::IterationTimer;
 use crate::output::ServeReport;
 
 /// Runs `requests` (sorted by arrival) through the serving engine.
@@ -34,38 +34,7 @@ pub(crate) fn prepare(
     config: &Config,
 ) -> Result<(IterationTimer, Resolved), Error> {
     let resolved = config.validate(model, hw)?;
-    Ok(prepare_resolved(model, hw, config, &resolved))
-}
-
-/// The iteration timer of `config` for `model` on `hw`, with `resolved` (already checked).
-pub(crate) fn prepare_resolved(
-    model: &ModelSpec,
-    hw: &HardwareProfile,
-    config: &Config,
-    resolved: &Resolved,
-) -> (IterationTimer, Resolved) {
-    let model = &config.apply(model, hw);
-    let cost = match config.implementation {
-        Some(i) => CostModel::new(hw).with_host(i.profile_on(hw)),
-        None => CostModel::new(hw),
-    };
-    let timer = IterationTimer::new(
-        model,
-        &cost,
-        config.block_size,
-        resolved.copies_per_block,
-        config.pinned,
-    )
-    .with_engine(EngineCosts {
-        cudagraph_sizes: resolved.cudagraph_sizes.clone(),
-        // Piecewise graphs only (vLLM before 0.11.0): no step runs as a full graph.
-        full_graph_max_seqs: match resolved.cudagraph_mode {
-            crate::config::CudagraphMode::FullAndPiecewise => resolved.max_num_seqs,
-            _ => 0,
-        },
-        serving: hw.serving.clone(),
-    });
-    (timer, resolved.clone())
+    Ok((crate::setup::timer(model, hw, config, &resolved), resolved))
 }
 
 /// [`simulate`] with a prepared timer, resolved settings and the frontend latency (seconds
@@ -95,7 +64,7 @@ pub fn simulate_stream(
 
 /// A cluster of one engine.
 fn one(timer: IterationTimer, resolved: Resolved, frontend_s: f64) -> ClusterPlan {
-    let tier = crate::tier::for_engine(&resolved, timer.model(), 1);
+    let tier = crate::setup::cpu_tier(&resolved, timer.model(), 1);
     ClusterPlan {
         replicas: vec![ReplicaPlan {
             name: "r0".into(),

@@ -192,7 +192,8 @@ fn replay_all(
 /// the printed table).
 #[test]
 fn the_bands_residuals_are_the_replays() {
-    use kvplan_serve::bands::{BUILTIN_RESIDUALS, stage_residuals};
+    use kvplan_serve::bands::BUILTIN_RESIDUALS;
+    use kvplan_serve::fidelity::stage_residuals;
     let stages = table();
     let runs = replay_all(&stages);
     let mut table = String::new();
@@ -235,8 +236,9 @@ fn the_bands_residuals_are_the_replays() {
 #[test]
 fn bands_cover_held_apart_stages_at_about_their_coverage() {
     use kvplan_serve::bands::{
-        BandSettings, CostSpread, Metric, Residuals, perturbed_runs, serve_bands, stage_residuals,
+        BandSettings, CostSpread, Metric, Residuals, perturbed_runs, serve_bands,
     };
+    use kvplan_serve::fidelity::stage_residuals;
     let stages = table();
     let runs = replay_all(&stages);
     let served: Vec<usize> = (0..stages.len())

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use kvplan_report::outputs::{Claim, claim};
+use kvplan_serve::scenario::RawServeScenario;
 
 use super::cli::Command;
 use crate::args::RunArgs;
@@ -26,25 +27,20 @@ fn run_inputs(r: &RunArgs) -> Named {
     ]
 }
 
-/// The inputs and outputs of `command`.
-fn files(command: &Command) -> (Named, Named) {
+/// The inputs and outputs of `command`; `serve` is the serving scenario as the run will see
+/// it (the file's, with the flags over it), where it could be read.
+fn files(command: &Command, serve: Option<&RawServeScenario>) -> (Named, Named) {
     let planner = |r, trace: &Option<PathBuf>| (run_inputs(r), vec![("--trace", trace.clone())]);
     match command {
         Command::Simulate(a) => planner(&a.run.run, &a.trace),
         Command::Exec(a) => planner(&a.run.run, &a.trace),
         Command::Validate(a) => planner(&a.run.run, &a.trace),
         Command::Serve(a) => {
-            // The workload as the run will see it: the file's, with the flags over it.
-            let file =
-                (a.scenario.as_deref()).and_then(|p| kvplan_run::RawScenario::read_serve(p).ok());
-            let raw = file
-                .unwrap_or_default()
-                .overlay(a.to_raw().unwrap_or_default());
             let mut inputs = vec![
                 ("SCENARIO", a.scenario.clone()),
                 ("--compare-to", a.compare_to.clone()),
             ];
-            let traces = raw.workload.input_files().into_iter();
+            let traces = serve.into_iter().flat_map(|raw| raw.workload.input_files());
             inputs.extend(traces.map(|(field, p)| (flag_of(field).unwrap_or(field), Some(p))));
             let outputs = a.outputs().into_iter().map(|(_, p, l)| (l, Some(p.into())));
             (inputs, outputs.collect())
@@ -94,9 +90,13 @@ fn files(command: &Command) -> (Named, Named) {
 }
 
 /// Checks and locks `command`'s outputs ([`claim`]); they stay locked until the result is
-/// dropped, after the command has run.
-pub fn claim_outputs(command: &Command) -> Result<Claim, CliError> {
-    let (inputs, outputs) = files(command);
+/// dropped, after the command has run. `serve` is `kvplan serve`'s scenario, already read
+/// (`None`: another command, or one that could not be read and will fail for it).
+pub fn claim_outputs(
+    command: &Command,
+    serve: Option<&RawServeScenario>,
+) -> Result<Claim, CliError> {
+    let (inputs, outputs) = files(command, serve);
     Ok(claim(&given(&inputs), &given(&outputs))?)
 }
 

@@ -107,8 +107,14 @@ impl From<kvplan_report::Error> for CliError {
 
 /// Runs the command line's command; the text for stdout.
 pub fn run(cli: &Cli) -> Result<String, CliError> {
+    // A serving scenario is read once: its claims and its run see the same one.
+    let serve_scenario = match &cli.command {
+        Command::Serve(a) => Some(serve::raw_scenario(a)),
+        _ => None,
+    };
     // Every output checked against the inputs and locked before anything runs.
-    let outputs = claims::claim_outputs(&cli.command)?;
+    let read = serve_scenario.as_ref().and_then(|r| r.as_ref().ok());
+    let outputs = claims::claim_outputs(&cli.command, read)?;
     // What claiming cleaned up after a run killed outright (a stale lock, a temporary file).
     for note in outputs.notes() {
         crate::messages::hold_note(note.clone());
@@ -124,7 +130,7 @@ pub fn run(cli: &Cli) -> Result<String, CliError> {
         Command::Exec(a) => exec::exec(a),
         Command::Calibrate(a) => calibrate::calibrate(a),
         Command::Validate(a) => validate::validate(a),
-        Command::Serve(a) => serve::serve(a),
+        Command::Serve(a) => serve::serve(a, serve_scenario.expect("read above")?),
         Command::ValidateServing(a) => validate_serving::validate_serving(a),
         Command::Diff(a) => diff::diff(a),
         Command::Plot(a) => plot::plot(a),

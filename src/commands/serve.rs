@@ -453,11 +453,15 @@ pub(crate) fn read_scenario(path: &Path) -> Result<RawServeScenario, CliError> {
     Ok(kvplan_run::RawScenario::read_serve(path)?)
 }
 
-/// `kvplan serve`.
-pub fn serve(args: &ServeArgs) -> Result<String, CliError> {
-    use kvplan_serve::runs::Measured;
+/// `kvplan serve`'s scenario as the run sees it: the file's (if any), with the flags over it.
+pub fn raw_scenario(args: &ServeArgs) -> Result<RawServeScenario, CliError> {
     let base = args.scenario.as_deref().map(read_scenario).transpose()?;
-    let mut raw = base.unwrap_or_default().overlay(args.to_raw()?);
+    Ok(base.unwrap_or_default().overlay(args.to_raw()?))
+}
+
+/// `kvplan serve` of `raw`, its scenario as [`raw_scenario`] read it.
+pub fn serve(args: &ServeArgs, mut raw: RawServeScenario) -> Result<String, CliError> {
+    use kvplan_serve::runs::Measured;
     let measured = match args.compare_to.as_deref().map(Measured::open).transpose() {
         Err(e) => return Err(CliError::input(format!("--compare-to: {e}"))),
         Ok(Some(Measured::Stages(stages))) => {

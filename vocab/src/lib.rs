@@ -36,6 +36,7 @@ pub mod layers;
 pub mod limits;
 pub mod memory;
 pub mod model;
+pub mod overlay;
 pub mod progress;
 pub mod quant;
 pub mod schedule;

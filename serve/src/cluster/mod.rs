@@ -29,11 +29,12 @@ use rand::SeedableRng;
 use rand::rngs::ChaCha8Rng;
 use rustc_hash::FxHashMap;
 
-use crate::Error;
 use crate::config::Resolved;
 use crate::engine::{Delivery, Engine, Outbox, Part};
+use crate::error::Error;
 use crate::iteration::IterationTimer;
 use crate::output::{RequestRecord, ServeReport, Status, SummaryAcc, Totals};
+use crate::record::MAX_RECORDED_REQUESTS;
 use crate::router::{
     KvIndex, KvView, Metrics, Needs, Routed, Router, RouterKind, Setup, View, Weights,
 };
@@ -127,11 +128,11 @@ pub fn simulate_cluster_stream(
         .replicas
         .iter()
         .any(|r| r.resolved.config.record_requests)
-        && n > crate::MAX_RECORDED_REQUESTS
+        && n > MAX_RECORDED_REQUESTS
     {
         return Err(Error::TooManyRecords {
             requests: n,
-            max: crate::MAX_RECORDED_REQUESTS,
+            max: MAX_RECORDED_REQUESTS,
         });
     }
     if requests.closed_loop() {

@@ -33,7 +33,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::scenario::error::ScenarioError;
+use crate::error::ScenarioError;
 
 /// Default smallest fleet.
 pub const DEFAULT_MIN_REPLICAS: u32 = 1;

@@ -30,15 +30,17 @@
 use std::borrow::Cow;
 
 use kvplan_vocab::hardware::Interconnect;
+use kvplan_vocab::overlay::Overlay;
+use kvplan_vocab::overlay_fields;
 use kvplan_vocab::{HardwareProfile, ModelSpec};
 use serde::{Deserialize, Serialize};
 
 use super::autoscale::{Autoscale, RawAutoscale};
 use super::{ClusterPlan, KvTransfer, ReplicaPlan, Role};
 use crate::config::RawConfig;
+use crate::config::{Config, Resolved};
+use crate::error::ScenarioError;
 use crate::router::{RouterKind, Weights};
-use crate::scenario::error::ScenarioError;
-use crate::{Config, Resolved};
 
 pub use super::roles::MAX_REPLICAS;
 
@@ -115,12 +117,6 @@ pub struct RawInterconnect {
     pub per_transfer_us: Option<f64>,
 }
 
-fn pick<T>(a: &mut Option<T>, b: Option<T>) {
-    if b.is_some() {
-        *a = b;
-    }
-}
-
 impl RawCluster {
     /// Whether it asks for nothing (one engine).
     pub fn is_empty(&self) -> bool {
@@ -129,18 +125,12 @@ impl RawCluster {
 
     /// Fields `o` sets win; `o`'s replica groups replace these.
     pub fn overlay(mut self, o: RawCluster) -> Self {
-        pick(&mut self.data_parallel_size, o.data_parallel_size);
-        pick(&mut self.router, o.router);
-        pick(&mut self.router_staleness_s, o.router_staleness_s);
-        pick(&mut self.router_latency_us, o.router_latency_us);
-        pick(&mut self.router_weights, o.router_weights);
-        pick(&mut self.prefill_replicas, o.prefill_replicas);
-        pick(&mut self.decode_replicas, o.decode_replicas);
-        pick(&mut self.kv_transfer, o.kv_transfer);
+        overlay_fields!(self, o; data_parallel_size, router, router_staleness_s,
+            router_latency_us, router_weights, prefill_replicas, decode_replicas, kv_transfer);
         for (mine, theirs) in [(&mut self.prefill, o.prefill), (&mut self.decode, o.decode)] {
             if let Some(t) = theirs {
                 let m = mine.get_or_insert_with(RawPool::default);
-                pick(&mut m.hardware, t.hardware);
+                m.hardware.overlay(t.hardware);
                 m.serve = std::mem::take(&mut m.serve).overlay(t.serve);
             }
         }
@@ -154,10 +144,7 @@ impl RawCluster {
             let m = self
                 .interconnect
                 .get_or_insert_with(RawInterconnect::default);
-            pick(&mut m.kind, t.kind);
-            pick(&mut m.gbps, t.gbps);
-            pick(&mut m.latency_us, t.latency_us);
-            pick(&mut m.per_transfer_us, t.per_transfer_us);
+            overlay_fields!(m, t; kind, gbps, latency_us, per_transfer_us);
         }
         self
     }
@@ -219,14 +206,10 @@ impl ClusterScenario {
                 .replicas
                 .iter()
                 .map(|r| {
-                    let (timer, resolved) = crate::server::prepare_resolved(
-                        &r.model,
-                        &r.hardware,
-                        &r.config,
-                        &r.resolved,
-                    );
+                    let timer = crate::setup::timer(&r.model, &r.hardware, &r.config, &r.resolved);
+                    let resolved = r.resolved.clone();
                     let tier =
-                        crate::tier::for_engine(&resolved, timer.model(), r.tensor_parallel_size);
+                        crate::setup::cpu_tier(&resolved, timer.model(), r.tensor_parallel_size);
                     ReplicaPlan {
                         name: r.name.clone(),
                         role: r.role,
@@ -305,143 +288,193 @@ pub fn resolve(
     if raw.is_empty() {
         return Ok(None);
     }
-    let show = kvplan_vocab::limits::show;
     let disaggregated = raw.prefill_replicas.is_some() || raw.decode_replicas.is_some();
-    let autoscale = match &raw.autoscale {
-        None => None,
-        Some(a) => {
-            if disaggregated {
-                return Err(bad(
-                    "cluster.autoscale",
-                    "a disaggregated cluster",
-                    "a colocated cluster: autoscaling prefill and decode pools is not modelled \
-                     (give data_parallel_size, or drop prefill_replicas and decode_replicas)",
-                ));
-            }
-            if !raw.replicas.is_empty() {
-                return Err(bad(
-                    "cluster.autoscale",
-                    "[[cluster.replica]] groups",
-                    "identical replicas: an autoscaled fleet adds and removes copies of the \
-                     scenario's engine (drop [[cluster.replica]])",
-                ));
-            }
-            let mut a = a.resolve(raw.data_parallel_size)?;
-            a.price_usd_per_gpu_hour = HardwareProfile::resolve(hardware)?.gpu.price_usd_per_hour;
-            Some(a)
-        }
+    let autoscale = resolve_autoscale(raw, disaggregated, hardware)?;
+    let groups = if disaggregated {
+        pool_groups(raw, hardware, serve)?
+    } else {
+        colocated_groups(raw, hardware, serve, autoscale.as_ref())?
     };
-    let mut groups: Vec<Group> = Vec::new();
+    let (staleness, latency, weights) = router_settings(raw)?;
+    check_interconnect(raw)?;
+    let router = router_of(raw, autoscale.as_ref())?;
+    let replicas = replicas_of(&groups, model, disaggregated)?;
+    check_router(router, &replicas)?;
+    Ok(Some(ClusterScenario {
+        replicas,
+        router,
+        staleness_s: staleness,
+        router_latency_s: latency * 1e-6,
+        weights,
+        transfer: raw.kv_transfer.unwrap_or_default(),
+        disaggregated,
+        interconnect: raw.interconnect.clone(),
+        autoscale,
+    }))
+}
+
+/// `[cluster.autoscale]` checked against the rest of the table, priced at `hardware`'s GPU.
+fn resolve_autoscale(
+    raw: &RawCluster,
+    disaggregated: bool,
+    hardware: &str,
+) -> Result<Option<Autoscale>, ScenarioError> {
+    let Some(a) = &raw.autoscale else {
+        return Ok(None);
+    };
     if disaggregated {
-        if raw.data_parallel_size.is_some() || !raw.replicas.is_empty() {
+        return Err(bad(
+            "cluster.autoscale",
+            "a disaggregated cluster",
+            "a colocated cluster: autoscaling prefill and decode pools is not modelled \
+             (give data_parallel_size, or drop prefill_replicas and decode_replicas)",
+        ));
+    }
+    if !raw.replicas.is_empty() {
+        return Err(bad(
+            "cluster.autoscale",
+            "[[cluster.replica]] groups",
+            "identical replicas: an autoscaled fleet adds and removes copies of the \
+             scenario's engine (drop [[cluster.replica]])",
+        ));
+    }
+    let mut a = a.resolve(raw.data_parallel_size)?;
+    a.price_usd_per_gpu_hour = HardwareProfile::resolve(hardware)?.gpu.price_usd_per_hour;
+    Ok(Some(a))
+}
+
+/// The prefill and decode pools of a disaggregated cluster, each over the scenario's
+/// `hardware` and `serve` unless its table says otherwise.
+fn pool_groups(
+    raw: &RawCluster,
+    hardware: &str,
+    serve: &RawConfig,
+) -> Result<Vec<Group>, ScenarioError> {
+    if raw.data_parallel_size.is_some() || !raw.replicas.is_empty() {
+        return Err(bad(
+            "cluster.data_parallel_size",
+            raw.data_parallel_size.unwrap_or(0),
+            "unset with prefill_replicas and decode_replicas (a disaggregated cluster's \
+             size is its two pools')",
+        ));
+    }
+    let mut groups = Vec::new();
+    for (field, n, pool, role, path) in [
+        (
+            "cluster.prefill_replicas",
+            raw.prefill_replicas,
+            &raw.prefill,
+            Role::Prefill,
+            "cluster.prefill.serve",
+        ),
+        (
+            "cluster.decode_replicas",
+            raw.decode_replicas,
+            &raw.decode,
+            Role::Decode,
+            "cluster.decode.serve",
+        ),
+    ] {
+        let n = n.ok_or_else(|| {
+            bad(
+                field,
+                "unset",
+                "a number of replicas: a disaggregated cluster needs both pools",
+            )
+        })?;
+        if !(1..=MAX_REPLICAS).contains(&n) {
+            return Err(bad(field, n, format!("1 to {MAX_REPLICAS} replicas")));
+        }
+        let pool = pool.clone().unwrap_or_default();
+        groups.push(Group {
+            count: n,
+            role,
+            hardware: pool.hardware.unwrap_or_else(|| hardware.to_string()),
+            serve: serve.clone().overlay(pool.serve),
+            path,
+        });
+    }
+    Ok(groups)
+}
+
+/// The replicas of a colocated cluster: identical copies of the scenario's engine (as many as
+/// `autoscale` may run), or the `[[cluster.replica]]` groups.
+fn colocated_groups(
+    raw: &RawCluster,
+    hardware: &str,
+    serve: &RawConfig,
+    autoscale: Option<&Autoscale>,
+) -> Result<Vec<Group>, ScenarioError> {
+    if raw.prefill.is_some() || raw.decode.is_some() || raw.kv_transfer.is_some() {
+        return Err(bad(
+            "cluster.prefill_replicas",
+            "unset",
+            "prefill_replicas and decode_replicas with [cluster.prefill], [cluster.decode] \
+             or kv_transfer (they describe a disaggregated cluster)",
+        ));
+    }
+    if raw.replicas.is_empty() {
+        let n = match autoscale {
+            Some(a) => a.max_replicas,
+            None => raw.data_parallel_size.unwrap_or(1),
+        };
+        if !(1..=MAX_REPLICAS).contains(&n) {
             return Err(bad(
                 "cluster.data_parallel_size",
-                raw.data_parallel_size.unwrap_or(0),
-                "unset with prefill_replicas and decode_replicas (a disaggregated cluster's \
-                 size is its two pools')",
+                n,
+                format!("1 to {MAX_REPLICAS} replicas"),
             ));
         }
-        for (field, n, pool, role, path) in [
-            (
-                "cluster.prefill_replicas",
-                raw.prefill_replicas,
-                &raw.prefill,
-                Role::Prefill,
-                "cluster.prefill.serve",
-            ),
-            (
-                "cluster.decode_replicas",
-                raw.decode_replicas,
-                &raw.decode,
-                Role::Decode,
-                "cluster.decode.serve",
-            ),
-        ] {
-            let n = n.ok_or_else(|| {
-                bad(
-                    field,
-                    "unset",
-                    "a number of replicas: a disaggregated cluster needs both pools",
-                )
-            })?;
-            if !(1..=MAX_REPLICAS).contains(&n) {
-                return Err(bad(field, n, format!("1 to {MAX_REPLICAS} replicas")));
-            }
-            let pool = pool.clone().unwrap_or_default();
-            groups.push(Group {
-                count: n,
-                role,
-                hardware: pool.hardware.unwrap_or_else(|| hardware.to_string()),
-                serve: serve.clone().overlay(pool.serve),
-                path,
-            });
-        }
-    } else {
-        if raw.prefill.is_some() || raw.decode.is_some() || raw.kv_transfer.is_some() {
-            return Err(bad(
-                "cluster.prefill_replicas",
-                "unset",
-                "prefill_replicas and decode_replicas with [cluster.prefill], [cluster.decode] \
-                 or kv_transfer (they describe a disaggregated cluster)",
-            ));
-        }
-        if raw.replicas.is_empty() {
-            let n = match &autoscale {
-                Some(a) => a.max_replicas,
-                None => raw.data_parallel_size.unwrap_or(1),
-            };
-            if !(1..=MAX_REPLICAS).contains(&n) {
-                return Err(bad(
-                    "cluster.data_parallel_size",
-                    n,
-                    format!("1 to {MAX_REPLICAS} replicas"),
-                ));
-            }
-            groups.push(Group {
-                count: n,
-                role: Role::Colocated,
-                hardware: hardware.to_string(),
-                serve: serve.clone(),
-                path: "serve",
-            });
-        } else {
-            let mut total = 0u32;
-            for r in &raw.replicas {
-                let c = r.count.unwrap_or(1);
-                if c == 0 || c > MAX_REPLICAS {
-                    return Err(bad(
-                        "cluster.replica.count",
-                        c,
-                        format!("1 to {MAX_REPLICAS} replicas in each [[cluster.replica]]"),
-                    ));
-                }
-                total = total.saturating_add(c);
-                groups.push(Group {
-                    count: c,
-                    role: Role::Colocated,
-                    hardware: r.hardware.clone().unwrap_or_else(|| hardware.to_string()),
-                    serve: serve.clone().overlay(r.serve.clone()),
-                    path: "cluster.replica.serve",
-                });
-            }
-            if total > MAX_REPLICAS {
-                return Err(bad(
-                    "cluster.replica.count",
-                    total,
-                    format!("at most {MAX_REPLICAS} replicas in all"),
-                ));
-            }
-            if let Some(n) = raw.data_parallel_size
-                && n != total
-            {
-                return Err(bad(
-                    "cluster.data_parallel_size",
-                    n,
-                    format!("{total}, the replicas [[cluster.replica]] lists (or leave it unset)"),
-                ));
-            }
-        }
+        return Ok(vec![Group {
+            count: n,
+            role: Role::Colocated,
+            hardware: hardware.to_string(),
+            serve: serve.clone(),
+            path: "serve",
+        }]);
     }
+    let mut groups = Vec::new();
+    let mut total = 0u32;
+    for r in &raw.replicas {
+        let c = r.count.unwrap_or(1);
+        if c == 0 || c > MAX_REPLICAS {
+            return Err(bad(
+                "cluster.replica.count",
+                c,
+                format!("1 to {MAX_REPLICAS} replicas in each [[cluster.replica]]"),
+            ));
+        }
+        total = total.saturating_add(c);
+        groups.push(Group {
+            count: c,
+            role: Role::Colocated,
+            hardware: r.hardware.clone().unwrap_or_else(|| hardware.to_string()),
+            serve: serve.clone().overlay(r.serve.clone()),
+            path: "cluster.replica.serve",
+        });
+    }
+    if total > MAX_REPLICAS {
+        return Err(bad(
+            "cluster.replica.count",
+            total,
+            format!("at most {MAX_REPLICAS} replicas in all"),
+        ));
+    }
+    if let Some(n) = raw.data_parallel_size
+        && n != total
+    {
+        return Err(bad(
+            "cluster.data_parallel_size",
+            n,
+            format!("{total}, the replicas [[cluster.replica]] lists (or leave it unset)"),
+        ));
+    }
+    Ok(groups)
+}
+
+/// The router's staleness (s), latency (µs) and `llm-d` weights, checked.
+fn router_settings(raw: &RawCluster) -> Result<(f64, f64, Weights), ScenarioError> {
+    let show = kvplan_vocab::limits::show;
     let staleness = raw.router_staleness_s.unwrap_or(0.0);
     if !(staleness.is_finite() && (0.0..=3600.0).contains(&staleness)) {
         return Err(bad(
@@ -472,37 +505,50 @@ pub fn resolve(
             ));
         }
     }
-    if let Some(i) = &raw.interconnect {
-        for (field, v, what) in [
-            (
-                "cluster.interconnect.gbps",
-                i.gbps,
-                "more than 0 and at most 100,000 GB/s",
-            ),
-            (
-                "cluster.interconnect.latency_us",
-                i.latency_us,
-                "0 to 1,000,000 microseconds",
-            ),
-            (
-                "cluster.interconnect.per_transfer_us",
-                i.per_transfer_us,
-                "0 to 1,000,000 microseconds",
-            ),
-        ] {
-            if let Some(v) = v {
-                let ok = if field.ends_with("gbps") {
-                    v.is_finite() && v > 0.0 && v <= 1e5
-                } else {
-                    v.is_finite() && (0.0..=1e6).contains(&v)
-                };
-                if !ok {
-                    return Err(bad(field, show(v), what));
-                }
+    Ok((staleness, latency, weights))
+}
+
+/// The `[cluster.interconnect]` overrides, each in range.
+fn check_interconnect(raw: &RawCluster) -> Result<(), ScenarioError> {
+    let show = kvplan_vocab::limits::show;
+    let Some(i) = &raw.interconnect else {
+        return Ok(());
+    };
+    for (field, v, what) in [
+        (
+            "cluster.interconnect.gbps",
+            i.gbps,
+            "more than 0 and at most 100,000 GB/s",
+        ),
+        (
+            "cluster.interconnect.latency_us",
+            i.latency_us,
+            "0 to 1,000,000 microseconds",
+        ),
+        (
+            "cluster.interconnect.per_transfer_us",
+            i.per_transfer_us,
+            "0 to 1,000,000 microseconds",
+        ),
+    ] {
+        if let Some(v) = v {
+            let ok = if field.ends_with("gbps") {
+                v.is_finite() && v > 0.0 && v <= 1e5
+            } else {
+                v.is_finite() && (0.0..=1e6).contains(&v)
+            };
+            if !ok {
+                return Err(bad(field, show(v), what));
             }
         }
     }
-    let router = match (&autoscale, raw.router) {
+    Ok(())
+}
+
+/// The router: the one asked for, or the default (least-requests for an autoscaled fleet,
+/// which may run only a router that keeps no per-replica state).
+fn router_of(raw: &RawCluster, autoscale: Option<&Autoscale>) -> Result<RouterKind, ScenarioError> {
+    Ok(match (autoscale, raw.router) {
         (None, r) => r.unwrap_or_default(),
         // An autoscaled fleet sits behind a gateway, not vLLM's own data-parallel balancer.
         (Some(_), None) => RouterKind::from_name("least-requests").expect("a router"),
@@ -520,10 +566,19 @@ pub fn resolve(
             }
             r
         }
-    };
+    })
+}
+
+/// Every replica of `groups`: `model` sharded and served as each group's settings say, the
+/// settings checked against its GPU, named `r0`, `p0`, `d0` ... by role.
+fn replicas_of(
+    groups: &[Group],
+    model: &ModelSpec,
+    disaggregated: bool,
+) -> Result<Vec<ReplicaScenario>, ScenarioError> {
     let mut replicas = Vec::new();
     let mut counters = [0u32; 3];
-    for g in &groups {
+    for g in groups {
         let hw = HardwareProfile::resolve(&g.hardware)?;
         let tp = g.serve.tensor_parallel_size.unwrap_or(1);
         let m = model
@@ -548,7 +603,7 @@ pub fn resolve(
         if disaggregated && !config.scheduler.spec().kv_connector {
             return Err(ScenarioError::Replica {
                 path: g.path,
-                source: crate::Error::InvalidConfig {
+                source: crate::error::Error::InvalidConfig {
                     field: "scheduler",
                     value: config.scheduler.as_str().into(),
                     expect: "vllm-v1 in a disaggregated cluster (vLLM hands KV between \
@@ -577,18 +632,7 @@ pub fn resolve(
             counters[k] += 1;
         }
     }
-    check_router(router, &replicas)?;
-    Ok(Some(ClusterScenario {
-        replicas,
-        router,
-        staleness_s: staleness,
-        router_latency_s: latency * 1e-6,
-        weights,
-        transfer: raw.kv_transfer.unwrap_or_default(),
-        disaggregated,
-        interconnect: raw.interconnect.clone(),
-        autoscale,
-    }))
+    Ok(replicas)
 }
 
 /// What the router needs of the replicas of each pool it serves.

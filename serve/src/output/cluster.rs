@@ -138,7 +138,7 @@ pub struct ClusterOutput {
     pub binding: Option<Binding>,
     /// The autoscaler's fleet, per hour (an autoscaled cluster).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub autoscale: Option<crate::cluster::autoscale::AutoscaleOutput>,
+    pub autoscale: Option<super::autoscale::AutoscaleOutput>,
 }
 
 impl ClusterOutput {

@@ -6,210 +6,18 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use crate::Error;
 use crate::config::Resolved;
+use crate::error::Error;
 use crate::kv_cache::CacheStats;
 
 pub mod autoscale;
+pub mod bands;
 pub mod cluster;
-pub mod itl;
 pub mod slo;
 
-/// Engine-wide counters the summary reports.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Counters {
-    /// Preemptions.
-    pub preemptions: u64,
-    /// Bytes copied to host.
-    pub swap_out_bytes: u64,
-    /// Bytes copied back.
-    pub swap_in_bytes: u64,
-}
-
-/// Why a request was not served.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum RejectReason {
-    /// The prompt has `max_model_len` tokens or more: no room for one output token (vLLM's
-    /// input processor refuses it).
-    PromptTooLong,
-    /// Prompt + output tokens exceed the model's context (no longer produced: generation
-    /// stops at `max_model_len` instead; kept for older outputs).
-    ExceedsContext,
-    /// Its KV at full length needs more blocks than the GPU has (less the watermark).
-    ExceedsKvCapacity,
-    /// Its prompt exceeds `max_num_batched_tokens` and the scheduler does not chunk.
-    ExceedsBatchTokens,
-    /// Zero prompt or output tokens.
-    EmptyRequest,
-}
-
-impl RejectReason {
-    /// The kebab-case name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RejectReason::PromptTooLong => "prompt-too-long",
-            RejectReason::ExceedsContext => "exceeds-context",
-            RejectReason::ExceedsKvCapacity => "exceeds-kv-capacity",
-            RejectReason::ExceedsBatchTokens => "exceeds-batch-tokens",
-            RejectReason::EmptyRequest => "empty-request",
-        }
-    }
-}
-
-/// A request's outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case", tag = "status", content = "reason")]
-pub enum Status {
-    /// Served to the last token.
-    Finished,
-    /// Not served.
-    Rejected(RejectReason),
-}
-
-/// Why a served request stopped (vLLM's finish reasons).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum FinishReason {
-    /// It produced all its output tokens.
-    Stop,
-    /// Generation stopped at `max_model_len` (vLLM's `FINISHED_LENGTH_CAPPED`).
-    Length,
-}
-
-impl FinishReason {
-    /// The name vLLM reports.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FinishReason::Stop => "stop",
-            FinishReason::Length => "length",
-        }
-    }
-}
-
-/// One request's timings (seconds from its arrival; NaN / empty in CSV when rejected).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RequestRecord {
-    /// Request id.
-    pub id: u64,
-    /// Arrival time.
-    pub arrival_s: f64,
-    /// Prompt tokens.
-    pub prompt_tokens: u32,
-    /// Output tokens: generated when served (fewer than asked when cut at `max_model_len`),
-    /// asked for when rejected.
-    pub output_tokens: u32,
-    /// Outcome.
-    pub status: Status,
-    /// Why it stopped (served requests).
-    pub finish_reason: Option<FinishReason>,
-    /// Prompt tokens found in the prefix cache when it was first scheduled.
-    pub cached_tokens: u32,
-    /// Reaching the engine (arrival plus the frontend latency) to first scheduled.
-    pub queue_s: f64,
-    /// Arrival to first token.
-    pub ttft_s: f64,
-    /// Mean time per output token after the first.
-    pub tpot_s: f64,
-    /// Arrival to last token.
-    pub e2e_s: f64,
-    /// Times preempted.
-    pub preemptions: u32,
-    /// Tokens swapped out (summed over preemptions).
-    pub swapped_tokens: u64,
-    /// Tokens dropped for recomputation (summed over preemptions).
-    pub recomputed_tokens: u64,
-    /// The replica that served it (a cluster's; 0 on one engine).
-    #[serde(skip_serializing_if = "is_zero_u32")]
-    pub replica: u32,
-    /// The prefill replica, in a disaggregated cluster.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub prefill_replica: Option<u32>,
-    /// Seconds from the decode replica posting the read of its KV to the KV being there
-    /// (disaggregated; NaN otherwise).
-    pub kv_transfer_s: f64,
-    /// Prompt tokens a KV connector loaded (a CPU tier's hit, or a remote prefill's).
-    pub external_tokens: u32,
-    /// Seconds its connector load took, to its being schedulable (0: none).
-    pub kv_load_s: f64,
-}
-
-fn is_zero_u32(x: &u32) -> bool {
-    *x == 0
-}
-
-/// Percentiles of one metric over finished requests. A metric with no value to rank (no request
-/// finished; no request with a second token, for TPOT and ITL) is [`Percentiles::NONE`]: NaN
-/// throughout, `null` in JSON, empty in CSV, `-` in tables, never a number it did not measure.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct Percentiles {
-    /// Mean.
-    pub mean: f64,
-    /// Median.
-    pub p50: f64,
-    /// 90th percentile.
-    pub p90: f64,
-    /// 95th percentile.
-    pub p95: f64,
-    /// 99th percentile.
-    pub p99: f64,
-}
-
-/// Equal when every figure has the same bits: two runs that measured nothing are equal.
-impl PartialEq for Percentiles {
-    fn eq(&self, o: &Self) -> bool {
-        [
-            (self.mean, o.mean),
-            (self.p50, o.p50),
-            (self.p90, o.p90),
-            (self.p95, o.p95),
-            (self.p99, o.p99),
-        ]
-        .iter()
-        .all(|(a, b)| a.to_bits() == b.to_bits())
-    }
-}
-
-impl Default for Percentiles {
-    fn default() -> Self {
-        Percentiles::NONE
-    }
-}
-
-impl Percentiles {
-    /// Nothing measured: NaN throughout.
-    pub const NONE: Percentiles = Percentiles {
-        mean: f64::NAN,
-        p50: f64::NAN,
-        p90: f64::NAN,
-        p95: f64::NAN,
-        p99: f64::NAN,
-    };
-
-    /// Whether there were values to rank (false for [`Percentiles::NONE`]).
-    pub fn measured(&self) -> bool {
-        !self.mean.is_nan()
-    }
-
-    /// Nearest-rank percentiles of `v` (sorted here); [`Percentiles::NONE`] when empty.
-    pub fn of(v: &mut [f64]) -> Self {
-        if v.is_empty() {
-            return Percentiles::NONE;
-        }
-        v.sort_unstable_by(f64::total_cmp);
-        let at = |p: f64| {
-            let rank = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len());
-            v[rank - 1]
-        };
-        Percentiles {
-            mean: v.iter().sum::<f64>() / v.len() as f64,
-            p50: at(0.5),
-            p90: at(0.9),
-            p95: at(0.95),
-            p99: at(0.99),
-        }
-    }
-}
+pub use crate::figures::{Counters, Percentiles};
+pub use crate::itl;
+pub use crate::record::{FinishReason, RejectReason, RequestRecord, Status};
 
 /// The run's summary.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -674,7 +482,7 @@ pub struct ServeReport {
     pub goodput: Option<slo::Goodput>,
     /// Error bands on the headline figures (`None`: none asked for; [`crate::bands`]).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub bands: Option<crate::bands::ServeBands>,
+    pub bands: Option<bands::ServeBands>,
 }
 
 fn num(w: &mut impl Write, x: f64) -> io::Result<()> {
@@ -894,7 +702,7 @@ impl ServeReport {
             #[serde(skip_serializing_if = "Option::is_none")]
             goodput: Option<&'a slo::Goodput>,
             #[serde(skip_serializing_if = "Option::is_none")]
-            bands: Option<&'a crate::bands::ServeBands>,
+            bands: Option<&'a bands::ServeBands>,
             #[serde(skip_serializing_if = "Option::is_none")]
             overload: Option<Overload>,
             #[serde(flatten, skip_serializing_if = "Option::is_none")]

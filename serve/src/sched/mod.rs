@@ -15,9 +15,10 @@ use std::collections::VecDeque;
 use kvplan_workloads::Request;
 
 use crate::config::Resolved;
+use crate::figures::Counters;
 use crate::iteration::IterationShape;
 use crate::kv_cache::{KvCacheManager, Layout, ReqKv};
-use crate::output::{Counters, FinishReason, RejectReason, Status};
+use crate::record::{FinishReason, RejectReason, Status};
 
 pub mod preempt;
 pub mod registry;
@@ -260,7 +261,7 @@ pub struct State<'a> {
     /// Counters.
     pub counters: Counters,
     /// Inter-token gaps of the tokens processed.
-    pub itl: crate::output::itl::ItlHistogram,
+    pub itl: crate::itl::ItlHistogram,
     /// Scratch for prefix-hit blocks.
     pub hits: Vec<u32>,
     /// Scratch list.

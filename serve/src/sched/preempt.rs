@@ -8,11 +8,11 @@
 //! - `swap` keeps its K and V in host memory when the swap space has room and it is decoding
 //!   (vLLM 0.4 swaps only decoding sequences), else recomputes.
 //! - `hybrid` keeps the layer inputs `X` of its first `l` tokens and the K and V of the rest
-//!   (KVPR's balance at block granularity, [`crate::IterationTimer::hybrid_split`]); with no room
+//!   (KVPR's balance at block granularity, [`crate::iteration::IterationTimer::hybrid_split`]); with no room
 //!   for that it falls back to `swap`, then to `recompute`.
 
 use super::{Place, State, Step};
-use crate::Preemption;
+use crate::config::Preemption;
 
 /// What a preempted request keeps on the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

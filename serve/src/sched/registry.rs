@@ -5,35 +5,9 @@
 //! a kind: adding a scheduler is a policy file and one line in [`SCHEDULERS`].
 
 use super::versions::Engine;
+pub use super::versions::Support;
 use super::{Policy, v0, v1};
-use crate::{Preemption, SchedulerKind};
-
-/// A setting a scheduler or release has on, off, or not at all.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Support {
-    /// Modelled; on unless turned off.
-    DefaultOn,
-    /// Modelled; off unless turned on.
-    DefaultOff,
-    /// Always on: the scheduler cannot run without it (or the release turns it on whatever is
-    /// asked).
-    Always,
-    /// Not modelled for this scheduler, or not in the release: asking for it is an error.
-    No,
-}
-
-impl Support {
-    /// The setting after `asked` (unset: the default); `None` when it cannot be had.
-    pub fn resolve(self, asked: Option<bool>) -> Option<bool> {
-        match (self, asked) {
-            (Support::DefaultOn, a) => Some(a.unwrap_or(true)),
-            (Support::DefaultOff, a) => Some(a.unwrap_or(false)),
-            (Support::Always, None | Some(true)) => Some(true),
-            (Support::No, None | Some(false)) => Some(false),
-            _ => None,
-        }
-    }
-}
+use crate::config::{Preemption, SchedulerKind};
 
 /// One scheduler kind: what it is, what it can do and its policy. The defaults that changed
 /// between vLLM releases (batch sizes, prefix caching, chunked prefill, asynchronous

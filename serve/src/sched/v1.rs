@@ -21,198 +21,259 @@ pub struct V1;
 
 impl Policy for V1 {
     fn schedule(&mut self, st: &mut State<'_>, step: &mut Step, now: f64) {
-        let r = st.r;
-        let mml = r.max_model_len;
-        let threshold = r.config.long_prefill_token_threshold;
-        let mut budget = r.max_num_batched_tokens;
-        let mut preempted = false;
-        let mut i = 0;
-        'running: while i < st.running.len() && budget > 0 {
-            let v = st.running[i];
-            let s = &st.seqs[v];
-            if s.done_sampling() {
-                // Its last token is in flight (vLLM's placeholder check): nothing to add.
-                i += 1;
-                continue;
-            }
-            let known = s.known();
-            let mut n = known - s.computed;
-            if threshold > 0 && n > threshold {
-                n = threshold;
-            }
-            n = n.min(budget).min((mml - 1).saturating_sub(s.computed));
-            if n == 0 {
-                i += 1;
-                continue;
-            }
-            loop {
-                let s = &mut st.seqs[v];
-                let layout = match st.layouts.get(v) {
-                    Some(Some(l)) => l,
-                    _ => &super::EMPTY_LAYOUT,
-                };
-                if st
-                    .kv
-                    .allocate_slots(&mut s.kv, layout, s.computed, n, &[], known, mml)
-                {
-                    break;
-                }
-                let victim = st.running.pop().expect("the request itself is running");
-                super::preempt::preempt(st, step, victim);
-                preempted = true;
-                if victim == v {
-                    break 'running;
-                }
-            }
-            st.schedule_tokens(step, v, n, now);
-            budget -= n;
-            i += 1;
-        }
-        if preempted {
+        let mut budget = st.r.max_num_batched_tokens;
+        if schedule_running(st, step, now, &mut budget) {
             return;
         }
-        // Requests whose KV a connector is loading wait without using the budget; they go back
-        // to the front of the queue after the pass (vLLM's `skipped_waiting_requests`).
-        let mut skipped = std::mem::take(&mut st.scratch);
-        skipped.clear();
-        while budget > 0 && (st.running.len() as u32) < r.max_num_seqs {
-            let Some(&v) = st.waiting.front() else {
-                break;
-            };
-            if st.seqs[v].load != Load::None {
-                st.waiting.pop_front();
-                skipped.push(v);
-                continue;
-            }
-            let s = &mut st.seqs[v];
-            let known = s.known();
-            let layout = match st.layouts.get(v) {
-                Some(Some(l)) => l,
-                _ => &super::EMPTY_LAYOUT,
-            };
-            let hit = if s.computed == 0 {
-                st.kv
-                    .computed_blocks(&mut s.kv, layout, known, s.preemptions > 0, &mut st.hits)
-            } else {
-                st.hits.clear();
-                0
-            };
-            if s.computed == 0 {
-                match external(st, v, hit, known) {
-                    External::None => {}
-                    External::Skip => {
-                        st.waiting.pop_front();
-                        skipped.push(v);
-                        continue;
-                    }
-                    External::Async(n) => {
-                        let s = &mut st.seqs[v];
-                        if !st.kv.allocate_uncached(&mut s.kv, hit, n, &st.hits) {
-                            break;
-                        }
-                        st.waiting.pop_front();
-                        if s.cached_tokens.is_none() {
-                            s.cached_tokens = Some(hit);
-                        }
-                        s.computed = 0;
-                        s.external_tokens = n;
-                        st.count_tier_query();
-                        let s = &mut st.seqs[v];
-                        s.load = Load::Pending;
-                        s.load_start = now;
-                        st.new_loads.push(v);
-                        st.loading.push(v);
-                        skipped.push(v);
-                        continue;
-                    }
-                    External::Sync(n) => {
-                        // Loaded in this step, before its forward pass: scheduled at once past
-                        // the loaded tokens (the last token recomputed).
-                        let s = &mut st.seqs[v];
-                        let computed = (hit + n).min(known - 1);
-                        let mut m = known - computed;
-                        if threshold > 0 && m > threshold {
-                            m = threshold;
-                        }
-                        if !r.chunked_prefill && m > budget {
-                            break;
-                        }
-                        m = m.min(budget);
-                        if !st
-                            .kv
-                            .allocate_uncached(&mut s.kv, hit, computed - hit, &st.hits)
-                        {
-                            break;
-                        }
-                        let layout = match st.layouts.get(v) {
-                            Some(Some(l)) => l,
-                            _ => &super::EMPTY_LAYOUT,
-                        };
-                        st.kv.cache_upto(&mut s.kv, layout, computed);
-                        if !st
-                            .kv
-                            .allocate_slots(&mut s.kv, layout, computed, m, &[], known, mml)
-                        {
-                            // The loaded blocks stay with it; it runs when blocks free up.
-                            s.computed = computed;
-                            s.external_tokens = computed - hit;
-                            s.cached_tokens = Some(hit);
-                            st.new_loads.push(v);
-                            break;
-                        }
-                        st.waiting.pop_front();
-                        s.computed = computed;
-                        s.external_tokens = computed - hit;
-                        if s.cached_tokens.is_none() {
-                            s.cached_tokens = Some(hit);
-                        }
-                        st.count_tier_query();
-                        st.new_loads.push(v);
-                        let s = &mut st.seqs[v];
-                        s.place = Place::Running;
-                        st.running.push(v);
-                        st.schedule_tokens(step, v, m, now);
-                        budget -= m;
-                        continue;
-                    }
-                }
-            }
+        schedule_waiting(st, step, now, budget);
+    }
+}
+
+/// The running requests first, in list order (step 2 of the module docs), each its next
+/// tokens out of `budget`; whether one was preempted (then no waiting request is scheduled).
+fn schedule_running(st: &mut State<'_>, step: &mut Step, now: f64, budget: &mut u32) -> bool {
+    let r = st.r;
+    let mml = r.max_model_len;
+    let threshold = r.config.long_prefill_token_threshold;
+    let mut preempted = false;
+    let mut i = 0;
+    'running: while i < st.running.len() && *budget > 0 {
+        let v = st.running[i];
+        let s = &st.seqs[v];
+        if s.done_sampling() {
+            // Its last token is in flight (vLLM's placeholder check): nothing to add.
+            i += 1;
+            continue;
+        }
+        let known = s.known();
+        let mut n = known - s.computed;
+        if threshold > 0 && n > threshold {
+            n = threshold;
+        }
+        n = n.min(*budget).min((mml - 1).saturating_sub(s.computed));
+        if n == 0 {
+            i += 1;
+            continue;
+        }
+        loop {
             let s = &mut st.seqs[v];
             let layout = match st.layouts.get(v) {
                 Some(Some(l)) => l,
                 _ => &super::EMPTY_LAYOUT,
             };
-            let mut n = known - s.computed.max(hit);
-            if threshold > 0 && n > threshold {
-                n = threshold;
-            }
-            if !r.chunked_prefill && n > budget {
-                break;
-            }
-            n = n.min(budget);
-            let computed = s.computed.max(hit);
-            if !st
+            if st
                 .kv
-                .allocate_slots(&mut s.kv, layout, computed, n, &st.hits, known, mml)
+                .allocate_slots(&mut s.kv, layout, s.computed, n, &[], known, mml)
             {
                 break;
             }
-            st.waiting.pop_front();
-            s.computed = computed;
-            if s.cached_tokens.is_none() {
-                s.cached_tokens = Some(hit);
+            let victim = st.running.pop().expect("the request itself is running");
+            super::preempt::preempt(st, step, victim);
+            preempted = true;
+            if victim == v {
+                break 'running;
             }
-            s.place = Place::Running;
-            st.count_tier_query();
-            st.running.push(v);
-            st.schedule_tokens(step, v, n, now);
-            budget -= n;
         }
-        for &v in skipped.iter().rev() {
-            st.waiting.push_front(v);
-        }
-        st.scratch = skipped;
+        st.schedule_tokens(step, v, n, now);
+        *budget -= n;
+        i += 1;
     }
+    preempted
+}
+
+/// What became of the waiting request at the front of the queue.
+enum Admit {
+    /// Running, with this many tokens scheduled (taken off the queue).
+    Scheduled(u32),
+    /// Waits for its KV (a load issued, or a hit block being loaded): set aside for the
+    /// front of the queue after the pass.
+    Aside,
+    /// It cannot be had this step: the pass stops.
+    Stop,
+}
+
+/// The waiting requests in order while there is room and `budget` (step 3 of the module docs).
+/// Requests whose KV a connector is loading wait without using the budget; they go back to the
+/// front of the queue after the pass (vLLM's `skipped_waiting_requests`).
+fn schedule_waiting(st: &mut State<'_>, step: &mut Step, now: f64, mut budget: u32) {
+    let mut skipped = std::mem::take(&mut st.scratch);
+    skipped.clear();
+    while budget > 0 && (st.running.len() as u32) < st.r.max_num_seqs {
+        let Some(&v) = st.waiting.front() else {
+            break;
+        };
+        let admitted = if st.seqs[v].load != Load::None {
+            Admit::Aside
+        } else {
+            admit(st, step, v, budget, now)
+        };
+        match admitted {
+            Admit::Scheduled(n) => budget -= n,
+            Admit::Aside => {
+                st.waiting.pop_front();
+                skipped.push(v);
+            }
+            Admit::Stop => break,
+        }
+    }
+    for &v in skipped.iter().rev() {
+        st.waiting.push_front(v);
+    }
+    st.scratch = skipped;
+}
+
+/// The waiting request `v`: its prefix-cache hits, what a KV connector offers past them, and
+/// its first chunk out of `budget`.
+fn admit(st: &mut State<'_>, step: &mut Step, v: usize, budget: u32, now: f64) -> Admit {
+    let s = &mut st.seqs[v];
+    let known = s.known();
+    let layout = match st.layouts.get(v) {
+        Some(Some(l)) => l,
+        _ => &super::EMPTY_LAYOUT,
+    };
+    let hit = if s.computed == 0 {
+        st.kv
+            .computed_blocks(&mut s.kv, layout, known, s.preemptions > 0, &mut st.hits)
+    } else {
+        st.hits.clear();
+        0
+    };
+    if st.seqs[v].computed == 0 {
+        match external(st, v, hit, known) {
+            External::None => {}
+            External::Skip => return Admit::Aside,
+            External::Async(n) => return load_async(st, v, hit, n, now),
+            External::Sync(n) => return admit_loaded(st, step, v, hit, n, budget, now),
+        }
+    }
+    admit_computed(st, step, v, hit, budget, now)
+}
+
+/// Issues the load of `n` tokens past the `hit` of `v`, which waits for them (vLLM's
+/// `load_kv_async`).
+fn load_async(st: &mut State<'_>, v: usize, hit: u32, n: u32, now: f64) -> Admit {
+    let s = &mut st.seqs[v];
+    if !st.kv.allocate_uncached(&mut s.kv, hit, n, &st.hits) {
+        return Admit::Stop;
+    }
+    if s.cached_tokens.is_none() {
+        s.cached_tokens = Some(hit);
+    }
+    s.computed = 0;
+    s.external_tokens = n;
+    st.count_tier_query();
+    let s = &mut st.seqs[v];
+    s.load = Load::Pending;
+    s.load_start = now;
+    st.new_loads.push(v);
+    st.loading.push(v);
+    Admit::Aside
+}
+
+/// Loads `n` tokens past the `hit` of `v` in this step, before its forward pass: scheduled at
+/// once past the loaded tokens (the last token recomputed).
+fn admit_loaded(
+    st: &mut State<'_>,
+    step: &mut Step,
+    v: usize,
+    hit: u32,
+    n: u32,
+    budget: u32,
+    now: f64,
+) -> Admit {
+    let r = st.r;
+    let (mml, threshold) = (r.max_model_len, r.config.long_prefill_token_threshold);
+    let s = &mut st.seqs[v];
+    let known = s.known();
+    let computed = (hit + n).min(known - 1);
+    let mut m = known - computed;
+    if threshold > 0 && m > threshold {
+        m = threshold;
+    }
+    if !r.chunked_prefill && m > budget {
+        return Admit::Stop;
+    }
+    m = m.min(budget);
+    if !st
+        .kv
+        .allocate_uncached(&mut s.kv, hit, computed - hit, &st.hits)
+    {
+        return Admit::Stop;
+    }
+    let layout = match st.layouts.get(v) {
+        Some(Some(l)) => l,
+        _ => &super::EMPTY_LAYOUT,
+    };
+    st.kv.cache_upto(&mut s.kv, layout, computed);
+    if !st
+        .kv
+        .allocate_slots(&mut s.kv, layout, computed, m, &[], known, mml)
+    {
+        // The loaded blocks stay with it; it runs when blocks free up.
+        s.computed = computed;
+        s.external_tokens = computed - hit;
+        s.cached_tokens = Some(hit);
+        st.new_loads.push(v);
+        return Admit::Stop;
+    }
+    st.waiting.pop_front();
+    s.computed = computed;
+    s.external_tokens = computed - hit;
+    if s.cached_tokens.is_none() {
+        s.cached_tokens = Some(hit);
+    }
+    st.count_tier_query();
+    st.new_loads.push(v);
+    let s = &mut st.seqs[v];
+    s.place = Place::Running;
+    st.running.push(v);
+    st.schedule_tokens(step, v, m, now);
+    Admit::Scheduled(m)
+}
+
+/// Schedules `v` past its `hit` (or what it has computed): its next chunk out of `budget`,
+/// chunked to it only with chunked prefill.
+fn admit_computed(
+    st: &mut State<'_>,
+    step: &mut Step,
+    v: usize,
+    hit: u32,
+    budget: u32,
+    now: f64,
+) -> Admit {
+    let r = st.r;
+    let (mml, threshold) = (r.max_model_len, r.config.long_prefill_token_threshold);
+    let s = &mut st.seqs[v];
+    let known = s.known();
+    let layout = match st.layouts.get(v) {
+        Some(Some(l)) => l,
+        _ => &super::EMPTY_LAYOUT,
+    };
+    let mut n = known - s.computed.max(hit);
+    if threshold > 0 && n > threshold {
+        n = threshold;
+    }
+    if !r.chunked_prefill && n > budget {
+        return Admit::Stop;
+    }
+    n = n.min(budget);
+    let computed = s.computed.max(hit);
+    if !st
+        .kv
+        .allocate_slots(&mut s.kv, layout, computed, n, &st.hits, known, mml)
+    {
+        return Admit::Stop;
+    }
+    st.waiting.pop_front();
+    s.computed = computed;
+    if s.cached_tokens.is_none() {
+        s.cached_tokens = Some(hit);
+    }
+    s.place = Place::Running;
+    st.count_tier_query();
+    st.running.push(v);
+    st.schedule_tokens(step, v, n, now);
+    Admit::Scheduled(n)
 }
 
 /// What a KV connector offers a request with nothing computed, past its `hit` GPU tokens.

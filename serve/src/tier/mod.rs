@@ -214,30 +214,6 @@ pub struct TierStats {
     pub capacity_bytes: u64,
 }
 
-/// The CPU tier `resolved` asks for, for an engine serving `model` (one rank's shapes) on
-/// `ranks` tensor-parallel GPUs; `None` without one.
-pub fn for_engine(
-    resolved: &crate::Resolved,
-    model: &kvplan_vocab::ModelSpec,
-    ranks: u32,
-) -> Option<CpuTier> {
-    if resolved.offload_bytes == 0 {
-        return None;
-    }
-    let c = &resolved.config;
-    let unit = (c.kv_offloading_backend.spec().unit_tokens)(c.block_size);
-    Some(CpuTier::new(
-        c.kv_offloading_backend,
-        c.kv_offloading_eviction,
-        c.kv_reload,
-        resolved.offload_bytes,
-        ranks,
-        unit,
-        u64::from(unit) * model.kv_bytes_per_token(),
-        u64::from(unit) * model.act_bytes_per_token_layer() * u64::from(model.num_layers),
-    ))
-}
-
 impl TierStats {
     /// Adds another tier's.
     pub fn add(&mut self, o: &TierStats) {

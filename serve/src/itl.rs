@@ -5,7 +5,7 @@
 //! exact, a percentile is its bucket's geometric middle (within 0.05% of the value), clamped to
 //! the smallest and largest gap.
 
-use crate::output::Percentiles;
+use crate::figures::Percentiles;
 
 /// The smallest gap a bucket separates, seconds (smaller gaps share the first bucket).
 const FLOOR_S: f64 = 1e-7;

@@ -21,18 +21,17 @@
 use std::path::PathBuf;
 
 use kvplan_vocab::Progress;
+use kvplan_vocab::overlay_fields;
 use kvplan_vocab::{HardwareProfile, ModelSpec};
 use kvplan_workloads::{Request, RequestStream, WorkloadConfig, WorkloadSpec, generate};
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::scenario::{ClusterScenario, RawCluster};
 pub use crate::config::RawConfig;
-use crate::config::pick;
-use crate::{Config, Preemption, Resolved, ServeReport};
+use crate::config::{Config, Preemption, Resolved};
+use crate::output::ServeReport;
 
-pub(crate) mod error;
-
-pub use error::ScenarioError;
+pub use crate::error::ScenarioError;
 
 /// ServeReport lengths of a synthetic workload that gives none (tokens).
 pub const DEFAULT_OUTPUT_LENGTHS: &str = "128";
@@ -66,8 +65,7 @@ impl RawServeScenario {
     /// and `seed`; `qps` and `time_scale` replace each other; the shared-prefix and conversation
     /// tables merge field by field.
     pub fn overlay(mut self, other: RawServeScenario) -> Self {
-        pick(&mut self.model, other.model);
-        pick(&mut self.hardware, other.hardware);
+        overlay_fields!(self, other; model, hardware);
         let (w, o) = (&mut self.workload, other.workload);
         let kind = |c: &WorkloadConfig| {
             if c.trace.is_some() {
@@ -99,31 +97,16 @@ impl RawServeScenario {
         if o.time_scale.is_some() {
             w.qps = None;
         }
-        pick(&mut w.arrivals, o.arrivals);
-        pick(&mut w.qps, o.qps);
-        pick(&mut w.cv, o.cv);
-        pick(&mut w.prompt_lengths, o.prompt_lengths);
-        pick(&mut w.output_lengths, o.output_lengths);
-        pick(&mut w.requests, o.requests);
-        pick(&mut w.seed, o.seed);
-        pick(&mut w.trace, o.trace);
-        pick(&mut w.time_scale, o.time_scale);
-        pick(&mut w.start_s, o.start_s);
+        overlay_fields!(w, o; arrivals, qps, cv, prompt_lengths, output_lengths, requests, seed,
+            trace, time_scale, start_s);
         if let Some(op) = o.shared_prefix {
             let sp = w.shared_prefix.get_or_insert_with(Default::default);
-            pick(&mut sp.groups, op.groups);
-            pick(&mut sp.users_per_group, op.users_per_group);
-            pick(&mut sp.system_prompt_len, op.system_prompt_len);
-            pick(&mut sp.question_len, op.question_len);
+            overlay_fields!(sp, op; groups, users_per_group, system_prompt_len, question_len);
         }
         if let Some(oc) = o.conversation {
             let c = w.conversation.get_or_insert_with(Default::default);
-            pick(&mut c.conversations, oc.conversations);
-            pick(&mut c.turns, oc.turns);
-            pick(&mut c.first_message_len, oc.first_message_len);
-            pick(&mut c.message_len, oc.message_len);
-            pick(&mut c.think_time_s, oc.think_time_s);
-            pick(&mut c.max_context, oc.max_context);
+            overlay_fields!(c, oc; conversations, turns, first_message_len, message_len,
+                think_time_s, max_context);
         }
         self.serve = self.serve.overlay(other.serve);
         self.cluster = self.cluster.overlay(other.cluster);
@@ -289,13 +272,13 @@ fn swap_space_notes(
     config: &Config,
     hardware: &HardwareProfile,
     tp: u32,
-) -> Result<Vec<Note>, crate::Error> {
+) -> Result<Vec<Note>, crate::error::Error> {
     let gib = (1u64 << 30) as f64;
     let ram = hardware.host.ram_bytes as f64;
     let usage = config.swap_space_gib * gib * f64::from(tp);
     let show = kvplan_vocab::limits::show;
     if usage > SWAP_SPACE_MAX_FRACTION * ram {
-        return Err(crate::Error::InvalidConfig {
+        return Err(crate::error::Error::InvalidConfig {
             field: "swap_space_gib",
             value: show(config.swap_space_gib),
             expect: format!(
@@ -341,8 +324,8 @@ impl ServeScenario {
     }
 
     /// Serves `requests` (from [`requests`](Self::requests)).
-    pub fn run(&self, requests: &[Request]) -> Result<ServeReport, crate::Error> {
-        crate::cluster::simulate_cluster(self.plan()?, requests)
+    pub fn run(&self, requests: &[Request]) -> Result<ServeReport, crate::error::Error> {
+        crate::cluster::simulate_cluster(self.plan(), requests)
     }
 
     /// [`run`](Self::run) with every engine's kernel times multiplied by `scales` (one draw of
@@ -351,8 +334,8 @@ impl ServeScenario {
         &self,
         requests: &[Request],
         scales: crate::iteration::CostScales,
-    ) -> Result<ServeReport, crate::Error> {
-        let mut plan = self.plan()?;
+    ) -> Result<ServeReport, crate::error::Error> {
+        let mut plan = self.plan();
         for r in &mut plan.replicas {
             r.timer.set_scales(scales);
         }
@@ -361,20 +344,26 @@ impl ServeScenario {
 
     /// The cluster to run: the scenario's, or its one engine. Every engine steps one pass at a
     /// time when [`Resolved::step_by_step`] is set on [`ServeScenario::resolved`].
-    fn plan(&self) -> Result<crate::cluster::ClusterPlan, crate::Error> {
+    fn plan(&self) -> crate::cluster::ClusterPlan {
         let mut plan = match &self.cluster {
             Some(c) => c.plan(self.seed, true),
             None => {
-                let (timer, resolved) =
-                    crate::server::prepare(&self.model, &self.hardware, &self.config)?;
-                let tier = crate::tier::for_engine(&resolved, timer.model(), self.tp());
+                // The settings as resolved, but for what the run records: a caller may change
+                // that after resolving ([`Config::record_requests`],
+                // [`Config::record_timeseries`]), and nothing that was checked depends on it.
+                let mut resolved = self.resolved.clone();
+                resolved.config.record_requests = self.config.record_requests;
+                resolved.config.record_timeseries = self.config.record_timeseries;
+                let timer =
+                    crate::setup::timer(&self.model, &self.hardware, &self.config, &resolved);
+                let tier = crate::setup::cpu_tier(&resolved, timer.model(), self.tp());
                 self.one(timer, resolved, tier)
             }
         };
         for r in &mut plan.replicas {
             r.resolved.step_by_step |= self.resolved.step_by_step;
         }
-        Ok(plan)
+        plan
     }
 
     /// Tensor-parallel GPUs of the one engine.
@@ -385,7 +374,7 @@ impl ServeScenario {
     /// The plan of the one engine.
     fn one(
         &self,
-        timer: crate::IterationTimer,
+        timer: crate::iteration::IterationTimer,
         resolved: Resolved,
         tier: Option<crate::tier::CpuTier>,
     ) -> crate::cluster::ClusterPlan {
@@ -420,8 +409,8 @@ impl ServeScenario {
         requests: RequestStream,
         progress: &dyn Progress,
         scales: crate::iteration::CostScales,
-    ) -> Result<ServeReport, crate::Error> {
-        let mut plan = self.plan()?;
+    ) -> Result<ServeReport, crate::error::Error> {
+        let mut plan = self.plan();
         for r in &mut plan.replicas {
             r.timer.set_scales(scales);
         }
@@ -436,15 +425,15 @@ impl ServeScenario {
         &self,
         requests: RequestStream,
         progress: &dyn Progress,
-    ) -> Result<ServeReport, crate::Error> {
-        crate::cluster::simulate_cluster_stream(self.plan()?, requests, progress)
+    ) -> Result<ServeReport, crate::error::Error> {
+        crate::cluster::simulate_cluster_stream(self.plan(), requests, progress)
     }
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::SchedulerKind;
+    use crate::config::SchedulerKind;
 
     /// Llama-2-7B on an A100 80GB serving `workload`: the serving crate's test scenario.
     pub(crate) fn llama_on_a100(workload: WorkloadConfig) -> RawServeScenario {
