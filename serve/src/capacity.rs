@@ -22,7 +22,7 @@
 //! - rejected requests and requests cut at `max_model_len` count against every objective (as
 //!   an infinite latency), so a percentile holds only if enough requests were served whole.
 //!
-//! Goodput is vLLM's (`vllm bench serve --goodput`): measured requests meeting every objective's
+//! Goodput is vLLM's (`bench serve`'s goodput): measured requests meeting every objective's
 //! limit themselves, here as the offered rate times their share of the measured requests (vLLM
 //! divides their count by its run's duration, the same in expectation; a Poisson stream's
 //! realised rate differs from the offered one by chance, and this keeps goodput at most the

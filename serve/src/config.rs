@@ -146,7 +146,7 @@ impl Preemption {
 macro_rules! config_fields {
     ($then:ident) => {
         $then! {
-            /// Tokens per KV block (vLLM `--block-size`, default 16).
+            /// Tokens per KV block (vLLM's `block_size`, default 16).
             block_size: u32 = 16,
             /// Fraction of the GPU's usable memory the engine may use (default 0.9).
             gpu_memory_utilization: f64 = 0.9,
@@ -168,31 +168,31 @@ macro_rules! config_fields {
             vllm_version: Option<VllmVersion> = None,
             /// Preemption mode (default recompute; `vllm-v1` recomputes only).
             preemption: Preemption = Preemption::Recompute,
-            /// Most sequences running at once (`--max-num-seqs`).
+            /// Most sequences running at once (vLLM's `max_num_seqs`).
             max_num_seqs: Option<u32> = None,
-            /// Most tokens in one iteration (`--max-num-batched-tokens`).
+            /// Most tokens in one iteration (vLLM's `max_num_batched_tokens`).
             max_num_batched_tokens: Option<u32> = None,
-            /// Longest request in tokens, prompt plus output (`--max-model-len`; default the
+            /// Longest request in tokens, prompt plus output (vLLM's `max_model_len`; default the
             /// model's context). Longer prompts are rejected; generation stops at it (finish reason
             /// `length`).
             max_model_len: Option<u32> = None,
             /// Use this many GPU KV blocks instead of the memory accounting's
-            /// (`--num-gpu-blocks-override`; `vllm-v1` reserves one as the null block, as vLLM
+            /// (vLLM's `num_gpu_blocks_override`; `vllm-v1` reserves one as the null block, as vLLM
             /// does).
             num_gpu_blocks_override: Option<u32> = None,
-            /// Automatic prefix caching (`--enable-prefix-caching`; default on for `vllm-v1`, off
-            /// for the vLLM 0.4 schedulers, which do not support it here).
+            /// Automatic prefix caching (vLLM's `enable_prefix_caching`; default on for
+            /// `vllm-v1`, off for the vLLM 0.4 schedulers, which do not support it here).
             enable_prefix_caching: Option<bool> = None,
-            /// Chunked prefill for `vllm-v1` (`--enable-chunked-prefill`, default on): off, a
+            /// Chunked prefill for `vllm-v1` (vLLM's `enable_chunked_prefill`, default on): off, a
             /// prompt whose uncached tokens exceed the remaining budget waits for a later step.
             enable_chunked_prefill: Option<bool> = None,
-            /// `vllm-v1`: cap on one request's prefill chunk (`--long-prefill-token-threshold`, 0 =
-            /// none).
+            /// `vllm-v1`: cap on one request's prefill chunk (vLLM's
+            /// `long_prefill_token_threshold`, 0 = none).
             long_prefill_token_threshold: u32 = 0,
-            /// Schedule the next step while the GPU runs this one (`--async-scheduling`; default on
-            /// for `vllm-v1`, as in vLLM 0.15, off for the 0.4 schedulers).
+            /// Schedule the next step while the GPU runs this one (vLLM's `async_scheduling`;
+            /// default on for `vllm-v1`, as in vLLM 0.15, off for the 0.4 schedulers).
             async_scheduling: Option<bool> = None,
-            /// No CUDA graphs (`--enforce-eager`): every kernel launched from the host.
+            /// No CUDA graphs (vLLM's `enforce_eager`): every kernel launched from the host.
             enforce_eager: bool = false,
             /// Largest CUDA-graph batch in tokens (`max_cudagraph_capture_size`); default `min(2 ×
             /// max_num_seqs, 512, max_num_batched_tokens)`.
@@ -206,25 +206,25 @@ macro_rules! config_fields {
             /// most [`crate::MAX_RECORDED_REQUESTS`]). Off, the report's `requests` is empty
             /// and the summary is built as requests finish: memory follows what is in flight.
             record_requests: bool = true,
-            /// Expert parallelism for a mixture of experts (`--enable-expert-parallel`, default
-            /// off): each tensor-parallel rank holds `experts / tensor_parallel_size` whole
+            /// Expert parallelism for a mixture of experts (vLLM's `enable_expert_parallel`,
+            /// default off): each tensor-parallel rank holds `experts / tensor_parallel_size` whole
             /// experts rather than every expert at `1 / tensor_parallel_size` of its width. The
             /// engine runs the model it is given: a scenario shards it accordingly
             /// ([`kvplan_vocab::ModelSpec::sharded_with`]); a dense model ignores the setting, as
             /// vLLM does.
             enable_expert_parallel: bool = false,
-            /// Weight quantisation (`--quantization`: `fp8`, `awq`, `gptq`; default none): the
+            /// Weight quantisation (vLLM's `quantization`: `fp8`, `awq`, `gptq`; default none): the
             /// decoder layers' linear weights at 1 byte (fp8) or 133/256 bytes (4-bit, group
             /// 128) per parameter, fp8 GEMMs at the GPU's fp8 rate where it has one
             /// ([`kvplan_vocab::quant`]). A GPU below vLLM's minimum compute capability for the
             /// method is refused.
             quantization: Option<Quantization> = None,
-            /// The weights' and activations' element type (vLLM's `--dtype`): `auto`, the
+            /// The weights' and activations' element type (vLLM's `dtype`): `auto`, the
             /// model's own where the GPU supports it (a bf16 model on a GPU below compute
             /// capability 8.0 falls back to float16, a float32 one to the GPU's first), or
             /// `half`/`float16`, `bfloat16`, `float`/`float32` ([`ServeDtype`]).
             dtype: ServeDtype = ServeDtype::Auto,
-            /// Element type of the KV cache (`--kv-cache-dtype`: `auto`, the model's dtype, or
+            /// Element type of the KV cache (vLLM's `kv_cache_dtype`: `auto`, the model's dtype, or
             /// `fp8`, one byte per element): the block count, swap copies and attention's K and
             /// V reads follow.
             kv_cache_dtype: KvCacheDtype = KvCacheDtype::Auto,
@@ -234,11 +234,11 @@ macro_rules! config_fields {
             /// Unset: the `[serving]` section's launch figures and copies without a host thread.
             /// The swap space's memory kind stays `pinned`'s.
             implementation: Option<kvplan_vocab::host::Implementation> = None,
-            /// A CPU tier for the KV cache (vLLM's `--kv-offloading-size`, GiB, the total over
+            /// A CPU tier for the KV cache (vLLM's `kv_offloading_size`, GiB, the total over
             /// the tensor-parallel ranks): full blocks are stored to pinned host memory and a
             /// prefix found there is loaded back ([`crate::tier`]). Unset: none.
             kv_offloading_size_gib: Option<f64> = None,
-            /// How the CPU tier moves blocks (`--kv-offloading-backend`: `native`, vLLM's
+            /// How the CPU tier moves blocks (vLLM's `kv_offloading_backend`: `native`, vLLM's
             /// OffloadingConnector, or `lmcache`).
             kv_offloading_backend: crate::tier::BackendKind = crate::tier::BackendKind::default(),
             /// Which block the CPU tier gives up when full (`lru`, vLLM's default, or `arc`).
@@ -252,7 +252,7 @@ macro_rules! config_fields {
 }
 pub(crate) use config_fields;
 
-/// vLLM's `--dtype` (v0.15.1, `vllm/config/model.py` `_STR_DTYPE_TO_TORCH_DTYPE`).
+/// vLLM's `dtype` (v0.15.1, `vllm/config/model.py` `_STR_DTYPE_TO_TORCH_DTYPE`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
@@ -384,7 +384,7 @@ macro_rules! raw_config {
         #[serde(deny_unknown_fields)]
         pub struct RawConfig {
             $($field)*
-            /// Tensor-parallel GPUs serving the model (vLLM's `--tensor-parallel-size`): the
+            /// Tensor-parallel GPUs serving the model (vLLM's `tensor_parallel_size`): the
             /// engine simulates one rank, with the model's per-rank shapes
             /// ([`ModelSpec::sharded`]), its share of the weights and KV cache, and an all-reduce
             /// after each layer's attention and FFN.
@@ -571,7 +571,7 @@ impl Config {
         let spec = self.scheduler.spec();
         let release = self.release()?;
         let offload_bytes = self.check_offloading(spec, release, hw)?;
-        // vLLM's `--block-size` choices, by release ([`Release::block_sizes`]).
+        // vLLM's `block_size` choices, by release ([`Release::block_sizes`]).
         if !release.block_sizes.contains(&self.block_size) {
             let sizes: Vec<String> = release.block_sizes.iter().map(u32::to_string).collect();
             return Err(Error::InvalidConfig {

@@ -6,13 +6,14 @@
 //!   `input_tokens`), the output (`output_tokens` or `num_decode_tokens`), and what the client
 //!   measured: `ttft_s` or `ttft_ms`, `e2e_s`, `e2e_ms` or `latency_s`. Optional: `status` (a
 //!   row whose status is not `finished`/`ok`/`success` is a failed request: replayed, left out
-//!   of the measured figures), `prefix` (the trace prefix chain). kvplan's own `--requests-csv`
-//!   is such a file.
-//! - **`vllm bench serve` result JSON** saved with `--save-detailed` (vLLM 0.15,
+//!   of the measured figures), `prefix` (the trace prefix chain). The per-request CSV kvplan's
+//!   `serve` writes is such a file.
+//! - **`vllm bench serve` result JSON** saved with its save-detailed option (vLLM 0.15,
 //!   `vllm/benchmarks/serve.py`): `input_lens`, `output_lens`, `ttfts`, `itls` (E2E = TTFT plus
 //!   the inter-token gaps), `start_times` (the send times, `time.perf_counter()`; taken relative
 //!   to the first) and `errors` (non-empty: failed). Without `start_times` (a file saved without
-//!   `--save-detailed` has no per-request data at all) the file is refused, naming the flag.
+//!   the save-detailed option has no per-request data at all) the file is refused, naming the
+//!   option.
 //!
 //! [`compare`] sets a prediction against the measurement metric by metric (TTFT, TPOT, E2E:
 //! mean and percentiles; throughput) and request by request (median relative error of E2E and
@@ -431,7 +432,7 @@ impl MeasuredRun {
         MeasuredRun::checked(name, requests)
     }
 
-    /// Reads a `vllm bench serve --save-detailed` result JSON.
+    /// Reads the result JSON of vLLM's `bench serve` with its save-detailed option.
     pub fn from_vllm_json(text: &str, name: &str) -> Result<MeasuredRun, RunsError> {
         MeasuredRun::from_json_reader(|| Ok(text.as_bytes()), name)
     }

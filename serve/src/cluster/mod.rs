@@ -8,9 +8,9 @@
 //! reaches its replica's engine after the router's own latency and the replica's frontend hop
 //! (`[serving] frontend_us`), so its TTFT includes both.
 //!
-//! Disaggregated (`--prefill-replicas P --decode-replicas D`), a request follows vLLM's
-//! disaggregated serving with the NIXL connector (v0.15.1, `nixl_connector.py` and the toy
-//! proxy): the router sends it to a prefill replica with `max_tokens=1`; when that finishes,
+//! Disaggregated (`cluster.prefill_replicas` P, `cluster.decode_replicas` D), a request follows
+//! vLLM's disaggregated serving with the NIXL connector (v0.15.1, `nixl_connector.py` and the
+//! toy proxy): the router sends it to a prefill replica with `max_tokens=1`; when that finishes,
 //! the proxy sends it to a decode replica (routed then), which allocates blocks for the prompt
 //! past its own prefix hit and reads them from the prefill replica's GPU (one RDMA read per
 //! request, on both replicas' network links: `[interconnect]`), then recomputes the prompt's

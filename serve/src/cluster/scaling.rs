@@ -39,7 +39,8 @@ use crate::scenario::error::ScenarioError;
 pub const DEFAULT_MIN_REPLICAS: u32 = 1;
 /// Default largest fleet.
 pub const DEFAULT_MAX_REPLICAS: u32 = 8;
-/// Default evaluation period, seconds (the HPA controller's `--horizontal-pod-autoscaler-sync-period`).
+/// Default evaluation period, seconds (the HPA controller's
+/// horizontal-pod-autoscaler-sync-period option).
 pub const DEFAULT_INTERVAL_S: f64 = 15.0;
 /// Default provisioning and model load, seconds.
 pub const DEFAULT_SCALE_UP_DELAY_S: f64 = 300.0;

@@ -261,7 +261,7 @@ pub struct PlanOptions {
     pub steady: SteadyState,
     /// Price per GPU-hour by hardware name as given, US dollars.
     pub prices: BTreeMap<String, f64>,
-    /// Evaluate only the shapes with `index % n == i` (`--shard i/n`).
+    /// Evaluate only the shapes with `index % n == i` (`plan.shard` i/n).
     pub shard: Option<(usize, usize)>,
 }
 
