@@ -146,7 +146,7 @@ impl Preemption {
 macro_rules! config_fields {
     ($then:ident) => {
         $then! {
-            /// Tokens per KV block (vLLM `--block-size`, default 16).
+            /// Tokens per KV block (vLLM's `block_size`, default 16).
             block_size: u32 = 16,
             /// Fraction of the GPU's usable memory the engine may use (default 0.9).
             gpu_memory_utilization: f64 = 0.9,
@@ -168,31 +168,31 @@ macro_rules! config_fields {
             vllm_version: Option<VllmVersion> = None,
             /// Preemption mode (default recompute; `vllm-v1` recomputes only).
             preemption: Preemption = Preemption::Recompute,
-            /// Most sequences running at once (`--max-num-seqs`).
+            /// Most sequences running at once (vLLM's `max_num_seqs`).
             max_num_seqs: Option<u32> = None,
-            /// Most tokens in one iteration (`--max-num-batched-tokens`).
+            /// Most tokens in one iteration (vLLM's `max_num_batched_tokens`).
             max_num_batched_tokens: Option<u32> = None,
-            /// Longest request in tokens, prompt plus output (`--max-model-len`; default the
+            /// Longest request in tokens, prompt plus output (vLLM's `max_model_len`; default the
             /// model's context). Longer prompts are rejected; generation stops at it (finish reason
             /// `length`).
             max_model_len: Option<u32> = None,
             /// Use this many GPU KV blocks instead of the memory accounting's
-            /// (`--num-gpu-blocks-override`; `vllm-v1` reserves one as the null block, as vLLM
+            /// (vLLM's `num_gpu_blocks_override`; `vllm-v1` reserves one as the null block, as vLLM
             /// does).
             num_gpu_blocks_override: Option<u32> = None,
-            /// Automatic prefix caching (`--enable-prefix-caching`; default on for `vllm-v1`, off
-            /// for the vLLM 0.4 schedulers, which do not support it here).
+            /// Automatic prefix caching (vLLM's `enable_prefix_caching`; default on for
+            /// `vllm-v1`, off for the vLLM 0.4 schedulers, which do not support it here).
             enable_prefix_caching: Option<bool> = None,
-            /// Chunked prefill for `vllm-v1` (`--enable-chunked-prefill`, default on): off, a
+            /// Chunked prefill for `vllm-v1` (vLLM's `enable_chunked_prefill`, default on): off, a
             /// prompt whose uncached tokens exceed the remaining budget waits for a later step.
             enable_chunked_prefill: Option<bool> = None,
-            /// `vllm-v1`: cap on one request's prefill chunk (`--long-prefill-token-threshold`, 0 =
-            /// none).
+            /// `vllm-v1`: cap on one request's prefill chunk (vLLM's
+            /// `long_prefill_token_threshold`, 0 = none).
             long_prefill_token_threshold: u32 = 0,
-            /// Schedule the next step while the GPU runs this one (`--async-scheduling`; default on
-            /// for `vllm-v1`, as in vLLM 0.15, off for the 0.4 schedulers).
+            /// Schedule the next step while the GPU runs this one (vLLM's `async_scheduling`;
+            /// default on for `vllm-v1`, as in vLLM 0.15, off for the 0.4 schedulers).
             async_scheduling: Option<bool> = None,
-            /// No CUDA graphs (`--enforce-eager`): every kernel launched from the host.
+            /// No CUDA graphs (vLLM's `enforce_eager`): every kernel launched from the host.
             enforce_eager: bool = false,
             /// Largest CUDA-graph batch in tokens (`max_cudagraph_capture_size`); default `min(2 ×
             /// max_num_seqs, 512, max_num_batched_tokens)`.
@@ -206,25 +206,25 @@ macro_rules! config_fields {
             /// most [`crate::MAX_RECORDED_REQUESTS`]). Off, the report's `requests` is empty
             /// and the summary is built as requests finish: memory follows what is in flight.
             record_requests: bool = true,
-            /// Expert parallelism for a mixture of experts (`--enable-expert-parallel`, default
-            /// off): each tensor-parallel rank holds `experts / tensor_parallel_size` whole
+            /// Expert parallelism for a mixture of experts (vLLM's `enable_expert_parallel`,
+            /// default off): each tensor-parallel rank holds `experts / tensor_parallel_size` whole
             /// experts rather than every expert at `1 / tensor_parallel_size` of its width. The
             /// engine runs the model it is given: a scenario shards it accordingly
             /// ([`kvplan_vocab::ModelSpec::sharded_with`]); a dense model ignores the setting, as
             /// vLLM does.
             enable_expert_parallel: bool = false,
-            /// Weight quantisation (`--quantization`: `fp8`, `awq`, `gptq`; default none): the
+            /// Weight quantisation (vLLM's `quantization`: `fp8`, `awq`, `gptq`; default none): the
             /// decoder layers' linear weights at 1 byte (fp8) or 133/256 bytes (4-bit, group
             /// 128) per parameter, fp8 GEMMs at the GPU's fp8 rate where it has one
             /// ([`kvplan_vocab::quant`]). A GPU below vLLM's minimum compute capability for the
             /// method is refused.
             quantization: Option<Quantization> = None,
-            /// The weights' and activations' element type (vLLM's `--dtype`): `auto`, the
+            /// The weights' and activations' element type (vLLM's `dtype`): `auto`, the
             /// model's own where the GPU supports it (a bf16 model on a GPU below compute
             /// capability 8.0 falls back to float16, a float32 one to the GPU's first), or
             /// `half`/`float16`, `bfloat16`, `float`/`float32` ([`ServeDtype`]).
             dtype: ServeDtype = ServeDtype::Auto,
-            /// Element type of the KV cache (`--kv-cache-dtype`: `auto`, the model's dtype, or
+            /// Element type of the KV cache (vLLM's `kv_cache_dtype`: `auto`, the model's dtype, or
             /// `fp8`, one byte per element): the block count, swap copies and attention's K and
             /// V reads follow.
             kv_cache_dtype: KvCacheDtype = KvCacheDtype::Auto,
@@ -234,11 +234,11 @@ macro_rules! config_fields {
             /// Unset: the `[serving]` section's launch figures and copies without a host thread.
             /// The swap space's memory kind stays `pinned`'s.
             implementation: Option<kvplan_vocab::host::Implementation> = None,
-            /// A CPU tier for the KV cache (vLLM's `--kv-offloading-size`, GiB, the total over
+            /// A CPU tier for the KV cache (vLLM's `kv_offloading_size`, GiB, the total over
             /// the tensor-parallel ranks): full blocks are stored to pinned host memory and a
             /// prefix found there is loaded back ([`crate::tier`]). Unset: none.
             kv_offloading_size_gib: Option<f64> = None,
-            /// How the CPU tier moves blocks (`--kv-offloading-backend`: `native`, vLLM's
+            /// How the CPU tier moves blocks (vLLM's `kv_offloading_backend`: `native`, vLLM's
             /// OffloadingConnector, or `lmcache`).
             kv_offloading_backend: crate::tier::BackendKind = crate::tier::BackendKind::default(),
             /// Which block the CPU tier gives up when full (`lru`, vLLM's default, or `arc`).
@@ -252,7 +252,7 @@ macro_rules! config_fields {
 }
 pub(crate) use config_fields;
 
-/// vLLM's `--dtype` (v0.15.1, `vllm/config/model.py` `_STR_DTYPE_TO_TORCH_DTYPE`).
+/// vLLM's `dtype` (v0.15.1, `vllm/config/model.py` `_STR_DTYPE_TO_TORCH_DTYPE`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
@@ -384,7 +384,7 @@ macro_rules! raw_config {
         #[serde(deny_unknown_fields)]
         pub struct RawConfig {
             $($field)*
-            /// Tensor-parallel GPUs serving the model (vLLM's `--tensor-parallel-size`): the
+            /// Tensor-parallel GPUs serving the model (vLLM's `tensor_parallel_size`): the
             /// engine simulates one rank, with the model's per-rank shapes
             /// ([`ModelSpec::sharded`]), its share of the weights and KV cache, and an all-reduce
             /// after each layer's attention and FFN.
@@ -511,6 +511,31 @@ fn check(field: &'static str, ok: bool, value: String, expect: &'static str) -> 
     }
 }
 
+/// The features a scheduler runs with, as [`Config::validate`] resolves them.
+struct Features {
+    prefix_caching: bool,
+    chunked_prefill: bool,
+    async_scheduling: bool,
+}
+
+/// The request and step limits after defaults.
+#[derive(Clone, Copy)]
+struct Limits {
+    max_model_len: u32,
+    seqs: u32,
+    tokens: u32,
+}
+
+/// What the memory accounting gives: the KV blocks and the bytes behind them.
+struct KvMemory {
+    gpu_blocks: u32,
+    usable_blocks: u32,
+    block_bytes: u64,
+    copies_per_block: u32,
+    weights_bytes: u64,
+    activation_bytes: u64,
+}
+
 /// vLLM 0.15.1's capture sizes up to `max`: 1, 2, 4, then every 8 below 256, then every 16
 /// ([`crate::sched::versions::CaptureRule::EverySixteenFrom256`]).
 pub fn cudagraph_sizes(max: u32) -> Vec<u32> {
@@ -539,6 +564,56 @@ impl Config {
     /// pass) / (block_size × KV bytes per token of all layers)`, or the override. The model is
     /// taken as [`Config::apply`] gives it (quantised weights, an fp8 KV cache).
     pub fn validate(&self, model: &ModelSpec, hw: &HardwareProfile) -> Result<Resolved, Error> {
+        let model = &self.served_model(model, hw)?;
+        let spec = self.scheduler.spec();
+        let release = self.release()?;
+        let offload_bytes = self.check_offloading(spec, release, hw)?;
+        self.check_block_size(release)?;
+        self.check_fractions()?;
+        let features = self.resolve_features(spec, release)?;
+        let limits = self.resolve_limits(model, hw, release, features.chunked_prefill)?;
+        let graph_max = match self.max_cudagraph_capture_size {
+            _ if self.enforce_eager => 0,
+            Some(m) => m.min(limits.tokens),
+            None => release.capture.default_max(limits.seqs).min(limits.tokens),
+        };
+        let cudagraph_sizes = release.capture.sizes(graph_max);
+        let kv = self.kv_memory(model, hw, spec, &limits)?;
+        Ok(Resolved {
+            config: self.clone(),
+            vllm_version: release.version,
+            max_num_seqs: limits.seqs,
+            max_num_batched_tokens: limits.tokens,
+            max_model_len: limits.max_model_len,
+            prefix_caching: features.prefix_caching,
+            chunked_prefill: features.chunked_prefill,
+            async_scheduling: features.async_scheduling,
+            cudagraph_mode: if cudagraph_sizes.is_empty() {
+                CudagraphMode::None
+            } else {
+                release.cudagraph_mode
+            },
+            cudagraph_sizes,
+            gpu_blocks: kv.gpu_blocks,
+            usable_blocks: kv.usable_blocks,
+            watermark_blocks: if spec.watermark {
+                (self.watermark * f64::from(kv.gpu_blocks)) as u32
+            } else {
+                0
+            },
+            host_bytes: (self.swap_space_gib * (1u64 << 30) as f64) as u64,
+            block_bytes: kv.block_bytes,
+            copies_per_block: kv.copies_per_block,
+            weights_bytes: kv.weights_bytes,
+            activation_bytes: kv.activation_bytes,
+            offload_bytes,
+            step_by_step: false,
+        })
+    }
+
+    /// `model` as [`Config::apply`] serves it, once its element types are checked: a dtype the
+    /// GPU runs, a quantisation method it can run, an fp8 cache only under a 16-bit model.
+    fn served_model(&self, model: &ModelSpec, hw: &HardwareProfile) -> Result<ModelSpec, Error> {
         if let Err(why) = self.dtype.served(model, hw) {
             return Err(Error::InvalidConfig {
                 field: "dtype",
@@ -546,7 +621,7 @@ impl Config {
                 expect: why.into(),
             });
         }
-        let model = &self.apply(model, hw);
+        let model = self.apply(model, hw);
         if let Some(q) = model.quantization
             && let Err(why) = q.check_gpu(&hw.name, hw.gpu.compute_capability)
         {
@@ -568,23 +643,30 @@ impl Config {
                 .into(),
             });
         }
-        let spec = self.scheduler.spec();
-        let release = self.release()?;
-        let offload_bytes = self.check_offloading(spec, release, hw)?;
-        // vLLM's `--block-size` choices, by release ([`Release::block_sizes`]).
-        if !release.block_sizes.contains(&self.block_size) {
-            let sizes: Vec<String> = release.block_sizes.iter().map(u32::to_string).collect();
-            return Err(Error::InvalidConfig {
-                field: "block_size",
-                value: self.block_size.to_string(),
-                expect: format!(
-                    "one of {}: the block sizes vLLM {} accepts",
-                    names(sizes.iter().map(String::as_str)),
-                    release.name
-                )
-                .into(),
-            });
+        Ok(model)
+    }
+
+    /// [`Config::block_size`] against vLLM's `block_size` choices, by release
+    /// ([`Release::block_sizes`]).
+    fn check_block_size(&self, release: &Release) -> Result<(), Error> {
+        if release.block_sizes.contains(&self.block_size) {
+            return Ok(());
         }
+        let sizes: Vec<String> = release.block_sizes.iter().map(u32::to_string).collect();
+        Err(Error::InvalidConfig {
+            field: "block_size",
+            value: self.block_size.to_string(),
+            expect: format!(
+                "one of {}: the block sizes vLLM {} accepts",
+                names(sizes.iter().map(String::as_str)),
+                release.name
+            )
+            .into(),
+        })
+    }
+
+    /// The memory fractions and the swap space in range.
+    fn check_fractions(&self) -> Result<(), Error> {
         let u = self.gpu_memory_utilization;
         check(
             "gpu_memory_utilization",
@@ -605,7 +687,17 @@ impl Config {
             s.is_finite() && s >= 0.0,
             kvplan_vocab::limits::show(s),
             "a non-negative number",
-        )?;
+        )
+    }
+
+    /// The scheduler's features as the release has them: its preemption modes, and whether
+    /// prefix caching, chunked prefill and asynchronous scheduling are on (each setting refused
+    /// where the release cannot have it).
+    fn resolve_features(
+        &self,
+        spec: &crate::sched::registry::SchedulerSpec,
+        release: &Release,
+    ) -> Result<Features, Error> {
         if !spec.preemption.contains(&self.preemption) {
             return Err(Error::InvalidConfig {
                 field: "preemption",
@@ -653,7 +745,6 @@ impl Config {
                 .into(),
             });
         };
-        let chunked = spec.always_chunks || chunking;
         let Some(async_scheduling) = release.async_scheduling.resolve(self.async_scheduling) else {
             return Err(Error::InvalidConfig {
                 field: "async_scheduling",
@@ -669,6 +760,22 @@ impl Config {
                 .into(),
             });
         };
+        Ok(Features {
+            prefix_caching: caching,
+            chunked_prefill: spec.always_chunks || chunking,
+            async_scheduling,
+        })
+    }
+
+    /// The longest request, the sequence limit and the step's token budget after the release's
+    /// defaults for this GPU, refused as vLLM's `SchedulerConfig` refuses them.
+    fn resolve_limits(
+        &self,
+        model: &ModelSpec,
+        hw: &HardwareProfile,
+        release: &Release,
+        chunked: bool,
+    ) -> Result<Limits, Error> {
         let max_model_len = self.max_model_len.unwrap_or(model.max_position);
         check(
             "max_model_len",
@@ -715,46 +822,68 @@ impl Config {
             _ => seqs,
         };
         if tokens < seqs {
-            let default = |given: bool| {
-                if given {
-                    String::new()
-                } else {
-                    format!(", vLLM {}'s default on this GPU", release.name)
-                }
-            };
-            let (field, value, bound) = if self.max_num_batched_tokens.is_some() {
-                let d = default(self.max_num_seqs.is_some());
-                (
-                    "max_num_batched_tokens",
-                    tokens,
-                    format!("at least max_num_seqs ({seqs}{d})"),
-                )
-            } else {
-                let d = default(false);
-                (
-                    "max_num_seqs",
-                    seqs,
-                    format!("at most max_num_batched_tokens ({tokens}{d})"),
-                )
-            };
-            return Err(Error::InvalidConfig {
-                field,
-                value: value.to_string(),
-                expect: format!(
-                    "{bound}: vLLM {} refuses a step budget below one token per running \
-                     sequence (raise `serve.max_num_batched_tokens` or lower \
-                     `serve.max_num_seqs`)",
-                    release.name
-                )
-                .into(),
-            });
+            return Err(self.budget_below_seqs(release, tokens, seqs));
         }
-        let graph_max = match self.max_cudagraph_capture_size {
-            _ if self.enforce_eager => 0,
-            Some(m) => m.min(tokens),
-            None => release.capture.default_max(seqs).min(tokens),
+        Ok(Limits {
+            max_model_len,
+            seqs,
+            tokens,
+        })
+    }
+
+    /// The error for a step budget of `tokens` below `seqs` running sequences, naming the
+    /// setting given (the budget where both are given or neither's default is the culprit).
+    fn budget_below_seqs(&self, release: &Release, tokens: u32, seqs: u32) -> Error {
+        let default = |given: bool| {
+            if given {
+                String::new()
+            } else {
+                format!(", vLLM {}'s default on this GPU", release.name)
+            }
         };
-        let cudagraph_sizes = release.capture.sizes(graph_max);
+        let (field, value, bound) = if self.max_num_batched_tokens.is_some() {
+            let d = default(self.max_num_seqs.is_some());
+            (
+                "max_num_batched_tokens",
+                tokens,
+                format!("at least max_num_seqs ({seqs}{d})"),
+            )
+        } else {
+            let d = default(false);
+            (
+                "max_num_seqs",
+                seqs,
+                format!("at most max_num_batched_tokens ({tokens}{d})"),
+            )
+        };
+        Error::InvalidConfig {
+            field,
+            value: value.to_string(),
+            expect: format!(
+                "{bound}: vLLM {} refuses a step budget below one token per running \
+                 sequence (raise `serve.max_num_batched_tokens` or lower \
+                 `serve.max_num_seqs`)",
+                release.name
+            )
+            .into(),
+        }
+    }
+
+    /// The memory accounting: the bytes of a block, of the weights and of a full step's working
+    /// set, and the GPU blocks they leave (or the override), which must hold one request of
+    /// `max_model_len` tokens unless the scheduler refuses such requests itself.
+    fn kv_memory(
+        &self,
+        model: &ModelSpec,
+        hw: &HardwareProfile,
+        spec: &crate::sched::registry::SchedulerSpec,
+        limits: &Limits,
+    ) -> Result<KvMemory, Error> {
+        let Limits {
+            max_model_len,
+            seqs,
+            tokens,
+        } = *limits;
         let copies = self
             .swap_copies_per_block
             .unwrap_or(2 * model.num_layers)
@@ -772,7 +901,7 @@ impl Config {
             },
         )
         .peak;
-        let usable_mem = hw.gpu.usable_bytes() as f64 * u;
+        let usable_mem = hw.gpu.usable_bytes() as f64 * self.gpu_memory_utilization;
         let gpu_blocks = match self.num_gpu_blocks_override {
             Some(n) => {
                 check(
@@ -809,35 +938,13 @@ impl Config {
                 kv_tokens: u64::from(usable_blocks) * u64::from(self.block_size),
             });
         }
-        Ok(Resolved {
-            config: self.clone(),
-            vllm_version: release.version,
-            max_num_seqs: seqs,
-            max_num_batched_tokens: tokens,
-            max_model_len,
-            prefix_caching: caching,
-            chunked_prefill: chunked,
-            async_scheduling,
-            cudagraph_mode: if cudagraph_sizes.is_empty() {
-                CudagraphMode::None
-            } else {
-                release.cudagraph_mode
-            },
-            cudagraph_sizes,
+        Ok(KvMemory {
             gpu_blocks,
             usable_blocks,
-            watermark_blocks: if spec.watermark {
-                (w * f64::from(gpu_blocks)) as u32
-            } else {
-                0
-            },
-            host_bytes: (s * (1u64 << 30) as f64) as u64,
             block_bytes,
             copies_per_block: copies,
             weights_bytes: weights,
             activation_bytes: act,
-            offload_bytes,
-            step_by_step: false,
         })
     }
 
@@ -884,7 +991,6 @@ impl Config {
         release: &Release,
         hw: &HardwareProfile,
     ) -> Result<u64, Error> {
-        let show = kvplan_vocab::limits::show;
         let gib = (1u64 << 30) as f64;
         let Some(g) = self.kv_offloading_size_gib else {
             if self.kv_reload == crate::tier::Reload::Hybrid {
@@ -898,6 +1004,15 @@ impl Config {
             }
             return Ok(0);
         };
+        self.check_tier_size(g, hw)?;
+        self.check_tier_support(g, spec, release)?;
+        Ok((g * gib) as u64)
+    }
+
+    /// The CPU tier's size, `g` GiB: above 0, and pinned host memory the host's RAM holds.
+    fn check_tier_size(&self, g: f64, hw: &HardwareProfile) -> Result<(), Error> {
+        let show = kvplan_vocab::limits::show;
+        let gib = (1u64 << 30) as f64;
         check(
             "kv_offloading_size_gib",
             g.is_finite() && g > 0.0,
@@ -917,6 +1032,18 @@ impl Config {
                 .into(),
             });
         }
+        Ok(())
+    }
+
+    /// A CPU tier of `g` GiB the scheduler and the release can run: a V1 engine's KV
+    /// connector, the backend and the eviction the release has, a reload the backend can do.
+    fn check_tier_support(
+        &self,
+        g: f64,
+        spec: &crate::sched::registry::SchedulerSpec,
+        release: &Release,
+    ) -> Result<(), Error> {
+        let show = kvplan_vocab::limits::show;
         if !spec.kv_connector {
             return Err(Error::InvalidConfig {
                 field: "kv_offloading_size_gib",
@@ -970,7 +1097,7 @@ impl Config {
                 .into(),
             });
         }
-        Ok((g * gib) as u64)
+        Ok(())
     }
 }
 

@@ -23,10 +23,10 @@
 //! - **Summary** ([`summarize`]): for each model, GPU, TP, load level and metric, and for each
 //!   metric over everything (`None` keys), the count of errors, the median and p90 of |error|
 //!   (linear interpolation between ranks: the median of an even count is the mean of the middle
-//!   two, as `serve --compare-to`'s median line has it), the signed bias (the median error), and
+//!   two, as `serve`'s compare-to median line has it), the signed bias (the median error), and
 //!   the overload agreement (runs whose predicted and measured overload agree, of those with
 //!   both). A stage the real server could not keep up with (measured overloaded) is left out of
-//!   the latency statistics, as `serve --compare-to`'s medians leave it out (its latencies lack
+//!   the latency statistics, as `serve`'s compare-to medians leave it out (its latencies lack
 //!   the requests that failed), but its throughput counts and its overload verdict counts. A
 //!   stage predicted overloaded but served counts in full: that is the prediction's error. An
 //!   error that is not a number (a measurement of 0, a table without throughput) counts in none.
@@ -291,7 +291,7 @@ pub struct GroupSummary {
     /// Runs of the group with both verdicts.
     pub overload_judged: usize,
     /// Share of the counted measurements inside their prediction's error band (`None`: no band
-    /// drawn; `validate-serving --confidence`).
+    /// drawn; the confidence option of `validate-serving`).
     pub band_coverage: Option<f64>,
 }
 
@@ -491,7 +491,7 @@ fn load_levels(stages: &[StageRun]) -> Vec<(LoadLevel, f64)> {
 
 /// Replays every run of the files `inputs` stand for ([`expand_inputs`]) and reports predicted
 /// against measured (see the module docs). `base` gives the model and GPU over every stage's
-/// own (as `serve --compare-to` reads a stage table) and the scenario per-request runs replay
+/// own (as `serve`'s compare-to reads a stage table) and the scenario per-request runs replay
 /// on; `progress` hears each replay end.
 pub fn validate_serving(
     inputs: &[PathBuf],

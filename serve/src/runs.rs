@@ -6,13 +6,14 @@
 //!   `input_tokens`), the output (`output_tokens` or `num_decode_tokens`), and what the client
 //!   measured: `ttft_s` or `ttft_ms`, `e2e_s`, `e2e_ms` or `latency_s`. Optional: `status` (a
 //!   row whose status is not `finished`/`ok`/`success` is a failed request: replayed, left out
-//!   of the measured figures), `prefix` (the trace prefix chain). kvplan's own `--requests-csv`
-//!   is such a file.
-//! - **`vllm bench serve` result JSON** saved with `--save-detailed` (vLLM 0.15,
+//!   of the measured figures), `prefix` (the trace prefix chain). The per-request CSV kvplan's
+//!   `serve` writes is such a file.
+//! - **`vllm bench serve` result JSON** saved with its save-detailed option (vLLM 0.15,
 //!   `vllm/benchmarks/serve.py`): `input_lens`, `output_lens`, `ttfts`, `itls` (E2E = TTFT plus
 //!   the inter-token gaps), `start_times` (the send times, `time.perf_counter()`; taken relative
 //!   to the first) and `errors` (non-empty: failed). Without `start_times` (a file saved without
-//!   `--save-detailed` has no per-request data at all) the file is refused, naming the flag.
+//!   the save-detailed option has no per-request data at all) the file is refused, naming the
+//!   option.
 //!
 //! [`compare`] sets a prediction against the measurement metric by metric (TTFT, TPOT, E2E:
 //! mean and percentiles; throughput) and request by request (median relative error of E2E and
@@ -252,6 +253,266 @@ fn is_json_file(path: &Path, name: &str) -> Result<bool, RunsError> {
     }
 }
 
+/// That the JSON `open` gives starts as an object, its first character other than white space
+/// a `{`: an empty file, an array or another value is refused, naming what is expected.
+fn check_json_object<R: std::io::Read>(
+    open: &impl Fn() -> Result<R, RunsError>,
+    name: &str,
+) -> Result<(), RunsError> {
+    let first = {
+        let mut r = open()?;
+        let mut byte = [0u8; 1];
+        loop {
+            match r.read(&mut byte) {
+                Ok(0) => break None,
+                Ok(_) if byte[0].is_ascii_whitespace() => {}
+                Ok(_) => break Some(byte[0]),
+                Err(source) => {
+                    return Err(RunsError::Io {
+                        path: name.to_string(),
+                        source,
+                    });
+                }
+            }
+        }
+    };
+    match first {
+        Some(b'{') => Ok(()),
+        None => Err(format_err(name, format!("is empty; {BENCH_OBJECT}"))),
+        Some(b'[') => Err(format_err(name, format!("is a JSON array; {BENCH_OBJECT}"))),
+        Some(_) => Err(format_err(
+            name,
+            format!("is not a JSON object; {BENCH_OBJECT}"),
+        )),
+    }
+}
+
+/// The requests of a `vllm bench serve` result of `n` requests (its shape checked), each
+/// latency checked; arrivals are the send times less the first.
+fn bench_requests(
+    v: &bench::Bench,
+    n: usize,
+    name: &str,
+) -> Result<Vec<MeasuredRequest>, RunsError> {
+    let t0 = v
+        .start_times
+        .iter()
+        .filter_map(bench::Cell::as_f64)
+        .fold(f64::INFINITY, f64::min);
+    let mut requests = Vec::with_capacity(n);
+    for i in 0..n {
+        let bad = |key: &str| format_err(name, format!("`{key}[{i}]` is not a number"));
+        let tok = |a: &[bench::Cell], key: &str| {
+            a[i].as_u64()
+                .and_then(|x| u32::try_from(x).ok())
+                .ok_or_else(|| bad(key))
+        };
+        let start = v.start_times[i]
+            .as_f64()
+            .ok_or_else(|| bad("start_times"))?;
+        let ttft = v.ttfts[i].as_f64().ok_or_else(|| bad("ttfts"))?;
+        let Some(gaps) = &v.itls[i].0 else {
+            return Err(bad("itls"));
+        };
+        let negative = |key: &str, v: f64| {
+            format_err(
+                name,
+                format!("`{key}[{i}]` is {v}: a latency is a time of 0 or more"),
+            )
+        };
+        if ttft.is_nan() || ttft < 0.0 {
+            return Err(negative("ttfts", ttft));
+        }
+        if let Some(g) = gaps.bad {
+            return Err(negative("itls", g));
+        }
+        let failed = (v.errors.0.as_ref()).is_some_and(|e| e.0.get(i).copied() == Some(true));
+        let output = tok(&v.output_lens, "output_lens")?;
+        let ok = !failed && output > 0;
+        requests.push(MeasuredRequest {
+            arrival_s: start - t0,
+            prompt_tokens: tok(&v.input_lens, "input_lens")?,
+            output_tokens: output.max(1),
+            ttft_s: if ok { ttft } else { f64::NAN },
+            e2e_s: if ok { ttft + gaps.sum } else { f64::NAN },
+            ok,
+            prefix: None,
+        });
+    }
+    Ok(requests)
+}
+
+/// Where a per-request CSV's columns stand (see the module docs), and the unit of each
+/// latency (1 for seconds, 1e-3 for milliseconds).
+struct CsvColumns {
+    arrival: usize,
+    prompt: usize,
+    output: usize,
+    ttft: usize,
+    ttft_scale: f64,
+    e2e: usize,
+    e2e_scale: f64,
+    status: Option<usize>,
+    prefix: Option<usize>,
+}
+
+impl CsvColumns {
+    /// The columns of `header`, or an error naming the first one missing.
+    fn find(header: &csv::StringRecord, name: &str) -> Result<CsvColumns, RunsError> {
+        let find = |names: &[&str]| {
+            names
+                .iter()
+                .find_map(|n| header.iter().position(|h| h == *n))
+        };
+        let expected = "a header with arrival_s (or arrived_at), prompt_tokens (or \
+                        num_prefill_tokens), output_tokens (or num_decode_tokens), ttft_s (or \
+                        ttft_ms) and e2e_s (or e2e_ms, latency_s)";
+        let need = |names: &[&str], what: &str| {
+            find(names).ok_or_else(|| {
+                format_err(
+                    name,
+                    format!(
+                        "no {what} column ({}); expected {expected}",
+                        names.join(" or ")
+                    ),
+                )
+            })
+        };
+        let arrival = need(&["arrival_s", "arrived_at"], "arrival")?;
+        let prompt = need(
+            &["prompt_tokens", "num_prefill_tokens", "input_tokens"],
+            "prompt",
+        )?;
+        let output = need(&["output_tokens", "num_decode_tokens"], "output")?;
+        let (ttft, ttft_scale) = match (find(&["ttft_s"]), find(&["ttft_ms"])) {
+            (Some(i), _) => (i, 1.0),
+            (None, Some(i)) => (i, 1e-3),
+            _ => return Err(need(&["ttft_s", "ttft_ms"], "TTFT").unwrap_err()),
+        };
+        let (e2e, e2e_scale) = match (find(&["e2e_s", "latency_s"]), find(&["e2e_ms"])) {
+            (Some(i), _) => (i, 1.0),
+            (None, Some(i)) => (i, 1e-3),
+            _ => return Err(need(&["e2e_s", "e2e_ms", "latency_s"], "E2E").unwrap_err()),
+        };
+        Ok(CsvColumns {
+            arrival,
+            prompt,
+            output,
+            ttft,
+            ttft_scale,
+            e2e,
+            e2e_scale,
+            status: find(&["status"]),
+            prefix: find(&["prefix"]),
+        })
+    }
+
+    /// The request of one row, its cells checked; errors name the row as `at` (`file:line`)
+    /// and the column.
+    fn request(
+        &self,
+        header: &csv::StringRecord,
+        rec: &csv::StringRecord,
+        at: &str,
+    ) -> Result<MeasuredRequest, RunsError> {
+        let err = |field: &str, msg: String| format_err(at, format!("{field}: {msg}"));
+        let cell = |i: usize| rec.get(i).unwrap_or("");
+        let num = |i: usize, field: &str| -> Result<f64, RunsError> {
+            let c = cell(i);
+            if c.is_empty() {
+                return Ok(f64::NAN);
+            }
+            match c.parse::<f64>() {
+                // `nan` parses, but a measurement is a number or an empty cell.
+                Ok(v) if v.is_nan() => Err(err(
+                    field,
+                    format!("`{c}` is not a number; leave the cell empty for a failed request"),
+                )),
+                Ok(v) => Ok(v),
+                Err(_) => Err(err(field, format!("`{c}` is not a number"))),
+            }
+        };
+        let tokens = |i: usize| -> Result<u32, RunsError> {
+            let c = cell(i);
+            c.parse::<u32>()
+                .map_err(|_| err(&header[i], format!("`{c}` is not a whole number of tokens")))
+        };
+        let (arrival, ttft, e2e) = (self.arrival, self.ttft, self.e2e);
+        let arrival_s = num(arrival, &header[arrival])?;
+        if !(arrival_s.is_finite() && arrival_s >= 0.0) {
+            return Err(err(
+                &header[arrival],
+                "must be a time in seconds, 0 or more".into(),
+            ));
+        }
+        let ok = self.status.is_none_or(|i| {
+            matches!(
+                cell(i).to_ascii_lowercase().as_str(),
+                "finished" | "ok" | "success" | "served"
+            )
+        });
+        let ttft_s = num(ttft, &header[ttft])? * self.ttft_scale;
+        let e2e_s = num(e2e, &header[e2e])? * self.e2e_scale;
+        self.check_latencies(header, rec, at, (ttft_s, e2e_s))?;
+        let ok = ok && ttft_s.is_finite() && e2e_s.is_finite();
+        let prefix = match self.prefix.map(cell).filter(|c| !c.is_empty()) {
+            Some(c) => Some(
+                kvplan_workloads::parse_prefix(c)
+                    .map_err(|e| err("prefix", e.to_string()))?
+                    .into(),
+            ),
+            None => None,
+        };
+        Ok(MeasuredRequest {
+            arrival_s,
+            prompt_tokens: tokens(self.prompt)?,
+            output_tokens: tokens(self.output)?,
+            ttft_s: if ok { ttft_s } else { f64::NAN },
+            e2e_s: if ok { e2e_s } else { f64::NAN },
+            ok,
+            prefix,
+        })
+    }
+
+    /// A row's TTFT and E2E, seconds: each measured (a time, 0 or more) or left empty for a
+    /// request that failed (NaN); the first token before the last. Errors name the row as
+    /// `at` and the column.
+    fn check_latencies(
+        &self,
+        header: &csv::StringRecord,
+        rec: &csv::StringRecord,
+        at: &str,
+        (ttft_s, e2e_s): (f64, f64),
+    ) -> Result<(), RunsError> {
+        let err = |field: &str, msg: String| format_err(at, format!("{field}: {msg}"));
+        let cell = |i: usize| rec.get(i).unwrap_or("");
+        let (ttft, e2e) = (self.ttft, self.e2e);
+        for (i, v) in [(ttft, ttft_s), (e2e, e2e_s)] {
+            if v.is_infinite() || v < 0.0 {
+                return Err(err(
+                    &header[i],
+                    format!(
+                        "`{}` is not a latency: a time of 0 or more, or empty for a failed request",
+                        cell(i)
+                    ),
+                ));
+            }
+        }
+        if ttft_s > e2e_s {
+            return Err(err(
+                &header[ttft],
+                format!(
+                    "`{}` is above {} `{}`: the first token cannot come after the last",
+                    cell(ttft),
+                    &header[e2e],
+                    cell(e2e)
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl MeasuredRun {
     /// Reads a per-request CSV or a `vllm bench serve` JSON (by its first non-blank character,
     /// or a `.json` name).
@@ -301,43 +562,7 @@ impl MeasuredRun {
             .headers()
             .map_err(|e| format_err(name, e.to_string()))?
             .clone();
-        let find = |names: &[&str]| {
-            names
-                .iter()
-                .find_map(|n| header.iter().position(|h| h == *n))
-        };
-        let expected = "a header with arrival_s (or arrived_at), prompt_tokens (or \
-                        num_prefill_tokens), output_tokens (or num_decode_tokens), ttft_s (or \
-                        ttft_ms) and e2e_s (or e2e_ms, latency_s)";
-        let need = |names: &[&str], what: &str| {
-            find(names).ok_or_else(|| {
-                format_err(
-                    name,
-                    format!(
-                        "no {what} column ({}); expected {expected}",
-                        names.join(" or ")
-                    ),
-                )
-            })
-        };
-        let arrival = need(&["arrival_s", "arrived_at"], "arrival")?;
-        let prompt = need(
-            &["prompt_tokens", "num_prefill_tokens", "input_tokens"],
-            "prompt",
-        )?;
-        let output = need(&["output_tokens", "num_decode_tokens"], "output")?;
-        let (ttft, ttft_scale) = match (find(&["ttft_s"]), find(&["ttft_ms"])) {
-            (Some(i), _) => (i, 1.0),
-            (None, Some(i)) => (i, 1e-3),
-            _ => return Err(need(&["ttft_s", "ttft_ms"], "TTFT").unwrap_err()),
-        };
-        let (e2e, e2e_scale) = match (find(&["e2e_s", "latency_s"]), find(&["e2e_ms"])) {
-            (Some(i), _) => (i, 1.0),
-            (None, Some(i)) => (i, 1e-3),
-            _ => return Err(need(&["e2e_s", "e2e_ms", "latency_s"], "E2E").unwrap_err()),
-        };
-        let status = find(&["status"]);
-        let prefix = find(&["prefix"]);
+        let cols = CsvColumns::find(&header, name)?;
         let mut requests = Vec::new();
         let mut lines = kvplan_workloads::lines::LineCounter::new(text);
         for rec in rdr.records() {
@@ -346,92 +571,12 @@ impl MeasuredRun {
             if rec.len() > header.len() {
                 return Err(wider_than_header(name, line, rec.len(), header.len()));
             }
-            let at = |field: &str, msg: String| {
-                format_err(&format!("{name}:{line}"), format!("{field}: {msg}"))
-            };
-            let cell = |i: usize| rec.get(i).unwrap_or("");
-            let num = |i: usize, field: &str| -> Result<f64, RunsError> {
-                let c = cell(i);
-                if c.is_empty() {
-                    return Ok(f64::NAN);
-                }
-                match c.parse::<f64>() {
-                    // `nan` parses, but a measurement is a number or an empty cell.
-                    Ok(v) if v.is_nan() => Err(at(
-                        field,
-                        format!("`{c}` is not a number; leave the cell empty for a failed request"),
-                    )),
-                    Ok(v) => Ok(v),
-                    Err(_) => Err(at(field, format!("`{c}` is not a number"))),
-                }
-            };
-            let tokens = |i: usize| -> Result<u32, RunsError> {
-                let c = cell(i);
-                c.parse::<u32>()
-                    .map_err(|_| at(&header[i], format!("`{c}` is not a whole number of tokens")))
-            };
-            let arrival_s = num(arrival, &header[arrival])?;
-            if !(arrival_s.is_finite() && arrival_s >= 0.0) {
-                return Err(at(
-                    &header[arrival],
-                    "must be a time in seconds, 0 or more".into(),
-                ));
-            }
-            let ok = status.is_none_or(|i| {
-                matches!(
-                    cell(i).to_ascii_lowercase().as_str(),
-                    "finished" | "ok" | "success" | "served"
-                )
-            });
-            let ttft_s = num(ttft, &header[ttft])? * ttft_scale;
-            let e2e_s = num(e2e, &header[e2e])? * e2e_scale;
-            // A latency is measured (a time, 0 or more), or left empty for a request that
-            // failed; the first token comes before the last.
-            for (i, v) in [(ttft, ttft_s), (e2e, e2e_s)] {
-                if v.is_infinite() || v < 0.0 {
-                    return Err(at(
-                        &header[i],
-                        format!(
-                            "`{}` is not a latency: a time of 0 or more, or empty for a failed request",
-                            cell(i)
-                        ),
-                    ));
-                }
-            }
-            if ttft_s > e2e_s {
-                return Err(at(
-                    &header[ttft],
-                    format!(
-                        "`{}` is above {} `{}`: the first token cannot come after the last",
-                        cell(ttft),
-                        &header[e2e],
-                        cell(e2e)
-                    ),
-                ));
-            }
-            let ok = ok && ttft_s.is_finite() && e2e_s.is_finite();
-            let prefix = match prefix.map(cell).filter(|c| !c.is_empty()) {
-                Some(c) => Some(
-                    kvplan_workloads::parse_prefix(c)
-                        .map_err(|e| at("prefix", e.to_string()))?
-                        .into(),
-                ),
-                None => None,
-            };
-            requests.push(MeasuredRequest {
-                arrival_s,
-                prompt_tokens: tokens(prompt)?,
-                output_tokens: tokens(output)?,
-                ttft_s: if ok { ttft_s } else { f64::NAN },
-                e2e_s: if ok { e2e_s } else { f64::NAN },
-                ok,
-                prefix,
-            });
+            requests.push(cols.request(&header, &rec, &format!("{name}:{line}"))?);
         }
         MeasuredRun::checked(name, requests)
     }
 
-    /// Reads a `vllm bench serve --save-detailed` result JSON.
+    /// Reads the result JSON of vLLM's `bench serve` with its save-detailed option.
     pub fn from_vllm_json(text: &str, name: &str) -> Result<MeasuredRun, RunsError> {
         MeasuredRun::from_json_reader(|| Ok(text.as_bytes()), name)
     }
@@ -441,36 +586,7 @@ impl MeasuredRun {
         open: impl Fn() -> Result<R, RunsError>,
         name: &str,
     ) -> Result<MeasuredRun, RunsError> {
-        let first = {
-            let mut r = open()?;
-            let mut byte = [0u8; 1];
-            loop {
-                match r.read(&mut byte) {
-                    Ok(0) => break None,
-                    Ok(_) if byte[0].is_ascii_whitespace() => {}
-                    Ok(_) => break Some(byte[0]),
-                    Err(source) => {
-                        return Err(RunsError::Io {
-                            path: name.to_string(),
-                            source,
-                        });
-                    }
-                }
-            }
-        };
-        match first {
-            Some(b'{') => {}
-            None => return Err(format_err(name, format!("is empty; {BENCH_OBJECT}"))),
-            Some(b'[') => {
-                return Err(format_err(name, format!("is a JSON array; {BENCH_OBJECT}")));
-            }
-            Some(_) => {
-                return Err(format_err(
-                    name,
-                    format!("is not a JSON object; {BENCH_OBJECT}"),
-                ));
-            }
-        }
+        check_json_object(&open, name)?;
         let json_err = |e: serde_json::Error| {
             format_err(
                 name,
@@ -496,51 +612,7 @@ impl MeasuredRun {
         if lens.iter().any(|&l| l != n) {
             return Err(format_err(name, "changed while it was read; read it again"));
         }
-        let t0 = v
-            .start_times
-            .iter()
-            .filter_map(bench::Cell::as_f64)
-            .fold(f64::INFINITY, f64::min);
-        let mut requests = Vec::with_capacity(n);
-        for i in 0..n {
-            let bad = |key: &str| format_err(name, format!("`{key}[{i}]` is not a number"));
-            let tok = |a: &[bench::Cell], key: &str| {
-                a[i].as_u64()
-                    .and_then(|x| u32::try_from(x).ok())
-                    .ok_or_else(|| bad(key))
-            };
-            let start = v.start_times[i]
-                .as_f64()
-                .ok_or_else(|| bad("start_times"))?;
-            let ttft = v.ttfts[i].as_f64().ok_or_else(|| bad("ttfts"))?;
-            let Some(gaps) = &v.itls[i].0 else {
-                return Err(bad("itls"));
-            };
-            let negative = |key: &str, v: f64| {
-                format_err(
-                    name,
-                    format!("`{key}[{i}]` is {v}: a latency is a time of 0 or more"),
-                )
-            };
-            if ttft.is_nan() || ttft < 0.0 {
-                return Err(negative("ttfts", ttft));
-            }
-            if let Some(g) = gaps.bad {
-                return Err(negative("itls", g));
-            }
-            let failed = (v.errors.0.as_ref()).is_some_and(|e| e.0.get(i).copied() == Some(true));
-            let output = tok(&v.output_lens, "output_lens")?;
-            let ok = !failed && output > 0;
-            requests.push(MeasuredRequest {
-                arrival_s: start - t0,
-                prompt_tokens: tok(&v.input_lens, "input_lens")?,
-                output_tokens: output.max(1),
-                ttft_s: if ok { ttft } else { f64::NAN },
-                e2e_s: if ok { ttft + gaps.sum } else { f64::NAN },
-                ok,
-                prefix: None,
-            });
-        }
+        let requests = bench_requests(&v, n, name)?;
         let mut run = MeasuredRun::checked(name, requests)?;
         run.model = (v.model_id.as_str())
             .map(str::trim)
@@ -1548,191 +1620,238 @@ impl StageRun {
             .headers()
             .map_err(|e| format_err(name, e.to_string()))?
             .clone();
-        let mut idx = std::collections::HashMap::new();
-        const OPTIONAL: [&str; 5] = [
-            "tpot_true_ms",
-            "throughput_rps",
-            "cpu_offload",
-            "ttft_p99_ms",
-            "e2e_p99_ms",
-        ];
-        for c in STAGE_COLUMNS.iter().chain(OPTIONAL.iter()) {
-            match header.iter().position(|h| h == *c) {
-                Some(i) => {
-                    idx.insert(*c, i);
-                }
-                None if OPTIONAL.contains(c) => {}
-                None => {
-                    return Err(format_err(
-                        name,
-                        format!(
-                            "no `{c}` column: a stage table has {}",
-                            STAGE_COLUMNS.join(",")
-                        ),
-                    ));
-                }
-            }
-        }
+        let idx = stage_columns(&header, name)?;
         let mut out = Vec::new();
         let mut lines = kvplan_workloads::lines::LineCounter::new(text);
         for rec in rdr.records() {
             let rec = rec.map_err(|e| csv_err(name, &e, &mut lines, header.len()))?;
             let line = rec.position().map_or(0, |p| lines.line_at(p.byte()));
-            let at = format!("{name}:{line}");
-            let get = |c: &str| idx.get(c).and_then(|&i| rec.get(i)).unwrap_or("");
-            let num = |c: &str| -> Result<f64, RunsError> {
-                get(c)
-                    .parse::<f64>()
-                    .map_err(|_| format_err(&at, format!("{c}: `{}` is not a number", get(c))))
+            let row = StageRow {
+                idx: &idx,
+                rec: &rec,
+                at: format!("{name}:{line}"),
             };
-            let whole = |c: &str| -> Result<u32, RunsError> {
-                let v = num(c)?;
-                if v >= 0.0 && v.fract() == 0.0 && v <= f64::from(u32::MAX) {
-                    Ok(v as u32)
-                } else {
-                    Err(format_err(
-                        &at,
-                        format!("{c}: `{}` is not a whole number", get(c)),
-                    ))
-                }
-            };
-            let stage = num("stage_index")? as i64;
-            if stage < 0 {
-                continue;
+            if let Some(run) = row.to_run(name, line)? {
+                out.push(run);
             }
-            let vllm_version = match get("vllm_version") {
-                "" => None,
-                v => Some(stage_version(v).map_err(|why| format_err(&at, why))?),
-            };
-            let on = |c: &str| get(c).to_ascii_lowercase().starts_with("on");
-            let output_len = whole("output_len")?;
-            let ttft = num("ttft_mean_ms")? * 1e-3;
-            let e2e = num("e2e_mean_ms")? * 1e-3;
-            // Impossible measurements: one line naming the row and the field.
-            for (c, v) in [("ttft_mean_ms", ttft), ("e2e_mean_ms", e2e)] {
-                if !(v.is_finite() && v >= 0.0) {
-                    return Err(format_err(
-                        &at,
-                        format!("{c}: `{}` is not a latency: a time of 0 or more", get(c)),
-                    ));
-                }
-            }
-            if ttft > e2e {
-                return Err(format_err(
-                    &at,
-                    format!(
-                        "ttft_mean_ms: `{}` is above e2e_mean_ms `{}`: the first token cannot come after the last",
-                        get("ttft_mean_ms"),
-                        get("e2e_mean_ms")
-                    ),
-                ));
-            }
-            for (c, max) in [
-                ("stage_rate_rps", MAX_STAGE_RATE_RPS),
-                ("stage_duration_s", 1e7),
-            ] {
-                let v = num(c)?;
-                if !(v.is_finite() && v > 0.0 && v <= max) {
-                    return Err(format_err(
-                        &at,
-                        format!(
-                            "{c}: `{}` must be above 0 and at most {}",
-                            get(c),
-                            kvplan_vocab::limits::show(max)
-                        ),
-                    ));
-                }
-            }
-            let mem = num("gpu_memory_utilization")?;
-            if mem.is_nan() || mem <= 0.0 || mem > 1.0 {
-                return Err(format_err(
-                    &at,
-                    format!(
-                        "gpu_memory_utilization: `{}` must be a fraction above 0 and at most 1 (vLLM refuses more)",
-                        get("gpu_memory_utilization")
-                    ),
-                ));
-            }
-            // The 99th percentiles, where the table gives them: a latency, and the E2E one at
-            // least the TTFT one.
-            let p99 = |c: &str| -> Result<Option<f64>, RunsError> {
-                if get(c).is_empty() {
-                    return Ok(None);
-                }
-                let v = num(c)? * 1e-3;
-                if !(v.is_finite() && v >= 0.0) {
-                    return Err(format_err(
-                        &at,
-                        format!("{c}: `{}` is not a latency: a time of 0 or more", get(c)),
-                    ));
-                }
-                Ok(Some(v))
-            };
-            let (ttft_p99, e2e_p99) = (p99("ttft_p99_ms")?, p99("e2e_p99_ms")?);
-            if let (Some(t), Some(e)) = (ttft_p99, e2e_p99)
-                && t > e
-            {
-                return Err(format_err(
-                    &at,
-                    format!(
-                        "ttft_p99_ms: `{}` is above e2e_p99_ms `{}`: every first token comes before its last",
-                        get("ttft_p99_ms"),
-                        get("e2e_p99_ms")
-                    ),
-                ));
-            }
-            let tpot = match idx.get("tpot_true_ms") {
-                Some(_) if !get("tpot_true_ms").is_empty() => num("tpot_true_ms")? * 1e-3,
-                _ => (e2e - ttft) / f64::from(output_len.max(2) - 1),
-            };
-            out.push(StageRun {
-                name: format!("{} stage {stage}", get("exp_name")),
-                experiment: get("exp_name").to_string(),
-                file: name.to_string(),
-                line,
-                model_hf: get("model_hf").to_string(),
-                hardware: get("hardware").to_string(),
-                tp: whole("tp")?.max(1),
-                vllm_version,
-                max_model_len: whole("max_model_len")?,
-                max_num_batched_tokens: whole("max_num_batched_tokens")?,
-                max_num_seqs: whole("max_num_seqs")?,
-                gpu_memory_utilization: num("gpu_memory_utilization")?,
-                prefix_caching: on("prefix_caching"),
-                chunked_prefill: on("chunked_prefill"),
-                kv_blocks_gpu: if get("kv_blocks_gpu").is_empty() {
-                    None
-                } else {
-                    Some(whole("kv_blocks_gpu")?)
-                },
-                cpu_offload_gib: offload_gib(get("cpu_offload"))
-                    .map_err(|why| format_err(&at, format!("cpu_offload: {why}")))?,
-                num_groups: whole("num_groups")?,
-                users_per_group: whole("users_per_group")?,
-                system_prompt_len: whole("system_prompt_len")?,
-                question_len: whole("question_len")?,
-                output_len,
-                stage,
-                rate_rps: num("stage_rate_rps")?,
-                duration_s: num("stage_duration_s")?,
-                requests_sent: u64::from(whole("requests_sent")?),
-                prompt_len_mean: num("prompt_len_mean")?,
-                ttft_mean_s: ttft,
-                e2e_mean_s: e2e,
-                ttft_p99_s: ttft_p99,
-                e2e_p99_s: e2e_p99,
-                tpot_s: tpot,
-                throughput_rps: match idx.get("throughput_rps") {
-                    Some(_) => num("throughput_rps")?,
-                    None => f64::NAN,
-                },
-                overloaded: get("status").eq_ignore_ascii_case("overloaded"),
-            });
         }
         if out.is_empty() {
             return Err(format_err(name, "no stage rows (stage_index 0 or more)"));
         }
         Ok(out)
+    }
+}
+
+/// Where each column of a stage table stands in `header`: every one of [`STAGE_COLUMNS`] (or
+/// an error naming the first missing), and the optional ones present.
+fn stage_columns(
+    header: &csv::StringRecord,
+    name: &str,
+) -> Result<std::collections::HashMap<&'static str, usize>, RunsError> {
+    const OPTIONAL: [&str; 5] = [
+        "tpot_true_ms",
+        "throughput_rps",
+        "cpu_offload",
+        "ttft_p99_ms",
+        "e2e_p99_ms",
+    ];
+    let mut idx = std::collections::HashMap::new();
+    for c in STAGE_COLUMNS.iter().chain(OPTIONAL.iter()) {
+        match header.iter().position(|h| h == *c) {
+            Some(i) => {
+                idx.insert(*c, i);
+            }
+            None if OPTIONAL.contains(c) => {}
+            None => {
+                return Err(format_err(
+                    name,
+                    format!(
+                        "no `{c}` column: a stage table has {}",
+                        STAGE_COLUMNS.join(",")
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(idx)
+}
+
+/// One row of a stage table, its cells read by column name; its errors name the row
+/// (`file:line`) and the column.
+struct StageRow<'a> {
+    idx: &'a std::collections::HashMap<&'static str, usize>,
+    rec: &'a csv::StringRecord,
+    at: String,
+}
+
+impl<'a> StageRow<'a> {
+    /// The cell of column `c` (empty where the row or the table lacks it).
+    fn get(&self, c: &str) -> &'a str {
+        self.idx.get(c).and_then(|&i| self.rec.get(i)).unwrap_or("")
+    }
+
+    fn err(&self, message: String) -> RunsError {
+        format_err(&self.at, message)
+    }
+
+    fn num(&self, c: &str) -> Result<f64, RunsError> {
+        self.get(c)
+            .parse::<f64>()
+            .map_err(|_| self.err(format!("{c}: `{}` is not a number", self.get(c))))
+    }
+
+    fn whole(&self, c: &str) -> Result<u32, RunsError> {
+        let v = self.num(c)?;
+        if v >= 0.0 && v.fract() == 0.0 && v <= f64::from(u32::MAX) {
+            Ok(v as u32)
+        } else {
+            Err(self.err(format!("{c}: `{}` is not a whole number", self.get(c))))
+        }
+    }
+
+    fn on(&self, c: &str) -> bool {
+        self.get(c).to_ascii_lowercase().starts_with("on")
+    }
+
+    /// The row's stage (`None` for a pooled row, `stage_index` −1), its figures checked.
+    fn to_run(&self, name: &str, line: u64) -> Result<Option<StageRun>, RunsError> {
+        let stage = self.num("stage_index")? as i64;
+        if stage < 0 {
+            return Ok(None);
+        }
+        let vllm_version = match self.get("vllm_version") {
+            "" => None,
+            v => Some(stage_version(v).map_err(|why| format_err(&self.at, why))?),
+        };
+        let output_len = self.whole("output_len")?;
+        let ttft = self.num("ttft_mean_ms")? * 1e-3;
+        let e2e = self.num("e2e_mean_ms")? * 1e-3;
+        self.check_means(ttft, e2e)?;
+        self.check_load()?;
+        let (ttft_p99, e2e_p99) = self.percentiles()?;
+        let tpot = match self.idx.get("tpot_true_ms") {
+            Some(_) if !self.get("tpot_true_ms").is_empty() => self.num("tpot_true_ms")? * 1e-3,
+            _ => (e2e - ttft) / f64::from(output_len.max(2) - 1),
+        };
+        let get = |c: &str| self.get(c).to_string();
+        Ok(Some(StageRun {
+            name: format!("{} stage {stage}", self.get("exp_name")),
+            experiment: get("exp_name"),
+            file: name.to_string(),
+            line,
+            model_hf: get("model_hf"),
+            hardware: get("hardware"),
+            tp: self.whole("tp")?.max(1),
+            vllm_version,
+            max_model_len: self.whole("max_model_len")?,
+            max_num_batched_tokens: self.whole("max_num_batched_tokens")?,
+            max_num_seqs: self.whole("max_num_seqs")?,
+            gpu_memory_utilization: self.num("gpu_memory_utilization")?,
+            prefix_caching: self.on("prefix_caching"),
+            chunked_prefill: self.on("chunked_prefill"),
+            kv_blocks_gpu: if self.get("kv_blocks_gpu").is_empty() {
+                None
+            } else {
+                Some(self.whole("kv_blocks_gpu")?)
+            },
+            cpu_offload_gib: offload_gib(self.get("cpu_offload"))
+                .map_err(|why| self.err(format!("cpu_offload: {why}")))?,
+            num_groups: self.whole("num_groups")?,
+            users_per_group: self.whole("users_per_group")?,
+            system_prompt_len: self.whole("system_prompt_len")?,
+            question_len: self.whole("question_len")?,
+            output_len,
+            stage,
+            rate_rps: self.num("stage_rate_rps")?,
+            duration_s: self.num("stage_duration_s")?,
+            requests_sent: u64::from(self.whole("requests_sent")?),
+            prompt_len_mean: self.num("prompt_len_mean")?,
+            ttft_mean_s: ttft,
+            e2e_mean_s: e2e,
+            ttft_p99_s: ttft_p99,
+            e2e_p99_s: e2e_p99,
+            tpot_s: tpot,
+            throughput_rps: match self.idx.get("throughput_rps") {
+                Some(_) => self.num("throughput_rps")?,
+                None => f64::NAN,
+            },
+            overloaded: self.get("status").eq_ignore_ascii_case("overloaded"),
+        }))
+    }
+
+    /// Impossible mean latencies (`ttft`, `e2e` in seconds): one line naming the row and the
+    /// field.
+    fn check_means(&self, ttft: f64, e2e: f64) -> Result<(), RunsError> {
+        for (c, v) in [("ttft_mean_ms", ttft), ("e2e_mean_ms", e2e)] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(self.err(format!(
+                    "{c}: `{}` is not a latency: a time of 0 or more",
+                    self.get(c)
+                )));
+            }
+        }
+        if ttft > e2e {
+            return Err(self.err(format!(
+                "ttft_mean_ms: `{}` is above e2e_mean_ms `{}`: the first token cannot come after the last",
+                self.get("ttft_mean_ms"),
+                self.get("e2e_mean_ms")
+            )));
+        }
+        Ok(())
+    }
+
+    /// The stage's rate and duration, and the server's memory fraction, in range.
+    fn check_load(&self) -> Result<(), RunsError> {
+        for (c, max) in [
+            ("stage_rate_rps", MAX_STAGE_RATE_RPS),
+            ("stage_duration_s", 1e7),
+        ] {
+            let v = self.num(c)?;
+            if !(v.is_finite() && v > 0.0 && v <= max) {
+                return Err(self.err(format!(
+                    "{c}: `{}` must be above 0 and at most {}",
+                    self.get(c),
+                    kvplan_vocab::limits::show(max)
+                )));
+            }
+        }
+        let mem = self.num("gpu_memory_utilization")?;
+        if mem.is_nan() || mem <= 0.0 || mem > 1.0 {
+            return Err(self.err(format!(
+                "gpu_memory_utilization: `{}` must be a fraction above 0 and at most 1 (vLLM refuses more)",
+                self.get("gpu_memory_utilization")
+            )));
+        }
+        Ok(())
+    }
+
+    /// The 99th percentiles of TTFT and E2E, seconds, where the table gives them: a latency,
+    /// and the E2E one at least the TTFT one.
+    fn percentiles(&self) -> Result<(Option<f64>, Option<f64>), RunsError> {
+        let p99 = |c: &str| -> Result<Option<f64>, RunsError> {
+            if self.get(c).is_empty() {
+                return Ok(None);
+            }
+            let v = self.num(c)? * 1e-3;
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(self.err(format!(
+                    "{c}: `{}` is not a latency: a time of 0 or more",
+                    self.get(c)
+                )));
+            }
+            Ok(Some(v))
+        };
+        let (ttft_p99, e2e_p99) = (p99("ttft_p99_ms")?, p99("e2e_p99_ms")?);
+        if let (Some(t), Some(e)) = (ttft_p99, e2e_p99)
+            && t > e
+        {
+            return Err(self.err(format!(
+                "ttft_p99_ms: `{}` is above e2e_p99_ms `{}`: every first token comes before its last",
+                self.get("ttft_p99_ms"),
+                self.get("e2e_p99_ms")
+            )));
+        }
+        Ok((ttft_p99, e2e_p99))
     }
 }
 

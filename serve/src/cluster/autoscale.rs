@@ -127,6 +127,28 @@ impl Fleet {
     pub(crate) fn tick(&mut self, t: f64, loads: &[Load]) {
         let at = self.next_tick;
         self.next_tick = at + self.cfg.interval_s;
+        let ordered = self.in_service() + self.pending();
+        let per = self.metric_per_replica(loads, ordered);
+        let new = self.recommend(t, ordered, per);
+        if new == ordered {
+            return;
+        }
+        self.events.push(ScaleEvent {
+            time_s: t,
+            from: ordered,
+            to: new,
+            metric: per,
+        });
+        if new > ordered {
+            self.scale_up(new - ordered, t);
+        } else {
+            self.scale_down(ordered - new, t, loads);
+        }
+    }
+
+    /// The metric summed over the replicas in service, per replica `ordered` (in service and
+    /// starting).
+    fn metric_per_replica(&self, loads: &[Load], ordered: u32) -> f64 {
         let sum: f64 = (0..self.slots.len())
             .filter(|&i| self.slots[i] == Slot::Up)
             .map(|i| {
@@ -138,8 +160,13 @@ impl Fleet {
                 }
             })
             .sum();
-        let ordered = self.in_service() + self.pending();
-        let per = sum / f64::from(ordered.max(1));
+        sum / f64::from(ordered.max(1))
+    }
+
+    /// The replica count to order at `t` from `ordered` with `per` of the metric each: the
+    /// HPA's desired count (within the tolerance, no change), bounded; a scale-down no lower
+    /// than the highest recommendation within the cooldown.
+    fn recommend(&mut self, t: f64, ordered: u32, per: f64) -> u32 {
         let ratio = per / self.cfg.target;
         let desired = if (ratio - 1.0).abs() <= TOLERANCE {
             ordered
@@ -155,7 +182,7 @@ impl Fleet {
         {
             self.recommendations.pop_front();
         }
-        let new = if desired >= ordered {
+        if desired >= ordered {
             desired
         } else {
             let highest = self
@@ -165,63 +192,57 @@ impl Fleet {
                 .max()
                 .unwrap_or(desired);
             highest.min(ordered)
-        };
-        if new == ordered {
-            return;
         }
-        self.events.push(ScaleEvent {
-            time_s: t,
-            from: ordered,
-            to: new,
-            metric: per,
-        });
-        if new > ordered {
-            let mut k = new - ordered;
-            // Draining replicas first: still loaded, back at once.
-            for i in (0..self.slots.len()).rev() {
-                if k > 0 && self.slots[i] == Slot::Draining {
-                    self.set(i, Slot::Up, t);
-                    k -= 1;
-                }
-            }
-            for i in 0..self.slots.len() {
-                if k > 0 && self.slots[i] == Slot::Off {
-                    let to = if self.cfg.scale_up_delay_s > 0.0 {
-                        Slot::Pending {
-                            ready: t + self.cfg.scale_up_delay_s,
-                        }
-                    } else {
-                        Slot::Up
-                    };
-                    self.set(i, to, t);
-                    k -= 1;
-                }
-            }
-            self.peak = self.peak.max(self.in_service());
-        } else {
-            let mut k = ordered - new;
-            // Replicas still starting, newest first.
-            while k > 0 {
-                let newest = (0..self.slots.len())
-                    .filter_map(|i| match self.slots[i] {
-                        Slot::Pending { ready } => Some((ready, i)),
-                        _ => None,
-                    })
-                    .max_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-                let Some((_, i)) = newest else { break };
-                self.set(i, Slot::Off, t);
+    }
+
+    /// `k` more replicas at `t`: draining ones first (still loaded, back at once), then
+    /// slots off, which start up.
+    fn scale_up(&mut self, mut k: u32, t: f64) {
+        for i in (0..self.slots.len()).rev() {
+            if k > 0 && self.slots[i] == Slot::Draining {
+                self.set(i, Slot::Up, t);
                 k -= 1;
             }
-            for i in (0..self.slots.len()).rev() {
-                if k > 0 && self.slots[i] == Slot::Up {
-                    let to = if loads[i].busy {
-                        Slot::Draining
-                    } else {
-                        Slot::Off
-                    };
-                    self.set(i, to, t);
-                    k -= 1;
-                }
+        }
+        for i in 0..self.slots.len() {
+            if k > 0 && self.slots[i] == Slot::Off {
+                let to = if self.cfg.scale_up_delay_s > 0.0 {
+                    Slot::Pending {
+                        ready: t + self.cfg.scale_up_delay_s,
+                    }
+                } else {
+                    Slot::Up
+                };
+                self.set(i, to, t);
+                k -= 1;
+            }
+        }
+        self.peak = self.peak.max(self.in_service());
+    }
+
+    /// `k` fewer replicas at `t`: those still starting, newest first, then replicas in
+    /// service from the last, a busy one draining.
+    fn scale_down(&mut self, mut k: u32, t: f64, loads: &[Load]) {
+        while k > 0 {
+            let newest = (0..self.slots.len())
+                .filter_map(|i| match self.slots[i] {
+                    Slot::Pending { ready } => Some((ready, i)),
+                    _ => None,
+                })
+                .max_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            let Some((_, i)) = newest else { break };
+            self.set(i, Slot::Off, t);
+            k -= 1;
+        }
+        for i in (0..self.slots.len()).rev() {
+            if k > 0 && self.slots[i] == Slot::Up {
+                let to = if loads[i].busy {
+                    Slot::Draining
+                } else {
+                    Slot::Off
+                };
+                self.set(i, to, t);
+                k -= 1;
             }
         }
     }

@@ -8,9 +8,9 @@
 //! reaches its replica's engine after the router's own latency and the replica's frontend hop
 //! (`[serving] frontend_us`), so its TTFT includes both.
 //!
-//! Disaggregated (`--prefill-replicas P --decode-replicas D`), a request follows vLLM's
-//! disaggregated serving with the NIXL connector (v0.15.1, `nixl_connector.py` and the toy
-//! proxy): the router sends it to a prefill replica with `max_tokens=1`; when that finishes,
+//! Disaggregated (`cluster.prefill_replicas` P, `cluster.decode_replicas` D), a request follows
+//! vLLM's disaggregated serving with the NIXL connector (v0.15.1, `nixl_connector.py` and the
+//! toy proxy): the router sends it to a prefill replica with `max_tokens=1`; when that finishes,
 //! the proxy sends it to a decode replica (routed then), which allocates blocks for the prompt
 //! past its own prefix hit and reads them from the prefill replica's GPU (one RDMA read per
 //! request, on both replicas' network links: `[interconnect]`), then recomputes the prompt's
@@ -338,112 +338,20 @@ fn run<I: Iterator<Item = Request>>(
         autoscale::Fleet::new(a, replicas.iter().map(|r| r.tensor_parallel_size).collect())
     });
     let resolved: Vec<Resolved> = replicas.iter().map(|r| r.resolved.clone()).collect();
-    let mut engines = Vec::with_capacity(replicas.len());
-    let mut metas = Vec::with_capacity(replicas.len());
     let disaggregated = replicas.iter().any(|r| r.role != Role::Colocated);
-    for (r, res) in replicas.into_iter().zip(&resolved) {
-        let m = r.timer.model();
-        metas.push(ReplicaMeta {
-            name: r.name,
-            role: r.role,
-            hardware: r.hardware,
-            tp: r.tensor_parallel_size,
-            frontend_s: r.frontend_s.max(0.0),
-            interconnect: r.interconnect,
-            kv_token_bytes: m.kv_bytes_per_token() * u64::from(r.tensor_parallel_size.max(1)),
-            block_size: res.config.block_size,
-            layers: m.num_layers,
-        });
-        let mut e = Engine::new(r.timer, res);
-        if let Some(t) = r.tier {
-            e = e.with_tier(t);
-        }
-        if r.role == Role::Decode {
-            e = e.with_remote();
-        }
-        engines.push(e);
-    }
-    let record = resolved.iter().any(|r| r.config.record_requests);
-    let records = if record {
-        let mut v = Vec::new();
-        // Held to the end: reserved whole, so the run fails now rather than after hours.
-        usize::try_from(total)
-            .ok()
-            .and_then(|n| v.try_reserve_exact(n).ok())
-            .ok_or(Error::OutOfMemory {
-                what: "one record per request",
-                bytes: total.saturating_mul(std::mem::size_of::<RequestRecord>() as u64),
-            })?;
-        Some(v)
-    } else {
-        None
-    };
-    let roles: Vec<Vec<usize>> = if disaggregated {
-        [Role::Prefill, Role::Decode]
-            .iter()
-            .map(|&role| {
-                (0..metas.len())
-                    .filter(|&i| metas[i].role == role)
-                    .collect()
-            })
-            .collect()
-    } else {
-        vec![(0..metas.len()).collect()]
-    };
+    let (mut engines, metas) = build_engines(replicas, &resolved);
+    let records = reserve_records(&resolved, total)?;
     let spec = router.spec();
-    let mut pools = Vec::new();
-    for members in roles {
-        let n = members.len();
-        let capacity_blocks: Vec<u32> =
-            members.iter().map(|&i| resolved[i].usable_blocks).collect();
-        let block_size: Vec<u32> = members.iter().map(|&i| metas[i].block_size).collect();
-        let setup = Setup {
-            replicas: n,
-            capacity_blocks: capacity_blocks.clone(),
-            moe,
-            weights,
-        };
-        // One replica needs no router: nothing is kept for it.
-        let needs = if n > 1 { spec.needs } else { Needs::NONE };
-        // KV events that reach the router at once say what the engines' prefix caches hold:
-        // it reads those instead (the same answers, without keeping an index).
-        let events = needs.kv_events && staleness_s > 0.0;
-        if events {
-            for &i in &members {
-                engines[i].record_kv_events();
-            }
-        }
-        let hash_block = match needs.hash_block {
-            Some(0) => block_size[0],
-            Some(b) => b,
-            None => 0,
-        };
-        pools.push(Pool {
-            router: (spec.new)(&setup),
-            needs,
-            hash_block,
-            in_flight: vec![0; n],
-            metrics: vec![Metrics::default(); n],
-            next_scrape: 0.0,
-            history: (needs.scrape_s.is_some() && staleness_s > 0.0)
-                .then(|| vec![VecDeque::from([(f64::NEG_INFINITY, Metrics::default())]); n]),
-            kv: events.then(|| KvIndex::new(n)),
-            live_kv: needs.kv_events && !events,
-            kv_queue: VecDeque::new(),
-            capacity_blocks,
-            block_size,
-            routed: vec![0; n],
-            members,
-        });
+    let pools = PoolSettings {
+        router,
+        staleness_s,
+        moe,
+        weights,
     }
+    .build(disaggregated, &metas, &resolved, &mut engines);
     progress.start(total, "requests served");
     let n_engines = engines.len();
-    let mut place = vec![(0, 0); n_engines];
-    for (p, pool) in pools.iter().enumerate() {
-        for (m, &i) in pool.members.iter().enumerate() {
-            place[i] = (p, m);
-        }
-    }
+    let place = places(&pools, n_engines);
     let mut d = Driver {
         replica_acc: (per_replica && n_engines > 1)
             .then(|| (0..n_engines).map(|_| SummaryAcc::default()).collect()),
@@ -484,6 +392,159 @@ fn run<I: Iterator<Item = Request>>(
     d.pull()?;
     d.run()?;
     d.finish(&resolved)
+}
+
+/// Per engine (of `n_engines`): its pool and its place in it.
+fn places(pools: &[Pool], n_engines: usize) -> Vec<(usize, usize)> {
+    let mut place = vec![(0, 0); n_engines];
+    for (p, pool) in pools.iter().enumerate() {
+        for (m, &i) in pool.members.iter().enumerate() {
+            place[i] = (p, m);
+        }
+    }
+    place
+}
+
+/// Each replica's engine (on its checked settings in `resolved`, in the same order) and what
+/// the driver keeps of its plan.
+fn build_engines<'a>(
+    replicas: Vec<ReplicaPlan>,
+    resolved: &'a [Resolved],
+) -> (Vec<Engine<'a>>, Vec<ReplicaMeta>) {
+    let mut engines = Vec::with_capacity(replicas.len());
+    let mut metas = Vec::with_capacity(replicas.len());
+    for (r, res) in replicas.into_iter().zip(resolved) {
+        let m = r.timer.model();
+        metas.push(ReplicaMeta {
+            name: r.name,
+            role: r.role,
+            hardware: r.hardware,
+            tp: r.tensor_parallel_size,
+            frontend_s: r.frontend_s.max(0.0),
+            interconnect: r.interconnect,
+            kv_token_bytes: m.kv_bytes_per_token() * u64::from(r.tensor_parallel_size.max(1)),
+            block_size: res.config.block_size,
+            layers: m.num_layers,
+        });
+        let mut e = Engine::new(r.timer, res);
+        if let Some(t) = r.tier {
+            e = e.with_tier(t);
+        }
+        if r.role == Role::Decode {
+            e = e.with_remote();
+        }
+        engines.push(e);
+    }
+    (engines, metas)
+}
+
+/// Room for one record per request where any replica keeps them (`None` where none does):
+/// held to the end, so reserved whole, and the run fails now rather than after hours.
+fn reserve_records(resolved: &[Resolved], total: u64) -> Result<Option<Vec<RequestRecord>>, Error> {
+    if !resolved.iter().any(|r| r.config.record_requests) {
+        return Ok(None);
+    }
+    let mut v = Vec::new();
+    usize::try_from(total)
+        .ok()
+        .and_then(|n| v.try_reserve_exact(n).ok())
+        .ok_or(Error::OutOfMemory {
+            what: "one record per request",
+            bytes: total.saturating_mul(std::mem::size_of::<RequestRecord>() as u64),
+        })?;
+    Ok(Some(v))
+}
+
+/// The router's settings every pool is built with.
+struct PoolSettings {
+    router: RouterKind,
+    staleness_s: f64,
+    moe: bool,
+    weights: Weights,
+}
+
+impl PoolSettings {
+    /// The pools a router serves: one of every replica, or (`disaggregated`) the prefill
+    /// replicas and the decode ones; each with the router's state for its members. Engines
+    /// whose KV events the router sees late are set to record them.
+    fn build(
+        self,
+        disaggregated: bool,
+        metas: &[ReplicaMeta],
+        resolved: &[Resolved],
+        engines: &mut [Engine<'_>],
+    ) -> Vec<Pool> {
+        let roles: Vec<Vec<usize>> = if disaggregated {
+            [Role::Prefill, Role::Decode]
+                .iter()
+                .map(|&role| {
+                    (0..metas.len())
+                        .filter(|&i| metas[i].role == role)
+                        .collect()
+                })
+                .collect()
+        } else {
+            vec![(0..metas.len()).collect()]
+        };
+        roles
+            .into_iter()
+            .map(|members| self.pool(members, metas, resolved, engines))
+            .collect()
+    }
+
+    /// The pool of `members` (engine indices).
+    fn pool(
+        &self,
+        members: Vec<usize>,
+        metas: &[ReplicaMeta],
+        resolved: &[Resolved],
+        engines: &mut [Engine<'_>],
+    ) -> Pool {
+        let spec = self.router.spec();
+        let staleness_s = self.staleness_s;
+        let n = members.len();
+        let capacity_blocks: Vec<u32> =
+            members.iter().map(|&i| resolved[i].usable_blocks).collect();
+        let block_size: Vec<u32> = members.iter().map(|&i| metas[i].block_size).collect();
+        let setup = Setup {
+            replicas: n,
+            capacity_blocks: capacity_blocks.clone(),
+            moe: self.moe,
+            weights: self.weights,
+        };
+        // One replica needs no router: nothing is kept for it.
+        let needs = if n > 1 { spec.needs } else { Needs::NONE };
+        // KV events that reach the router at once say what the engines' prefix caches hold:
+        // it reads those instead (the same answers, without keeping an index).
+        let events = needs.kv_events && staleness_s > 0.0;
+        if events {
+            for &i in &members {
+                engines[i].record_kv_events();
+            }
+        }
+        let hash_block = match needs.hash_block {
+            Some(0) => block_size[0],
+            Some(b) => b,
+            None => 0,
+        };
+        Pool {
+            router: (spec.new)(&setup),
+            needs,
+            hash_block,
+            in_flight: vec![0; n],
+            metrics: vec![Metrics::default(); n],
+            next_scrape: 0.0,
+            history: (needs.scrape_s.is_some() && staleness_s > 0.0)
+                .then(|| vec![VecDeque::from([(f64::NEG_INFINITY, Metrics::default())]); n]),
+            kv: events.then(|| KvIndex::new(n)),
+            live_kv: needs.kv_events && !events,
+            kv_queue: VecDeque::new(),
+            capacity_blocks,
+            block_size,
+            routed: vec![0; n],
+            members,
+        }
+    }
 }
 
 impl<I: Iterator<Item = Request>> Driver<'_, I> {

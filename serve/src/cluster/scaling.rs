@@ -39,7 +39,8 @@ use crate::error::ScenarioError;
 pub const DEFAULT_MIN_REPLICAS: u32 = 1;
 /// Default largest fleet.
 pub const DEFAULT_MAX_REPLICAS: u32 = 8;
-/// Default evaluation period, seconds (the HPA controller's `--horizontal-pod-autoscaler-sync-period`).
+/// Default evaluation period, seconds (the HPA controller's
+/// horizontal-pod-autoscaler-sync-period option).
 pub const DEFAULT_INTERVAL_S: f64 = 15.0;
 /// Default provisioning and model load, seconds.
 pub const DEFAULT_SCALE_UP_DELAY_S: f64 = 300.0;
@@ -148,6 +149,41 @@ impl RawAutoscale {
     /// Checks the fields; `data_parallel_size` is the cluster's, the initial fleet when
     /// `initial_replicas` is not given.
     pub fn resolve(&self, data_parallel_size: Option<u32>) -> Result<Autoscale, ScenarioError> {
+        let (min, max, initial) = self.replica_bounds(data_parallel_size)?;
+        let (metric, target) = self.metric_target()?;
+        Ok(Autoscale {
+            min_replicas: min,
+            max_replicas: max,
+            initial_replicas: initial,
+            metric,
+            target,
+            interval_s: seconds(
+                "cluster.autoscale.interval_s",
+                self.interval_s,
+                DEFAULT_INTERVAL_S,
+                true,
+            )?,
+            scale_up_delay_s: seconds(
+                "cluster.autoscale.scale_up_delay_s",
+                self.scale_up_delay_s,
+                DEFAULT_SCALE_UP_DELAY_S,
+                false,
+            )?,
+            cooldown_s: seconds(
+                "cluster.autoscale.cooldown_s",
+                self.cooldown_s,
+                DEFAULT_COOLDOWN_S,
+                false,
+            )?,
+            price_usd_per_gpu_hour: None,
+        })
+    }
+
+    /// The fewest, the most and the initial replicas, checked against each other.
+    fn replica_bounds(
+        &self,
+        data_parallel_size: Option<u32>,
+    ) -> Result<(u32, u32, u32), ScenarioError> {
         let max_all = super::roles::MAX_REPLICAS;
         let min = self.min_replicas.unwrap_or(DEFAULT_MIN_REPLICAS);
         if !(1..=max_all).contains(&min) {
@@ -184,6 +220,11 @@ impl RawAutoscale {
                 format!("the replicas at t = 0, from min_replicas ({min}) to max_replicas ({max})"),
             ));
         }
+        Ok((min, max, initial))
+    }
+
+    /// The metric and its target per replica, in the metric's range.
+    fn metric_target(&self) -> Result<(AutoscaleMetric, f64), ScenarioError> {
         let metric = self.metric.unwrap_or_default();
         let target = self.target.unwrap_or(metric.default_target());
         let target_ok = match metric {
@@ -200,51 +241,33 @@ impl RawAutoscale {
                 },
             ));
         }
-        // An evaluation reads every replica's load: at least a second apart (the HPA's sync
-        // period is 15 s).
-        let secs = |field: &'static str, v: Option<f64>, default: f64, interval: bool| {
-            let v = v.unwrap_or(default);
-            let ok = v.is_finite() && v <= 86_400.0 && if interval { v >= 1.0 } else { v >= 0.0 };
-            if ok {
-                Ok(v)
+        Ok((metric, target))
+    }
+}
+
+/// A time setting `v` of `field` (unset: `default`), seconds: at most a day, and for the
+/// `interval` at least a second (an evaluation reads every replica's load; the HPA's sync
+/// period is 15 s).
+fn seconds(
+    field: &'static str,
+    v: Option<f64>,
+    default: f64,
+    interval: bool,
+) -> Result<f64, ScenarioError> {
+    let v = v.unwrap_or(default);
+    let ok = v.is_finite() && v <= 86_400.0 && if interval { v >= 1.0 } else { v >= 0.0 };
+    if ok {
+        Ok(v)
+    } else {
+        Err(bad(
+            field,
+            kvplan_vocab::limits::show(v),
+            if interval {
+                "1 to 86,400 seconds"
             } else {
-                Err(bad(
-                    field,
-                    kvplan_vocab::limits::show(v),
-                    if interval {
-                        "1 to 86,400 seconds"
-                    } else {
-                        "0 to 86,400 seconds"
-                    },
-                ))
-            }
-        };
-        Ok(Autoscale {
-            min_replicas: min,
-            max_replicas: max,
-            initial_replicas: initial,
-            metric,
-            target,
-            interval_s: secs(
-                "cluster.autoscale.interval_s",
-                self.interval_s,
-                DEFAULT_INTERVAL_S,
-                true,
-            )?,
-            scale_up_delay_s: secs(
-                "cluster.autoscale.scale_up_delay_s",
-                self.scale_up_delay_s,
-                DEFAULT_SCALE_UP_DELAY_S,
-                false,
-            )?,
-            cooldown_s: secs(
-                "cluster.autoscale.cooldown_s",
-                self.cooldown_s,
-                DEFAULT_COOLDOWN_S,
-                false,
-            )?,
-            price_usd_per_gpu_hour: None,
-        })
+                "0 to 86,400 seconds"
+            },
+        ))
     }
 }
 

@@ -3,7 +3,7 @@
 //!
 //! ```toml
 //! [cluster]
-//! data_parallel_size = 4          # vLLM's --data-parallel-size (alias `replicas`)
+//! data_parallel_size = 4          # vLLM's data_parallel_size (alias `replicas`)
 //! router = "prefix-aware"         # see kvplan_serve::router
 //! router_staleness_s = 0.0        # the router sees load and KV events this much later
 //! router_latency_us = 0.0         # the router's time per request
@@ -48,7 +48,7 @@ pub use super::roles::MAX_REPLICAS;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawCluster {
-    /// Identical replicas behind the router (vLLM's `--data-parallel-size`).
+    /// Identical replicas behind the router (vLLM's `data_parallel_size`).
     #[serde(alias = "replicas")]
     pub data_parallel_size: Option<u32>,
     /// The router (default `vllm-dp`, vLLM's own).

@@ -261,7 +261,7 @@ pub struct PlanOptions {
     pub steady: SteadyState,
     /// Price per GPU-hour by hardware name as given, US dollars.
     pub prices: BTreeMap<String, f64>,
-    /// Evaluate only the shapes with `index % n == i` (`--shard i/n`).
+    /// Evaluate only the shapes with `index % n == i` (`plan.shard` i/n).
     pub shard: Option<(usize, usize)>,
 }
 
@@ -713,6 +713,36 @@ pub fn plan(
     opts: &PlanOptions,
     done: &(dyn Fn(usize) + Sync),
 ) -> Result<Plan, PlanError> {
+    check_options(opts)?;
+    let all = shapes(space)?;
+    let (price, prices) = gpu_prices(space, opts)?;
+    let load = load_of(base)?;
+    let mine: Vec<&Shape> = all
+        .iter()
+        .filter(|s| opts.shard.is_none_or(|(i, n)| s.index % n == i))
+        .collect();
+    let results: Vec<Result<ShapeResult, PlanError>> = mine
+        .par_iter()
+        .map(|s| {
+            let r = plan_shape(base, s, slo, opts, price[&s.hardware], &load);
+            done(s.index);
+            r
+        })
+        .collect();
+    Ok(Plan {
+        slo: slo.to_string(),
+        model: base.model.clone().unwrap_or_default(),
+        load,
+        space_size: all.len(),
+        max_gpus: opts.max_gpus,
+        prices,
+        shard: opts.shard,
+        shapes: results.into_iter().collect::<Result<_, _>>()?,
+    })
+}
+
+/// The plan's own settings in range: `max_gpus` and the shard.
+fn check_options(opts: &PlanOptions) -> Result<(), PlanError> {
     if opts.max_gpus == 0 || opts.max_gpus > crate::cluster::scenario::MAX_REPLICAS {
         return Err(PlanError::Setting {
             field: "plan.max_gpus",
@@ -731,7 +761,16 @@ pub fn plan(
             why: format!("{i}/{n}: write I/N with 0 <= I < N, e.g. `plan.shard` 0/4"),
         });
     }
-    let all = shapes(space)?;
+    Ok(())
+}
+
+/// The price per GPU-hour of each GPU searched, by name, and as the plan reports them (the
+/// given price, or the profile's with its source and date); a GPU without one, or a price
+/// that is none, refused.
+fn gpu_prices(
+    space: &Space,
+    opts: &PlanOptions,
+) -> Result<(BTreeMap<String, f64>, Vec<Price>), PlanError> {
     let mut price = BTreeMap::new();
     let mut prices = Vec::new();
     for h in &space.hardware {
@@ -771,29 +810,7 @@ pub fn plan(
             date,
         });
     }
-    let load = load_of(base)?;
-    let mine: Vec<&Shape> = all
-        .iter()
-        .filter(|s| opts.shard.is_none_or(|(i, n)| s.index % n == i))
-        .collect();
-    let results: Vec<Result<ShapeResult, PlanError>> = mine
-        .par_iter()
-        .map(|s| {
-            let r = plan_shape(base, s, slo, opts, price[&s.hardware], &load);
-            done(s.index);
-            r
-        })
-        .collect();
-    Ok(Plan {
-        slo: slo.to_string(),
-        model: base.model.clone().unwrap_or_default(),
-        load,
-        space_size: all.len(),
-        max_gpus: opts.max_gpus,
-        prices,
-        shard: opts.shard,
-        shapes: results.into_iter().collect::<Result<_, _>>()?,
-    })
+    Ok((price, prices))
 }
 
 /// One shape's search (see the module docs): the fewest units that meet `slo`.
@@ -806,168 +823,238 @@ pub fn plan_shape(
     load: &Load,
 ) -> Result<ShapeResult, PlanError> {
     let gpus_per_unit = shape.gpus_per_unit();
-    let max_units = opts.max_gpus / gpus_per_unit.max(1);
-    let mut result = ShapeResult {
-        shape: shape.clone(),
-        usd_per_gpu_hour,
-        unit_rate_bound: 0.0,
-        candidates: Vec::new(),
-        best_units: None,
+    let mut search = ShapeSearch {
+        base,
+        shape,
+        slo,
+        opts,
+        load,
+        gpus_per_unit,
+        max_units: opts.max_gpus / gpus_per_unit.max(1),
+        result: ShapeResult {
+            shape: shape.clone(),
+            usd_per_gpu_hour,
+            unit_rate_bound: 0.0,
+            candidates: Vec::new(),
+            best_units: None,
+        },
     };
-    let row = |units: u32, outcome: Outcome, why: String| Candidate {
-        shape: shape.index,
-        units,
-        replicas: units * shape.layout.replicas(),
-        gpus: units * gpus_per_unit,
-        outcome,
-        why,
-        usd_per_hour: f64::from(units * gpus_per_unit) * usd_per_gpu_hour,
-        figures: None,
+    let Some(first) = search.roofline_start()? else {
+        return Ok(search.result);
     };
-    if max_units == 0 {
-        result.candidates.push(row(
-            0,
-            Outcome::PrunedMaxGpus,
-            format!(
-                "one unit is {gpus_per_unit} GPUs, above --max-gpus {}",
-                opts.max_gpus
-            ),
-        ));
-        return Ok(result);
+    if let Some((lo, hi)) = search.climb(first)? {
+        search.result.best_units = Some(search.bisect(lo, hi)?);
     }
-    // Memory and settings: one unit resolved.
-    let one = shape.scenario(base, 1)?;
-    let resolved = match one.resolve() {
-        Ok(sc) => sc,
-        Err(e) => {
-            result
-                .candidates
-                .push(row(0, Outcome::PrunedMemory, e.to_string()));
-            return Ok(result);
+    Ok(search.result)
+}
+
+/// One shape's search in progress: what it searches over, and its result so far.
+struct ShapeSearch<'a> {
+    base: &'a RawServeScenario,
+    shape: &'a Shape,
+    slo: &'a Slo,
+    opts: &'a PlanOptions,
+    load: &'a Load,
+    gpus_per_unit: u32,
+    /// The most units `opts.max_gpus` allows.
+    max_units: u32,
+    result: ShapeResult,
+}
+
+/// What one candidate's run showed, as the search needs it.
+struct Trial {
+    /// The objectives met.
+    met: bool,
+    /// The worst objective's share of its limit.
+    worst: f64,
+    /// The queue kept up.
+    stable: bool,
+    /// The completion rate the run showed (requests/s).
+    service: f64,
+    /// Measured requests refused or cut.
+    refused: u64,
+}
+
+impl ShapeSearch<'_> {
+    /// A row of `units` units that was not simulated (or one whose figures come later).
+    fn row(&self, units: u32, outcome: Outcome, why: String) -> Candidate {
+        Candidate {
+            shape: self.shape.index,
+            units,
+            replicas: units * self.shape.layout.replicas(),
+            gpus: units * self.gpus_per_unit,
+            outcome,
+            why,
+            usd_per_hour: f64::from(units * self.gpus_per_unit) * self.result.usd_per_gpu_hour,
+            figures: None,
         }
-    };
-    let bound = unit_rate_bound(&resolved, shape.layout, load);
-    result.unit_rate_bound = bound.requests_per_s;
-    let need = (load.rate_rps / bound.requests_per_s).ceil().max(1.0);
-    if need > f64::from(max_units) {
-        result.candidates.push(row(
-            0,
-            Outcome::PrunedMaxGpus,
-            format!(
-                "the roofline ({}) needs at least {} units ({} GPUs), above --max-gpus {}",
-                bound.why,
-                need,
-                need * f64::from(gpus_per_unit),
-                opts.max_gpus
-            ),
-        ));
-        return Ok(result);
     }
-    let first = need as u32;
-    if first > 1 {
-        result.candidates.push(row(
-            first - 1,
-            Outcome::PrunedRoofline,
-            format!(
-                "1 to {} units cannot carry {:.3} req/s: at most {:.3} req/s per unit ({})",
-                first - 1,
-                load.rate_rps,
-                bound.requests_per_s,
-                bound.why
-            ),
-        ));
-    }
-    let eval =
-        |units: u32, result: &mut ShapeResult| -> Result<(bool, f64, bool, f64, u64), PlanError> {
-            let raw = shape.scenario(base, units)?;
-            let (c, service) = evaluate(
-                &raw,
-                slo,
-                &opts.steady,
-                load,
-                units,
-                gpus_per_unit,
-                usd_per_gpu_hour,
-                shape.index,
-            )?;
-            let met = c.outcome == Outcome::Met;
-            let w = worst(&c);
-            let stable = c.figures.as_ref().is_some_and(|f| f.stable);
-            let refused = c.figures.as_ref().map_or(0, |f| f.refused);
-            result.candidates.push(c);
-            Ok((met, w, stable, service, refused))
-        };
-    // Upward: from the roofline's count until one passes.
-    let mut lo = first - 1; // the most units known to fail (or pruned)
-    let mut k = first;
-    let mut prev: Option<(f64, bool)> = None;
-    let hi = loop {
-        let (met, w, stable, service, refused) = eval(k, &mut result)?;
-        if met {
-            break Some(k);
-        }
-        lo = k;
-        if k >= max_units {
-            break None;
-        }
-        if stable && refused > 0 {
-            result.candidates.push(row(
+
+    /// The first unit count worth simulating, from one unit's settings and the roofline
+    /// bound: `None` where the shape is pruned (a unit above `max_gpus`, settings that do not
+    /// run, a roofline count above `max_gpus`), with the row that says why.
+    fn roofline_start(&mut self) -> Result<Option<u32>, PlanError> {
+        let (gpus_per_unit, max_gpus) = (self.gpus_per_unit, self.opts.max_gpus);
+        if self.max_units == 0 {
+            let row = self.row(
                 0,
-                Outcome::PrunedFloor,
+                Outcome::PrunedMaxGpus,
+                format!("one unit is {gpus_per_unit} GPUs, above --max-gpus {max_gpus}"),
+            );
+            self.result.candidates.push(row);
+            return Ok(None);
+        }
+        // Memory and settings: one unit resolved.
+        let one = self.shape.scenario(self.base, 1)?;
+        let resolved = match one.resolve() {
+            Ok(sc) => sc,
+            Err(e) => {
+                let row = self.row(0, Outcome::PrunedMemory, e.to_string());
+                self.result.candidates.push(row);
+                return Ok(None);
+            }
+        };
+        let bound = unit_rate_bound(&resolved, self.shape.layout, self.load);
+        self.result.unit_rate_bound = bound.requests_per_s;
+        let need = (self.load.rate_rps / bound.requests_per_s).ceil().max(1.0);
+        if need > f64::from(self.max_units) {
+            let row = self.row(
+                0,
+                Outcome::PrunedMaxGpus,
                 format!(
-                    "{refused} measured requests rejected or cut at max_model_len whatever the units (each replica refuses them); more units are not tried"
+                    "the roofline ({}) needs at least {} units ({} GPUs), above --max-gpus {}",
+                    bound.why,
+                    need,
+                    need * f64::from(gpus_per_unit),
+                    max_gpus
                 ),
+            );
+            self.result.candidates.push(row);
+            return Ok(None);
+        }
+        let first = need as u32;
+        if first > 1 {
+            let row = self.row(
+                first - 1,
+                Outcome::PrunedRoofline,
+                format!(
+                    "1 to {} units cannot carry {:.3} req/s: at most {:.3} req/s per unit ({})",
+                    first - 1,
+                    self.load.rate_rps,
+                    bound.requests_per_s,
+                    bound.why
+                ),
+            );
+            self.result.candidates.push(row);
+        }
+        Ok(Some(first))
+    }
+
+    /// Simulates and judges `units` units, adding its row.
+    fn trial(&mut self, units: u32) -> Result<Trial, PlanError> {
+        let raw = self.shape.scenario(self.base, units)?;
+        let (c, service) = evaluate(
+            &raw,
+            self.slo,
+            &self.opts.steady,
+            self.load,
+            units,
+            self.gpus_per_unit,
+            self.result.usd_per_gpu_hour,
+            self.shape.index,
+        )?;
+        let trial = Trial {
+            met: c.outcome == Outcome::Met,
+            worst: worst(&c),
+            stable: c.figures.as_ref().is_some_and(|f| f.stable),
+            service,
+            refused: c.figures.as_ref().map_or(0, |f| f.refused),
+        };
+        self.result.candidates.push(c);
+        Ok(trial)
+    }
+
+    /// Upward from the roofline's count `first` until a count passes: the most units known to
+    /// fail (or pruned) and the fewest that passed, or `None` where none passes (`max_units`
+    /// reached, or a floor more units cannot lower, with its row).
+    fn climb(&mut self, first: u32) -> Result<Option<(u32, u32)>, PlanError> {
+        let mut lo = first - 1; // the most units known to fail (or pruned)
+        let mut k = first;
+        let mut prev: Option<(f64, bool)> = None;
+        loop {
+            let t = self.trial(k)?;
+            if t.met {
+                return Ok(Some((lo, k)));
+            }
+            lo = k;
+            if k >= self.max_units {
+                return Ok(None);
+            }
+            if let Some(why) = self.floor(k, &t, prev) {
+                let row = self.row(0, Outcome::PrunedFloor, why);
+                self.result.candidates.push(row);
+                return Ok(None);
+            }
+            prev = Some((t.worst, t.stable));
+            k = self.next_try(k, &t);
+        }
+    }
+
+    /// Why more units than `k` are not tried after its trial `t` (`prev`: the worst objective
+    /// and stability of the count before): measured requests every replica refuses, or a
+    /// latency floor (no better than fewer units); `None` to go on.
+    fn floor(&self, k: u32, t: &Trial, prev: Option<(f64, bool)>) -> Option<String> {
+        if t.stable && t.refused > 0 {
+            return Some(format!(
+                "{} measured requests rejected or cut at max_model_len whatever the units (each replica refuses them); more units are not tried",
+                t.refused
             ));
-            break None;
         }
         if let Some((pw, pstable)) = prev
-            && stable
+            && t.stable
             && pstable
-            && w > 0.95 * pw
+            && t.worst > 0.95 * pw
         {
-            result.candidates.push(row(
-                0,
-                Outcome::PrunedFloor,
-                format!(
-                    "a latency floor: {} units did no better than fewer (worst objective at {:.0}% of its limit); more units are not tried",
-                    k,
-                    100.0 * w
-                ),
+            return Some(format!(
+                "a latency floor: {} units did no better than fewer (worst objective at {:.0}% of its limit); more units are not tried",
+                k,
+                100.0 * t.worst
             ));
-            break None;
         }
-        prev = Some((w, stable));
-        // The completion rate an overloaded run showed, per unit, sizes the next try.
-        let guess = if !stable && service > 0.0 {
-            let per_unit = service / f64::from(k);
-            ((load.rate_rps / (per_unit * (1.0 - opts.steady.headroom))).ceil()) as u32
+        None
+    }
+
+    /// The count to try after `k` failed (`k < max_units`): sized by the completion rate an
+    /// overloaded run showed, per unit, or else twice `k`; above `k`, at most `max_units`.
+    fn next_try(&self, k: u32, t: &Trial) -> u32 {
+        let guess = if !t.stable && t.service > 0.0 {
+            let per_unit = t.service / f64::from(k);
+            ((self.load.rate_rps / (per_unit * (1.0 - self.opts.steady.headroom))).ceil()) as u32
         } else {
             0
         };
         // (`k < max_units` here, so the range is not empty.)
-        k = if guess > 0 {
+        if guess > 0 {
             guess
         } else {
             k.saturating_mul(2)
         }
-        .clamp(k + 1, max_units);
-    };
-    let Some(mut hi) = hi else {
-        return Ok(result);
-    };
-    // Bisect between the most units that failed and the fewest that passed (every count tried
-    // on the way up below `hi` failed).
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        let (met, ..) = eval(mid, &mut result)?;
-        if met {
-            hi = mid;
-        } else {
-            lo = mid;
-        }
+        .clamp(k + 1, self.max_units)
     }
-    result.best_units = Some(hi);
-    Ok(result)
+
+    /// Bisects between the most units that failed (`lo`) and the fewest that passed (`hi`;
+    /// every count tried on the way up below it failed): the fewest that pass.
+    fn bisect(&mut self, mut lo: u32, mut hi: u32) -> Result<u32, PlanError> {
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if self.trial(mid)?.met {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        Ok(hi)
+    }
 }
 
 /// Serves `raw` (a candidate of `units` units) and judges it; returns the candidate and the

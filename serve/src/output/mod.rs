@@ -477,7 +477,7 @@ pub struct ServeReport {
     /// The CPU tiers' counters, summed (`None`: no tier).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tier: Option<crate::tier::TierStats>,
-    /// The run judged against objectives (`serve --slo`; `None`: none given).
+    /// The run judged against objectives (the slo option of `serve`; `None`: none given).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub goodput: Option<slo::Goodput>,
     /// Error bands on the headline figures (`None`: none asked for; [`crate::bands`]).

@@ -253,7 +253,7 @@ impl Slo {
     }
 }
 
-/// A run judged against objectives as `vllm bench serve --goodput` judges it (v0.15.1,
+/// A run judged against objectives as vLLM's `bench serve` judges goodput (v0.15.1,
 /// `vllm/benchmarks/serve.py`): a request is good when it finished and meets every objective's
 /// limit itself; goodput is good requests per second of the run (first send to last finish).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]

@@ -12,7 +12,7 @@
 //!   after each pick; matching walks the prompt's blocks until no endpoint holds one, each
 //!   holder counting it (`approximateprefix/plugin.go`).
 //!
-//! Metrics are scraped every 50 ms (`--refresh-metrics-interval`).
+//! Metrics are scraped every 50 ms (the EPP's refresh-metrics-interval option).
 
 use rand::rngs::ChaCha8Rng;
 

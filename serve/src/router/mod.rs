@@ -165,7 +165,7 @@ impl Default for Weights {
 pub struct RouterSpec {
     /// The name in files and flags.
     pub name: &'static str,
-    /// One line for `--help`.
+    /// One line for a command line's help.
     pub about: &'static str,
     /// What it needs.
     pub needs: Needs,

@@ -2,7 +2,7 @@
 //! tag vllm-stack-0.1.12): a request with a session key goes where consistent hashing of the key
 //! puts it (`uhashring`, 160 virtual nodes per endpoint), whatever the load; one without goes to
 //! an endpoint it has never routed to, else to the one with the fewest requests routed in the
-//! last 60 s (`_qps_routing`, `--request-stats-window 60`), first in list order on ties.
+//! last 60 s (`_qps_routing`, a request-stats-window of 60), first in list order on ties.
 //!
 //! The session of a request is its conversation (the first turn's id) or, in a shared-prefix
 //! load, its user (the last segment of its prefix). The ring hashes with kvplan's own mix, not

@@ -84,7 +84,7 @@ impl Router for LeastRequests {
 
 /// `least-kv`: the lowest KV-cache usage as scraped (llm-d's kv-cache-utilization scorer,
 /// `1 - usage`, with the max-score picker's random tie-break; the EPP scrapes `/metrics` every
-/// 50 ms: GIE v1.5.0 `--refresh-metrics-interval`).
+/// 50 ms: GIE v1.5.0's refresh-metrics-interval option).
 pub const LEAST_KV: RouterSpec = RouterSpec {
     name: "least-kv",
     about: "Lowest KV-cache usage, scraped every 50 ms (llm-d's kv-cache-utilization scorer)",

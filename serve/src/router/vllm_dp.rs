@@ -1,5 +1,5 @@
 //! `vllm-dp`: vLLM's internal data-parallel load balancer, as v0.15.1 runs it (the default for
-//! `--data-parallel-size`; `vllm/v1/engine/core_client.py` `DPLBAsyncMPClient`,
+//! `data_parallel_size`; `vllm/v1/engine/core_client.py` `DPLBAsyncMPClient`,
 //! `vllm/v1/engine/coordinator.py`, read from the v0.15.1 release).
 //!
 //! 1. There are as many API servers as replicas (`vllm/entrypoints/cli/serve.py`:

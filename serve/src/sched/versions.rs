@@ -26,7 +26,7 @@
 //! speculative decoding, which kvplan does not model.
 //!
 //! Settings vLLM refuses are refused here by the same rules, read from each release:
-//! `--block-size` is one of the release's [`Release::block_sizes`] (8, 16, 32 in 0.4.2; 1 to 128
+//! `block_size` is one of the release's [`Release::block_sizes`] (8, 16, 32 in 0.4.2; 1 to 128
 //! from 0.8.5; 256 too from 0.13.0), and `SchedulerConfig`'s two checks, the same in every
 //! release (`_verify_args`, `vllm/config.py` in 0.4.2 to 0.9.2, `vllm/config/scheduler.py` in
 //! 0.10.2 and 0.11.0; `verify_max_model_len`, `vllm/config/scheduler.py`, in 0.13.0 and
@@ -99,7 +99,7 @@ pub enum VllmVersion {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CudagraphMode {
-    /// No graphs (`--enforce-eager`, or no capture size).
+    /// No graphs (`enforce_eager`, or no capture size).
     None,
     /// Piecewise graphs around attention for every step up to the largest capture size.
     Piecewise,
@@ -193,7 +193,7 @@ pub struct Release {
     pub native_offloading: bool,
     /// The CPU tier can evict by ARC (`kv_offload/arc_manager.py`, from vLLM 0.11.1).
     pub arc_eviction: bool,
-    /// The block sizes `--block-size` accepts: vLLM 0.4.2's `choices=[8, 16, 32]`
+    /// The block sizes `block_size` accepts: vLLM 0.4.2's `choices=[8, 16, 32]`
     /// (`EngineArgs.add_cli_args`, `vllm/engine/arg_utils.py`); from 0.8.5 the choices of
     /// `CacheConfig.block_size: BlockSize` (`literal_to_kwargs`/`get_kwargs` turn the `Literal`
     /// into argparse `choices`): `Literal[1, 8, 16, 32, 64, 128]` in 0.8.5 and 0.9.2
@@ -208,7 +208,7 @@ pub struct Release {
     pub caps_default_seqs: bool,
 }
 
-/// `--block-size` choices of vLLM 0.4.2 (`vllm/engine/arg_utils.py`).
+/// `block_size` choices of vLLM 0.4.2 (`vllm/engine/arg_utils.py`).
 const BLOCK_SIZES_0_4: &[u32] = &[8, 16, 32];
 /// `BlockSize` of vLLM 0.8.5 to 0.11.0 (`vllm/config.py`, from 0.10 `vllm/config/cache.py`).
 const BLOCK_SIZES_0_8: &[u32] = &[1, 8, 16, 32, 64, 128];
@@ -251,7 +251,7 @@ fn v0_defaults(_: &HardwareProfile) -> (u32, u32) {
 /// vLLM 0.8.5, the first V1 release modelled: chunked prefill forced on and prefix caching on
 /// (`_set_default_args_v1`, `vllm/engine/arg_utils.py`), piecewise CUDA graphs
 /// (`CompilationLevel.PIECEWISE` for V1, `VllmConfig.__post_init__`, `vllm/config.py`), no
-/// `--async-scheduling`, no CPU offloading connector.
+/// `async_scheduling`, no CPU offloading connector.
 const V0_8_5: Release = Release {
     version: VllmVersion::V0_8_5,
     name: "0.8.5",
@@ -298,7 +298,7 @@ pub static RELEASES: &[Release] = &[
         batch_defaults: large_but_a100,
         ..V0_8_5
     },
-    // vLLM 0.10.2: `--async-scheduling`, off by default (`SchedulerConfig.async_scheduling:
+    // vLLM 0.10.2: `async_scheduling`, off by default (`SchedulerConfig.async_scheduling:
     // bool = False`, `vllm/config/scheduler.py`; the flag came in 0.10.0); `cuda_graph_sizes`
     // defaults to `[min(max_num_seqs * 2, 512)]` (`SchedulerConfig.__post_init__`); still
     // `CUDAGraphMode.PIECEWISE` by default (`VllmConfig.__post_init__`,

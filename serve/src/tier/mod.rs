@@ -1,5 +1,5 @@
-//! A CPU tier for the KV cache: vLLM's KV offloading (`--kv-offloading-size GIB`,
-//! `--kv-offloading-backend native|lmcache`), as v0.15.1 runs it.
+//! A CPU tier for the KV cache: vLLM's KV offloading (`kv_offloading_size` in GiB,
+//! `kv_offloading_backend` native or lmcache), as v0.15.1 runs it.
 //!
 //! The tier holds blocks by their prefix-cache hash in pinned host memory. What is stored and
 //! when, how a hit is loaded back and what the copies cost are the backend's ([`Backend`], one
@@ -41,7 +41,7 @@ pub mod lru;
 pub struct Backend {
     /// The name in files and flags.
     pub name: &'static str,
-    /// One line for `--help`.
+    /// One line for a command line's help.
     pub about: &'static str,
     /// Tokens per stored unit, given the engine's block size.
     pub unit_tokens: fn(u32) -> u32,
@@ -83,7 +83,7 @@ crate::named::registry_kind!(
     BACKEND_KINDS
 );
 
-/// How a hit is brought back to the GPU (`--kv-reload`).
+/// How a hit is brought back to the GPU (`serve.kv_reload`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
@@ -161,7 +161,7 @@ fn lookup<'a>(hashes: &[u64], get: impl Fn(u64) -> Option<&'a crate::lru::Entry>
 pub struct EvictionSpec {
     /// The name in files and flags.
     pub name: &'static str,
-    /// One line for `--help`.
+    /// One line for a command line's help.
     pub about: &'static str,
     /// A new policy of this capacity, bytes.
     pub new: fn(u64) -> Box<dyn Eviction>,
