@@ -13,7 +13,7 @@
 //!
 //! ```
 //! use kvplan_vocab::{CostModel, HardwareProfile, ModelSpec};
-//! use kvplan_planner::plan::{plan, Options, Shape, Strategy};
+//! use kvplan_planner::plan::{plan, splits, Options, Shape, Strategy};
 //!
 //! let model = ModelSpec::preset("opt-6.7b")?;
 //! let hw = HardwareProfile::preset("a100-40g-pcie4")?;

@@ -8,6 +8,7 @@
 //! `workload.batch`, `offload.split`); a front end maps them to its own names (a CLI's flags).
 //!
 //! ```
+//! use kvplan_planner::plan::splits;
 //! use kvplan_planner::scenario::{RawScenario, RawWorkload};
 //!
 //! let raw = RawScenario {

@@ -317,7 +317,7 @@ impl Serialize for Decisions {
 /// front end names it.
 pub trait NoteData: Any + fmt::Debug + Send + Sync {
     /// The note in one line, each scenario field (`offload.weights`) named by `name` (a command
-    /// line gives its flag, `--weights`).
+    /// line gives the option that sets it).
     fn render(&self, name: &dyn Fn(&str) -> String) -> String;
 }
 

@@ -452,7 +452,7 @@ mod tests {
     }
 
     /// The real `/dev/null` and `/dev/full`, only looked at (never written): a character
-    /// device is written in place, never replaced. `tests/output.rs` writes private copies of
+    /// device is written in place, never replaced. `tests/cli/output.rs` writes private copies of
     /// them end to end where device nodes can be made (root and mknod: its ignored tests).
     #[cfg(target_os = "linux")]
     #[test]

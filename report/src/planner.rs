@@ -1,5 +1,5 @@
 //! The planner's reports as the command line prints them: plans (`plan kvpr|headinfer|runahead`),
-//! simulated and measured runs (`simulate`, `exec`), `--compare`, validation and context capacity.
+//! simulated and measured runs (`simulate`, `exec`), `simulate`'s comparison, validation and context capacity.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -576,7 +576,7 @@ pub fn simulated_run(
     }
 }
 
-/// `simulate --compare`: the strategies side by side (`trace`: where the timelines were written).
+/// `simulate`'s comparison: the strategies side by side (`trace`: where the timelines were written).
 pub fn comparison(
     sc: &Scenario,
     c: &Comparison,

@@ -280,6 +280,19 @@ fn shard(spec: &str) -> Result<(usize, usize), CliError> {
 }
 
 /// `kvplan plan-deployment`.
+/// `plan` as this command line words it: the fields its prices' sources and its candidates'
+/// reasons name (`plan.prices`, `plan.max_gpus`) as their flags.
+fn worded(mut plan: Plan) -> Plan {
+    use crate::messages::flags_in_text;
+    for p in &mut plan.prices {
+        p.source = flags_in_text(&p.source);
+    }
+    for c in plan.shapes.iter_mut().flat_map(|s| &mut s.candidates) {
+        c.why = flags_in_text(&c.why);
+    }
+    plan
+}
+
 pub fn plan_deployment(args: &PlanDeploymentArgs) -> Result<String, CliError> {
     let Some(slo_text) = &args.slo else {
         return Err(CliError::input(
@@ -323,6 +336,7 @@ pub fn plan_deployment(args: &PlanDeploymentArgs) -> Result<String, CliError> {
         }
         Plan::merge(parts).map_err(plan_error)?
     };
+    let plan = worded(plan);
     if plan.shard.is_some() {
         return Ok(kvplan_report::json_line(&plan)?);
     }

@@ -1105,7 +1105,7 @@ fn autoscale_and_diurnal_settings_name_their_flags() {
         &with(&["--autoscale", "metric=gpu"]),
         &["error: --autoscale: metric: one of concurrency, queue, kv"],
     );
-    // `--slo` alone is plain serving's goodput now (tests/serve.rs); a malformed one fails.
+    // `--slo` alone is plain serving's goodput now (tests/cli/serve.rs); a malformed one fails.
     fails(
         &with(&["--slo", "ttft=1s"]),
         &["error: --slo: ", "no percentile"],

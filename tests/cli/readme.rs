@@ -20,7 +20,7 @@ fn readme_commands() -> Vec<Vec<String>> {
         let rest = line
             .strip_prefix("cargo run --release -- ")
             .or_else(|| line.strip_prefix("kvplan "));
-        // GPU examples cannot run where CI runs (no GPU; tests/measure.rs covers their no-GPU
+        // GPU examples cannot run where CI runs (no GPU; tests/cli/measure.rs covers their no-GPU
         // behaviour); CPU-backend examples time real work, so tests/cpu_fidelity.rs runs them in a
         // test binary of their own, away from the other tests' load. A fit to real serving runs
         // replays them a few hundred times (about a minute); calibrate/tests/from_runs.rs runs

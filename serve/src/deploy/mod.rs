@@ -417,7 +417,8 @@ pub struct Price {
     pub hardware: String,
     /// US dollars per GPU-hour.
     pub usd_per_gpu_hour: f64,
-    /// Where it comes from (the profile's `gpu.price_source`, or the override).
+    /// Where it comes from (the profile's `gpu.price_source`, or `` `plan.prices` ``: the
+    /// override, which a front end words as its own option).
     pub source: String,
     /// When it was quoted, where known.
     pub date: Option<String>,
@@ -784,7 +785,7 @@ fn gpu_prices(
             .get(h)
             .or_else(|| opts.prices.get(&profile.name));
         let (p, source, date) = match (given, profile.gpu.price_usd_per_hour) {
-            (Some(&p), _) => (p, "--price".to_string(), None),
+            (Some(&p), _) => (p, "`plan.prices`".to_string(), None),
             (None, Some(p)) => (
                 p,
                 profile.gpu.price_source.clone().unwrap_or_default(),
@@ -899,7 +900,7 @@ impl ShapeSearch<'_> {
             let row = self.row(
                 0,
                 Outcome::PrunedMaxGpus,
-                format!("one unit is {gpus_per_unit} GPUs, above --max-gpus {max_gpus}"),
+                format!("one unit is {gpus_per_unit} GPUs, above `plan.max_gpus` {max_gpus}"),
             );
             self.result.candidates.push(row);
             return Ok(None);
@@ -922,7 +923,7 @@ impl ShapeSearch<'_> {
                 0,
                 Outcome::PrunedMaxGpus,
                 format!(
-                    "the roofline ({}) needs at least {} units ({} GPUs), above --max-gpus {}",
+                    "the roofline ({}) needs at least {} units ({} GPUs), above `plan.max_gpus` {}",
                     bound.why,
                     need,
                     need * f64::from(gpus_per_unit),
