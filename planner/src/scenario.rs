@@ -456,36 +456,12 @@ impl Scenario {
 impl RawScenario {
     /// Overlays `other` on `self`: any field `other` sets wins (flags over a file).
     pub fn overlay(mut self, other: RawScenario) -> Self {
-        fn pick<T>(a: &mut Option<T>, b: Option<T>) {
-            if b.is_some() {
-                *a = b;
-            }
-        }
-        pick(&mut self.model, other.model);
-        pick(&mut self.hardware, other.hardware);
-        pick(&mut self.strategy, other.strategy);
-        pick(&mut self.dtype, other.dtype);
-        pick(&mut self.quantization, other.quantization);
-        pick(&mut self.kv_cache_dtype, other.kv_cache_dtype);
-        pick(&mut self.implementation, other.implementation);
-        pick(&mut self.workload.batch, other.workload.batch);
-        pick(&mut self.workload.gpu_batches, other.workload.gpu_batches);
-        pick(&mut self.workload.prompt, other.workload.prompt);
-        pick(&mut self.workload.gen_len, other.workload.gen_len);
-        pick(&mut self.offload.weights, other.offload.weights);
-        pick(&mut self.offload.host_memory, other.offload.host_memory);
-        pick(&mut self.offload.split, other.offload.split);
-        pick(&mut self.offload.split_model, other.offload.split_model);
-        pick(
-            &mut self.headinfer.heads_per_group,
-            other.headinfer.heads_per_group,
-        );
-        pick(&mut self.headinfer.chunk, other.headinfer.chunk);
-        pick(&mut self.runahead.devices, other.runahead.devices);
-        pick(&mut self.runahead.link_gbps, other.runahead.link_gbps);
-        pick(
-            &mut self.runahead.link_latency_us,
-            other.runahead.link_latency_us,
+        kvplan_vocab::overlay_fields!(self, other;
+            model, hardware, strategy, dtype, quantization, kv_cache_dtype, implementation,
+            workload.batch, workload.gpu_batches, workload.prompt, workload.gen_len,
+            offload.weights, offload.host_memory, offload.split, offload.split_model,
+            headinfer.heads_per_group, headinfer.chunk,
+            runahead.devices, runahead.link_gbps, runahead.link_latency_us,
         );
         self
     }
