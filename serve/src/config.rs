@@ -1,7 +1,7 @@
 //! Engine settings (vLLM's names and defaults) and what they resolve to against a model and a
 //! GPU: the KV block budget, the token and sequence limits, CUDA-graph capture sizes.
 //!
-//! Defaults follow a vLLM release ([`Config::vllm_version`], [`crate::sched::versions`]); for
+//! Defaults follow a vLLM release ([`Config::vllm_version`], [`crate::versions`]); for
 //! `vllm-v1` the newest, v0.15.1 (the V1 engine): `EngineArgs.get_batch_defaults`
 //! (`vllm/engine/arg_utils.py`) gives the OpenAI server 8192 batched tokens and 1024 sequences on
 //! GPUs with at least 70 GiB that are not A100s, 2048 and 256 on the rest; chunked prefill,
@@ -17,9 +17,11 @@ use kvplan_vocab::{DType, HardwareProfile, KvCacheDtype, ModelSpec, Quantization
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
-use crate::sched::versions::Support;
-pub use crate::sched::versions::{CudagraphMode, VllmVersion};
-use crate::sched::versions::{Engine, Release};
+use crate::schedulers::SchedulerSpec;
+pub use crate::schedulers::{Preemption, SchedulerKind};
+use crate::versions::Support;
+pub use crate::versions::{CudagraphMode, VllmVersion};
+use crate::versions::{Engine, Release};
 
 /// `a, b or c`.
 fn names<'a>(v: impl Iterator<Item = &'a str>) -> String {
@@ -33,111 +35,10 @@ fn names<'a>(v: impl Iterator<Item = &'a str>) -> String {
 
 /// The numbers of the releases that `keep` holds for, oldest first.
 fn releases_where(keep: impl Fn(&Release) -> bool) -> impl Iterator<Item = &'static str> {
-    crate::sched::versions::RELEASES
+    crate::versions::RELEASES
         .iter()
         .filter(move |r| keep(r))
         .map(|r| r.name)
-}
-
-/// Which sequences an iteration runs.
-///
-/// With the `clap` feature, a `clap::ValueEnum` whose values are the file's names, each with a
-/// one-line description for a command line's help.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
-#[serde(rename_all = "kebab-case")]
-pub enum SchedulerKind {
-    /// vLLM's V1 scheduler (v0.15.1, the default): one token budget, running requests first
-    /// (decodes and unfinished prefill chunks), then waiting ones; preemption by recompute of
-    /// the most recently scheduled request; prefix caching; asynchronous scheduling.
-    #[cfg_attr(
-        feature = "clap",
-        value(help = "vLLM V1 (0.15): one token budget, running \
-        requests first, then waiting ones; prefix caching, chunked prefill, recompute \
-        preemption, asynchronous scheduling")
-    )]
-    VllmV1,
-    /// vLLM 0.4's default scheduler: admit waiting prompts whole when they fit; prefill-only
-    /// iterations take priority; otherwise decode every running sequence.
-    #[serde(rename = "vllm-v0", alias = "prefill-first")]
-    #[cfg_attr(
-        feature = "clap",
-        value(
-            name = "vllm-v0",
-            alias = "prefill-first",
-            help = "vLLM 0.4's default: whole prompts first, then decode every running sequence"
-        )
-    )]
-    PrefillFirst,
-    /// Decode every running sequence and admit whole waiting prompts into the same iteration.
-    #[cfg_attr(
-        feature = "clap",
-        value(help = "Decode the running sequences and admit whole prompts in the same iteration")
-    )]
-    Mixed,
-    /// Sarathi-style chunked prefill: decodes first, then prefill chunks filling the token
-    /// budget (`max_num_batched_tokens`).
-    #[cfg_attr(
-        feature = "clap",
-        value(help = "Sarathi chunked prefill: decodes, then prompt \
-        chunks filling the token budget")
-    )]
-    Chunked,
-}
-
-impl SchedulerKind {
-    /// The name in files and flags.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SchedulerKind::VllmV1 => "vllm-v1",
-            SchedulerKind::PrefillFirst => "vllm-v0",
-            SchedulerKind::Mixed => "mixed",
-            SchedulerKind::Chunked => "chunked",
-        }
-    }
-}
-
-/// What happens to a preempted sequence's KV (with the `clap` feature, a `clap::ValueEnum` as
-/// [`SchedulerKind`] is).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
-#[serde(rename_all = "kebab-case")]
-pub enum Preemption {
-    /// Drop its blocks; on resume re-prefill prompt + generated tokens (with prefix caching, the
-    /// dropped blocks stay cached until reused, so a resume can hit its own blocks).
-    #[cfg_attr(
-        feature = "clap",
-        value(help = "Drop the KV; re-prefill prompt and generated tokens on resume")
-    )]
-    Recompute,
-    /// Copy its blocks to host memory; copy them back on resume. Falls back to recompute when
-    /// the host swap space is full. vLLM 0.4 schedulers only.
-    #[cfg_attr(
-        feature = "clap",
-        value(help = "Copy the KV blocks to host memory and back")
-    )]
-    Swap,
-    /// Swap out the layer inputs `X` of its first `l` tokens (half their K,V bytes on MHA) and
-    /// the K,V of the rest; on resume recompute `K,V[0:l]` from `X` while the rest is swapped in
-    /// (KVPR's split balance applied to a resume, at block granularity; see
-    /// [`crate::IterationTimer::hybrid_split`]). Where `X` costs no less than K,V on the link
-    /// (GQA with equal copy counts) `l = 0` and this is swap. vLLM 0.4 schedulers only.
-    #[cfg_attr(
-        feature = "clap",
-        value(help = "Swap, and on resume recompute the first tokens' KV from stored activations")
-    )]
-    Hybrid,
-}
-
-impl Preemption {
-    /// The name in files and flags.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Preemption::Recompute => "recompute",
-            Preemption::Swap => "swap",
-            Preemption::Hybrid => "hybrid",
-        }
-    }
 }
 
 /// Calls the macro `$then` with [`Config`]'s fields, each `name: Type = default` with its docs,
@@ -161,7 +62,7 @@ macro_rules! config_fields {
             /// Scheduler (default `vllm-v1`).
             scheduler: SchedulerKind = SchedulerKind::VllmV1,
             /// The vLLM release whose defaults and rules the engine follows
-            /// ([`crate::sched::versions`]): its batch defaults, prefix caching, chunked prefill,
+            /// ([`crate::versions`]): its batch defaults, prefix caching, chunked prefill,
             /// asynchronous scheduling, CUDA-graph mode and capture sizes, wherever a setting is
             /// left unset. Unset: the newest release of the scheduler's engine (0.15.1 for
             /// `vllm-v1`, 0.4.2 for the 0.4 schedulers).
@@ -537,9 +438,9 @@ struct KvMemory {
 }
 
 /// vLLM 0.15.1's capture sizes up to `max`: 1, 2, 4, then every 8 below 256, then every 16
-/// ([`crate::sched::versions::CaptureRule::EverySixteenFrom256`]).
+/// ([`crate::versions::CaptureRule::EverySixteenFrom256`]).
 pub fn cudagraph_sizes(max: u32) -> Vec<u32> {
-    crate::sched::versions::CaptureRule::EverySixteenFrom256.sizes(max)
+    crate::versions::CaptureRule::EverySixteenFrom256.sizes(max)
 }
 
 impl Config {
@@ -693,11 +594,7 @@ impl Config {
     /// The scheduler's features as the release has them: its preemption modes, and whether
     /// prefix caching, chunked prefill and asynchronous scheduling are on (each setting refused
     /// where the release cannot have it).
-    fn resolve_features(
-        &self,
-        spec: &crate::sched::registry::SchedulerSpec,
-        release: &Release,
-    ) -> Result<Features, Error> {
+    fn resolve_features(&self, spec: &SchedulerSpec, release: &Release) -> Result<Features, Error> {
         if !spec.preemption.contains(&self.preemption) {
             return Err(Error::InvalidConfig {
                 field: "preemption",
@@ -876,7 +773,7 @@ impl Config {
         &self,
         model: &ModelSpec,
         hw: &HardwareProfile,
-        spec: &crate::sched::registry::SchedulerSpec,
+        spec: &SchedulerSpec,
         limits: &Limits,
     ) -> Result<KvMemory, Error> {
         let Limits {
@@ -987,7 +884,7 @@ impl Config {
     /// scheduler with KV connectors, a reload its backend can do.
     fn check_offloading(
         &self,
-        spec: &crate::sched::registry::SchedulerSpec,
+        spec: &SchedulerSpec,
         release: &Release,
         hw: &HardwareProfile,
     ) -> Result<u64, Error> {
@@ -1040,7 +937,7 @@ impl Config {
     fn check_tier_support(
         &self,
         g: f64,
-        spec: &crate::sched::registry::SchedulerSpec,
+        spec: &SchedulerSpec,
         release: &Release,
     ) -> Result<(), Error> {
         let show = kvplan_vocab::limits::show;

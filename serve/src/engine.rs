@@ -241,7 +241,7 @@ impl<'a> Engine<'a> {
                 * u64::from(timer.model().num_layers);
         }
         Engine {
-            policy: (resolved.config.scheduler.spec().policy)(),
+            policy: crate::sched::registry::policy(resolved.config.scheduler),
             depth: if resolved.async_scheduling { 2 } else { 1 },
             timer,
             st,

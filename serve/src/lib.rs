@@ -51,13 +51,17 @@ pub mod output;
 #[doc(hidden)]
 pub mod probe;
 pub mod record;
+pub(crate) mod roles;
 pub mod router;
 pub mod runs;
+pub mod scaling;
 pub mod scenario;
 pub mod sched;
+pub mod schedulers;
 pub mod server;
 pub mod setup;
 pub mod tier;
+pub mod versions;
 
 pub use config::{Config, Preemption, Resolved, SchedulerKind};
 pub use error::Error;

@@ -1858,7 +1858,7 @@ impl<'a> StageRow<'a> {
 /// A stage table's `vllm_version` cell: a V1 release kvplan models (a stage table's runs are
 /// of the V1 engine's OpenAI server), or why not.
 fn stage_version(cell: &str) -> Result<crate::config::VllmVersion, String> {
-    use crate::sched::versions::Engine;
+    use crate::versions::Engine;
     let v = cell
         .parse::<crate::config::VllmVersion>()
         .map_err(|e| format!("vllm_version: {e}"))?;

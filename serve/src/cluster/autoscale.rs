@@ -4,8 +4,8 @@
 
 use std::collections::VecDeque;
 
-pub use super::scaling::*;
 pub use crate::output::autoscale::*;
+pub use crate::scaling::*;
 
 /// A replica slot's state.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -41,12 +41,12 @@ use crate::router::{
 use crate::tier::{CpuTier, TierStats};
 
 pub mod autoscale;
-pub(crate) mod roles;
-pub mod scaling;
+/// An autoscaler's settings (moved to [`crate::scaling`]; this path still names them).
+pub use crate::scaling;
 pub mod scenario;
 
 pub use crate::output::cluster::{Binding, ClusterOutput, PoolStats, ReplicaOutput, TransferStats};
-pub use roles::{KvTransfer, Role};
+pub use crate::roles::{KvTransfer, Role};
 
 /// What a cluster run reports beside its summary (`crate::output::cluster`).
 pub mod output {

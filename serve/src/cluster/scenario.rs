@@ -42,7 +42,7 @@ use crate::config::{Config, Resolved};
 use crate::error::ScenarioError;
 use crate::router::{RouterKind, Weights};
 
-pub use super::roles::MAX_REPLICAS;
+pub use crate::roles::MAX_REPLICAS;
 
 /// `[cluster]` as written: every field optional.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

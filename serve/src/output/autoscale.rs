@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::RequestRecord;
 use super::slo::Slo;
-use crate::cluster::scaling::Autoscale;
+use crate::scaling::Autoscale;
 
 /// A change of the fleet's size.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use super::{IterationRecord, Summary};
-use crate::cluster::roles::{KvTransfer, Role};
+use crate::roles::{KvTransfer, Role};
 use crate::tier::TierStats;
 
 /// One replica's share of a cluster run.

@@ -224,7 +224,7 @@ pub(crate) struct Totals {
     pub host_bytes: u64,
     pub iterations: u64,
     /// The releases the engines follow, one bit each by their place in
-    /// [`crate::sched::versions::RELEASES`].
+    /// [`crate::versions::RELEASES`].
     pub versions: u32,
 }
 
@@ -242,7 +242,7 @@ impl Totals {
         self.cache.preempted_hit_tokens += cache.preempted_hit_tokens;
         self.gpu_blocks = self.gpu_blocks.saturating_add(r.gpu_blocks);
         self.host_bytes = self.host_bytes.saturating_add(r.host_bytes);
-        let i = crate::sched::versions::RELEASES
+        let i = crate::versions::RELEASES
             .iter()
             .position(|x| x.version == r.vllm_version)
             .expect("every version is in the release table");
@@ -251,7 +251,7 @@ impl Totals {
 
     /// The releases of [`Totals::versions`], oldest first: `0.15.1`, `0.13.0, 0.15.1`.
     fn vllm_version(&self) -> String {
-        let names: Vec<&str> = (crate::sched::versions::RELEASES.iter().enumerate())
+        let names: Vec<&str> = (crate::versions::RELEASES.iter().enumerate())
             .filter(|&(i, _)| self.versions & (1 << i) != 0)
             .map(|(_, r)| r.name)
             .collect();

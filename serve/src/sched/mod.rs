@@ -24,7 +24,8 @@ pub mod preempt;
 pub mod registry;
 pub mod v0;
 pub mod v1;
-pub mod versions;
+/// The vLLM releases (moved to [`crate::versions`]; this path still names them).
+pub use crate::versions;
 
 /// Where a request is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,7 +12,7 @@
 //!   for that it falls back to `swap`, then to `recompute`.
 
 use super::{Place, State, Step};
-use crate::config::Preemption;
+use crate::schedulers::Preemption;
 
 /// What a preempted request keeps on the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

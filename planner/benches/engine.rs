@@ -1,4 +1,5 @@
-//! The discrete-event engine's speed.
+//! The discrete-event engine's speed on planned schedules (here, not in `kvplan-sim`, because it
+//! needs the planner to make them).
 //!
 //! - "engine throughput": `kvplan_sim::run` on a precomputed schedule and durations, reported
 //!   as ops/s (target: at least 5 M ops/s on one core). Two schedules: the OPT-30B
@@ -8,7 +9,7 @@
 //! - "opt30b column generation: plan + simulate": `plan::plan` and `kvplan_sim::simulate` of
 //!   that OPT-30B schedule end to end (target: at most 50 ms).
 //!
-//! Run: `cargo bench -p kvplan-sim --bench engine`.
+//! Run: `cargo bench -p kvplan-planner --bench engine`.
 
 use std::hint::black_box;
 use std::time::Duration;

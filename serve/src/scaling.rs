@@ -1,5 +1,5 @@
 //! An autoscaler's settings: `[cluster.autoscale]` as written and resolved (the fleet that
-//! follows them is `super::autoscale`'s, what it reports per hour `crate::output::autoscale`'s).
+//! follows them is `crate::cluster::autoscale`'s, what it reports per hour `crate::output::autoscale`'s).
 //!
 //! ```toml
 //! [cluster.autoscale]
@@ -184,7 +184,7 @@ impl RawAutoscale {
         &self,
         data_parallel_size: Option<u32>,
     ) -> Result<(u32, u32, u32), ScenarioError> {
-        let max_all = super::roles::MAX_REPLICAS;
+        let max_all = crate::roles::MAX_REPLICAS;
         let min = self.min_replicas.unwrap_or(DEFAULT_MIN_REPLICAS);
         if !(1..=max_all).contains(&min) {
             return Err(bad(

@@ -521,4 +521,14 @@ mod tests {
         assert_eq!(CaptureRule::EveryEight.default_max(16), 32);
         assert_eq!(CaptureRule::EverySixteenFrom256.default_max(1024), 512);
     }
+
+    #[test]
+    fn support_resolves_as_documented() {
+        assert_eq!(Support::DefaultOn.resolve(None), Some(true));
+        assert_eq!(Support::DefaultOn.resolve(Some(false)), Some(false));
+        assert_eq!(Support::DefaultOff.resolve(None), Some(false));
+        assert_eq!(Support::Always.resolve(Some(false)), None);
+        assert_eq!(Support::No.resolve(Some(true)), None);
+        assert_eq!(Support::No.resolve(Some(false)), Some(false));
+    }
 }
