@@ -5,6 +5,9 @@
 //! with its own [`Cli`], after registering its own strategies
 //! ([`kvplan_planner::registry::register`]).
 #![forbid(unsafe_code)]
+// The arguments' doc comments are their `--help` text (`[default: 64]`, `zipf:LO:HI[:THETA]`),
+// not links.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::bare_urls)]
 
 pub mod args;
 pub mod commands;

@@ -4,8 +4,11 @@
 //! ([`headinfer`]) and KV-Runahead's context partition across devices ([`runahead`]) each live in
 //! their own folder and turn a model, a hardware profile and a shape into a
 //! [`Schedule`](kvplan_vocab::Schedule), timing their candidates on the simulator (`kvplan-sim`).
-//! They share the plan types of [`types`] (a leaf); [`plan`] dispatches a strategy to its planner
-//! and re-exports those types, and no planner imports it. [`scenario`] checks a scenario file and its flags into one plan request, and
+//! Each implements the [`strategy::Planner`] trait and has one line in [`registry`] (a front end
+//! may register more at run time). They share the plan types of [`types`] (a leaf that knows no
+//! strategy); [`plan`] dispatches a strategy to its planner through the registry and re-exports
+//! those types, and no planner imports it. [`scenario`] checks a scenario file and its flags into
+//! one plan request (the peer-link override of [`link`] applied to its hardware once), and
 //! [`run`] plans and simulates it into a report ([`report`]).
 //!
 //! Architecture invariant: the planners speak the vocabulary (`kvplan-vocab`) and time with the
@@ -27,6 +30,7 @@
 #![forbid(unsafe_code)]
 
 pub mod headinfer;
+pub mod link;
 pub mod offload;
 pub mod plan;
 pub mod registry;

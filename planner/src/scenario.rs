@@ -29,11 +29,12 @@ use std::fmt;
 use serde::Deserialize;
 
 use crate::headinfer::HeadInferOptions;
+use crate::link::{LinkOverride, with_link_override};
 use crate::plan::{
     KvprOptions, Options, Plan, Shape, SplitModel, SplitPolicy, Strategy, WeightsPlacement, plan,
 };
 use crate::registry;
-use crate::runahead::{LinkOverride, RunaheadOptions, with_link_override};
+use crate::runahead::RunaheadOptions;
 use crate::strategy::{Defaults, Planner};
 use kvplan_vocab::host::Implementation;
 use kvplan_vocab::limits;

@@ -90,7 +90,7 @@ pub fn split_problem(
 /// `SplitModel::Paper` takes each step's LP optimum of the paper's Eq. 10. `SplitModel::Schedule`
 /// (the default) chooses what the simulator will run fastest: each step's candidate splits are
 /// timed on the discrete-event engine ([`kvplan_sim::engine`]) in a two-step probe of the very
-/// schedule [`plan`](super::plan) emits (see `probe_step_s`); the LP optimum of the schedule's steady-state
+/// schedule [`plan`](crate::plan::plan) emits (see `probe_step_s`); the LP optimum of the schedule's steady-state
 /// model seeds the search. `search_split` picks the candidates; `anchor_steps` the steps searched.
 pub fn kvpr_splits(
     cost: &CostModel,

@@ -126,6 +126,7 @@ mod memory;
 mod optimiser;
 mod schedule;
 
+pub use crate::link::{LinkOverride, link_of, with_link_override};
 pub use costs::{Blocks, ChunkCost, ChunkCosts, ModelCosts, even_partition, ttft, ttft_by_layers};
 pub use details::{
     PartitionFound, RunaheadDetails, RunaheadNote, RunaheadOptions, SearchInfo, TtftByMethod,
@@ -136,12 +137,10 @@ pub use optimiser::{
 };
 pub use schedule::{chain_schedule, chunk_schedule, tensor_parallel_schedule};
 
-use serde::Serialize;
-
 use crate::strategy::{Defaults, Input, Planner};
 use crate::types::{Decisions, Options, Order, Plan, PlanNote, Shape, Strategy};
 use kvplan_sim::engine::{self, EngineMap};
-use kvplan_vocab::cost::{CostModel, LinkCost};
+use kvplan_vocab::cost::CostModel;
 use kvplan_vocab::error::{Error, Result};
 use kvplan_vocab::hardware::HardwareProfile;
 use kvplan_vocab::model::ModelSpec;
@@ -157,70 +156,6 @@ pub const DEVICE_TOLERANCE: f64 = 0.01;
 /// chain of peer transfers (the published behaviour: short prompts on a slow link stay on one
 /// GPU). Not an option: the rule is fixed.
 pub const MIN_GAIN: f64 = 0.10;
-
-/// A replacement for a profile's `[peer]` link (`runahead.link_gbps`, `runahead.link_latency_us`). It is
-/// applied once, where the hardware is resolved ([`with_link_override`]); the planner and the
-/// simulator then take the link from the same [`CostModel`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct LinkOverride {
-    /// Device-to-device bandwidth, GB/s (else the profile's).
-    pub gbps: Option<f64>,
-    /// Device-to-device latency, microseconds (else the profile's).
-    pub latency_us: Option<f64>,
-}
-
-impl LinkOverride {
-    /// Whether it replaces anything.
-    pub fn is_some(&self) -> bool {
-        self.gbps.is_some() || self.latency_us.is_some()
-    }
-}
-
-// ---- the link -------------------------------------------------------------------------------
-
-/// The peer link of `hw` with `link`'s replacements.
-pub fn link_of(hw: &HardwareProfile, link: &LinkOverride) -> Result<LinkCost> {
-    let bw = match link.gbps {
-        Some(g) if g.is_finite() && g > 0.0 => g * 1e9,
-        Some(g) => {
-            return Err(Error::invalid(
-                "runahead.link_gbps",
-                g,
-                "must be a positive device-to-device bandwidth in GB/s (e.g. 300 for NVLink 3, 10 or 1 for a slow link)",
-            ));
-        }
-        None => hw.peer.bandwidth,
-    };
-    let lat = match link.latency_us {
-        Some(l) if l.is_finite() && l >= 0.0 => l * 1e-6,
-        Some(l) => {
-            return Err(Error::invalid(
-                "runahead.link_latency_us",
-                l,
-                "must be zero or more microseconds",
-            ));
-        }
-        None => hw.peer.latency_s,
-    };
-    Ok(LinkCost {
-        latency_s: lat,
-        secs_per_byte: 1.0 / bw,
-    })
-}
-
-/// `hw` with its `[peer]` link replaced by `link`: the one place a link override is applied.
-/// Resolve the hardware with it once and build the [`CostModel`] that both [`plan`] and the
-/// simulator get, so the simulator's peer sends take exactly what the planner assumed.
-pub fn with_link_override(hw: &HardwareProfile, link: &LinkOverride) -> Result<HardwareProfile> {
-    let l = link_of(hw, link)?;
-    let mut out = hw.clone();
-    out.peer.bandwidth = 1.0 / l.secs_per_byte;
-    out.peer.latency_s = l.latency_s;
-    if link.is_some() {
-        out.peer.kind = format!("{} (overridden)", hw.peer.kind);
-    }
-    Ok(out)
-}
 
 // ---- evaluation on the engine ---------------------------------------------------------------
 
