@@ -300,13 +300,12 @@ impl Serialize for Decisions {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
         let mut map = s.serialize_map(None)?;
-        match self.details() {
-            Some(d) if d.key() == "splits" => map.serialize_entry("splits", &d.to_json())?,
-            Some(d) => {
-                map.serialize_entry("splits", &[] as &[()])?;
-                map.serialize_entry(d.key(), &d.to_json())?;
-            }
-            None => map.serialize_entry("splits", &[] as &[()])?,
+        let details = self.details().map(|d| (d.key(), d.to_json()));
+        if !matches!(details, Some(("splits", _))) {
+            map.serialize_entry("splits", &[] as &[()])?;
+        }
+        if let Some((key, value)) = &details {
+            map.serialize_entry(key, value)?;
         }
         map.end()
     }

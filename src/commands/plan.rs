@@ -44,8 +44,8 @@ pub fn plan(planner: &PlanCommand) -> Result<String, CliError> {
         PlanCommand::Headinfer(a) => (a, Strategy::HEADINFER),
         PlanCommand::Runahead(a) => (a, Strategy::RUNAHEAD),
         PlanCommand::Registered(words) => {
-            let strategy;
-            (strategy, registered) = registered_args(words)?;
+            let (strategy, args) = registered_args(words)?;
+            registered = args;
             (&registered, strategy)
         }
     };

@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use super::memory::GIB;
 use crate::types::{Details, NoteData};
 
 /// HeadInfer options (all optional: the planner chooses).
@@ -109,7 +110,6 @@ pub enum HeadInferNote {
 
 impl NoteData for HeadInferNote {
     fn render(&self, _: &dyn Fn(&str) -> String) -> String {
-        const GIB: f64 = (1u64 << 30) as f64;
         match self {
             HeadInferNote::AdaptiveGroups {
                 heads_per_group: g,

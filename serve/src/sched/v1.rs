@@ -14,6 +14,7 @@
 //!    blocks cannot be allocated stops the pass: waiting requests never preempt.
 
 use super::{Load, Place, Policy, Source, State, Step};
+use crate::config::Resolved;
 
 /// vLLM V1's scheduling policy (first come, first served).
 #[derive(Debug, Clone, Copy, Default)]
@@ -182,18 +183,13 @@ fn admit_loaded(
     now: f64,
 ) -> Admit {
     let r = st.r;
-    let (mml, threshold) = (r.max_model_len, r.config.long_prefill_token_threshold);
+    let mml = r.max_model_len;
     let s = &mut st.seqs[v];
     let known = s.known();
     let computed = (hit + n).min(known - 1);
-    let mut m = known - computed;
-    if threshold > 0 && m > threshold {
-        m = threshold;
-    }
-    if !r.chunked_prefill && m > budget {
+    let Some(m) = first_chunk(r, known - computed, budget) else {
         return Admit::Stop;
-    }
-    m = m.min(budget);
+    };
     if !st
         .kv
         .allocate_uncached(&mut s.kv, hit, computed - hit, &st.hits)
@@ -231,6 +227,15 @@ fn admit_loaded(
     Admit::Scheduled(m)
 }
 
+/// A waiting request's first chunk of its `n` uncomputed tokens out of `budget`: at most
+/// `long_prefill_token_threshold` (when set), and none when it does not fit whole without
+/// chunked prefill.
+fn first_chunk(r: &Resolved, n: u32, budget: u32) -> Option<u32> {
+    let threshold = r.config.long_prefill_token_threshold;
+    let n = if threshold > 0 { n.min(threshold) } else { n };
+    (r.chunked_prefill || n <= budget).then(|| n.min(budget))
+}
+
 /// Schedules `v` past its `hit` (or what it has computed): its next chunk out of `budget`,
 /// chunked to it only with chunked prefill.
 fn admit_computed(
@@ -242,21 +247,16 @@ fn admit_computed(
     now: f64,
 ) -> Admit {
     let r = st.r;
-    let (mml, threshold) = (r.max_model_len, r.config.long_prefill_token_threshold);
+    let mml = r.max_model_len;
     let s = &mut st.seqs[v];
     let known = s.known();
     let layout = match st.layouts.get(v) {
         Some(Some(l)) => l,
         _ => &super::EMPTY_LAYOUT,
     };
-    let mut n = known - s.computed.max(hit);
-    if threshold > 0 && n > threshold {
-        n = threshold;
-    }
-    if !r.chunked_prefill && n > budget {
+    let Some(n) = first_chunk(r, known - s.computed.max(hit), budget) else {
         return Admit::Stop;
-    }
-    n = n.min(budget);
+    };
     let computed = s.computed.max(hit);
     if !st
         .kv
