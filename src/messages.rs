@@ -11,7 +11,7 @@ use crate::error::CliError;
 /// 19 rows, [`Field`]'s names), the serving scenario (`workload.*`, `serve.*`) and the capacity
 /// commands' own settings. Every library error and note names a field; the binary names its
 /// flag through this table (a test holds every row to an option the command line has).
-const FLAGS: [(&str, &str); 100] = [
+const FLAGS: [(&str, &str); 101] = [
     ("model", "--model"),
     ("hardware", "--hardware"),
     ("strategy", "--strategy"),
@@ -65,6 +65,7 @@ const FLAGS: [(&str, &str); 100] = [
     ("serve.enable_prefix_caching", "--enable-prefix-caching"),
     ("serve.enable_chunked_prefill", "--enable-chunked-prefill"),
     ("serve.async_scheduling", "--async-scheduling"),
+    ("serve.cold_start", "--cold-start"),
     ("workload.shared_prefix.groups", "--prefix-groups"),
     (
         "workload.shared_prefix.users_per_group",

@@ -371,6 +371,16 @@ fn summary_table(sc: &ServeScenario, out: &ServeReport) -> Table {
     t.row(&["GPU busy".to_string(), pct(s.gpu_busy)]);
     t.row(&["makespan".to_string(), secs(s.makespan_s)]);
     t.row(&["iterations".to_string(), s.iterations.to_string()]);
+    if let Some(c) = &s.first_use_compilation {
+        t.row(&[
+            "first-use compilation".to_string(),
+            format!(
+                "{} fused-MoE kernels, steps held {} (a freshly started server)",
+                c.kernels,
+                secs(c.stall_s)
+            ),
+        ]);
+    }
     t
 }
 

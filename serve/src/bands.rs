@@ -146,7 +146,7 @@ pub const BUILTIN_RESIDUALS: &[StageResiduals] = &[
     },
     StageResiduals {
         name: "20260218-120914-mixtral-8x7b-v0-1-tp2-codegen stage 0",
-        values: [0.1904, 2.0647, -0.0004, 0.0021, 0.5736, 0.0018],
+        values: [-0.0227, -0.2678, -0.0088, -0.009, 0.1881, 0.0018],
     },
     StageResiduals {
         name: "20260218-120914-mixtral-8x7b-v0-1-tp2-codegen stage 1",
@@ -154,7 +154,7 @@ pub const BUILTIN_RESIDUALS: &[StageResiduals] = &[
     },
     StageResiduals {
         name: "20260218-130541-mixtral-8x7b-v0-1-tp2-general stage 0",
-        values: [0.1888, 1.8168, 0.0405, 0.0423, 0.4487, 0.0012],
+        values: [0.0135, 0.9631, 0.0363, 0.036, 0.3614, 0.0012],
     },
     StageResiduals {
         name: "20260218-130541-mixtral-8x7b-v0-1-tp2-general stage 1",
@@ -162,7 +162,7 @@ pub const BUILTIN_RESIDUALS: &[StageResiduals] = &[
     },
     StageResiduals {
         name: "20260218-141024-mixtral-8x7b-v0-1-tp2-roleplay stage 0",
-        values: [0.1371, 0.3189, 0.0071, 0.0087, 0.1201, 0.0166],
+        values: [0.0217, 0.314, 0.0014, 0.0016, 0.0943, 0.0166],
     },
 ];
 

@@ -95,6 +95,12 @@ macro_rules! config_fields {
             async_scheduling: Option<bool> = None,
             /// No CUDA graphs (vLLM's `enforce_eager`): every kernel launched from the host.
             enforce_eager: bool = false,
+            /// A freshly started server (default off: one that has already served its load).
+            /// Its first eager steps of a mixture of experts wait while Triton compiles the
+            /// fused-MoE kernels start-up did not reach ([`crate::warmup`]), `[serving]
+            /// kernel_compile_us` each. Dense models, quantised weights and steps within the
+            /// CUDA-graph sizes are unaffected.
+            cold_start: bool = false,
             /// Largest CUDA-graph batch in tokens (`max_cudagraph_capture_size`); default `min(2 ×
             /// max_num_seqs, 512, max_num_batched_tokens)`.
             max_cudagraph_capture_size: Option<u32> = None,

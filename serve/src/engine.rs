@@ -228,6 +228,11 @@ pub struct Engine<'a> {
     horizon: f64,
     /// Passes that ran the scheduler.
     passes: u64,
+    /// A freshly started engine's fused-MoE kernels ([`crate::warmup`]; `None`: warm, or a
+    /// model they do not apply to).
+    jit: Option<crate::warmup::FusedMoeJit>,
+    /// Seconds one kernel compilation holds a step.
+    compile_s: f64,
 }
 
 impl<'a> Engine<'a> {
@@ -240,7 +245,21 @@ impl<'a> Engine<'a> {
                 * timer.model().act_bytes_per_token_layer()
                 * u64::from(timer.model().num_layers);
         }
+        let jit = if resolved.config.cold_start {
+            crate::warmup::FusedMoeJit::new(
+                timer.model(),
+                crate::warmup::FusedMoeJit::startup_tokens(
+                    &resolved.cudagraph_sizes,
+                    resolved.max_num_batched_tokens,
+                    resolved.max_num_seqs,
+                ),
+            )
+        } else {
+            None
+        };
         Engine {
+            jit,
+            compile_s: timer.kernel_compile_s(),
             policy: crate::sched::registry::policy(resolved.config.scheduler),
             depth: if resolved.async_scheduling { 2 } else { 1 },
             timer,
@@ -551,7 +570,17 @@ impl<'a> Engine<'a> {
     ) -> Result<bool, Error> {
         step.shape.extra_gpu_s = std::mem::take(&mut self.gpu_debt);
         crate::probe::with(|p| p.launched(&self.st, &step));
-        let t = self.timer.time(&step.shape);
+        let mut t = self.timer.time(&step.shape);
+        if let (Some(jit), crate::iteration::Launch::Eager) = (&mut self.jit, t.launch) {
+            // Triton compiles on the worker's thread before the kernel runs: the step waits.
+            let n = jit.eager_step(step.shape.tokens());
+            if n > 0 {
+                let stall = f64::from(n) * self.compile_s;
+                t.total_s += stall;
+                self.st.counters.kernel_compiles += u64::from(n);
+                self.st.counters.compile_stall_s += stall;
+            }
+        }
         let launch_at = self.now + t.cpu_before_s;
         let start = launch_at.max(self.gpu_free);
         let end = (start + t.total_s).max(launch_at + t.cpu_launch_s);

@@ -12,6 +12,10 @@ pub struct Counters {
     pub swap_out_bytes: u64,
     /// Bytes copied back.
     pub swap_in_bytes: u64,
+    /// Fused-MoE kernels compiled on first use ([`crate::warmup`]).
+    pub kernel_compiles: u64,
+    /// Seconds steps waited on those compilations.
+    pub compile_stall_s: f64,
 }
 
 /// Percentiles of one metric over finished requests. A metric with no value to rank (no request

@@ -373,6 +373,17 @@ impl IterationTimer {
         self.scales = scales;
     }
 
+    /// Seconds Triton takes to compile one kernel on this engine's host (`[serving]
+    /// kernel_compile_us`; the built-in figure without engine costs).
+    pub fn kernel_compile_s(&self) -> f64 {
+        self.engine
+            .as_ref()
+            .map_or(kvplan_vocab::serving::KERNEL_COMPILE_US, |e| {
+                e.serving.kernel_compile_us
+            })
+            * 1e-6
+    }
+
     /// The timer with CUDA graphs and host costs.
     pub fn with_engine(mut self, engine: EngineCosts) -> Self {
         self.engine = Some(engine);

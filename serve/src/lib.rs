@@ -62,6 +62,7 @@ pub mod server;
 pub mod setup;
 pub mod tier;
 pub mod versions;
+pub mod warmup;
 
 pub use config::{Config, Preemption, Resolved, SchedulerKind};
 pub use error::Error;

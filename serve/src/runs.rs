@@ -2007,6 +2007,9 @@ impl StageRun {
                 record_timeseries: Some(false),
                 // The server's CPU offloading connector, as it ran (vLLM's native backend).
                 kv_offloading_size_gib: self.cpu_offload_gib,
+                // A run's stages follow one another on one server: the first met it freshly
+                // started.
+                cold_start: Some(self.stage == 0),
                 ..Default::default()
             },
             cluster: Default::default(),

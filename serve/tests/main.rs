@@ -19,3 +19,4 @@ mod stream;
 mod tier;
 mod v1;
 mod versions;
+mod warmup;

@@ -64,6 +64,11 @@ pub struct ServeArgs {
     /// No CUDA graphs: every kernel launched from the host
     #[arg(long)]
     pub enforce_eager: bool,
+    /// A freshly started server: a mixture of experts' first eager steps wait while Triton
+    /// compiles the fused-MoE kernels vLLM's start-up did not reach (the profile's
+    /// kernel_compile_us each). Default: a server that has already served its load
+    #[arg(long)]
+    pub cold_start: bool,
     /// Largest CUDA-graph batch in tokens [default: min(2 x max-num-seqs, 512,
     /// max-num-batched-tokens)]
     #[arg(long, value_name = "TOKENS")]
@@ -239,6 +244,7 @@ impl ServeArgs {
                 ),
                 async_scheduling: on_off(self.async_scheduling, self.no_async_scheduling),
                 enforce_eager: self.enforce_eager.then_some(true),
+                cold_start: self.cold_start.then_some(true),
                 max_cudagraph_capture_size: self.max_cudagraph_capture_size,
                 max_model_len: self.max_model_len,
                 num_gpu_blocks_override: self.num_gpu_blocks_override,

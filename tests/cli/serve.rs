@@ -1109,3 +1109,59 @@ fn plan_deployment_confidence_bands_the_cheapest() {
     let out = run_in(d.path(), &[&args[..], &["--shard", "0/2"]].concat());
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// `--cold-start` (or `[serve] cold_start`): a freshly started server's first eager steps of a
+/// mixture of experts wait for Triton's compilations; the table says how many and how long,
+/// the summary JSON has `first_use_compilation`; left out, neither appears.
+#[test]
+fn cold_start_reports_the_first_use_compilations() {
+    let d = TempDir::new("serve-cold");
+    let args = [
+        "serve",
+        "--model",
+        "qwen3-30b-a3b",
+        "--hardware",
+        "h100-sxm",
+        "--arrivals",
+        "poisson",
+        "--qps",
+        "2",
+        "--lengths",
+        "600",
+        "--output-lengths",
+        "16",
+        "--requests",
+        "20",
+        "--no-enable-prefix-caching",
+    ];
+    let warm = ok(&run_in(d.path(), &args));
+    assert!(!warm.contains("first-use compilation"), "{warm}");
+    let mut cold_args = args.to_vec();
+    cold_args.extend(["--cold-start", "--summary-json", "s.json"]);
+    let cold = ok(&run_in(d.path(), &cold_args));
+    assert!(
+        cold.contains("first-use compilation")
+            && cold.contains("fused-MoE kernels, steps held")
+            && cold.contains("a freshly started server"),
+        "{cold}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.path().join("s.json")).unwrap()).unwrap();
+    let c = &json["first_use_compilation"];
+    assert!(c["kernels"].as_u64().unwrap() >= 2, "{c}");
+    assert!(c["stall_s"].as_f64().unwrap() > 0.0, "{c}");
+    // The same flag on a dense model: nothing to compile, the same latencies.
+    let dense = |extra: &[&str]| {
+        let mut a = args.to_vec();
+        a[2] = "llama-3-8b";
+        a.extend(extra);
+        ok(&run_in(d.path(), &a))
+    };
+    let (w, c) = (dense(&[]), dense(&["--cold-start"]));
+    assert!(c.contains("0 fused-MoE kernels"), "{c}");
+    let ttft = |s: &str| {
+        let line = s.lines().find(|l| l.starts_with("TTFT")).unwrap();
+        line.split_whitespace().collect::<Vec<_>>().join(" ")
+    };
+    assert_eq!(ttft(&w), ttft(&c));
+}

@@ -43,6 +43,9 @@ pub struct ServingSection {
     /// Per request, between the client and the engine: tokenisation, the hop to the engine
     /// process, detokenisation and HTTP streaming (a client-side TTFT includes it).
     pub frontend_us: f64,
+    /// Host time for Triton to compile one kernel on first use (a freshly started vLLM
+    /// server's fused-MoE GEMMs; the serving simulator's `cold_start`).
+    pub kernel_compile_us: f64,
 }
 
 /// The built-in figures: vLLM 0.15.1 on an H100 SXM server's host, with inference-perf as the
@@ -65,9 +68,16 @@ impl Default for ServingSection {
             graph_launch_us: 82.81,
             piecewise_layer_us: 49.686,
             frontend_us: 6494.5,
+            kernel_compile_us: KERNEL_COMPILE_US,
         }
     }
 }
+
+/// The built-in compile time of one kernel, microseconds: fitted to the first load stages of
+/// the three served Mixtral-8x7B runs of `data/validation/real_vllm/` (freshly started vLLM
+/// 0.15.1 servers, TP 2 on H100), their TTFT means replayed with `cold_start`
+/// (`serve/tests/real_vllm.rs` recomputes the fit).
+pub const KERNEL_COMPILE_US: f64 = 600_000.0;
 
 /// The source line of the built-in figures.
 pub const DEFAULT_SOURCE: &str = "vLLM 0.15.1 on an H100 SXM host with an inference-perf client: \
@@ -86,6 +96,7 @@ impl ServingSection {
             ("graph_launch_us", self.graph_launch_us),
             ("piecewise_layer_us", self.piecewise_layer_us),
             ("frontend_us", self.frontend_us),
+            ("kernel_compile_us", self.kernel_compile_us),
         ] {
             if !(v.is_finite() && (0.0..=1e7).contains(&v)) {
                 return Err(Error::invalid(

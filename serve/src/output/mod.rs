@@ -85,9 +85,22 @@ pub struct Summary {
     pub gpu_blocks: u32,
     /// Host swap space, bytes.
     pub host_bytes: u64,
+    /// A freshly started server's first-use kernel compilations ([`crate::warmup`]); absent
+    /// when the run modelled a server that had already served its load.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_use_compilation: Option<Compilation>,
     /// The queueing delay's trend (not in the JSON; [`ServeReport::overload`] reads it).
     #[serde(skip)]
     pub queue_trend: QueueTrend,
+}
+
+/// What a freshly started server compiled on first use ([`crate::warmup`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Compilation {
+    /// Fused-MoE kernels compiled while serving (every engine's).
+    pub kernels: u64,
+    /// Seconds steps waited on them (every engine's).
+    pub stall_s: f64,
 }
 
 /// A run that did not keep up with its arrivals.
@@ -226,6 +239,8 @@ pub(crate) struct Totals {
     /// The releases the engines follow, one bit each by their place in
     /// [`crate::versions::RELEASES`].
     pub versions: u32,
+    /// Whether any engine started cold ([`crate::Config::cold_start`]).
+    pub cold_start: bool,
 }
 
 impl Totals {
@@ -234,6 +249,9 @@ impl Totals {
         self.counters.preemptions += c.preemptions;
         self.counters.swap_out_bytes += c.swap_out_bytes;
         self.counters.swap_in_bytes += c.swap_in_bytes;
+        self.counters.kernel_compiles += c.kernel_compiles;
+        self.counters.compile_stall_s += c.compile_stall_s;
+        self.cold_start |= r.config.cold_start;
         self.cache.lookups += cache.lookups;
         self.cache.queried_tokens += cache.queried_tokens;
         self.cache.hit_tokens += cache.hit_tokens;
@@ -428,6 +446,10 @@ impl SummaryAcc {
             iterations: totals.iterations,
             gpu_blocks: totals.gpu_blocks,
             host_bytes: totals.host_bytes,
+            first_use_compilation: totals.cold_start.then_some(Compilation {
+                kernels: counters.kernel_compiles,
+                stall_s: counters.compile_stall_s,
+            }),
         })
     }
 }
