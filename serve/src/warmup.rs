@@ -56,13 +56,10 @@ fn block_m(key: u32) -> u64 {
 
 /// The configuration key vLLM picks for `m` tokens: the nearest, the smaller on a tie.
 pub fn config_key(m: u64) -> u32 {
-    let mut best = CONFIG_KEYS[0];
-    for &k in &CONFIG_KEYS {
-        if m.abs_diff(u64::from(k)) < m.abs_diff(u64::from(best)) {
-            best = k;
-        }
-    }
-    best
+    // `min_by_key` keeps the first of equals: the keys ascend, so a tie takes the smaller.
+    (CONFIG_KEYS.into_iter())
+        .min_by_key(|&k| m.abs_diff(u64::from(k)))
+        .expect("keys")
 }
 
 /// How Triton specialises one integer argument: equal to 1, divisible by 16, or neither.
@@ -98,7 +95,7 @@ pub fn kernels(m: u64, experts: u32, top_k: u32) -> [Kernel; 2] {
     let mut em = valid + u64::from(experts) * (block_m(key) - 1);
     // `invoke_fused_moe_triton_kernel`: a step of fewer tokens than a block clamps `EM`.
     if m < block_m(key) {
-        em = em.min(m * u64::from(top_k) * block_m(key));
+        em = em.min(valid * block_m(key));
     }
     let k = |gemm| Kernel {
         key,
